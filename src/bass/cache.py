@@ -1,0 +1,111 @@
+"""RaggedKVCache: a preallocated KV cache with one length per row.
+
+transformers caches keep a single length for the whole batch; speculative decoding makes
+rows advance by different amounts every step, so bass keeps its own cache. It speaks the
+part of transformers' ``Cache`` protocol that decoder layers and mask builders use
+(``update``, ``get_seq_length``, ``get_mask_sizes``, ``get_query_offset``), and stores,
+per layer, keys and values in the layout HF attention functions receive:
+``[B, Hkv, S, D]``.
+
+Lengths (the ragged convention of :mod:`bass.ops`): ``lens`` int32 ``[B]`` is how many
+entries of each row are committed. A forward pass over ``T`` padded new tokens is framed
+by :meth:`begin` (sets ``q_lens``, how many of the ``T`` are real per row); every layer's
+``update`` appends them at ``lens`` with ``torch.ops.bass.kv_append``; attention sees
+``kv_lens = lens + q_lens``. Afterwards the engine decides how many to keep with
+:meth:`commit` (rejected draft entries are never erased: a smaller length is the whole
+rollback, and the next write overwrites them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .ops import kv_append
+
+
+class RaggedKVCache:
+    """Per-layer ``[B, Hkv, S, D]`` key/value buffers plus per-row lengths.
+
+    Buffers are allocated lazily by the first ``update`` of each layer (prefill), from
+    the shapes and dtype the model produces, so any decoder whose layers call
+    ``past_key_values.update`` works without knowing its head layout in advance.
+    """
+
+    is_compileable = True
+
+    def __init__(self, batch_size: int, max_len: int, num_layers: int, device: torch.device):
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        self.max_len = int(max_len)
+        self.num_layers = num_layers
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
+        self.q_lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
+
+    # ----------------------------------------------------------------- engine side
+
+    @property
+    def batch_size(self) -> int:
+        return self.lens.shape[0]
+
+    @property
+    def kv_lens(self) -> torch.Tensor:  # int32 [B]: lengths attention sees this pass
+        return self.lens + self.q_lens
+
+    def begin(self, q_lens: torch.Tensor) -> torch.Tensor:
+        """Frame a forward pass whose row ``b`` brings ``q_lens[b]`` real tokens.
+
+        Returns ``kv_lens`` (int32 ``[B]``) for the attention calls of this pass.
+        """
+        self.q_lens = q_lens.to(dtype=torch.int32)
+        return self.kv_lens
+
+    def commit(self, keep: torch.Tensor) -> None:
+        """Advance each row by ``keep[b]`` (``0 <= keep[b] <= q_lens[b]``) of the entries
+        the last pass wrote; the rest are dropped by not being counted."""
+        self.lens = self.lens + keep.to(dtype=torch.int32)
+        self.q_lens = torch.zeros_like(self.q_lens)
+
+    def set_lens(self, lens: torch.Tensor) -> None:
+        """Set every row's committed length (int32 ``[B]``), e.g. to roll back rejected
+        draft entries; ends the current pass."""
+        self.lens = lens.to(device=self.lens.device, dtype=torch.int32)
+        self.q_lens = torch.zeros_like(self.lens)
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep only rows ``index`` (int64 ``[B']``), in that order (batch compaction)."""
+        self.lens = self.lens.index_select(0, index)
+        self.q_lens = self.q_lens.index_select(0, index)
+        for store in (self.keys, self.values):
+            for i, t in enumerate(store):
+                if t is not None:
+                    store[i] = t.index_select(0, index)
+
+    # ----------------------------------------------------------------- HF side
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        """Append this pass's ``[B, Hkv, T, D]`` keys/values to layer ``layer_idx``;
+        return the whole ``[B, Hkv, S, D]`` buffers (attention masks by ``kv_lens``)."""
+        if self.keys[layer_idx] is None:
+            B, H, _, D = key_states.shape
+            shape = (B, H, self.max_len, D)
+            self.keys[layer_idx] = key_states.new_zeros(shape)
+            self.values[layer_idx] = value_states.new_zeros(shape)
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        kv_append(k, v, key_states, value_states, self.lens, self.q_lens)
+        return k, v
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        # HF uses this for default positions and mask sizes; bass always passes explicit
+        # per-row positions and masks by lengths, so the buffer size is the honest answer.
+        return self.max_len
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.max_len, 0
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return self.num_layers

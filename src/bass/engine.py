@@ -1,0 +1,396 @@
+"""The BASS decode loop: draft -> verify -> accept -> commit -> policy, for a whole batch.
+
+:class:`Generator` runs batched speculative decoding on unmodified transformers causal
+LMs whose attention is routed through ``torch.ops.bass.ragged_attention`` (see
+:mod:`bass.hf`). One step, for every active row at once:
+
+1) ``k = policy.draft_length()``; each row drafts at most ``k`` (fewer near its token budget)
+2) the drafter proposes tokens (a draft model: ``k`` ragged forward passes; or n-grams)
+3) the main model verifies ``[last, d_1..d_k]`` of all rows in ONE forward pass
+4) acceptance (:mod:`bass.sampling`): greedy prefix match or lossless rejection sampling
+5) commit: per-row cache lengths advance, rejected entries are dropped by length only
+6) finished rows (eos, budget) leave the batch; the policy sees the step's statistics
+
+Bookkeeping invariant (checked by ``tests/test_engine.py`` after every step): after a
+step, the main cache holds every committed token of a row except the newest, which has
+been chosen but not yet fed (``main_len[b] == len(seq[b]) - 1``). The main model fed
+``[last, d_1..d_n]`` and keeps ``a + 1`` of them. The draft cache holds a prefix of the
+row (``draft_len[b] <= len(seq[b]) - 1``); the rest is fed at its next draft pass: usually
+one token, two when the row accepted every draft (the draft never fed ``d_n``), which is
+where ragged query lengths come from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from . import hf, policies
+from .cache import RaggedKVCache
+from .drafters import ModelDrafter, NGramDrafter, Proposal, choose, pad_rows
+from .ops import bucket_query_len
+from .sampling import SamplingParams, greedy_accept, speculative_accept, warp_probs
+
+
+@dataclass
+class StepRecord:
+    """One speculative step: the batch-wide draft length, and per active row (``rows``
+    are prompt indices) the tokens drafted and accepted."""
+
+    draft_length: int
+    rows: list[int]
+    drafted: list[int]
+    accepted: list[int]
+    draft_seconds: float
+    verify_seconds: float
+
+
+@dataclass
+class GenerationStats:
+    steps: list[StepRecord] = field(default_factory=list)
+    main_passes: int = 0  # main-model forward passes, prefill included
+    draft_passes: int = 0  # draft-model forward passes, prefill included
+    tokens_generated: int = 0
+    wall_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    stopped_by_time_budget: bool = False
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean accepted draft tokens per step per active row."""
+        counts = [a for s in self.steps for a in s.accepted]
+        return sum(counts) / len(counts) if counts else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_generated / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def main_passes_per_token(self) -> float:
+        return self.main_passes / self.tokens_generated if self.tokens_generated else 0.0
+
+    def draft_length_trace(self) -> list[int]:
+        return [s.draft_length for s in self.steps]
+
+    def summary(self) -> dict:
+        return {
+            "tokens_generated": self.tokens_generated,
+            "wall_seconds": round(self.wall_seconds, 4),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+            "steps": len(self.steps),
+            "main_passes": self.main_passes,
+            "draft_passes": self.draft_passes,
+            "mean_accepted_per_step_per_row": round(self.mean_accepted, 4),
+            "main_passes_per_token": round(self.main_passes_per_token, 4),
+            "draft_length_trace": self.draft_length_trace(),
+        }
+
+
+@dataclass
+class GenerationResult:
+    sequences: list[list[int]]  # new token ids per prompt, in prompt order
+    stats: GenerationStats
+
+
+def _vocab_size(model) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def _max_positions(model) -> int | None:
+    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
+
+
+class Generator:
+    """Batched speculative decoding with a main model and a draft model (or n-grams).
+
+    Args:
+        main: a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, ... any decoder whose
+            attention goes through transformers' AttentionInterface).
+        draft: a smaller causal LM with the same vocabulary, or ``"ngram"`` for
+            prompt-lookup drafting, or ``None`` for regular (non-speculative) decoding.
+        policy: a draft-length policy name from :func:`bass.policies.available` or a
+            policy instance; ``policy_options`` are its keyword options.
+        attention: the ``ragged_attention`` implementation (``"auto"``, ``"reference"``...).
+
+    Example::
+
+        gen = Generator(main, draft, policy="bass")
+        res = gen.generate([[1, 2, 3], [4, 5]], max_new_tokens=32)
+        res.sequences, res.stats.summary()
+    """
+
+    def __init__(
+        self,
+        main,
+        draft=None,
+        *,
+        policy: str | policies.DraftLengthPolicy = "bass",
+        policy_options: dict | None = None,
+        attention: str = "auto",
+        compile: bool = False,
+    ):
+        self.main = main
+        self.attention = attention
+        self.policy_spec = (policy, dict(policy_options or {}))
+        self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
+        if draft is None:
+            self.drafter = None
+        elif isinstance(draft, str):
+            if draft != "ngram":
+                raise ValueError(
+                    f"draft must be a model, 'ngram' or None, got the string {draft!r}; "
+                    "load models by name with Generator.from_pretrained"
+                )
+            self.drafter = NGramDrafter()
+        else:
+            v_main, v_draft = _vocab_size(main), _vocab_size(draft)
+            if v_main != v_draft:
+                raise ValueError(
+                    f"draft and main vocabularies differ: {hf.model_name(draft)} has "
+                    f"{v_draft} logits, {hf.model_name(main)} has {v_main}; speculative "
+                    "decoding needs a draft that shares the main model's tokenizer"
+                )
+            self.drafter = ModelDrafter(draft, impl=attention)
+        self.forward = hf.forward_logits
+        if compile:
+            self.forward = torch.compile(hf.forward_logits, fullgraph=True)
+            if self.drafter is not None and isinstance(self.drafter, ModelDrafter):
+                self.drafter.forward = self.forward
+
+    @classmethod
+    def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
+        """Load main (and draft) models by Hugging Face name or local path."""
+        from .models import load_causal_lm
+
+        main_model = load_causal_lm(main, dtype=dtype, device=device)
+        draft_model = draft
+        if draft not in (None, "ngram"):
+            draft_model = load_causal_lm(draft, dtype=dtype, device=device)
+        return cls(main_model, draft_model, **kw)
+
+    def new_policy(self):
+        spec, options = self.policy_spec
+        if isinstance(spec, str):
+            return policies.load(spec, **options)
+        if options:
+            raise ValueError("policy_options apply to a policy name, not a policy instance")
+        if not isinstance(spec, policies.DraftLengthPolicy):
+            raise TypeError(
+                f"policy must be a name or have draft_length() and update(stats), got {spec!r}"
+            )
+        return spec
+
+    # ----------------------------------------------------------------- checks
+
+    def _check(self, prompts, max_new_tokens: int) -> int:
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError("prompts must be a list of token-id lists (use generate_text for strings)")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty: pass at least one token-id list")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        vocab = _vocab_size(self.main)
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+            bad = [t for t in p if not (isinstance(t, int) and 0 <= t < vocab)]
+            if bad:
+                raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {bad[:5]}")
+        need = max(len(p) for p in prompts) + max_new_tokens
+        for model in (self.main, getattr(self.drafter, "model", None)):
+            limit = _max_positions(model) if model is not None else None
+            if limit is not None and need > limit:
+                longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+                raise ValueError(
+                    f"prompt {longest} ({len(prompts[longest])} tokens) + max_new_tokens "
+                    f"({max_new_tokens}) = {need} exceeds {hf.model_name(model)}'s context "
+                    f"of {limit} positions; shorten the prompt or lower max_new_tokens"
+                )
+        return need
+
+    # ----------------------------------------------------------------- generation
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        seed: int | None = None,
+        time_budget: float | None = None,
+        on_step=None,
+    ) -> GenerationResult:
+        """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths).
+
+        Greedy output equals the main model's own greedy decoding token for token; sampled
+        output follows the main model's (temperature/top-k/top-p warped) distribution
+        exactly. ``time_budget`` (seconds) stops every row where it is. ``on_step`` is
+        called with ``(generator_state)`` after each step (tests use it to check the
+        bookkeeping invariant).
+        """
+        params = SamplingParams(do_sample, temperature, top_k, top_p)
+        need = self._check(prompts, max_new_tokens)
+        eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+        device = self.main.device
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed if seed is not None else torch.seed())
+        policy = self.new_policy()
+        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
+        for model in (self.main, getattr(self.drafter, "model", None)):
+            if model is not None:
+                hf.prepare(model, max_len)
+        t0 = time.perf_counter()
+        stats = GenerationStats()
+        state = _BatchState([list(p) for p in prompts], max_new_tokens, eos)
+
+        # 1) prefill: main over all prompt tokens (first new token), then the draft
+        n_layers = self.main.config.get_text_config().num_hidden_layers
+        self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
+        q_lens = torch.tensor([len(p) for p in prompts], dtype=torch.int32, device=device)
+        ids = pad_rows(state.seqs, max(len(p) for p in prompts), device)
+        logits = self.forward(self.main, self.cache, ids, q_lens, self.attention)
+        self.cache.commit(q_lens)
+        first, _ = choose(logits[torch.arange(len(prompts)), q_lens.long() - 1], params, gen, False)
+        stats.main_passes += 1
+        if self.drafter is not None:
+            self.drafter.start(state.seqs, max_len, device, _vocab_size(self.main))
+            stats.draft_passes += int(isinstance(self.drafter, ModelDrafter))
+        state.append([[t] for t in first.tolist()])
+        stats.prefill_seconds = time.perf_counter() - t0
+        self._compact(state)
+
+        while state.rows:
+            if time_budget is not None and time.perf_counter() - t0 > time_budget:
+                stats.stopped_by_time_budget = True
+                break
+            self._step(state, policy, params, gen, stats)
+            self._compact(state)
+            if on_step is not None:
+                on_step(self, state)
+
+        stats.wall_seconds = time.perf_counter() - t0
+        stats.tokens_generated = sum(len(o) for o in state.outputs)
+        return GenerationResult([list(o) for o in state.outputs], stats)
+
+    def _step(self, state, policy, params, gen, stats) -> None:
+        device = self.cache.lens.device
+        B = len(state.rows)
+        # 1) draft length: batch-wide k, capped per row by what it may still generate
+        k = max(0, int(policy.draft_length())) if self.drafter is not None else 0
+        k_rows = [min(k, state.remaining(b) - 1) for b in range(B)]
+        k = max(k_rows)
+        lens_before = [len(s) for s in state.seqs]
+        t_draft = time.perf_counter()
+        # 2) draft
+        if k > 0:
+            prop = self.drafter.propose(state.seqs, k_rows, k, params, gen, policy)
+            stats.draft_passes += self.drafter.draft_passes
+        else:
+            prop = Proposal(torch.zeros(B, 0, dtype=torch.long, device=device), None,
+                            torch.zeros(B, dtype=torch.long, device=device))
+        counts = prop.counts.tolist()  # host read: verify width depends on it
+        t_verify = time.perf_counter()
+        # 3) verify [last, d_1..d_n] of every row in one main pass
+        K = max(counts)
+        width = bucket_query_len(K + 1)
+        drafts = prop.tokens[:, :K]
+        ids = torch.zeros(B, width, dtype=torch.long, device=device)
+        ids[:, 0] = torch.tensor([s[-1] for s in state.seqs], device=device)
+        ids[:, 1 : K + 1] = drafts
+        q_lens = prop.counts.to(torch.int32) + 1
+        logits = self.forward(self.main, self.cache, ids, q_lens, self.attention)[:, : K + 1]
+        stats.main_passes += 1
+        # 4) accept
+        if params.do_sample:
+            draft_probs = prop.probs[:, :K] if prop.probs is not None else None
+            if draft_probs is None:  # K == 0
+                draft_probs = torch.zeros(B, 0, logits.shape[-1], device=device)
+            acc = speculative_accept(drafts, draft_probs, warp_probs(logits, params),
+                                     prop.counts, gen)
+        else:
+            acc = greedy_accept(drafts, logits, prop.counts)
+        accepted = acc.accepted.tolist()  # host read: the one per-step sync of lengths
+        next_tokens = acc.next_tokens.tolist()
+        d_host = drafts.tolist()
+        t_end = time.perf_counter()
+        # 5) commit: main keeps [last, d_1..d_a]; the draft rolls back to its valid prefix
+        self.cache.commit(acc.accepted + 1)
+        if self.drafter is not None and k > 0:
+            self.drafter.commit(lens_before, accepted)
+        state.append([d_host[b][: accepted[b]] + [next_tokens[b]] for b in range(B)])
+        # 6) statistics -> policy
+        rec = StepRecord(k, list(state.rows), counts, accepted, t_verify - t_draft, t_end - t_verify)
+        stats.steps.append(rec)
+        if self.drafter is not None:
+            policy.update(policies.StepStats(
+                draft_length=k, accepted=accepted, drafted=counts,
+                draft_seconds=rec.draft_seconds, verify_seconds=rec.verify_seconds,
+                step=len(stats.steps) - 1,
+            ))
+
+    def _compact(self, state) -> None:
+        """Drop finished rows from the batch so they stop costing compute."""
+        keep = [b for b in range(len(state.rows)) if not state.done[b]]
+        if len(keep) == len(state.rows):
+            return
+        state.select(keep)
+        if keep:
+            self.cache.select_rows(torch.tensor(keep, dtype=torch.long, device=self.cache.lens.device))
+            if self.drafter is not None:
+                self.drafter.select_rows(keep)
+
+    def generate_text(self, texts: Sequence[str], tokenizer, *, chat: bool | None = None, **kw) -> list[str]:
+        """Strings in, strings out: tokenizes (with the chat template when the tokenizer
+        has one, unless ``chat=False``), generates, decodes the new tokens."""
+        if chat is None:
+            chat = getattr(tokenizer, "chat_template", None) is not None
+        if chat:
+            prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}],
+                                                     add_generation_prompt=True, tokenize=True)
+                       for t in texts]
+            prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p)
+                       for p in prompts]
+        else:
+            prompts = [tokenizer(t)["input_ids"] for t in texts]
+        kw.setdefault("eos_token_id", tokenizer.eos_token_id)
+        res = self.generate(prompts, **kw)
+        return [tokenizer.decode(s, skip_special_tokens=True) for s in res.sequences]
+
+
+class _BatchState:
+    """Host-side view of the active batch: row ``b`` is prompt ``rows[b]``."""
+
+    def __init__(self, prompts: list[list[int]], max_new: int, eos: set[int]):
+        self.seqs = prompts  # prompt + committed tokens, per active row
+        self.rows = list(range(len(prompts)))
+        self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
+        self.done = [False] * len(prompts)
+        self.max_new, self.eos = max_new, eos
+
+    def remaining(self, b: int) -> int:
+        return self.max_new - len(self.outputs[self.rows[b]])
+
+    def append(self, new: list[list[int]]) -> None:
+        for b, toks in enumerate(new):
+            out = self.outputs[self.rows[b]]
+            for t in toks[: self.remaining(b)]:
+                out.append(t)
+                self.seqs[b].append(t)
+                if t in self.eos:
+                    self.done[b] = True
+                    break
+            if len(out) >= self.max_new:
+                self.done[b] = True
+
+    def select(self, keep: list[int]) -> None:
+        self.seqs = [self.seqs[b] for b in keep]
+        self.rows = [self.rows[b] for b in keep]
+        self.done = [self.done[b] for b in keep]
