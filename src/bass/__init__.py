@@ -1,13 +1,39 @@
 """bass: batched speculative decoding with ragged attention as PyTorch custom ops.
 
 ``import bass`` registers ``torch.ops.bass.ragged_attention`` and
-``torch.ops.bass.kv_append`` (see :mod:`bass.ops`).
+``torch.ops.bass.kv_append`` (see :mod:`bass.ops`) and nothing heavier: the engine and its
+transformers integration load on first use of :class:`Generator` and friends.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from . import ops
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "ops"]
+_LAZY = {
+    "Generator": "bass.engine",
+    "GenerationResult": "bass.engine",
+    "GenerationStats": "bass.engine",
+    "SamplingParams": "bass.sampling",
+    "RaggedKVCache": "bass.cache",
+    "load_default_pair": "bass.models",
+    "load_causal_lm": "bass.models",
+}
+
+__all__ = ["__version__", "ops", *_LAZY]
+
+if TYPE_CHECKING:
+    from .cache import RaggedKVCache
+    from .engine import GenerationResult, GenerationStats, Generator
+    from .models import load_causal_lm, load_default_pair
+    from .sampling import SamplingParams
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'bass' has no attribute {name!r}")

@@ -114,6 +114,8 @@ class Generator:
         policy: a draft-length policy name from :func:`bass.policies.available` or a
             policy instance; ``policy_options`` are its keyword options.
         attention: the ``ragged_attention`` implementation (``"auto"``, ``"reference"``...).
+        compile: ``True`` compiles the per-step forward with ``torch.compile(fullgraph=True)``
+            (a backend name or callable selects the backend).
 
     Example::
 
@@ -130,7 +132,7 @@ class Generator:
         policy: str | policies.DraftLengthPolicy = "bass",
         policy_options: dict | None = None,
         attention: str = "auto",
-        compile: bool = False,
+        compile: bool | str | object = False,
     ):
         self.main = main
         self.attention = attention
@@ -156,8 +158,12 @@ class Generator:
             self.drafter = ModelDrafter(draft, impl=attention)
         self.forward = hf.forward_logits
         if compile:
-            self.forward = torch.compile(hf.forward_logits, fullgraph=True)
-            if self.drafter is not None and isinstance(self.drafter, ModelDrafter):
+            # Only the per-step forward is compiled (gpt-fast); the loop stays eager. Query
+            # widths are bucketed (bass.ops.QUERY_BUCKETS), so a generation compiles a
+            # handful of graphs; batch size becomes dynamic after its first change.
+            backend = "inductor" if compile is True else compile
+            self.forward = torch.compile(hf.forward_logits, fullgraph=True, backend=backend)
+            if isinstance(self.drafter, ModelDrafter):
                 self.drafter.forward = self.forward
 
     @classmethod
@@ -239,14 +245,25 @@ class Generator:
         params = SamplingParams(do_sample, temperature, top_k, top_p)
         need = self._check(prompts, max_new_tokens)
         eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
+        models = [m for m in (self.main, getattr(self.drafter, "model", None)) if m is not None]
+        previous = [m.config._attn_implementation for m in models]
+        try:
+            for model in models:
+                hf.prepare(model, max_len)
+            return self._generate(prompts, max_new_tokens, params, eos, seed, time_budget,
+                                  on_step, max_len)
+        finally:  # hand the models back as they came
+            for model, attn in zip(models, previous):
+                if attn != hf.ATTN_NAME:
+                    model.set_attn_implementation(attn)
+
+    def _generate(self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step,
+                  max_len) -> GenerationResult:
         device = self.main.device
         gen = torch.Generator(device=device)
         gen.manual_seed(seed if seed is not None else torch.seed())
         policy = self.new_policy()
-        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
-        for model in (self.main, getattr(self.drafter, "model", None)):
-            if model is not None:
-                hf.prepare(model, max_len)
         t0 = time.perf_counter()
         stats = GenerationStats()
         state = _BatchState([list(p) for p in prompts], max_new_tokens, eos)

@@ -1,0 +1,50 @@
+"""Draft-length policies: how many tokens to draft per speculative step, as plugins.
+
+A policy implements :class:`DraftLengthPolicy` (``draft_length()`` and
+``update(StepStats)``, optionally ``keep_drafting(probs, index)`` for per-row early stop)
+and is registered under the ``bass.policies`` entry-point group. Built-ins
+(:mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`):
+
+* ``constant``: always ``k`` tokens (``k=0``: regular decoding).
+* ``bass``: Algorithm 1 of the BASS paper (arXiv 2404.15778), the default of bass.
+* ``hf-heuristic``: transformers' assisted-generation schedule (+2 / -1).
+* ``confidence``: a fixed cap plus per-row early exit on low draft confidence
+  (training-free, after AdaEDL and DISCO).
+* ``goodput``: maximises expected tokens per second from measured acceptance and timings
+  (after SmartSpec).
+
+Typical use::
+
+    policy = bass.policies.load("bass", l0=5)
+    for option, default, help in bass.policies.describe("bass"): ...
+
+:func:`available` lists what is installed; ``bass.policies.registry.entry_points`` is the
+single function reading installed metadata (monkeypatch it in tests).
+"""
+
+from __future__ import annotations
+
+from .base import DraftLengthPolicy, StepStats
+from .registry import (
+    GROUP,
+    REQUIRED,
+    OptionInfo,
+    PolicyLoadError,
+    available,
+    describe,
+    load,
+    parse_options,
+)
+
+__all__ = [
+    "GROUP",
+    "REQUIRED",
+    "DraftLengthPolicy",
+    "OptionInfo",
+    "PolicyLoadError",
+    "StepStats",
+    "available",
+    "describe",
+    "load",
+    "parse_options",
+]

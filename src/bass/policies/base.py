@@ -1,0 +1,269 @@
+"""The draft-length policy contract: :class:`StepStats`, :class:`DraftLengthPolicy`, and the
+small declarative option system the built-in policies use to validate their options.
+
+A policy decides how many tokens the draft model proposes per speculative step (BASS,
+arXiv 2404.15778, Section 3.3 "dynamic draft length"). The engine's loop is::
+
+    k = policy.draft_length()          # batch-wide draft length for this step
+    ... draft up to k tokens per active row, verify, accept ...
+    policy.update(StepStats(draft_length=k, accepted=..., ...))
+
+Policies are plain Python objects with per-generation state: make a fresh one (usually
+with :func:`bass.policies.load`) for each ``generate`` call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["DraftLengthPolicy", "StepStats", "option", "validate_options"]
+
+
+def _as_list(counts: Sequence[int] | torch.Tensor) -> list[int]:
+    if isinstance(counts, torch.Tensor):
+        return [int(c) for c in counts.tolist()]
+    return [int(c) for c in counts]
+
+
+@dataclass
+class StepStats:
+    """What happened in one speculative step, for :meth:`DraftLengthPolicy.update`.
+
+    Attributes:
+        draft_length: the batch-wide draft length ``k`` used this step (what
+            :meth:`DraftLengthPolicy.draft_length` returned, possibly capped by the engine,
+            e.g. to the tokens a row may still generate). ``0`` means a regular decoding
+            step (nothing drafted).
+        accepted: each *active* row's number of accepted draft tokens, ``0..drafted``,
+            not counting the bonus/correction token the target model always adds. A
+            ``list[int]`` or an integer tensor ``[B_active]`` (read with
+            :meth:`accepted_list`, which syncs a CUDA tensor once).
+        drafted: each active row's number of drafted tokens (``<= draft_length``) when
+            rows stopped drafting early (see ``keep_drafting`` on
+            :class:`DraftLengthPolicy`); ``None`` (the default) means every row drafted
+            ``draft_length`` tokens.
+        draft_seconds: wall time of this step's drafting (all draft forward passes).
+        verify_seconds: wall time of this step's verification (one target forward pass
+            over ``k + 1`` positions per row).
+        step: 0-based index of the step within the generation.
+
+    >>> s = StepStats(draft_length=4, accepted=[1, 4, 0])
+    >>> s.accepted_list(), s.max_accepted(), s.drafted_list()
+    ([1, 4, 0], 4, [4, 4, 4])
+    >>> StepStats(draft_length=4, accepted=torch.tensor([2, 3]), drafted=[2, 4]).accepted_list()
+    [2, 3]
+    """
+
+    draft_length: int
+    accepted: Sequence[int] | torch.Tensor
+    drafted: Sequence[int] | torch.Tensor | None = None
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        # Cheap checks only: a CUDA tensor is never read here (that would sync the device
+        # for policies such as `constant` that never look at the counts).
+        if isinstance(self.draft_length, bool) or not isinstance(self.draft_length, int):
+            raise TypeError(f"StepStats.draft_length must be an int, got {self.draft_length!r}")
+        if self.draft_length < 0:
+            raise ValueError(f"StepStats.draft_length must be >= 0, got {self.draft_length}")
+        for name in ("accepted", "drafted"):
+            value = getattr(self, name)
+            if isinstance(value, torch.Tensor) and (
+                value.dim() != 1 or value.dtype.is_floating_point or value.dtype.is_complex
+            ):
+                raise ValueError(
+                    f"StepStats.{name} must be a 1-D integer tensor [B_active], "
+                    f"got {value.dtype} of shape {tuple(value.shape)}"
+                )
+            if isinstance(value, list | tuple):
+                bad = [c for c in value if not 0 <= c <= self.draft_length]
+                if bad:
+                    raise ValueError(
+                        f"StepStats.{name} counts must be in 0..draft_length="
+                        f"{self.draft_length}, got {list(value)}"
+                    )
+        if self.drafted is not None and len(self.drafted) != len(self.accepted):
+            raise ValueError(
+                f"StepStats.drafted has {len(self.drafted)} rows but accepted has "
+                f"{len(self.accepted)}"
+            )
+        both_lists = isinstance(self.accepted, list | tuple) and isinstance(
+            self.drafted, list | tuple
+        )
+        if both_lists and any(a > d for a, d in zip(self.accepted, self.drafted, strict=True)):
+            raise ValueError(
+                f"StepStats: a row accepted more than it drafted: accepted="
+                f"{list(self.accepted)}, drafted={list(self.drafted)}"
+            )
+        if self.draft_seconds < 0 or self.verify_seconds < 0:
+            raise ValueError("StepStats timings must be >= 0")
+
+    def accepted_list(self) -> list[int]:
+        """Each active row's accepted count as a list of Python ints."""
+        return _as_list(self.accepted)
+
+    def drafted_list(self) -> list[int]:
+        """Each active row's drafted count (``draft_length`` for every row if ``drafted``
+        is ``None``)."""
+        if self.drafted is None:
+            return [self.draft_length] * len(self.accepted)
+        return _as_list(self.drafted)
+
+    def max_accepted(self) -> int:
+        """The largest accepted count over active rows (0 when no row is active)."""
+        return max(self.accepted_list(), default=0)
+
+    @property
+    def num_rows(self) -> int:
+        """The number of active rows this step."""
+        return len(self.accepted)
+
+
+@runtime_checkable
+class DraftLengthPolicy(Protocol):
+    """Decides the draft length of each speculative step.
+
+    Required:
+
+    * ``draft_length() -> int``: the batch-wide number of tokens to draft this step,
+      ``>= 0`` (``0``: a regular, non-speculative decoding step). Called once per step,
+      before drafting; must not change state.
+    * ``update(stats: StepStats) -> None``: learn from the step just finished.
+
+    Optional, per-row early stop: a policy may also define
+    ``keep_drafting(probs: torch.Tensor, index: int) -> torch.Tensor``. The engine checks
+    ``hasattr(policy, "keep_drafting")`` and, if present, calls it after drafting the token
+    at 0-based position ``index`` of this step's draft, with ``probs`` the draft model's
+    warped (temperature/top-k/top-p applied) distribution that token was sampled from,
+    ``[B_active, V]``. It returns a bool tensor ``[B_active]`` on ``probs``' device: rows
+    where it is ``False`` stop drafting: the token just drafted is *not* proposed (its
+    distribution says it is unlikely to be accepted, AdaEDL's criterion) and the row drafts
+    nothing more this step, so ``StepStats.drafted`` reports each row's count (``index``
+    for a row stopped there). The call is made at every position, the last included.
+    ``keep_drafting`` must not sync the device (no ``.item()``), so drafting stays async.
+    """
+
+    def draft_length(self) -> int: ...
+
+    def update(self, stats: StepStats) -> None: ...
+
+
+# --------------------------------------------------------------------------- options
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    kind: type = int,
+    low: float | str | None = None,
+    high: float | str | None = None,
+    low_exclusive: bool = False,
+    optional: bool = False,
+) -> Any:
+    """A validated policy option: a dataclass field whose metadata :func:`validate_options`
+    and :func:`bass.policies.describe` read.
+
+    ``kind`` is ``int`` or ``float``; ``low``/``high`` are inclusive bounds (``low``
+    exclusive with ``low_exclusive``), either numbers or the name of another option of the
+    same policy (e.g. ``high="l_limit"``); ``optional`` allows ``None``.
+    """
+    meta = {
+        "help": help,
+        "kind": kind,
+        "low": low,
+        "high": high,
+        "low_exclusive": low_exclusive,
+        "optional": optional,
+    }
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _options_text(policy: Any) -> str:
+    return ", ".join(
+        f"{f.name}={f.default!r}" for f in dataclasses.fields(policy) if "kind" in f.metadata
+    )
+
+
+def _allowed_text(policy: Any, meta: dict[str, Any]) -> str:
+    kind = "an int" if meta["kind"] is int else "a number"
+
+    def bound(b: float | str) -> str:
+        return f"{b}={getattr(policy, b)!r}" if isinstance(b, str) else repr(b)
+
+    low, high = meta["low"], meta["high"]
+    if low is not None and high is not None:
+        lo = "(" if meta["low_exclusive"] else "["
+        text = f"{kind} in {lo}{bound(low)}, {bound(high)}]"
+    elif low is not None:
+        text = f"{kind} {'>' if meta['low_exclusive'] else '>='} {bound(low)}"
+    elif high is not None:
+        text = f"{kind} <= {bound(high)}"
+    else:
+        text = kind
+    return text + (" or None" if meta["optional"] else "")
+
+
+_BOUNDS = ("low", "high")
+
+
+def validate_options(policy: Any) -> None:
+    """Check every :func:`option` field of the dataclass instance ``policy`` (types first,
+    then ranges, so a bound naming another option compares against a checked value).
+
+    Raises ``ValueError`` naming the option, the policy (its ``name`` class attribute),
+    what is allowed and every option with its default. Float options given as ints are
+    converted to float.
+    """
+    name = getattr(type(policy), "name", type(policy).__name__)
+    opts = [f for f in dataclasses.fields(policy) if "kind" in f.metadata]
+
+    def fail(f: dataclasses.Field[Any], value: Any) -> None:
+        raise ValueError(
+            f"policy {name!r}: option {f.name!r} must be {_allowed_text(policy, f.metadata)}, "
+            f"got {value!r} (options: {_options_text(policy)})"
+        )
+
+    for f in opts:
+        value, meta = getattr(policy, f.name), f.metadata
+        if value is None and meta["optional"]:
+            continue
+        # bool is an int subclass, but `k=True` is always a mistake.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            fail(f, value)
+        if meta["kind"] is int and not isinstance(value, int):
+            fail(f, value)
+        if meta["kind"] is float:
+            if not math.isfinite(value):
+                fail(f, value)
+            setattr(policy, f.name, float(value))
+    # Options bounded by another option (l0 <= l_limit) last, so a bad l_limit is
+    # reported as itself rather than as an l0 out of range.
+    for f in sorted(opts, key=lambda f: any(isinstance(f.metadata[b], str) for b in _BOUNDS)):
+        value, meta = getattr(policy, f.name), f.metadata
+        if value is None:
+            continue
+        low, high = meta["low"], meta["high"]
+        low = getattr(policy, low) if isinstance(low, str) else low
+        high = getattr(policy, high) if isinstance(high, str) else high
+        if low is not None and (value <= low if meta["low_exclusive"] else value < low):
+            fail(f, value)
+        if high is not None and value > high:
+            fail(f, value)
+
+
+class OptionsMixin:
+    """Validates a dataclass policy's :func:`option` fields after ``__init__``."""
+
+    name: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        validate_options(self)

@@ -1,0 +1,223 @@
+"""The built-in draft-length policies: ``constant``, ``bass``, ``hf-heuristic`` and
+``confidence`` (``goodput`` lives in :mod:`bass.policies.goodput`).
+
+They are registered like any third-party plugin, through the ``bass.policies`` entry-point
+group; :data:`BUILTIN_ENTRY_POINTS` is the single source of those registrations (mirrored
+in ``pyproject.toml``). Each policy is a small dataclass whose options are validated in
+the constructor (see :func:`bass.policies.base.option`).
+
+Every policy ignores an update with no active rows or ``draft_length == 0`` (an
+engine-forced regular step): it carries no information about acceptance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from .base import OptionsMixin, StepStats, option
+
+__all__ = [
+    "BUILTIN_ENTRY_POINTS",
+    "BassPolicy",
+    "ConfidencePolicy",
+    "ConstantPolicy",
+    "HFHeuristicPolicy",
+]
+
+#: name -> entry-point value of every built-in policy; ``pyproject.toml``'s
+#: ``[project.entry-points."bass.policies"]`` table must list exactly these.
+BUILTIN_ENTRY_POINTS: dict[str, str] = {
+    "bass": "bass.policies.builtin:BassPolicy",
+    "confidence": "bass.policies.builtin:ConfidencePolicy",
+    "constant": "bass.policies.builtin:ConstantPolicy",
+    "goodput": "bass.policies.goodput:GoodputPolicy",
+    "hf-heuristic": "bass.policies.builtin:HFHeuristicPolicy",
+}
+
+
+def _uninformative(stats: StepStats) -> bool:
+    return stats.draft_length == 0 or stats.num_rows == 0
+
+
+@dataclass
+class ConstantPolicy(OptionsMixin):
+    """Always draft ``k`` tokens; ``k=0`` never drafts (regular autoregressive decoding,
+    the baseline speculative decoding is measured against).
+
+    >>> p = ConstantPolicy(k=3)
+    >>> p.update(StepStats(draft_length=3, accepted=[0, 1]))
+    >>> p.draft_length()
+    3
+    """
+
+    name: ClassVar[str] = "constant"
+    k: int = option(4, "draft length of every step (0: regular decoding)", low=0)
+
+    def draft_length(self) -> int:
+        return self.k
+
+    def update(self, stats: StepStats) -> None:
+        pass
+
+
+@dataclass
+class BassPolicy(OptionsMixin):
+    """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly.
+
+    State: the draft length ``l`` (starting at ``l0``) and ``s`` (1 if the previous update
+    decreased ``l``). After a step where active row ``i`` accepted ``x_i`` of ``l``
+    drafted tokens::
+
+        if max_i x_i == l:  l = min(l + l_incre, l_limit); s = 0
+        else:               l = max(1, max_i x_i, l - ceil(l / l_mod) - s); s = 1
+
+    The rule looks at the *best* row only: one row accepting everything is enough to grow,
+    because in a batch the step's cost is set by the longest draft anyway. ``s`` makes
+    consecutive decreases accelerate.
+
+    Batch-wide ``l``: the "all accepted" test compares ``max_i x_i`` with the step's
+    ``stats.draft_length`` (equal to ``l`` unless the engine capped it, e.g. near
+    ``max_new_tokens``), never with rows' own ``drafted`` counts; the arithmetic uses the
+    policy's state ``l``, so an engine cap does not shrink it.
+
+    >>> p = BassPolicy()
+    >>> p.draft_length()
+    7
+    >>> p.update(StepStats(draft_length=7, accepted=[7, 2]))  # all accepted: 7 + 2
+    >>> p.draft_length()
+    9
+    >>> p.update(StepStats(draft_length=9, accepted=[3, 0]))  # max(1, 3, 9 - 1 - 0)
+    >>> p.draft_length()
+    8
+    """
+
+    name: ClassVar[str] = "bass"
+    l0: int = option(7, "initial draft length", low=1, high="l_limit")
+    l_incre: int = option(2, "increase after a step where some row accepted all", low=1)
+    l_mod: int = option(10, "a decrease removes ceil(l / l_mod) (+1 if decreasing again)", low=1)
+    l_limit: int = option(32, "maximum draft length", low=1)
+    l: int = field(init=False)
+    s: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.l = self.l0
+
+    def draft_length(self) -> int:
+        return self.l
+
+    def update(self, stats: StepStats) -> None:
+        if _uninformative(stats):
+            return
+        x_max = stats.max_accepted()
+        if x_max >= stats.draft_length:  # Algorithm 1: max_i x_i == l
+            self.l = min(self.l + self.l_incre, self.l_limit)
+            self.s = 0
+        else:
+            # -(-a // b) is ceil(a / b) in exact integer arithmetic.
+            self.l = max(1, x_max, self.l - -(-self.l // self.l_mod) - self.s)
+            self.s = 1
+
+
+@dataclass
+class HFHeuristicPolicy(OptionsMixin):
+    """The schedule of transformers' assisted generation
+    (``num_assistant_tokens_schedule="heuristic"``), batched.
+
+    Start at ``k0`` (5: ``num_assistant_tokens``' default in transformers 4.x, where the
+    heuristic schedule was the default; transformers 5 defaults to 20 with a constant
+    schedule); after a step
+    where *every* active row accepted every token it drafted, ``k += 2`` (capped at
+    ``max_k``), otherwise ``k -= 1`` (never below 1). Unlike ``bass`` the slowest row
+    decides, matching transformers' batch-size-1 rule "all matched".
+
+    >>> p = HFHeuristicPolicy()
+    >>> p.update(StepStats(draft_length=5, accepted=[5, 5]))
+    >>> p.draft_length()
+    7
+    >>> p.update(StepStats(draft_length=7, accepted=[7, 6]))
+    >>> p.draft_length()
+    6
+    """
+
+    name: ClassVar[str] = "hf-heuristic"
+    k0: int = option(5, "initial draft length", low=1, high="max_k")
+    max_k: int = option(64, "maximum draft length", low=1)
+    k: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.k = self.k0
+
+    def draft_length(self) -> int:
+        return self.k
+
+    def update(self, stats: StepStats) -> None:
+        if _uninformative(stats):
+            return
+        pairs = zip(stats.accepted_list(), stats.drafted_list(), strict=True)
+        if all(a >= d for a, d in pairs):
+            self.k = min(self.k + 2, self.max_k)
+        else:
+            self.k = max(1, self.k - 1)
+
+
+@dataclass
+class ConfidencePolicy(OptionsMixin):
+    """Per-row early exit from drafting on low draft confidence; needs no training.
+
+    The batch-wide draft length is a fixed cap ``k_max``; each row stops drafting as soon
+    as the token it just drafted came from an unconfident distribution: top-1 probability
+    below ``min_top1``, or (if ``max_entropy`` is set) entropy above ``max_entropy`` nats.
+    The ideas: AdaEDL (arXiv 2410.18351) stops when an entropy-based lower bound on the
+    next token's acceptance probability gets too low; DISCO (arXiv 2405.04304) stops
+    dynamically on the draft's confidence (it trains a classifier; a fixed threshold on
+    the top-1 probability is the training-free version). A low-confidence token is likely
+    rejected, so drafting past it mostly wastes draft passes and verification width.
+    The default ``min_top1=0.4`` is transformers' ``assistant_confidence_threshold``
+    default, its own training-free take on DISCO.
+
+    >>> p = ConfidencePolicy(k_max=6, min_top1=0.5)
+    >>> probs = torch.tensor([[0.9, 0.1], [0.45, 0.55], [0.3, 0.7]])
+    >>> p.draft_length(), p.keep_drafting(probs, 0).tolist()
+    (6, [True, True, True])
+    >>> ConfidencePolicy(min_top1=0.6).keep_drafting(probs, 0).tolist()
+    [True, False, True]
+    """
+
+    name: ClassVar[str] = "confidence"
+    k_max: int = option(8, "batch-wide draft length cap", low=1)
+    min_top1: float = option(
+        0.4,
+        "stop a row when the draft's top-1 probability is below this",
+        kind=float,
+        low=0,
+        high=1,
+    )
+    max_entropy: float | None = option(
+        None,
+        "if set, also stop when the draft's entropy (nats) exceeds this",
+        kind=float,
+        low=0,
+        optional=True,
+    )
+
+    def draft_length(self) -> int:
+        return self.k_max
+
+    def update(self, stats: StepStats) -> None:
+        pass
+
+    def keep_drafting(self, probs: torch.Tensor, index: int) -> torch.Tensor:
+        """Rows whose just-drafted token came from a confident distribution (see class)."""
+        if probs.dim() != 2:
+            raise ValueError(f"probs must be [B_active, V], got shape {tuple(probs.shape)}")
+        p = probs.float()
+        keep = p.amax(dim=-1) >= self.min_top1
+        if self.max_entropy is not None:
+            # entr(p) = -p ln p, defined as 0 at p = 0 (no NaN from 0 * log 0).
+            keep &= torch.special.entr(p).sum(dim=-1) <= self.max_entropy
+        return keep

@@ -1,0 +1,222 @@
+"""Finding and loading draft-length policies through the ``bass.policies`` entry points.
+
+Every policy, built-in or third-party, is an entry point in group ``bass.policies`` whose
+value names a class or a factory callable (``"pkg.module:MyPolicy"``); options are passed
+to it as keyword arguments. A third-party package registers one in its ``pyproject.toml``::
+
+    [project.entry-points."bass.policies"]
+    mine = "my_package.policies:MyPolicy"
+
+:func:`entry_points` is the only place that reads installed metadata: tests replace it
+(``monkeypatch.setattr(bass.policies.registry, "entry_points", fake)``) to simulate
+installed plugins without installing anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
+
+from .base import DraftLengthPolicy
+
+__all__ = [
+    "GROUP",
+    "REQUIRED",
+    "OptionInfo",
+    "PolicyLoadError",
+    "available",
+    "describe",
+    "entry_points",
+    "load",
+    "parse_options",
+]
+
+GROUP = "bass.policies"
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+#: The ``default`` of an option that has none (a required factory argument).
+REQUIRED: Any = _Required()
+
+
+class PolicyLoadError(ImportError):
+    """A registered policy's entry point could not be imported or is not usable.
+
+    The original exception, if any, is chained as ``__cause__``.
+    """
+
+
+class OptionInfo(NamedTuple):
+    """One option of a policy, as listed by ``bass policies``."""
+
+    name: str
+    default: Any
+    help: str
+
+
+def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    """The installed entry points of group ``bass.policies`` (the test seam)."""
+    return importlib.metadata.entry_points(group=GROUP)
+
+
+def available() -> dict[str, importlib.metadata.EntryPoint]:
+    """Installed policies, name -> entry point, sorted by name.
+
+    If two distributions register the same name, the first one found on ``sys.path``
+    wins (the order :func:`importlib.metadata.entry_points` reports).
+    """
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in entry_points():
+        found.setdefault(ep.name, ep)
+    return dict(sorted(found.items()))
+
+
+def _entry_point(name: str) -> importlib.metadata.EntryPoint:
+    installed = available()
+    if name not in installed:
+        names = ", ".join(installed) or "(none)"
+        raise ValueError(f"unknown policy {name!r}; installed: {names}")
+    return installed[name]
+
+
+def _target(name: str) -> Callable[..., Any]:
+    ep = _entry_point(name)
+    try:
+        target = ep.load()
+    except Exception as exc:  # any import-time failure of a plugin, SyntaxError included
+        raise PolicyLoadError(
+            f"policy {name!r} (entry point {ep.value!r}) failed to load: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(target):
+        raise PolicyLoadError(
+            f"policy {name!r} (entry point {ep.value!r}) is {type(target).__name__}, "
+            "not a policy class or factory"
+        )
+    return target
+
+
+def _options(target: Callable[..., Any]) -> tuple[list[OptionInfo], bool]:
+    """The options ``target`` accepts, and whether it also takes ``**kwargs``."""
+    if isinstance(target, type) and dataclasses.is_dataclass(target):
+        infos = []
+        for f in dataclasses.fields(target):
+            if not f.init:
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = REQUIRED
+            infos.append(OptionInfo(f.name, default, f.metadata.get("help", "")))
+        return infos, False
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):  # some builtins and C callables have no signature
+        return [], True
+    helps = getattr(target, "option_help", {})
+    infos, var_kw = [], False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            default = REQUIRED if p.default is p.empty else p.default
+            infos.append(OptionInfo(p.name, default, helps.get(p.name, "")))
+    return infos, var_kw
+
+
+def _options_text(infos: list[OptionInfo]) -> str:
+    return ", ".join(f"{i.name}={i.default!r}" for i in infos) or "(none)"
+
+
+def describe(name: str) -> list[OptionInfo]:
+    """The options of policy ``name``: ``(option, default, help)`` tuples in declaration
+    order, from the class's dataclass fields (help from :func:`bass.policies.base.option`)
+    or the signature of its class/factory (help from an optional ``option_help`` dict
+    attribute). Loads the plugin, so it raises like :func:`load`."""
+    return _options(_target(name))[0]
+
+
+def load(name: str, **options: Any) -> DraftLengthPolicy:
+    """A new instance of the installed policy ``name``, built with ``options``.
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the installed ones), or bad
+            options: an unknown option name (checked here against the signature), a wrong
+            type or an out-of-range value (checked by the policy); messages name the
+            option and the policy and list its options with their defaults.
+        PolicyLoadError: the plugin failed to import, or what it built is not a
+            :class:`~bass.policies.DraftLengthPolicy`.
+    """
+    target = _target(name)
+    infos, var_kw = _options(target)
+    known = {i.name for i in infos}
+    unknown = sorted(set(options) - known)
+    if unknown and not var_kw:
+        raise ValueError(
+            f"policy {name!r} has no option {unknown[0]!r}; options: {_options_text(infos)}"
+        )
+    missing = [i.name for i in infos if i.default is REQUIRED and i.name not in options]
+    if missing:
+        raise ValueError(
+            f"policy {name!r} needs option {missing[0]!r}; options: {_options_text(infos)}"
+        )
+    policy = target(**options)
+    if not isinstance(policy, DraftLengthPolicy):
+        raise PolicyLoadError(
+            f"policy {name!r} built a {type(policy).__name__}, which lacks draft_length() "
+            "or update() (see bass.policies.DraftLengthPolicy)"
+        )
+    return policy
+
+
+def _parse_value(text: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        return text
+    if text.lower() == "none":
+        return None
+    for kind in (int, float):
+        if isinstance(default, str):
+            break
+        if kind is int and isinstance(default, float):
+            continue
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_options(name: str, pairs: Iterable[str] | Mapping[str, str]) -> dict[str, Any]:
+    """Options for :func:`load` from command-line text (``"l0=5"`` pairs or a mapping),
+    converted after each option's default: ints, floats (an int default also accepts a
+    float, which the policy then rejects with a clear message), ``none``, booleans.
+    Unconvertible text is passed through as a string, for :func:`load` to report.
+
+    >>> from bass.policies.registry import _parse_value
+    >>> _parse_value("5", 7), _parse_value("0.5", None), _parse_value("none", 0.4)
+    (5, 0.5, None)
+    """
+    if isinstance(pairs, Mapping):
+        raw = dict(pairs)
+    else:
+        raw = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"policy option {pair!r} is not of the form name=value")
+            raw[key.strip()] = value.strip()
+    defaults = {i.name: i.default for i in describe(name)}
+    return {key: _parse_value(value, defaults.get(key)) for key, value in raw.items()}

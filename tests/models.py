@@ -1,0 +1,87 @@
+"""Tiny random transformers models for tests (no weights are ever downloaded)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+FAMILIES = {
+    "llama": (LlamaConfig, LlamaForCausalLM, {}),
+    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"head_dim": 8}),
+}
+
+
+def tiny_lm(
+    family: str = "llama",
+    *,
+    seed: int = 0,
+    vocab: int = 64,
+    layers: int = 2,
+    hidden: int = 32,
+    heads: int = 4,
+    kv_heads: int = 2,
+    dtype=torch.float64,
+    max_positions: int = 256,
+):
+    """A random causal LM of ``family`` small enough to run many generations on a CPU."""
+    config_cls, model_cls, extra = FAMILIES[family]
+    torch.manual_seed(seed)
+    config = config_cls(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        **extra,
+    )
+    model = model_cls(config).eval().to(dtype)
+    # Random init with std 0.02 gives near-uniform logits; sharpen the output head so
+    # greedy choices are decisive and drafts agree often enough to exercise acceptance.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(25.0)
+    return model
+
+
+def perturbed(model, scale: float = 0.3, seed: int = 1):
+    """A copy of ``model`` with noise on its weights: a draft that agrees only sometimes."""
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale * p.std().nan_to_num())
+    return out
+
+
+def reference_greedy(model, prompt: list[int], max_new_tokens: int, eos=None) -> list[int]:
+    """The main model's own greedy ``generate`` on one prompt, with sdpa attention."""
+    ref = copy.deepcopy(model)
+    ref.set_attn_implementation("sdpa")
+    ids = torch.tensor([prompt])
+    out = ref.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=0,
+    )
+    seq = out[0, len(prompt) :].tolist()
+    if eos is not None and eos in seq:  # generate pads finished rows; keep up to eos
+        seq = seq[: seq.index(eos) + 1]
+    return seq
