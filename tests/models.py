@@ -35,6 +35,7 @@ def tiny_lm(
     kv_heads: int = 2,
     dtype=torch.float64,
     max_positions: int = 256,
+    sharpen: float = 25.0,
 ):
     """A random causal LM of ``family`` small enough to run many generations on a CPU."""
     config_cls, model_cls, extra = FAMILIES[family]
@@ -54,7 +55,7 @@ def tiny_lm(
     # Random init with std 0.02 gives near-uniform logits; sharpen the output head so
     # greedy choices are decisive and drafts agree often enough to exercise acceptance.
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(25.0)
+        model.get_output_embeddings().weight.mul_(sharpen)
     return model
 
 

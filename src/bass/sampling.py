@@ -1,0 +1,289 @@
+"""Token selection for speculative decoding: warping, sampling, and draft acceptance.
+
+One speculative step of row ``b`` goes like this. The draft model proposes
+``draft_lens[b]`` tokens; the main model scores the last committed token followed by
+those drafts in one forward pass, so position ``i`` of its output (``0 <= i <= K``) is
+its distribution for the token after ``last, d_1 .. d_i``. Terms, used throughout bass:
+
+* **drafted tokens** ``d_1 .. d_n`` (``n = draft_lens[b] <= K``): the draft model's
+  proposals, stored in ``draft_tokens[b, :n]``; slots ``n..K-1`` are padding and may
+  hold any value, even one outside the vocabulary.
+* **accepted tokens**: the longest prefix of the drafts that the verifier keeps;
+  ``accepted[b]`` is its length, ``0 <= accepted[b] <= n``.
+* **recovered (correction) token**: when drafted token ``accepted[b] + 1`` is rejected,
+  the verifier emits a replacement in its place, drawn from the main model at position
+  ``accepted[b]`` (the residual distribution below, or the argmax when greedy).
+* **bonus token**: when all ``n`` drafts are accepted, the main model's position ``n``
+  is already computed, so one more token is drawn from it for free.
+* **output tokens**: what the step commits, ``d_1 .. d_accepted`` followed by exactly
+  one correction or bonus token (``next_tokens[b]``): between 1 and ``n + 1`` tokens.
+  A row with ``n == 0`` is plain decoding: it emits one token drawn from position 0.
+
+Verification is lossless: greedy mode (:func:`greedy_accept`) outputs exactly what
+greedy decoding with the main model alone would; sampling mode
+(:func:`speculative_accept`, the rejection sampling of Leviathan et al. 2023 and
+Chen et al. 2023) outputs tokens distributed exactly as if sampled from the main model,
+whatever the draft model. Drafted token ``d_i`` (sampled from the draft's warped
+distribution ``q_{i-1}``) is accepted with probability ``min(1, p(d_i) / q(d_i))``
+(``p`` the main model's warped distribution at the same position); the first rejection
+ends the row and its correction is drawn from ``normalize(max(0, p - q))``.
+
+Everything here is batched over rows with no Python loop over rows or positions and no
+host synchronisation (except :func:`output_tokens`, the host-side helper). All
+randomness comes from one ``torch.Generator``, and each call consumes a number of draws
+fixed by the tensor shapes only, so a seeded run repeats exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "Acceptance",
+    "SamplingParams",
+    "greedy_accept",
+    "output_tokens",
+    "sample",
+    "speculative_accept",
+    "warp_probs",
+]
+
+
+@dataclass
+class SamplingParams:
+    """How the next token is chosen, applied identically to the draft and main models.
+
+    ``do_sample=False`` is greedy decoding (argmax of the logits; the other fields are
+    then ignored). Otherwise logits are divided by ``temperature``, restricted to the
+    ``top_k`` most likely tokens, then to the nucleus of mass ``top_p``, and sampled.
+    """
+
+    do_sample: bool = False
+    temperature: float = 1.0  # > 0 when do_sample
+    top_k: int | None = None  # None (no limit) or >= 1
+    top_p: float | None = None  # None (no limit) or 0 < top_p <= 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.do_sample, bool):
+            raise ValueError(f"SamplingParams.do_sample must be a bool, got {self.do_sample!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
+            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got {t!r}")
+        if self.do_sample and t <= 0:
+            raise ValueError(
+                f"SamplingParams.temperature must be > 0 when do_sample=True, got {t!r} "
+                "(use do_sample=False for greedy decoding)"
+            )
+        k = self.top_k
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"SamplingParams.top_k must be None or an int >= 1, got {k!r}")
+        p = self.top_p
+        if p is not None and (
+            isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1
+        ):
+            raise ValueError(
+                f"SamplingParams.top_p must be None or a number with 0 < top_p <= 1, got {p!r}"
+            )
+
+
+def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The sampling distribution ``params`` defines over each row of ``logits``.
+
+    Temperature, then top-k (ties with the k-th largest logit are all kept; ``top_k``
+    larger than the vocabulary keeps everything), then top-p (the smallest set of most
+    likely tokens whose mass, after top-k, is ``>= top_p``; always at least the top
+    token), then softmax. ``params.do_sample`` is not consulted: greedy callers take the
+    argmax of the logits instead.
+
+    Args:
+        logits: ``[..., V]`` any floating dtype.
+        params: the warping to apply.
+
+    Returns:
+        ``[..., V]`` probabilities, float32 (float64 if ``logits`` is float64).
+    """
+    if not logits.is_floating_point():
+        raise TypeError(f"warp_probs needs floating-point logits, got {logits.dtype}")
+    if params.temperature <= 0:
+        raise ValueError(
+            f"warp_probs needs temperature > 0, got {params.temperature!r} "
+            "(greedy decoding takes the argmax of the logits)"
+        )
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(dtype) / params.temperature  # [..., V]
+    if params.top_k is not None and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        x = x.masked_fill(x < kth, -math.inf)
+    if params.top_p is not None and params.top_p < 1:
+        probs = torch.softmax(x, dim=-1)  # [..., V]
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # [..., V] each
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # [..., V]
+        drop_sorted = mass_before >= params.top_p  # [..., V]; slot 0 is always kept
+        drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # [..., V]
+        x = x.masked_fill(drop, -math.inf)
+    return torch.softmax(x, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row of ``probs`` without a host sync.
+
+    The exponential race (as in gpt-fast): ``argmax(probs / E)`` with ``E`` i.i.d.
+    Exp(1) picks index ``j`` with probability ``probs[j] / probs.sum()``, so rows need
+    not be normalized. Consumes exactly ``probs.numel()`` exponential draws.
+
+    Args:
+        probs: ``[B, V]`` (or ``[..., V]``) non-negative weights, each row with a
+            positive entry.
+        generator: source of randomness on ``probs``' device (default: torch's global one).
+
+    Returns:
+        int64 ``[B]`` token ids.
+    """
+    if probs.dtype not in (torch.float32, torch.float64):
+        probs = probs.float()
+    noise = torch.empty_like(probs).exponential_(1.0, generator=generator)  # [B, V]
+    # An Exp(1) draw of exactly 0 would make 0 / 0 = NaN, which argmax would pick.
+    noise.clamp_min_(torch.finfo(noise.dtype).tiny)
+    return torch.argmax(probs / noise, dim=-1)
+
+
+@dataclass
+class Acceptance:
+    """The verifier's verdict for a batch of rows (see the module docstring)."""
+
+    accepted: torch.Tensor  # int64 [B], 0..draft_lens[b]: accepted draft tokens
+    next_tokens: torch.Tensor  # int64 [B]: correction if accepted < draft_lens, else bonus
+
+
+def _check_draft_inputs(
+    draft_tokens: torch.Tensor, target: torch.Tensor, draft_lens: torch.Tensor, what: str
+) -> tuple[int, int]:
+    """Validate shapes and dtypes (metadata only, no sync); returns ``(B, K)``."""
+    if draft_tokens.dim() != 2 or draft_tokens.dtype != torch.int64:
+        raise ValueError(
+            f"draft_tokens must be int64 [B, K], got {draft_tokens.dtype} "
+            f"{list(draft_tokens.shape)}"
+        )
+    b, k = draft_tokens.shape
+    if target.dim() != 3 or target.shape[:2] != (b, k + 1):
+        raise ValueError(
+            f"{what} must be [B, K+1, V] = [{b}, {k + 1}, V] for draft_tokens "
+            f"{list(draft_tokens.shape)}, got {list(target.shape)}"
+        )
+    if draft_lens.shape != (b,) or draft_lens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(
+            f"draft_lens must be int32 or int64 [B] = [{b}], got {draft_lens.dtype} "
+            f"{list(draft_lens.shape)}"
+        )
+    return b, k
+
+
+def _accept_prefix(accept: torch.Tensor) -> torch.Tensor:
+    """Length of the all-True prefix of each row: bool ``[B, K]`` -> int64 ``[B]``."""
+    return accept.long().cumprod(dim=1).sum(dim=1)
+
+
+def greedy_accept(
+    draft_tokens: torch.Tensor, target_logits: torch.Tensor, draft_lens: torch.Tensor
+) -> Acceptance:
+    """Greedy verification: keep drafts while they equal the main model's argmax.
+
+    ``accepted[b]`` is the longest ``m <= draft_lens[b]`` with
+    ``draft_tokens[b, i] == argmax(target_logits[b, i])`` for all ``i < m``, and
+    ``next_tokens[b] = argmax(target_logits[b, accepted[b]])`` (ties as ``torch.argmax``).
+
+    Args:
+        draft_tokens: int64 ``[B, K]``; slots ``>= draft_lens[b]`` are padding.
+        target_logits: ``[B, K+1, V]`` main-model logits at the positions fed
+            ``[last, d_1 .. d_K]``.
+        draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked:
+            that would sync).
+    """
+    _, k = _check_draft_inputs(draft_tokens, target_logits, draft_lens, "target_logits")
+    best = target_logits.argmax(dim=-1)  # [B, K+1]
+    in_draft = torch.arange(k, device=draft_tokens.device) < draft_lens[:, None]  # [B, K]
+    accepted = _accept_prefix((draft_tokens == best[:, :k]) & in_draft)  # [B]
+    next_tokens = best.gather(1, accepted[:, None]).squeeze(1)  # [B]
+    return Acceptance(accepted=accepted, next_tokens=next_tokens)
+
+
+def speculative_accept(
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_lens: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> Acceptance:
+    """Lossless rejection-sampling verification of sampled drafts.
+
+    Drafted token ``d_{i+1} = draft_tokens[b, i]`` is accepted with probability
+    ``min(1, p_i(d) / q_i(d))`` where ``p_i = target_probs[b, i]`` and
+    ``q_i = draft_probs[b, i]``; the first rejection (at ``i = accepted[b]``) stops the
+    row, and its correction is drawn from ``normalize(max(0, p_i - q_i))`` (from ``p_i``
+    if rounding left that residual all zero). If all ``draft_lens[b]`` drafts are
+    accepted, the bonus token is drawn from ``target_probs[b, draft_lens[b]]``. The
+    output tokens are then distributed exactly as tokens sampled from ``p``.
+
+    Consumes ``B*K`` uniform then ``B*V`` exponential draws from ``generator``.
+
+    Args:
+        draft_tokens: int64 ``[B, K]``, ``draft_tokens[b, i]`` sampled from
+            ``draft_probs[b, i]`` for ``i < draft_lens[b]``; other slots are padding.
+        draft_probs: ``[B, K, V]`` the warped draft distributions ``q``.
+        target_probs: ``[B, K+1, V]`` the warped main-model distributions ``p`` at the
+            positions fed ``[last, d_1 .. d_K]``.
+        draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked).
+        generator: source of randomness on the probabilities' device (default: torch's
+            global one).
+    """
+    b, k = _check_draft_inputs(draft_tokens, target_probs, draft_lens, "target_probs")
+    v = target_probs.shape[-1]
+    if draft_probs.shape != (b, k, v):
+        raise ValueError(
+            f"draft_probs must be [B, K, V] = [{b}, {k}, {v}], got {list(draft_probs.shape)}"
+        )
+    dtype = torch.promote_types(draft_probs.dtype, target_probs.dtype)
+    dtype = dtype if dtype == torch.float64 else torch.float32
+    p, q = target_probs.to(dtype), draft_probs.to(dtype)  # [B, K+1, V], [B, K, V]
+    device = p.device
+
+    in_draft = torch.arange(k, device=device) < draft_lens[:, None]  # [B, K]
+    tokens = torch.where(in_draft, draft_tokens, 0)[..., None]  # [B, K, 1], padding -> 0
+    p_d = p[:, :k].gather(2, tokens).squeeze(2)  # [B, K] p_i(d_{i+1})
+    q_d = q.gather(2, tokens).squeeze(2)  # [B, K] q_i(d_{i+1})
+    u = torch.rand((b, k), generator=generator, device=device, dtype=dtype)  # [B, K]
+    # u < p/q without dividing: q_d == 0 (never drafted) accepts iff p_d > 0.
+    accepted = _accept_prefix((u * q_d < p_d) & in_draft)  # [B]
+
+    # Row b's last token comes from position accepted[b] (<= draft_lens[b] <= K).
+    at = accepted[:, None, None].expand(b, 1, v)  # [B, 1, V]
+    p_at = p.gather(1, at).squeeze(1)  # [B, V]
+    if k > 0:
+        q_at = q.gather(1, at.clamp(max=k - 1)).squeeze(1)  # [B, V] (unused for bonus rows)
+    else:
+        q_at = torch.zeros_like(p_at)
+    rejected = (accepted < draft_lens)[:, None]  # [B, 1]
+    residual = torch.where(rejected, (p_at - q_at).clamp_min(0), p_at)  # [B, V]
+    residual = torch.where(residual.sum(dim=1, keepdim=True) > 0, residual, p_at)
+    next_tokens = sample(residual, generator)  # the race needs no normalization
+    return Acceptance(accepted=accepted, next_tokens=next_tokens)
+
+
+def output_tokens(draft_tokens: torch.Tensor, acc: Acceptance) -> list[list[int]]:
+    """Each row's output tokens as Python ints (host side: syncs).
+
+    Args:
+        draft_tokens: int64 ``[B, K]``.
+        acc: the verdict for those drafts.
+
+    >>> acc = Acceptance(accepted=torch.tensor([2, 0]), next_tokens=torch.tensor([9, 7]))
+    >>> output_tokens(torch.tensor([[4, 5, 6], [1, 2, 3]]), acc)
+    [[4, 5, 9], [7]]
+    """
+    drafts = draft_tokens.tolist()
+    accepted = acc.accepted.tolist()
+    nexts = acc.next_tokens.tolist()
+    return [[*d[:n], t] for d, n, t in zip(drafts, accepted, nexts, strict=True)]
