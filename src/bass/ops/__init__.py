@@ -245,6 +245,7 @@ def _kv_append(
     new_lens: torch.Tensor,
 ) -> None:
     check_append_inputs(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
+    check_no_grad("bass.kv_append", k_new=k_new, v_new=v_new)
     reference.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
 
 

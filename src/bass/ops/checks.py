@@ -93,7 +93,7 @@ def check_attention_inputs(q, k, v, q_lens, kv_lens, scale) -> None:
         raise ValueError(f"q has batch {B} but k/v have batch {Bk}")
     if Dk != D:
         raise ValueError(f"q has head dim {D} but k/v have head dim {Dk}")
-    if Hkv == 0 or Hq % Hkv != 0:
+    if Hkv == 0 or Hq == 0 or Hq % Hkv != 0:
         raise ValueError(
             f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv}) "
             "(GQA/MQA): q is [B, Hq, T, D], k/v are [B, Hkv, S, D]"

@@ -44,7 +44,11 @@ def ragged_attention(
     probs = torch.softmax(scores, dim=-1)
     # Padding query slots have every key masked: softmax gives NaN there; the contract says 0.
     probs = torch.where(allowed, probs, torch.zeros((), dtype=cdt, device=q.device))
-    out = torch.matmul(probs.view(B, Hkv, G * T, S), v.to(cdt))  # [B, Hkv, G*T, D]
+    # Slots past kv_len are never read, whatever they hold: a zero probability times a NaN
+    # left in an uninitialised cache slot would still be NaN, so zero those values.
+    live = (s_idx[None, :] < kv_lens.to(torch.long)[:, None])[:, None, :, None]  # [B,1,S,1]
+    v_live = torch.where(live, v.to(cdt), torch.zeros((), dtype=cdt, device=q.device))
+    out = torch.matmul(probs.view(B, Hkv, G * T, S), v_live)  # [B, Hkv, G*T, D]
     return out.view(B, Hq, T, D).to(q.dtype)
 
 

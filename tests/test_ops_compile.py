@@ -1,0 +1,144 @@
+"""The ops under ``torch.compile``: one graph, no breaks, and what a new query length costs.
+
+Tiny shapes throughout: these tests measure tracing and guards, not arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.testing import CompileCounter
+
+import bass
+from bass.ops import bucket_query_len
+
+B, HQ, HKV, S, D = 2, 4, 2, 16, 4
+SCALE = D**-0.5
+CACHE_LENS = (3, 0)  # leaves room for T up to 13 new tokens in every row
+
+
+def setup_function() -> None:
+    torch._dynamo.reset()
+
+
+def teardown_function() -> None:
+    torch._dynamo.reset()
+
+
+def decode_step(k_cache, v_cache, k_new, v_new, cache_lens, new_lens, q):
+    """One engine step: append the new keys/values, then attend with the new queries."""
+    bass.ops.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
+    kv_lens = cache_lens + new_lens
+    return bass.ops.ragged_attention(q, k_cache, v_cache, new_lens, kv_lens, SCALE)
+
+
+def decode_step_ops(k_cache, v_cache, k_new, v_new, cache_lens, new_lens, q):
+    """The same step through ``torch.ops.bass`` directly."""
+    torch.ops.bass.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
+    kv_lens = cache_lens + new_lens
+    return torch.ops.bass.ragged_attention(q, k_cache, v_cache, new_lens, kv_lens, SCALE)
+
+
+def step_inputs(T: int, new_lens=None, padded_T: int | None = None, seed: int = 0):
+    """Inputs of a step with ``T`` new tokens per row (fewer where ``new_lens`` says),
+    stored with ``padded_T`` slots (default ``T``); padding slots hold zeros."""
+    new_lens = (T,) * B if new_lens is None else new_lens
+    width = T if padded_T is None else padded_T
+    g = torch.Generator().manual_seed(seed)
+    k_cache = torch.randn(B, HKV, S, D, generator=g)
+    v_cache = torch.randn(B, HKV, S, D, generator=g)
+    k_new = torch.zeros(B, HKV, width, D)
+    v_new = torch.zeros(B, HKV, width, D)
+    q = torch.zeros(B, HQ, width, D)
+    k_new[:, :, :T] = torch.randn(B, HKV, T, D, generator=g)
+    v_new[:, :, :T] = torch.randn(B, HKV, T, D, generator=g)
+    q[:, :, :T] = torch.randn(B, HQ, T, D, generator=g)
+    cache_lens = torch.tensor(CACHE_LENS, dtype=torch.int32)
+    return k_cache, v_cache, k_new, v_new, cache_lens, torch.tensor(new_lens, dtype=torch.int32), q
+
+
+def run_and_compare(compiled, eager, args):
+    """Run both on their own copies of the caches; outputs and caches must match."""
+    mine = [a.clone() for a in args]
+    theirs = [a.clone() for a in args]
+    out = compiled(*mine)
+    expected = eager(*theirs)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mine[0], theirs[0], rtol=0, atol=0)  # k_cache
+    torch.testing.assert_close(mine[1], theirs[1], rtol=0, atol=0)  # v_cache
+    return out
+
+
+@pytest.mark.parametrize("step", [decode_step, decode_step_ops], ids=["wrappers", "torch.ops"])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_append_then_attend_compiles_fullgraph_and_matches_eager(backend, step):
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    with torch.no_grad():
+        out = run_and_compare(compiled, step, step_inputs(T=3, new_lens=(3, 1)))
+        # new lengths (same shapes) reuse the graph and still match
+        run_and_compare(compiled, step, step_inputs(T=3, new_lens=(0, 2), seed=1))
+    assert (out[1, :, 1:] == 0).all()  # row 1 has one new token: slots 1, 2 are padding
+
+
+def test_explain_reports_one_graph_and_no_breaks():
+    explanation = torch._dynamo.explain(decode_step)(*step_inputs(T=2))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+
+def test_compiled_graph_calls_the_implementation_op():
+    """After AOT tracing the public op has decomposed into the implementation it picked,
+    and kv_append's mutation is functionalised (so fast implementations stay visible)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    backend = aot_autograd(fw_compiler=keep_graph)
+    compiled = torch.compile(decode_step, fullgraph=True, backend=backend)
+    with torch.no_grad():
+        run_and_compare(compiled, decode_step, step_inputs(T=2))
+    assert len(graphs) == 1
+    calls = [node for node in graphs[0].graph.nodes if node.op == "call_function"]
+    targets = [node.target for node in calls]
+    assert torch.ops.bass.ragged_attention_reference.default in targets, targets
+    assert torch.ops.bass.ragged_attention.default not in targets, targets
+    functionalizers = (
+        torch.ops.higher_order.auto_functionalized,
+        torch.ops.higher_order.auto_functionalized_v2,
+    )
+    functionalized = [node.args[0] for node in calls if node.target in functionalizers]
+    assert functionalized == [torch.ops.bass.kv_append.default], targets
+
+
+def compile_counts(query_lens, *, bucketed: bool) -> tuple[int, list[torch.Tensor]]:
+    """Graphs compiled (``dynamic=False``) for one call per query length, and the outputs."""
+    counter = CompileCounter()
+    compiled = torch.compile(decode_step, fullgraph=True, dynamic=False, backend=counter)
+    outs = []
+    with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=64):
+        for T in query_lens:
+            width = bucket_query_len(T) if bucketed else T
+            args = step_inputs(T=T, padded_T=width, seed=T)
+            outs.append(compiled(*args)[:, :, :T])
+    return counter.frame_count, outs
+
+
+def test_each_new_query_length_costs_a_graph_unless_padded_to_a_bucket():
+    query_lens = [1, 2, 3, 4, 5, 6, 7, 8, 3, 1]  # 8 distinct lengths, then repeats
+    unpadded, unpadded_outs = compile_counts(query_lens, bucketed=False)
+    assert unpadded == len(set(query_lens)) == 8  # one graph per distinct T
+
+    torch._dynamo.reset()
+    padded, padded_outs = compile_counts(query_lens, bucketed=True)
+    buckets = {bucket_query_len(T) for T in query_lens}
+    assert buckets == {1, 2, 4, 8}
+    assert padded == len(buckets) == 4  # one graph per bucket; true lengths ride in new_lens
+
+    # padding changes nothing in the real slots
+    for T, a, b in zip(query_lens, unpadded_outs, padded_outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"T={T}")
