@@ -41,9 +41,16 @@ def tiny_pair(vocab: int = 128, noise: float = 0.25):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
     main = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         main.lm_head.weight.mul_(25.0)  # decisive logits (random init is near-uniform)
@@ -81,23 +88,33 @@ def run_policy(main, draft, name, opts, batch: int, max_new: int) -> dict:
 
 def measure(batch: int = 8, max_new: int = 48) -> dict:
     main, draft = tiny_pair()
-    return {label: run_policy(main, draft, n, o, batch, max_new) for label, (n, o) in POLICIES.items()}
+    return {
+        label: run_policy(main, draft, n, o, batch, max_new) for label, (n, o) in POLICIES.items()
+    }
 
 
 def to_markdown(results: dict, batch: int, max_new: int, command: str) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     lines = [
-        "# Draft-length policies on a tiny random pair (CPU)", "",
+        "# Draft-length policies on a tiny random pair (CPU)",
+        "",
         f"Command: `{command}`  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}  ",
-        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}  ",
-        f"Workload: batch {batch}, ragged random prompts (4-23 tokens), {max_new} new tokens, greedy; "
-        "main = tiny random Llama, draft = the same with weight noise (partial agreement).", "",
-        "| policy | mean accepted / step / row | main passes / token / row | main passes | draft passes | wall s |",
+        f"Date: {now}  ",
+        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}  ",
+        f"Workload: batch {batch}, ragged random prompts (4-23 tokens), {max_new} new tokens, "
+        "greedy; main = tiny random Llama, draft = the same with weight noise "
+        "(partial agreement).",
+        "",
+        "| policy | mean accepted / step / row | main passes / token / row | main passes "
+        "| draft passes | wall s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for label, r in results.items():
-        lines.append(f"| {label} | {r['mean_accepted']:.2f} | {r['main_passes_per_token']:.3f} | "
-                     f"{r['main_passes']} | {r['draft_passes']} | {r['wall_s']:.2f} |")
+        lines.append(
+            f"| {label} | {r['mean_accepted']:.2f} | {r['main_passes_per_token']:.3f} | "
+            f"{r['main_passes']} | {r['draft_passes']} | {r['wall_s']:.2f} |"
+        )
     lines += ["", "Draft-length traces (first 20 steps):", ""]
     lines += [f"- {label}: {r['draft_length_trace'][:20]}" for label, r in results.items()]
     return "\n".join(lines) + "\n"
@@ -118,12 +135,25 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
     results = measure(args.batch, args.max_new)
-    command = "python bench/bench_policies.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/bench_policies.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu_policies_tiny.md").write_text(to_markdown(results, args.batch, args.max_new, command.strip()))
-    (args.out / "cpu_policies_tiny.json").write_text(json.dumps(
-        {"command": command.strip(), "torch": torch.__version__, "batch": args.batch,
-         "max_new_tokens": args.max_new, "results": results}, indent=1))
+    (args.out / "cpu_policies_tiny.md").write_text(
+        to_markdown(results, args.batch, args.max_new, command.strip())
+    )
+    (args.out / "cpu_policies_tiny.json").write_text(
+        json.dumps(
+            {
+                "command": command.strip(),
+                "torch": torch.__version__,
+                "batch": args.batch,
+                "max_new_tokens": args.max_new,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
     print(to_markdown(results, args.batch, args.max_new, command.strip()))
     return 0
 

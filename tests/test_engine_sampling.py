@@ -33,8 +33,9 @@ V = 5
 @pytest.fixture(scope="module")
 def pair():
     main = tiny_lm("llama", vocab=V, sharpen=3.0)
-    draft = tiny_lm("llama", vocab=V, seed=11, hidden=16, heads=2, kv_heads=1, layers=1,
-                    sharpen=3.0)
+    draft = tiny_lm(
+        "llama", vocab=V, seed=11, hidden=16, heads=2, kv_heads=1, layers=1, sharpen=3.0
+    )
     return main, draft
 
 
@@ -76,9 +77,15 @@ def goodness_of_fit(samples: list[tuple[int, ...]], exact: dict) -> float:
 
 def draw(main, draft, params: SamplingParams, seed: int, k: int = 2):
     gen = Generator(main, draft, policy="constant", policy_options={"k": k})
-    res = gen.generate([PROMPT] * N, max_new_tokens=L, do_sample=True,
-                       temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                       seed=seed)
+    res = gen.generate(
+        [PROMPT] * N,
+        max_new_tokens=L,
+        do_sample=True,
+        temperature=params.temperature,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        seed=seed,
+    )
     assert all(len(s) == L for s in res.sequences)
     return [tuple(s) for s in res.sequences], res
 

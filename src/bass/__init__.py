@@ -26,11 +26,11 @@ _LAZY = {
 
 __all__ = ["__version__", "ops", *_LAZY]
 
-if TYPE_CHECKING:
-    from .cache import RaggedKVCache
-    from .engine import GenerationResult, GenerationStats, Generator
-    from .models import load_causal_lm, load_default_pair
-    from .sampling import SamplingParams
+if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
+    from .cache import RaggedKVCache  # noqa: F401
+    from .engine import GenerationResult, GenerationStats, Generator  # noqa: F401
+    from .models import load_causal_lm, load_default_pair  # noqa: F401
+    from .sampling import SamplingParams  # noqa: F401
 
 
 def __getattr__(name: str):

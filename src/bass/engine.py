@@ -99,6 +99,18 @@ class GenerationResult:
     stats: GenerationStats
 
 
+_GENERATE_DEFAULTS = dict(
+    max_new_tokens=None,
+    do_sample=False,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    eos_token_id=None,
+    seed=None,
+    time_budget=None,
+)
+
+
 def _vocab_size(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
@@ -118,6 +130,9 @@ class Generator:
         policy: a draft-length policy name from :func:`bass.policies.available` or a
             policy instance; ``policy_options`` are its keyword options.
         attention: the ``ragged_attention`` implementation (``"auto"``, ``"reference"``...).
+        config: a TOML file path (or :class:`bass.config.Config`) whose ``[policy]``,
+            ``[model].attention`` and ``[generation]`` values become the defaults here and
+            in :meth:`generate`; explicit arguments win.
         compile: ``True`` compiles the per-step forward with ``torch.compile(fullgraph=True)``
             (a backend name or callable selects the backend).
 
@@ -133,13 +148,24 @@ class Generator:
         main,
         draft=None,
         *,
-        policy: str | policies.DraftLengthPolicy = "bass",
+        policy: str | policies.DraftLengthPolicy | None = None,
         policy_options: dict | None = None,
-        attention: str = "auto",
+        attention: str | None = None,
         compile: bool | str | object = False,
+        config=None,
     ):
+        # Precedence: explicit arguments > the config file > built-in defaults.
+        cfg_gen, self.generate_defaults = ({}, {})
+        if config is not None:
+            from .config import apply_config
+
+            cfg_gen, self.generate_defaults = apply_config(config)
+        if policy is None:
+            policy = cfg_gen.get("policy", "bass")
+            if policy_options is None:
+                policy_options = cfg_gen.get("policy_options")
         self.main = main
-        self.attention = attention
+        self.attention = attention or cfg_gen.get("attention", "auto")
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
         if draft is None:
@@ -159,7 +185,7 @@ class Generator:
                     f"{v_draft} logits, {hf.model_name(main)} has {v_main}; speculative "
                     "decoding needs a draft that shares the main model's tokenizer"
                 )
-            self.drafter = ModelDrafter(draft, impl=attention)
+            self.drafter = ModelDrafter(draft, impl=self.attention)
         self.forward = hf.forward_logits
         if compile:
             # Only the per-step forward is compiled (gpt-fast); the loop stays eager. Query
@@ -197,7 +223,9 @@ class Generator:
 
     def _check(self, prompts, max_new_tokens: int) -> int:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError("prompts must be a list of token-id lists (use generate_text for strings)")
+            raise TypeError(
+                "prompts must be a list of token-id lists (use generate_text for strings)"
+            )
         if len(prompts) == 0:
             raise ValueError("prompts is empty: pass at least one token-id list")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -228,9 +256,9 @@ class Generator:
         self,
         prompts: Sequence[Sequence[int]],
         *,
-        max_new_tokens: int,
-        do_sample: bool = False,
-        temperature: float = 1.0,
+        max_new_tokens: int | None = None,
+        do_sample: bool | None = None,
+        temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
         eos_token_id: int | Sequence[int] | None = None,
@@ -246,7 +274,30 @@ class Generator:
         called with ``(generator_state)`` after each step (tests use it to check the
         bookkeeping invariant).
         """
-        params = SamplingParams(do_sample, temperature, top_k, top_p)
+        given = dict(
+            max_new_tokens=max_new_tokens,
+            do_sample=do_sample,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            eos_token_id=eos_token_id,
+            seed=seed,
+            time_budget=time_budget,
+        )
+        kw = {
+            **_GENERATE_DEFAULTS,
+            **self.generate_defaults,
+            **{k: v for k, v in given.items() if v is not None},
+        }
+        max_new_tokens, eos_token_id, seed, time_budget = (
+            kw["max_new_tokens"],
+            kw["eos_token_id"],
+            kw["seed"],
+            kw["time_budget"],
+        )
+        if max_new_tokens is None:
+            raise ValueError("max_new_tokens is required (as an argument or in the config)")
+        params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
         need = self._check(prompts, max_new_tokens)
         eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
@@ -258,15 +309,17 @@ class Generator:
             # The engine builds valid lengths by construction (tests check the invariant
             # every step); skip the ops' host-side range checks in the hot loop.
             with length_checks(False):
-                return self._generate(prompts, max_new_tokens, params, eos, seed, time_budget,
-                                      on_step, max_len)
+                return self._generate(
+                    prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len
+                )
         finally:  # hand the models back as they came
             for model, attn in zip(models, previous):
                 if attn != hf.ATTN_NAME:
                     model.set_attn_implementation(attn)
 
-    def _generate(self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step,
-                  max_len) -> GenerationResult:
+    def _generate(
+        self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len
+    ) -> GenerationResult:
         device = self.main.device
         gen = torch.Generator(device=device)
         gen.manual_seed(seed if seed is not None else torch.seed())
@@ -318,8 +371,11 @@ class Generator:
             prop = self.drafter.propose(state.seqs, k_rows, k, params, gen, policy)
             stats.draft_passes += self.drafter.draft_passes
         else:
-            prop = Proposal(torch.zeros(B, 0, dtype=torch.long, device=device), None,
-                            torch.zeros(B, dtype=torch.long, device=device))
+            prop = Proposal(
+                torch.zeros(B, 0, dtype=torch.long, device=device),
+                None,
+                torch.zeros(B, dtype=torch.long, device=device),
+            )
         counts = prop.counts.tolist()  # host read: verify width depends on it
         t_verify = time.perf_counter()
         # 3) verify [last, d_1..d_n] of every row in one main pass
@@ -337,8 +393,9 @@ class Generator:
             draft_probs = prop.probs[:, :K] if prop.probs is not None else None
             if draft_probs is None:  # K == 0
                 draft_probs = torch.zeros(B, 0, logits.shape[-1], device=device)
-            acc = speculative_accept(drafts, draft_probs, warp_probs(logits, params),
-                                     prop.counts, gen)
+            acc = speculative_accept(
+                drafts, draft_probs, warp_probs(logits, params), prop.counts, gen
+            )
         else:
             acc = greedy_accept(drafts, logits, prop.counts)
         accepted = acc.accepted.tolist()  # host read: the one per-step sync of lengths
@@ -349,16 +406,23 @@ class Generator:
         self.cache.commit(acc.accepted + 1)
         if self.drafter is not None and k > 0:
             self.drafter.commit(lens_before, accepted)
-        state.append([d_host[b][: accepted[b]] + [next_tokens[b]] for b in range(B)])
+        state.append([[*d_host[b][: accepted[b]], next_tokens[b]] for b in range(B)])
         # 6) statistics -> policy
-        rec = StepRecord(k, list(state.rows), counts, accepted, t_verify - t_draft, t_end - t_verify)
+        rec = StepRecord(
+            k, list(state.rows), counts, accepted, t_verify - t_draft, t_end - t_verify
+        )
         stats.steps.append(rec)
         if self.drafter is not None:
-            policy.update(policies.StepStats(
-                draft_length=k, accepted=accepted, drafted=counts,
-                draft_seconds=rec.draft_seconds, verify_seconds=rec.verify_seconds,
-                step=len(stats.steps) - 1,
-            ))
+            policy.update(
+                policies.StepStats(
+                    draft_length=k,
+                    accepted=accepted,
+                    drafted=counts,
+                    draft_seconds=rec.draft_seconds,
+                    verify_seconds=rec.verify_seconds,
+                    step=len(stats.steps) - 1,
+                )
+            )
 
     def _compact(self, state) -> None:
         """Drop finished rows from the batch so they stop costing compute."""
@@ -367,21 +431,30 @@ class Generator:
             return
         state.select(keep)
         if keep:
-            self.cache.select_rows(torch.tensor(keep, dtype=torch.long, device=self.cache.lens.device))
+            self.cache.select_rows(
+                torch.tensor(keep, dtype=torch.long, device=self.cache.lens.device)
+            )
             if self.drafter is not None:
                 self.drafter.select_rows(keep)
 
-    def generate_text(self, texts: Sequence[str], tokenizer, *, chat: bool | None = None, **kw) -> list[str]:
+    def generate_text(
+        self, texts: Sequence[str], tokenizer, *, chat: bool | None = None, **kw
+    ) -> list[str]:
         """Strings in, strings out: tokenizes (with the chat template when the tokenizer
         has one, unless ``chat=False``), generates, decodes the new tokens."""
         if chat is None:
             chat = getattr(tokenizer, "chat_template", None) is not None
         if chat:
-            prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}],
-                                                     add_generation_prompt=True, tokenize=True)
-                       for t in texts]
-            prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p)
-                       for p in prompts]
+            prompts = [
+                tokenizer.apply_chat_template(
+                    [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True
+                )
+                for t in texts
+            ]
+            prompts = [
+                list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p)
+                for p in prompts
+            ]
         else:
             prompts = [tokenizer(t)["input_ids"] for t in texts]
         kw.setdefault("eos_token_id", tokenizer.eos_token_id)

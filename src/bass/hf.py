@@ -18,8 +18,6 @@ import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
-from . import ops
-
 ATTN_NAME = "bass"
 
 
@@ -95,7 +93,9 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
         raise UnsupportedModelError(f"{name} is not a transformers PreTrainedModel")
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedModelError(f"{name} is an encoder-decoder model; bass needs a decoder-only LM")
+        raise UnsupportedModelError(
+            f"{name} is an encoder-decoder model; bass needs a decoder-only LM"
+        )
     if not type(model).is_backend_compatible():
         raise UnsupportedModelError(
             f"{name} does not route attention through transformers' AttentionInterface "

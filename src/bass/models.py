@@ -54,7 +54,9 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None):
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelNotFoundError(f"model file {path} does not exist")
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, **kwargs
+        )
     elif path.exists() or str(name_or_path).startswith((".", "/", "~")):
         if not path.is_dir():
             raise ModelNotFoundError(f"model path {path} does not exist (or is not a directory)")

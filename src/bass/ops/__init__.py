@@ -30,7 +30,13 @@ from dataclasses import dataclass
 import torch
 
 from . import reference
-from .checks import LENGTH_DTYPE, check_append_inputs, check_attention_inputs, check_no_grad, length_checks
+from .checks import (
+    LENGTH_DTYPE,
+    check_append_inputs,
+    check_attention_inputs,
+    check_no_grad,
+    length_checks,
+)
 
 __all__ = [
     "LENGTH_DTYPE",
@@ -51,7 +57,7 @@ PAD_OUTPUT = 0.0  # value of ragged_attention's output in padding query slots
 # handful of graphs instead of one per draft length (true lengths travel in q_lens).
 QUERY_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
-_lib = torch.library.Library("bass", "DEF")  # noqa: TOR901 (kept alive for the process)
+_lib = torch.library.Library("bass", "DEF")
 _lib.define(
     "ragged_attention(Tensor q, Tensor k, Tensor v, Tensor q_lens, Tensor kv_lens, "
     "float scale, str impl='auto') -> Tensor"

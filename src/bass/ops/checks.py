@@ -45,7 +45,9 @@ def _shape(t: torch.Tensor) -> str:
 
 def check_lengths_tensor(name: str, t: torch.Tensor, batch: int) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 tensor of shape [{batch}], got {type(t).__name__}")
+        raise TypeError(
+            f"{name} must be an int32 tensor of shape [{batch}], got {type(t).__name__}"
+        )
     if t.dtype != LENGTH_DTYPE:
         raise TypeError(
             f"{name} must be int32 (got {t.dtype}); convert with {name}.to(torch.int32)"
@@ -157,8 +159,12 @@ def check_append_inputs(k_cache, v_cache, k_new, v_new, cache_lens, new_lens) ->
     check_lengths_tensor("cache_lens", cache_lens, B)
     check_lengths_tensor("new_lens", new_lens, B)
     check_same_device(
-        k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new,
-        cache_lens=cache_lens, new_lens=new_lens,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        k_new=k_new,
+        v_new=v_new,
+        cache_lens=cache_lens,
+        new_lens=new_lens,
     )
     if _CHECK_LENGTHS and _is_concrete(cache_lens) and _is_concrete(new_lens):
         cl, nl = cache_lens.cpu(), new_lens.cpu()
@@ -166,7 +172,10 @@ def check_append_inputs(k_cache, v_cache, k_new, v_new, cache_lens, new_lens) ->
             (cl < 0, "cache_lens[b] >= 0"),
             (nl < 0, "new_lens[b] >= 0"),
             (nl > T, f"new_lens[b] <= T = {T} (k_new.shape[2])"),
-            (cl + nl > S, f"cache_lens[b] + new_lens[b] <= S = {S}: the cache is full; allocate a larger one"),
+            (
+                cl + nl > S,
+                f"cache_lens[b] + new_lens[b] <= S = {S}: the cache is full; allocate a larger one",
+            ),
         ):
             b = _first_bad(cond)
             if b is not None:
