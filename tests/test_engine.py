@@ -59,7 +59,16 @@ def test_greedy_equals_main_model(family, kind):
 
 @pytest.mark.parametrize(
     "policy,opts",
-    [("constant", {"k": 1}), ("constant", {"k": 6}), ("bass", {}), ("constant", {"k": 0})],
+    [
+        ("constant", {"k": 1}),
+        ("constant", {"k": 6}),
+        ("constant", {"k": 0}),
+        ("bass", {}),
+        ("bass", {"l0": 2, "l_limit": 4}),
+        ("hf-heuristic", {}),
+        ("confidence", {"min_top1": 0.6}),
+        ("goodput", {}),
+    ],
 )
 def test_greedy_draft_lengths_and_policies(llama, policy, opts):
     gen = Generator(llama, perturbed(llama), policy=policy, policy_options=opts)
@@ -69,6 +78,8 @@ def test_greedy_draft_lengths_and_policies(llama, policy, opts):
     if opts.get("k") == 0:
         assert res.stats.draft_passes == 1  # prefill only: regular decoding
         assert res.stats.main_passes == 15
+    if policy == "confidence":  # per-row early stop really cut some rows' drafts short
+        assert any(d < s.draft_length for s in res.stats.steps for d in s.drafted)
 
 
 @settings(max_examples=12)

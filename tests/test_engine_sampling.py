@@ -75,8 +75,9 @@ def goodness_of_fit(samples: list[tuple[int, ...]], exact: dict) -> float:
     return chisquare(obs, exp).pvalue
 
 
-def draw(main, draft, params: SamplingParams, seed: int, k: int = 2):
-    gen = Generator(main, draft, policy="constant", policy_options={"k": k})
+def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None):
+    policy = policy or ("constant", {"k": k})
+    gen = Generator(main, draft, policy=policy[0], policy_options=policy[1])
     res = gen.generate(
         [PROMPT] * N,
         max_new_tokens=L,
@@ -108,6 +109,17 @@ def test_continuations_follow_the_main_model(pair, params, drafter):
         drafted = sum(sum(s.drafted) for s in res.stats.steps)
         accepted = sum(sum(s.accepted) for s in res.stats.steps)
         assert 0 < accepted < drafted
+
+
+def test_per_row_early_stop_keeps_the_distribution(pair):
+    """The confidence policy stops rows on the draft's own probabilities only, so the
+    output distribution is still the main model's."""
+    main, draft = pair
+    params = SamplingParams(True, 1.0)
+    policy = ("confidence", {"k_max": 3, "min_top1": 0.3})
+    samples, res = draw(main, draft, params, seed=99, policy=policy)
+    assert any(d < s.draft_length for s in res.stats.steps for d in s.drafted)
+    assert goodness_of_fit(samples, exact_distribution(main, params)) > ALPHA
 
 
 def test_the_check_has_power(pair, monkeypatch):
