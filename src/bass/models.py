@@ -62,17 +62,50 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None):
             raise ModelNotFoundError(f"model path {path} does not exist (or is not a directory)")
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     else:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
-        except OSError as exc:
-            where = "offline (HF_HUB_OFFLINE is set)" if _offline() else "not reachable or unknown"
-            raise ModelNotFoundError(
-                f"cannot load '{name_or_path}': it is not a local path and the Hugging Face "
-                f"hub is {where}; pass a local directory or .gguf file, or download it first"
-            ) from exc
+        model = _from_hub(AutoModelForCausalLM, str(name_or_path), kwargs)
     if device is not None:
         model = model.to(device)
     return model.eval()
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A bounded connect to the hub endpoint: without it, a machine with no network spends
+    half a minute in HTTP retries before failing."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _from_hub(cls, name: str, kwargs: dict):
+    """``cls.from_pretrained(name)`` from the local HF cache, else the hub, with an error
+    that says which of the two failed and what to do."""
+    try:
+        return cls.from_pretrained(name, local_files_only=True, **kwargs)
+    except OSError:
+        pass
+    if _offline():
+        why = "offline (HF_HUB_OFFLINE is set) and it is not in the local cache"
+    elif not _hub_reachable():
+        why = "not in the local cache and the Hugging Face hub cannot be reached (offline?)"
+    else:
+        try:
+            return cls.from_pretrained(name, **kwargs)
+        except OSError as exc:
+            raise ModelNotFoundError(
+                f"cannot load '{name}' from the Hugging Face hub: {exc}"
+            ) from exc
+    raise ModelNotFoundError(
+        f"cannot load '{name}': it is not a local path, and it is {why}; pass a local "
+        "directory or .gguf file, or download the model first"
+    )
 
 
 def load_tokenizer(name_or_path: str | os.PathLike):
@@ -81,7 +114,9 @@ def load_tokenizer(name_or_path: str | os.PathLike):
     path = Path(name_or_path)
     if path.suffix == ".gguf":
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    return AutoTokenizer.from_pretrained(str(path))
+    if path.is_dir():
+        return AutoTokenizer.from_pretrained(str(path))
+    return _from_hub(AutoTokenizer, str(name_or_path), {})
 
 
 def load_default_pair(*, dtype=None, device=None):
