@@ -253,3 +253,21 @@ def test_config_file_sets_defaults_and_arguments_win(llama, tmp_path):
     assert all(len(s) == 3 for s in gen.generate(PROMPTS, max_new_tokens=3).sequences)
     gen = Generator(llama, "ngram", policy="bass", config=cfg)
     assert type(gen.new_policy()).__name__ == "BassPolicy"
+
+
+def test_forced_acceptance_sets_the_mean_accepted_length(llama):
+    unrelated = tiny_lm("llama", seed=7, hidden=16, heads=2, kv_heads=1, layers=1)
+    means = {}
+    for p in (0.0, 0.5, 1.0):
+        gen = Generator(
+            llama, unrelated, policy="constant", policy_options={"k": 4}, forced_acceptance=p
+        )
+        res = gen.generate(PROMPTS * 4, max_new_tokens=40, seed=0, on_step=check_invariant)
+        assert res.stats.summary()["forced_acceptance"] == p
+        means[p] = res.stats.mean_accepted
+    assert means[0.0] == 0.0
+    # all 4 drafted tokens accepted, except where a row's budget caps its draft
+    assert means[1.0] > 3.0
+    assert 0.6 < means[0.5] < 1.2  # E[accepted] = sum_{i=1..4} 0.5^i = 0.94
+    with pytest.raises(ValueError, match="forced_acceptance"):
+        Generator(llama, llama, forced_acceptance=1.5)

@@ -32,7 +32,13 @@ from . import hf, policies
 from .cache import RaggedKVCache
 from .drafters import ModelDrafter, NGramDrafter, Proposal, choose, pad_rows
 from .ops import bucket_query_len, length_checks
-from .sampling import SamplingParams, greedy_accept, speculative_accept, warp_probs
+from .sampling import (
+    Acceptance,
+    SamplingParams,
+    greedy_accept,
+    speculative_accept,
+    warp_probs,
+)
 
 
 @dataclass
@@ -57,6 +63,7 @@ class GenerationStats:
     wall_seconds: float = 0.0
     prefill_seconds: float = 0.0
     stopped_by_time_budget: bool = False
+    forced_acceptance: float | None = None  # set: a systems benchmark, not real output
     rows: int = 0  # prompts in the batch
 
     @property
@@ -90,6 +97,11 @@ class GenerationStats:
             "mean_accepted_per_step_per_row": round(self.mean_accepted, 4),
             "main_passes_per_token": round(self.main_passes_per_token, 4),
             "draft_length_trace": self.draft_length_trace(),
+            **(
+                {"forced_acceptance": self.forced_acceptance}
+                if self.forced_acceptance is not None
+                else {}
+            ),
         }
 
 
@@ -97,6 +109,18 @@ class GenerationStats:
 class GenerationResult:
     sequences: list[list[int]]  # new token ids per prompt, in prompt order
     stats: GenerationStats
+
+
+def forced_accept(counts: torch.Tensor, logits: torch.Tensor, p: float, gen) -> Acceptance:
+    """Benchmark-only acceptance: each drafted token is accepted with probability ``p``
+    (stopping at the first failure), whatever the models say; the next token is the main
+    model's argmax there. counts int64 [B], logits [B, K+1, V]."""
+    B, K1, _ = logits.shape
+    u = torch.rand(B, K1 - 1, generator=gen, device=logits.device)  # [B, K]
+    ok = (u < p) & (torch.arange(K1 - 1, device=logits.device) < counts[:, None])
+    accepted = ok.long().cumprod(dim=1).sum(dim=1)  # [B]
+    nxt = logits.argmax(-1).gather(1, accepted[:, None]).squeeze(1)
+    return Acceptance(accepted, nxt)
 
 
 _GENERATE_DEFAULTS = dict(
@@ -130,6 +154,10 @@ class Generator:
         policy: a draft-length policy name from :func:`bass.policies.available` or a
             policy instance; ``policy_options`` are its keyword options.
         attention: the ``ragged_attention`` implementation (``"auto"``, ``"reference"``...).
+        forced_acceptance: BENCHMARKING ONLY. Accept each drafted token with this
+            probability regardless of the models (the main model's argmax follows), so
+            random-weight models of real shapes can be timed at a known mean accepted
+            length. Output is meaningless text; ``stats.forced_acceptance`` records it.
         config: a TOML file path (or :class:`bass.config.Config`) whose ``[policy]``,
             ``[model].attention`` and ``[generation]`` values become the defaults here and
             in :meth:`generate`; explicit arguments win.
@@ -153,6 +181,7 @@ class Generator:
         attention: str | None = None,
         compile: bool | str | object = False,
         config=None,
+        forced_acceptance: float | None = None,
     ):
         # Precedence: explicit arguments > the config file > built-in defaults.
         cfg_gen, self.generate_defaults = ({}, {})
@@ -164,6 +193,9 @@ class Generator:
             policy = cfg_gen.get("policy", "bass")
             if policy_options is None:
                 policy_options = cfg_gen.get("policy_options")
+        if forced_acceptance is not None and not 0.0 <= forced_acceptance <= 1.0:
+            raise ValueError(f"forced_acceptance must be in [0, 1], got {forced_acceptance}")
+        self.forced_acceptance = forced_acceptance
         self.main = main
         self.attention = attention or cfg_gen.get("attention", "auto")
         self.policy_spec = (policy, dict(policy_options or {}))
@@ -325,7 +357,7 @@ class Generator:
         gen.manual_seed(seed if seed is not None else torch.seed())
         policy = self.new_policy()
         t0 = time.perf_counter()
-        stats = GenerationStats(rows=len(prompts))
+        stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
         state = _BatchState([list(p) for p in prompts], max_new_tokens, eos)
 
         # 1) prefill: main over all prompt tokens (first new token), then the draft
@@ -398,6 +430,8 @@ class Generator:
             )
         else:
             acc = greedy_accept(drafts, logits, prop.counts)
+        if self.forced_acceptance is not None:
+            acc = forced_accept(prop.counts, logits, self.forced_acceptance, gen)
         accepted = acc.accepted.tolist()  # host read: the one per-step sync of lengths
         next_tokens = acc.next_tokens.tolist()
         d_host = drafts.tolist()
