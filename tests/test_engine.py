@@ -75,9 +75,13 @@ def test_greedy_draft_lengths_and_policies(llama, policy, opts):
     res = gen.generate(PROMPTS, max_new_tokens=15, on_step=check_invariant)
     for p, seq in zip(PROMPTS, res.sequences):
         assert seq == reference_greedy(llama, p, 15)
-    if opts.get("k") == 0:
-        assert res.stats.draft_passes == 1  # prefill only: regular decoding
-        assert res.stats.main_passes == 15
+    if opts.get("k") == 0:  # regular decoding: one main pass per token after the prefill
+        assert res.stats.draft_passes == gen.drafter.prefill_passes
+        assert (
+            res.stats.main_passes
+            == res.stats.prefill_passes + 14
+            == res.stats.prefill_passes + len(res.stats.steps)
+        )
     if policy == "confidence":  # per-row early stop really cut some rows' drafts short
         assert any(d < s.draft_length for s in res.stats.steps for d in s.drafted)
 
@@ -98,6 +102,15 @@ def test_greedy_random_ragged_batches(llama, prompts, k, max_new):
 
 
 _PERTURBED: dict = {}
+
+
+def test_uneven_prompts_are_prefilled_in_groups(llama):
+    prompts = [[3], [4, 5], list(range(1, 41)), list(range(2, 62)), [7, 8, 9]]
+    gen = Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 3})
+    res = gen.generate(prompts, max_new_tokens=8, on_step=check_invariant)
+    assert res.stats.prefill_passes > 1  # a 60-token prompt does not pad the 1-token ones
+    for p, seq in zip(prompts, res.sequences):
+        assert seq == reference_greedy(llama, p, 8)
 
 
 def test_eos_stops_rows_independently(llama):
@@ -136,7 +149,7 @@ def test_stats(llama):
     res = Generator(llama, "ngram", policy="bass").generate(PROMPTS, max_new_tokens=8)
     s = res.stats.summary()
     assert s["tokens_generated"] == sum(map(len, res.sequences)) == 5 * 8
-    assert s["main_passes"] == 1 + len(res.stats.steps)
+    assert s["main_passes"] == res.stats.prefill_passes + len(res.stats.steps)
     assert len(s["draft_length_trace"]) == len(res.stats.steps)
     assert res.stats.wall_seconds > 0
 

@@ -73,6 +73,22 @@ class RaggedKVCache:
         self.lens = lens.to(device=self.lens.device, dtype=torch.int32)
         self.q_lens = torch.zeros_like(self.lens)
 
+    def empty_like(self, batch_size: int) -> RaggedKVCache:
+        """An empty cache of the same size and layers for ``batch_size`` rows."""
+        return RaggedKVCache(batch_size, self.max_len, self.num_layers, self.lens.device)
+
+    def copy_rows_from(self, index: torch.Tensor, other: RaggedKVCache) -> None:
+        """Rows ``index`` (int64 ``[b]``) become ``other``'s rows (e.g. a prefill group)."""
+        for store, src in ((self.keys, other.keys), (self.values, other.values)):
+            for i, t in enumerate(src):
+                if t is None:
+                    continue
+                if store[i] is None:
+                    _, H, S, D = t.shape
+                    store[i] = t.new_zeros(self.batch_size, H, S, D)
+                store[i].index_copy_(0, index, t)
+        self.lens = self.lens.index_copy(0, index, other.lens)
+
     def select_rows(self, index: torch.Tensor) -> None:
         """Keep only rows ``index`` (int64 ``[B']``), in that order (batch compaction)."""
         self.lens = self.lens.index_select(0, index)

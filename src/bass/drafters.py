@@ -76,10 +76,7 @@ class ModelDrafter:
     def start(self, prompts: list[list[int]], max_len: int, device, vocab_size: int) -> None:
         n_layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        width = max(len(p) for p in prompts)
-        q_lens = torch.tensor([len(p) for p in prompts], dtype=torch.int32, device=device)
-        self.forward(self.model, self.cache, pad_rows(prompts, width, device), q_lens, self.impl)
-        self.cache.commit(q_lens)
+        _, self.prefill_passes = hf.prefill(self.model, self.cache, prompts, self.impl)
         self.d_len = [len(p) for p in prompts]
 
     def propose(self, seqs, k_rows: list[int], k: int, params, generator, policy) -> Proposal:

@@ -30,7 +30,7 @@ import torch
 
 from . import hf, policies
 from .cache import RaggedKVCache
-from .drafters import ModelDrafter, NGramDrafter, Proposal, choose, pad_rows
+from .drafters import ModelDrafter, NGramDrafter, Proposal, choose
 from .ops import bucket_query_len, length_checks
 from .sampling import (
     Acceptance,
@@ -65,6 +65,7 @@ class GenerationStats:
     stopped_by_time_budget: bool = False
     forced_acceptance: float | None = None  # set: a systems benchmark, not real output
     rows: int = 0  # prompts in the batch
+    prefill_passes: int = 0  # main-model passes of the prefill (rows grouped by length)
 
     @property
     def mean_accepted(self) -> float:
@@ -363,15 +364,14 @@ class Generator:
         # 1) prefill: main over all prompt tokens (first new token), then the draft
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        q_lens = torch.tensor([len(p) for p in prompts], dtype=torch.int32, device=device)
-        ids = pad_rows(state.seqs, max(len(p) for p in prompts), device)
-        logits = self.forward(self.main, self.cache, ids, q_lens, self.attention)
-        self.cache.commit(q_lens)
-        first, _ = choose(logits[torch.arange(len(prompts)), q_lens.long() - 1], params, gen, False)
-        stats.main_passes += 1
+        # prefill runs eagerly (its widths vary); only the per-step forward is compiled
+        last_logits, passes = hf.prefill(self.main, self.cache, state.seqs, self.attention)
+        first, _ = choose(last_logits, params, gen, False)
+        stats.main_passes += passes
+        stats.prefill_passes = passes
         if self.drafter is not None:
             self.drafter.start(state.seqs, max_len, device, _vocab_size(self.main))
-            stats.draft_passes += int(isinstance(self.drafter, ModelDrafter))
+            stats.draft_passes += getattr(self.drafter, "prefill_passes", 0)
         state.append([[t] for t in first.tolist()])
         stats.prefill_seconds = time.perf_counter() - t0
         self._compact(state)

@@ -127,8 +127,14 @@ def forward_logits(
     input_ids: torch.Tensor,  # int64 [B, T] (padded)
     q_lens: torch.Tensor,  # int32 [B]: real tokens per row
     impl: str = "auto",
-) -> torch.Tensor:  # [B, T, V]
-    """One forward pass over ragged new tokens; appends them to ``cache`` (uncommitted)."""
+    logits_to_keep: int | torch.Tensor = 0,
+) -> torch.Tensor:  # [B, T, V] (or [B, kept, V])
+    """One forward pass over ragged new tokens; appends them to ``cache`` (uncommitted).
+
+    ``logits_to_keep`` is transformers' argument: ``0`` all positions, an int ``n`` the
+    last ``n``, a 1-D index tensor those positions (the lm head is the largest matmul of
+    a prefill; most positions' logits are never read).
+    """
     if model.config._attn_implementation != ATTN_NAME:
         # With any other attention the whole (unmasked) cache buffer would be attended to.
         raise RuntimeError(
@@ -147,5 +153,49 @@ def forward_logits(
         bass_q_lens=cache.q_lens,
         bass_kv_lens=kv_lens,
         bass_impl=impl,
+        logits_to_keep=logits_to_keep,
     )
     return out.logits
+
+
+def prefill(model, cache, prompts: list[list[int]], impl: str = "auto", waste: float = 0.25):
+    """Prefill ``cache`` with ragged ``prompts``; return each row's last logits ``[B, V]``.
+
+    Rows are sorted by length and prefilled in groups whose padded size stays within
+    ``(1 + waste)`` of their real tokens, so one long prompt does not make every row pay
+    for its length in the MLPs and projections (the op itself skips padding anyway).
+    Groups go through small caches that are then copied into their rows of ``cache``;
+    a batch that is already even runs as one pass. Returns ``(logits, passes)``.
+    """
+    from .drafters import pad_rows
+
+    device = cache.lens.device
+    lens = [len(p) for p in prompts]
+    groups, cur, cur_tokens = [], [], 0
+    for b in sorted(range(len(prompts)), key=lens.__getitem__):
+        # ascending lengths: the newest row is the group's longest
+        if cur and lens[b] * (len(cur) + 1) > (1 + waste) * (cur_tokens + lens[b]):
+            groups.append(cur)
+            cur, cur_tokens = [], 0
+        cur.append(b)
+        cur_tokens += lens[b]
+    groups.append(cur)
+    out = None
+    for rows in groups:
+        sub = cache if len(groups) == 1 else cache.empty_like(len(rows))
+        group = [prompts[b] for b in rows] if len(groups) > 1 else prompts
+        q_lens = torch.tensor([len(p) for p in group], dtype=torch.int32, device=device)
+        width = int(max(len(p) for p in group))
+        # only the distinct last positions go through the lm head
+        last = q_lens.long() - 1
+        keep, where = torch.unique(last, return_inverse=True)
+        logits = forward_logits(model, sub, pad_rows(group, width, device), q_lens, impl, keep)
+        logits = logits[torch.arange(len(group), device=device), where]  # [b, V]
+        sub.commit(q_lens)
+        if out is None:
+            out = logits.new_empty(len(prompts), logits.shape[-1])
+        index = torch.tensor(rows, dtype=torch.long, device=device)
+        out[index] = logits
+        if sub is not cache:
+            cache.copy_rows_from(index, sub)
+    return out, len(groups)
