@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib
 import json
 import os
@@ -358,16 +357,10 @@ def read_prompts(args) -> list[str]:
 
 
 def merge_stats(all_stats):
-    """One :class:`~bass.engine.GenerationStats` for several batches: lists concatenated,
-    counts and seconds summed, flags or-ed (field by field, so new fields merge too)."""
+    """One :class:`~bass.engine.GenerationStats` for several batches."""
     from .engine import GenerationStats
 
-    out = GenerationStats()
-    for s in all_stats:
-        for f in dataclasses.fields(out):
-            a, b = getattr(out, f.name), getattr(s, f.name)
-            setattr(out, f.name, a + b if not isinstance(a, bool) else a or b)
-    return out
+    return GenerationStats.merge(all_stats)
 
 
 def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -66,6 +66,22 @@ class GenerationStats:
     forced_acceptance: float | None = None  # set: a systems benchmark, not real output
     rows: int = 0  # prompts in the batch
     prefill_passes: int = 0  # main-model passes of the prefill (rows grouped by length)
+
+    @classmethod
+    def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
+        """Several batches' statistics as one: steps concatenated, counts and seconds
+        summed, flags or-ed; ``forced_acceptance`` kept when every part agrees."""
+        out = cls()
+        for f in fields(cls):
+            values = [getattr(p, f.name) for p in parts]
+            if f.name == "forced_acceptance":
+                merged = values[0] if values and all(v == values[0] for v in values) else None
+            elif f.type in ("bool", bool):
+                merged = any(values)
+            else:
+                merged = sum(values, start=getattr(out, f.name))
+            setattr(out, f.name, merged)
+        return out
 
     @property
     def mean_accepted(self) -> float:
