@@ -21,6 +21,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CPU_TORCH = "torch==2.13.0"
+CUTLASS = "nvidia-cutlass==4.2.0.0"  # --no-deps: its deps (cuda-python, ...) are not needed
 DEMO_ARGS = [
     "--n",
     "4",
@@ -51,8 +52,19 @@ def _install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ()) -
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default test suite: CPU, tiny random models, a few minutes."""
+    _install(session, groups=("test", "triton"))
+    session.install("--no-deps", CUTLASS)  # emits/checks the CUTLASS sources, no CUDA needed
+    session.run(
+        "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
+    )
+
+
+@nox.session(default=False)
+def cutlass(session: nox.Session) -> None:
+    """Compile the generated CUTLASS sources with nvcc (no GPU needed; minutes)."""
     _install(session, groups=("test",))
-    session.run("pytest", *(session.posargs or ["-m", "not slow and not gpu"]))
+    session.install("--no-deps", CUTLASS)
+    session.run("pytest", "-m", "cutlass_compile", "tests/test_cutlass.py", *session.posargs)
 
 
 @nox.session

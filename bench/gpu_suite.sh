@@ -3,7 +3,9 @@
 #   bash bench/gpu_suite.sh all|env|build|test|sanitize|kernels|e2e [OUT_DIR]
 # Full outputs go to OUT_DIR (default: $OUT if set, else bench/results/gpu_<UTC date>);
 # a short summary is printed last. The GPU machine has torch, triton, transformers,
-# pytest, hypothesis and nvcc preinstalled and no network: bass runs from src/.
+# pytest, hypothesis and nvcc preinstalled and no network: bass runs from src/. The
+# CUTLASS headers come from the nvidia-cutlass wheel, carried in .gpu_wheels/ (prepare it
+# here with: pip download --no-deps -d .gpu_wheels nvidia-cutlass==4.2.0.0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage="${1:-all}"
@@ -36,7 +38,10 @@ PY
   cp "$out/env.log" "$out/env.json"
 fi
 if [[ $stage == all || $stage == build ]]; then
-  run build python -m bass.ops.cutlass build
+  if ls .gpu_wheels/*.whl >/dev/null 2>&1; then
+    python -m pip install --quiet --no-deps .gpu_wheels/*.whl
+  fi
+  run build python cutlass_kernels/build.py --jobs 8
 fi
 if [[ $stage == all || $stage == test ]]; then
   run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml"

@@ -314,3 +314,5 @@ def _document_ops() -> None:
 
 
 _document_ops()
+from . import cutlass as _cutlass  # noqa: E402, F401  (registers impls "pad", "split")
+from . import triton_fused as _triton_fused  # noqa: E402, F401  (registers impl "fused")

@@ -1,0 +1,409 @@
+"""CUTLASS implementations ``pad`` and ``split`` of ``bass::ragged_attention`` (CUDA).
+
+Both follow the BASS paper (arXiv 2404.15778, Fig. 4b/4c): two GEMMs with a masked softmax
+(:mod:`bass.ops.triton_softmax`) between them, per (batch row, KV head); the query heads
+sharing a KV head are the ``G*T`` rows of one problem (GQA).
+
+* ``pad`` (``bass::ragged_attention_pad``): CUTLASS 3.x batched GEMMs (sm_90a, TMA +
+  WGMMA) over every row padded to the batch's longest ``kv_len``. It reads that length
+  back to the host (one sync per call), so it cannot be captured in a CUDA graph. Value
+  slots past a row's ``kv_len`` (up to the longest) are multiplied by exact zeros: finite
+  garbage there changes nothing, but NaN/Inf there propagates (bass's cache is
+  zero-initialised; use ``split`` or ``fused`` when a cache may hold NaN).
+* ``split`` (``bass::ragged_attention_split``): CUTLASS 2.x grouped GEMMs, one problem
+  per (row, KV head) of ``((G-1)*T + q_len) x kv_len``; sizes and pointers are computed
+  on the device by a tiny kernel, with no host read. It never reads past ``kv_len``.
+
+Both take float16/bfloat16 with ``D % 8 == 0``; other inputs (float32, float64, odd head
+dims) run the reference instead, so ``impl="auto"`` may pick them for any input. The
+probabilities are rounded to the input dtype before the second GEMM (as in the paper and
+in flash attention); everything else accumulates in float32.
+
+The kernels live in ``libbass_cutlass.so``, built from ``cutlass_kernels/`` by
+``python -m bass.ops.cutlass build`` (or :func:`build`) into ``$BASS_CUTLASS_CACHE``
+(default ``~/.cache/bass/cutlass``); ``$BASS_CUTLASS_LIB`` names a library explicitly.
+Importing this module touches no CUDA, nvcc or CUTLASS Python code: the library is
+loaded with ctypes on first use, and :func:`available` says whether that can work here
+(:func:`unavailable_reason` says why not).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from . import reference
+
+__all__ = ["available", "build", "library_path", "main", "unavailable_reason"]
+
+ABI_VERSION = 1  # cutlass_kernels/glue.cu's BASS_CUTLASS_ABI_VERSION
+KERNELS_DIR = Path(__file__).resolve().parents[3] / "cutlass_kernels"
+BUILD_HINT = (
+    "build it with `python -m bass.ops.cutlass build` (needs nvcc and "
+    "`pip install --no-deps nvidia-cutlass`; see cutlass_kernels/README.md)"
+)
+_DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
+_QK, _PV = 0, 1
+_i64, _i32, _f32, _vp = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+
+
+# --------------------------------------------------------------------------- finding & loading
+
+
+def _build_module():
+    """cutlass_kernels/build.py of a source checkout (None when bass is installed alone)."""
+    path = KERNELS_DIR / "build.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("bass_cutlass_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cache_root() -> Path:
+    env = os.environ.get("BASS_CUTLASS_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "bass" / "cutlass"
+
+
+def _wanted_arch() -> str:
+    """The build to load: sm_90a unless the current GPU is an sm_8x one (then sm_80)."""
+    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 8:
+        return "80"
+    return "90"
+
+
+def library_path() -> tuple[Path | None, str]:
+    """The library this process would load, or ``None`` and the reason there is none.
+
+    ``$BASS_CUTLASS_LIB`` wins; otherwise the newest build in the cache whose ABI and
+    arch match, and, in a source checkout, whose sources match the checkout's.
+    """
+    env = os.environ.get("BASS_CUTLASS_LIB")
+    if env:
+        path = Path(env).expanduser()
+        return (path, "from $BASS_CUTLASS_LIB") if path.is_file() else (None, f"{env} missing")
+    arch = _wanted_arch()
+    try:
+        builder = _build_module()
+        want = builder.source_hash(arch) if builder is not None else None
+    except (OSError, ValueError) as e:  # pragma: no cover - broken checkout
+        return None, f"cannot hash cutlass_kernels/: {e}"
+    root = _cache_root()
+    builds = sorted(root.glob("*/build.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for info_path in builds:
+        try:
+            info = json.loads(info_path.read_text())
+        except (OSError, ValueError):
+            continue
+        lib = info_path.parent / "libbass_cutlass.so"
+        if info.get("abi") != ABI_VERSION or info.get("arch") != arch or not lib.is_file():
+            continue
+        if want is not None and info.get("source_hash") != want:
+            continue
+        return lib, f"cached build {info_path.parent.name}"
+    stale = " (only builds of other sources)" if builds else ""
+    return None, f"libbass_cutlass.so for sm_{arch} not built in {root}{stale}; {BUILD_HINT}"
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.bass_cutlass_abi_version.restype = _i32
+    lib.bass_cutlass_last_error.restype = ctypes.c_char_p
+    lib.bass_cutlass_build_info.restype = ctypes.c_char_p
+    lib.bass_cutlass_split_workspace_bytes.restype = ctypes.c_size_t
+    lib.bass_cutlass_split_workspace_bytes.argtypes = [_i32]
+    batched = [_i32] * 6 + [_vp, _i64, _i64] * 3 + [_f32, _i32, _vp]
+    lib.bass_cutlass_gemm_batched.argtypes = batched
+    lib.bass_cutlass_gemm_grouped.argtypes = [_i32] * 3 + [_vp] * 7 + [_f32, _i32, _vp]
+    setup = [_i32] * 7 + [_vp, _vp] + [_vp, _i64, _i64, _i64] * 3
+    # scores, probs, sp_slab, ld_sp, out, out_slab, ld_out, workspace, stream
+    tail = [_vp, _vp, _i64, _i64, _vp, _i64, _i64, _vp, _vp]
+    lib.bass_cutlass_split_setup.argtypes = setup + tail
+    lib.bass_cutlass_split_gemm.argtypes = [_i32, _i32, _i32, _vp, _f32, _i32, _vp]
+    for name in ("gemm_batched", "gemm_grouped", "split_setup", "split_gemm"):
+        getattr(lib, f"bass_cutlass_{name}").restype = _i32
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    path, why = library_path()
+    if path is None:
+        return None, why
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        return None, f"cannot load {path}: {e}"
+    version = lib.bass_cutlass_abi_version()
+    if version != ABI_VERSION:
+        return None, f"{path} has C ABI {version}, this bass needs {ABI_VERSION}; {BUILD_HINT}"
+    _declare(lib)
+    return lib, f"{path} ({lib.bass_cutlass_build_info().decode()})"
+
+
+@functools.lru_cache(maxsize=1)
+def _status() -> tuple[bool, str]:
+    if not torch.cuda.is_available():
+        return False, "no CUDA device (torch.cuda.is_available() is False)"
+    major, minor = torch.cuda.get_device_capability()
+    if major not in (8, 9):
+        return False, f"no kernels for sm_{major}{minor} (built for sm_80 and sm_90a only)"
+    lib, why = _load()
+    if lib is None:
+        return False, why
+    if importlib.util.find_spec("triton") is None:
+        return False, "triton is not installed (the masked softmax is a Triton kernel)"
+    return True, why
+
+
+def available() -> bool:
+    """True when CUDA is present and ``libbass_cutlass.so`` loads (cached per process)."""
+    return _status()[0]
+
+
+def unavailable_reason() -> str | None:
+    """Why :func:`available` is False (``None`` when it is True)."""
+    ok, why = _status()
+    return None if ok else why
+
+
+def _reset() -> None:
+    _load.cache_clear()
+    _status.cache_clear()
+
+
+def build(arch: str | None = None, force: bool = False) -> Path:
+    """Build ``libbass_cutlass.so`` from ``cutlass_kernels/`` (minutes; cached by hash)."""
+    builder = _build_module()
+    if builder is None:
+        raise RuntimeError(f"{KERNELS_DIR} is missing: building needs a source checkout of bass")
+    path = builder.build(arch or _wanted_arch(), force=force)
+    _reset()
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bass.ops.cutlass build|check|status [build.py options]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv else "status"
+    if command == "status":
+        path, why = library_path()
+        print(f"library: {path or '-'} ({why})")
+        print(f"available: {available()} ({unavailable_reason() or _status()[1]})")
+        return 0
+    builder = _build_module()
+    if builder is None:
+        print(f"error: {KERNELS_DIR} is missing (needs a source checkout)", file=sys.stderr)
+        return 1
+    if command == "build":
+        return builder.main(argv)
+    if command == "check":
+        return builder.main(["--check", *argv])
+    print(f"unknown command {command!r}: use build, check or status", file=sys.stderr)
+    return 2
+
+
+# --------------------------------------------------------------------------- the computation
+
+
+def _require() -> ctypes.CDLL:
+    ok, why = _status()
+    if not ok:
+        raise RuntimeError(f"bass CUTLASS kernels unavailable: {why}")
+    return _load()[0]
+
+
+def _call(lib: ctypes.CDLL, name: str, *args) -> None:
+    status = getattr(lib, f"bass_cutlass_{name}")(*args)
+    if status != 0:
+        message = lib.bass_cutlass_last_error().decode(errors="replace")
+        raise RuntimeError(f"bass_cutlass_{name} failed (status {status}): {message}")
+
+
+def _round8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+def _gemm_ready(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``t`` ([B, H, S, D]) laid out for the kernels, and its per-(b, h) slab stride.
+
+    Needs unit stride along D, strides that are multiples of 8 elements, a 16-byte
+    aligned base, and (b, h) slabs ``b * H + h`` one stride apart; otherwise a copy.
+    """
+    B, H = t.shape[0], t.shape[1]
+    for attempt in (t, t.contiguous()):
+        s0, s1, s2, s3 = attempt.stride()
+        slab = s0 if H == 1 else s1
+        uniform = H == 1 or B == 1 or s0 == H * s1
+        if (
+            s3 == 1
+            and s2 % 8 == 0
+            and slab % 8 == 0
+            and s0 % 8 == 0
+            and uniform
+            and attempt.data_ptr() % 16 == 0
+        ):
+            return attempt, slab
+    raise AssertionError("a contiguous tensor with D % 8 == 0 always qualifies")  # pragma: no cover
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _unsupported(q: torch.Tensor) -> bool:
+    D = q.shape[-1]
+    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
+
+
+def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
+    from .triton_softmax import masked_softmax
+
+    lib = _require()
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G, P, R = Hq // Hkv, B * Hkv, (Hq // Hkv) * T
+    # Host read (one sync): PAD pads every row to the batch's longest cache.
+    s_eff = min(int(kv_lens.max()), S) if B else 0
+    if P == 0 or T == 0 or s_eff <= 0:
+        return torch.zeros(B, Hq, T, D, dtype=q.dtype, device=q.device)
+    dt, dev, stream = _DTYPE_CODE[q.dtype], q.device.index, _stream(q.device)
+    ld = _round8(R)  # 3.x TMA: contiguous extents and strides are multiples of 8
+    q3 = q.contiguous().view(P, R, D)
+    if ld != R:
+        q_pad = q3.new_zeros(P, ld, D)
+        q_pad[:, :R] = q3
+        q3 = q_pad
+    k, k_slab = _gemm_ready(k)
+    v, v_slab = _gemm_ready(v)
+    q_lens, kv_lens = q_lens.contiguous(), kv_lens.contiguous()
+    scores = torch.empty(P, s_eff, ld, dtype=torch.float32, device=q.device)
+    _call(lib, "gemm_batched", _QK, dt, s_eff, ld, D, P,
+          k.data_ptr(), k.stride(2), k_slab, q3.data_ptr(), D, ld * D,
+          scores.data_ptr(), ld, s_eff * ld, 1.0, dev, stream)  # fmt: skip
+    probs = torch.empty(P, s_eff, ld, dtype=q.dtype, device=q.device)
+    masked_softmax(scores, probs, q_lens, kv_lens, heads_kv=Hkv, q_len=T, group=G,
+                   scale=scale, n_keys=s_eff, per_row_keys=False)  # fmt: skip
+    out = torch.empty(P, ld, D, dtype=q.dtype, device=q.device)
+    _call(lib, "gemm_batched", _PV, dt, ld, D, s_eff, P,
+          probs.data_ptr(), ld, s_eff * ld, v.data_ptr(), v.stride(2), v_slab,
+          out.data_ptr(), D, ld * D, 1.0, dev, stream)  # fmt: skip
+    return out[:, :R].reshape(B, Hq, T, D)
+
+
+def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
+    from .triton_softmax import masked_softmax
+
+    lib = _require()
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G, P, R = Hq // Hkv, B * Hkv, (Hq // Hkv) * T
+    # Rows past each problem's last valid query row are never written: start from zeros.
+    out = torch.zeros(B, Hq, T, D, dtype=q.dtype, device=q.device)
+    if P == 0 or T == 0 or S == 0:
+        return out
+    dt, dev, stream = _DTYPE_CODE[q.dtype], q.device.index, _stream(q.device)
+    ld = _round8(R)
+    q = q.contiguous()
+    k, _ = _gemm_ready(k)
+    v, _ = _gemm_ready(v)
+    scores = torch.empty(P, S, ld, dtype=torch.float32, device=q.device)
+    probs = torch.empty(P, S, ld, dtype=q.dtype, device=q.device)
+    workspace = torch.empty(
+        lib.bass_cutlass_split_workspace_bytes(P), dtype=torch.uint8, device=q.device
+    )
+    q_lens, kv_lens = q_lens.contiguous(), kv_lens.contiguous()
+    _call(lib, "split_setup", dt, B, Hkv, G, T, D, S, q_lens.data_ptr(), kv_lens.data_ptr(),
+          q.data_ptr(), Hq * T * D, R * D, D,
+          k.data_ptr(), k.stride(0), k.stride(1), k.stride(2),
+          v.data_ptr(), v.stride(0), v.stride(1), v.stride(2),
+          scores.data_ptr(), probs.data_ptr(), S * ld, ld,
+          out.data_ptr(), R * D, D, workspace.data_ptr(), stream)  # fmt: skip
+    _call(lib, "split_gemm", _QK, dt, P, workspace.data_ptr(), 1.0, dev, stream)
+    masked_softmax(scores, probs, q_lens, kv_lens, heads_kv=Hkv, q_len=T, group=G,
+                   scale=scale, n_keys=S, per_row_keys=True)  # fmt: skip
+    _call(lib, "split_gemm", _PV, dt, P, workspace.data_ptr(), 1.0, dev, stream)
+    return out
+
+
+def _run(kind, q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
+    if _unsupported(q):
+        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
+    if q_lens.dtype != torch.int32 or kv_lens.dtype != torch.int32:
+        raise TypeError("q_lens and kv_lens must be int32 tensors")
+    with torch.cuda.device(q.device):
+        out = (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
+    if not q.is_contiguous():  # the fake impl is empty_like(q): match its strides
+        out = torch.empty_like(q).copy_(out)
+    return out
+
+
+# --------------------------------------------------------------------------- ops & registration
+
+
+def _define_ops() -> None:
+    from . import Implementation, register_implementation
+
+    @torch.library.custom_op("bass::ragged_attention_pad", mutates_args=(), device_types="cuda")
+    def ragged_attention_pad(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_lens: torch.Tensor,
+        kv_lens: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        return _run("pad", q, k, v, q_lens, kv_lens, scale)
+
+    @torch.library.custom_op("bass::ragged_attention_split", mutates_args=(), device_types="cuda")
+    def ragged_attention_split(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_lens: torch.Tensor,
+        kv_lens: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        return _run("split", q, k, v, q_lens, kv_lens, scale)
+
+    for op in (ragged_attention_pad, ragged_attention_split):
+        op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: torch.empty_like(q))
+
+    common = (
+        "; fp16/bf16 with D % 8 == 0 (other inputs run the reference); needs "
+        f"libbass_cutlass.so: {BUILD_HINT}"
+    )
+    register_implementation(
+        Implementation(
+            name="split",
+            op=torch.ops.bass.ragged_attention_split.default,
+            devices=("cuda",),
+            available=available,
+            priority=5,
+            description="BASS-SPLIT: CUTLASS grouped GEMMs, one problem per (row, KV head), "
+            "Triton masked softmax, no host sync" + common,
+        )
+    )
+    register_implementation(
+        Implementation(
+            name="pad",
+            op=torch.ops.bass.ragged_attention_pad.default,
+            devices=("cuda",),
+            available=available,
+            priority=4,
+            description="BASS-PAD: CUTLASS sm90 batched GEMMs over rows padded to the longest "
+            "kv_len (one host sync), Triton masked softmax" + common,
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+else:
+    _define_ops()

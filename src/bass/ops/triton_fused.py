@@ -1,0 +1,444 @@
+"""The ``fused`` implementation of ``bass::ragged_attention``: Triton flash-attention kernels.
+
+What is here:
+
+* ``_ragged_attention_fwd``: the attention kernel (online softmax, fp32 accumulation).
+* ``_ragged_attention_combine``: merges the partial results of the split-KV path.
+* :func:`fused_attention`: the host launcher (picks tiles and the split count from shapes
+  only, allocates, launches). It launches the compiled kernels on CUDA tensors; in a
+  process started with ``TRITON_INTERPRET=1`` Triton's interpreter runs them, also on CPU
+  tensors (slow; that is how the CPU tests check them).
+* :func:`num_kv_splits`: the split-KV rule, metadata only.
+* the op ``bass::ragged_attention_fused`` (a ``torch.library.triton_op``, so Inductor sees
+  the kernels; a stub that raises under a CPU-only torch) and its registration as
+  implementation ``fused`` (CUDA, priority 10; unavailable without triton or a GPU).
+
+Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //
+Hkv`` query heads sharing that KV head are flattened with the query slots into the tile's M
+dimension, token-major: ``m = t * G + g`` is query slot ``t`` of query head ``kvh * G + g``.
+Each K/V tile is therefore loaded once for all G heads. Token-major (rather than head-major
+``g * T + t``) keeps a row's live queries in the first ``q_lens[b] * G`` values of m, so a
+query block past them is all padding (the program reads no keys and writes zeros), and
+the last live query of a block, which bounds the causal window, is its last m.
+
+Per program the KV axis is walked in tiles of BLOCK_N keys up to ``hi``, the causal limit
+of the block's last live query (never past ``kv_lens[b]``), in two stages: whole tiles at
+or below the block's first query position need no mask (every query of the block sees
+them); the remaining tiles mask ``key <= position`` per query. Keys at or past ``kv_lens[b]``
+are never loaded, so a cache from ``torch.empty`` (NaN there) is harmless.
+
+Worked example (the ragged indexing): ``G = 2``, ``T = 3``, ``q_lens[b] = 2``,
+``kv_lens[b] = 6``. The queries sit at positions ``kv_len - q_len + t = 4, 5``::
+
+    m        0    1    2    3    4    5
+    (t, g)  (0,0)(0,1)(1,0)(1,1)(2,0)(2,1)
+    pos      4    4    5    5    -    -     (t = 2 >= q_len: padding, output 0)
+
+With BLOCK_M = 16 there is one query block; its last live query has position 5, so
+``hi = 6`` keys are read; keys 0..4 are visible to every query (the unmasked stage, had
+they filled a whole tile) and key 5 only to m = 2, 3 (the masked stage).
+
+Split-KV (flash-decoding). With few programs (small B * Hkv * query blocks) and long
+caches the GPU would idle, so a third grid axis splits each program's key range
+``[0, hi)`` into ``splits`` chunks of whole tiles (``ceil(ceil(hi / BLOCK_N) / splits)``
+tiles each, from the row's own ``hi``, so short rows leave trailing chunks empty). Each
+program writes its normalised partial output and log-sum-exp (base 2) to fp32 scratch;
+``_ragged_attention_combine`` rescales and sums them (an empty chunk has lse ``-inf``
+and weight 0). :func:`num_kv_splits` picks ``splits`` from shapes and the SM count only,
+so the choice is compile-safe and never syncs.
+
+Dtypes: float16, bfloat16 and float32 run in the kernels (float32 dots in IEEE fp32,
+not TF32, to match the reference); float64 is delegated to the reference (no fp64
+tensor-core attention is worth having).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.library import wrap_triton
+
+from . import Implementation, reference, register_implementation
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the op stays registered; the implementation reports unavailable
+    triton = tl = None
+
+__all__ = ["fused_attention", "num_kv_splits"]
+
+LOG2E = 1.4426950408889634  # scores are kept in the log2 domain (exp2 is the fast path)
+ASSUMED_SMS = 132  # H100 SXM; used where no CUDA device can be asked (CPU/interpreter)
+MIN_KEYS_PER_SPLIT = 256  # a split chunk shorter than this costs more than it hides
+MAX_SPLITS = 16
+
+
+def _jit(fn):
+    return fn if triton is None else triton.jit(fn)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@_jit
+def _ragged_attention_fwd(
+    Q,  # [B, Hq, T, D]
+    K,  # [B, Hkv, S, D]
+    V,  # [B, Hkv, S, D]
+    q_lens,  # int32 [B]
+    kv_lens,  # int32 [B]
+    Out,  # [B, Hq, T, D] contiguous, q's dtype (output; direct path only)
+    PartOut,  # fp32 [splits, B, Hq, T, D] contiguous (output; split path only)
+    PartLse,  # fp32 [splits, B, Hq, T] contiguous, log2 domain (output; split path only)
+    qk_scale,  # float: scale * log2(e)
+    B,  # int: rows
+    Hkv,  # int: KV heads
+    T,  # int: query slots per row (padded)
+    D,  # int: head dim
+    stride_qb, stride_qh, stride_qt, stride_qd,  # Q strides
+    stride_kb, stride_kh, stride_ks, stride_kd,  # K strides
+    stride_vb, stride_vh, stride_vs, stride_vd,  # V strides
+    G: tl.constexpr,  # query heads per KV head
+    SPLIT: tl.constexpr,  # False: write Out; True: write PartOut/PartLse (grid axis 2)
+    BLOCK_M: tl.constexpr,  # query rows (m = t * G + g) per program
+    BLOCK_N: tl.constexpr,  # keys per tile
+    BLOCK_D: tl.constexpr,  # next power of two >= D (>= 16)
+    UPCAST_DOT: tl.constexpr,  # dots in fp32 (interpreter: Triton 3.6 mis-multiplies bf16)
+    IEEE_FP32: tl.constexpr,  # fp32 inputs: exact fp32 dots, not TF32 (as the reference)
+):  # fmt: skip
+    pid_bh = tl.program_id(0)  # b * Hkv + kv head
+    pid_m = tl.program_id(1)  # query block
+    pid_s = tl.program_id(2)  # KV split (0 on the direct path)
+    num_splits = tl.num_programs(2)
+    b = pid_bh // Hkv
+    q_len = tl.load(q_lens + b)
+    kv_len = tl.load(kv_lens + b)
+    b = b.to(tl.int64)  # offsets into large caches overflow int32
+    kvh = (pid_bh % Hkv).to(tl.int64)
+    Hq = Hkv * G
+
+    # 1) this block's query rows, token-major: m = t * G + g
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = offs_m // G
+    h = kvh * G + offs_m % G  # query head of each row
+    row_ok = t < q_len
+    pos = kv_len - q_len + t  # absolute position of each query
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+
+    # 2) the keys this program reads, [lo, end): the block's causal window [0, hi) cut
+    # into num_splits chunks of whole tiles; an all-padding block gets hi = 0.
+    t_first = pid_m * BLOCK_M // G
+    t_last = tl.minimum(((pid_m + 1) * BLOCK_M - 1) // G, q_len - 1)
+    hi = tl.where(t_first < q_len, kv_len - q_len + t_last + 1, 0)
+    tiles_per_split = tl.cdiv(tl.cdiv(hi, BLOCK_N), num_splits)
+    lo = pid_s * tiles_per_split * BLOCK_N
+    end = tl.minimum(lo + tiles_per_split * BLOCK_N, hi)
+    # keys < kv_len - q_len + t_first + 1 are visible to every query of the block
+    full = tl.minimum(end, kv_len - q_len + t_first + 1)
+    mid = lo + tl.maximum(full - lo, 0) // BLOCK_N * BLOCK_N  # end of the unmasked tiles
+
+    q_ptrs = Q + b * stride_qb + h[:, None] * stride_qh + t[:, None] * stride_qt
+    q_mask = row_ok[:, None] & d_ok[None, :]
+    q = tl.load(q_ptrs + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)
+    if UPCAST_DOT:
+        q = q.to(tl.float32)
+    k_base = K + b * stride_kb + kvh * stride_kh + offs_d[:, None] * stride_kd  # [BLOCK_D, 1]
+    v_base = V + b * stride_vb + kvh * stride_vh + offs_d[None, :] * stride_vd  # [1, BLOCK_D]
+
+    # 3) online softmax over the key tiles (log2 domain, fp32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for stage in tl.static_range(2):  # 0: whole tiles every query sees; 1: masked tiles
+        if stage == 0:
+            start_n = lo
+            stop_n = mid
+        else:
+            start_n = mid
+            stop_n = end
+        for start in range(start_n, stop_n, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            # masked lanes must read 0 (0 * garbage could be NaN)
+            if stage == 0:  # whole tiles of live keys visible to every query: no key mask
+                k_mask = d_ok[:, None]
+                v_mask = d_ok[None, :]
+            else:
+                k_mask = d_ok[:, None] & (offs_n < end)[None, :]
+                v_mask = (offs_n < end)[:, None] & d_ok[None, :]
+            k = tl.load(k_base + offs_n[None, :] * stride_ks, mask=k_mask, other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * stride_vs, mask=v_mask, other=0.0)
+            if UPCAST_DOT:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            if IEEE_FP32:
+                qk = tl.dot(q, k, input_precision="ieee")  # [BLOCK_M, BLOCK_N]
+            else:
+                qk = tl.dot(q, k)
+            qk = qk * qk_scale
+            if stage == 1:
+                visible = (offs_n[None, :] <= pos[:, None]) & (offs_n[None, :] < end)
+                qk = tl.where(visible, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            # a row with no visible key yet keeps m = -inf: shift by 0 so exp2 gives 0, not NaN
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_ref)
+            p = tl.exp2(qk - m_ref[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            if IEEE_FP32:
+                acc += tl.dot(p, v, input_precision="ieee")
+            else:
+                acc += tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+
+    # 4) epilogue: normalise; padding rows and rows that saw no key give 0
+    has_keys = l_i > 0.0
+    l_safe = tl.where(has_keys, l_i, 1.0)
+    o = tl.where(row_ok[:, None], acc / l_safe[:, None], 0.0)
+    row = (b * Hq + h) * T + t  # flat [B, Hq, T] index
+    if SPLIT:
+        lse = tl.where(has_keys, m_i + tl.log2(l_safe), float("-inf"))
+        part = pid_s * B * Hq * T + row
+        tl.store(PartOut + part[:, None] * D + offs_d[None, :], o, mask=row_ok[:, None] & d_ok)
+        tl.store(PartLse + part, lse, mask=row_ok)
+    else:
+        out_ptrs = Out + row[:, None] * D + offs_d[None, :]
+        tl.store(out_ptrs, o.to(Out.dtype.element_ty), mask=(t < T)[:, None] & d_ok[None, :])
+
+
+@_jit
+def _ragged_attention_combine(
+    PartOut,  # fp32 [splits, B, Hq, T, D] contiguous
+    PartLse,  # fp32 [splits, B, Hq, T] contiguous, log2 domain; -inf for an empty chunk
+    q_lens,  # int32 [B]
+    Out,  # [B, Hq, T, D] contiguous, q's dtype (output)
+    B,  # int: rows
+    Hq,  # int: query heads
+    T,  # int: query slots per row
+    D,  # int: head dim
+    num_splits,  # int: chunks per row
+    BLOCK_T: tl.constexpr,  # query slots per program
+    BLOCK_D: tl.constexpr,  # next power of two >= D
+):
+    pid_bh = tl.program_id(0)  # b * Hq + query head
+    pid_t = tl.program_id(1)
+    q_len = tl.load(q_lens + pid_bh // Hq)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_ok = offs_t < q_len
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    row = pid_bh.to(tl.int64) * T + offs_t  # flat [B, Hq, T] index
+    split_stride = B * Hq * T  # elements per split in PartLse
+
+    lse_max = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    for s in range(num_splits):
+        lse = tl.load(PartLse + s * split_stride + row, mask=row_ok, other=float("-inf"))
+        lse_max = tl.maximum(lse_max, lse)
+    ref = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+    acc = tl.zeros([BLOCK_T, BLOCK_D], tl.float32)
+    w_sum = tl.zeros([BLOCK_T], tl.float32)
+    for s in range(num_splits):
+        part = s * split_stride + row
+        w = tl.exp2(tl.load(PartLse + part, mask=row_ok, other=float("-inf")) - ref)
+        o_mask = row_ok[:, None] & d_ok[None, :]
+        o = tl.load(PartOut + part[:, None] * D + offs_d[None, :], mask=o_mask, other=0.0)
+        acc += w[:, None] * o
+        w_sum += w
+    out = tl.where(row_ok[:, None], acc / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None], 0.0)
+    out_ptrs = Out + row[:, None] * D + offs_d[None, :]
+    tl.store(out_ptrs, out.to(Out.dtype.element_ty), mask=(offs_t < T)[:, None] & d_ok[None, :])
+
+
+# --------------------------------------------------------------------------- host side
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:  # a loop, not int.bit_length: n may be a SymInt under torch.compile
+        p *= 2
+    return p
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return ASSUMED_SMS
+
+
+def num_kv_splits(programs: int, S: int, sms: int = ASSUMED_SMS) -> int:
+    """How many chunks to split each program's keys into (1: the direct path).
+
+    ``programs`` is ``B * Hkv * query blocks``, ``S`` the cache capacity (``k.shape[2]``):
+    shapes only, never the lengths, so the choice needs no host sync and is stable under
+    ``torch.compile``. Split only when the programs fill less than one wave of ``sms``
+    multiprocessors, into at most ``S // MIN_KEYS_PER_SPLIT`` and ``MAX_SPLITS`` chunks.
+    """
+    if programs >= sms:
+        return 1
+    return max(1, min(-(-sms // max(programs, 1)), S // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
+
+
+def _tiles(M: int, D: int, fp32: bool, interpret: bool) -> tuple[int, int, int, int, int]:
+    """BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages for ``M = G * T`` query rows.
+
+    Chosen so that sm_90 builds (Triton 3.6, checked with cuobjdump -res-usage) do not
+    spill registers; fp32 inputs use exact fp32 (FMA) dots, which need smaller tiles.
+    """
+    block_d = max(16, _next_pow2(D))  # tl.dot needs every dimension >= 16
+    if fp32:
+        block_m, block_n, num_warps, num_stages = 16, 32, 8, 2
+    else:
+        block_m = min(64, max(16, _next_pow2(M)))
+        block_n = 64 if block_d <= 128 else 32
+        num_warps = 4 if block_m * block_d < 64 * 128 else 8
+        num_stages = 3 if block_d <= 128 else 2
+    if interpret:  # small tiles keep the numpy interpreter fast and exercise the loops
+        block_n = 16
+    return block_m, block_n, block_d, num_warps, num_stages
+
+
+def _interpreted() -> bool:
+    """True when the kernels were defined under TRITON_INTERPRET=1 (Triton's interpreter;
+    it must be set before triton is first imported, as the interpreter also replaces
+    triton.language's own ``@jit`` helpers)."""
+    if triton is None:
+        return False
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_ragged_attention_fwd, InterpretedFunction)
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    scale: float,
+    *,
+    split: int | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:
+    """``bass::ragged_attention`` through the Triton kernels (no input checks).
+
+    Args:
+        q: ``[B, Hq, T, D]`` float16, bfloat16 or float32 (float64 goes to the reference),
+            any strides; ``D <= 256``.
+        k, v: ``[B, Hkv, S, D]``, q's dtype, any strides; ``Hq % Hkv == 0``.
+        q_lens, kv_lens: int32 ``[B]``, as in ``bass.ops.ragged_attention``.
+        scale: softmax scale.
+        split: ``None`` picks from shapes (:func:`num_kv_splits`); ``0`` forces the direct
+            path; ``n >= 1`` forces the split-KV path with ``n`` chunks (``1`` still runs
+            the partials and the combine kernel).
+        block_m, block_n: tile overrides (tests); powers of two >= 16.
+
+    Returns:
+        ``[B, Hq, T, D]`` contiguous, q's dtype. CUDA tensors run the compiled kernels
+        (through ``wrap_triton``, so it traces). In a process started with
+        ``TRITON_INTERPRET=1`` the kernels run in Triton's interpreter, on CPU tensors too.
+    """
+    if triton is None:
+        raise RuntimeError("ragged_attention impl 'fused' needs triton: pip install triton")
+    if q.dtype == torch.float64:
+        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = int(Hq // Hkv)  # a constexpr: specialise it under torch.compile
+    if D > 256:
+        raise ValueError(f"impl 'fused' supports head dim D <= 256, got {D}; use impl='reference'")
+    interpret = _interpreted()
+    if q.device.type == "cpu" and not interpret:
+        raise RuntimeError(
+            f"impl 'fused' runs on CUDA tensors, got {q.device.type}; to run its kernels on "
+            "CPU (slowly) start Python with TRITON_INTERPRET=1 set before triton is imported"
+        )
+    bm, bn, bd, num_warps, num_stages = _tiles(G * T, D, q.dtype == torch.float32, interpret)
+    bm, bn = block_m or bm, block_n or bn
+    out = torch.empty((B, Hq, T, D), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    m_blocks = triton.cdiv(G * T, bm)
+    if split is None:
+        splits = int(num_kv_splits(B * Hkv * m_blocks, S, _num_sms(q.device)))
+        use_split = splits > 1
+    else:
+        splits, use_split = max(int(split), 1), split >= 1
+    fwd, combine = _ragged_attention_fwd, _ragged_attention_combine
+    if use_split:
+        part_out = torch.empty((splits, B, Hq, T, D), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((splits, B, Hq, T), dtype=torch.float32, device=q.device)
+    else:  # the kernel writes out itself; the scratch arguments are unused placeholders
+        part_out = torch.empty(0, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
+    wrap_triton(fwd)[(B * Hkv, m_blocks, splits if use_split else 1)](
+        q, k, v, q_lens, kv_lens, out, part_out, part_lse,
+        scale * LOG2E, B, Hkv, T, D,
+        *q.stride(), *k.stride(), *v.stride(),
+        G=G,
+        SPLIT=use_split,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_D=bd,
+        UPCAST_DOT=interpret and q.dtype == torch.bfloat16,
+        IEEE_FP32=q.dtype == torch.float32,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )  # fmt: skip
+    if use_split:
+        block_t = min(16, _next_pow2(T))
+        wrap_triton(combine)[(B * Hq, triton.cdiv(T, block_t), 1)](
+            part_out, part_lse, q_lens, out, B, Hq, T, D, splits,
+            BLOCK_T=block_t, BLOCK_D=bd, num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- the op
+
+
+def _ragged_attention_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    return fused_attention(q, k, v, q_lens, kv_lens, scale)
+
+
+# triton_op (Inductor sees the kernels) wherever the kernels can run: a CUDA build of
+# torch, or Triton's interpreter. Elsewhere (CPU-only torch) the same schema is a plain
+# custom op that raises on use: triton_op's registration imports torch._inductor, a
+# second of import time for an op that cannot run there.
+_GPU_TORCH = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+if triton is not None and (_GPU_TORCH or _interpreted()):
+    torch.library.triton_op("bass::ragged_attention_fused", mutates_args=())(
+        _ragged_attention_fused
+    )
+else:
+    torch.library.custom_op("bass::ragged_attention_fused", mutates_args=())(
+        _ragged_attention_fused
+    ).register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
+
+
+def _available() -> bool:
+    return triton is not None and torch.cuda.is_available()
+
+
+register_implementation(
+    Implementation(
+        name="fused",
+        op=torch.ops.bass.ragged_attention_fused.default,
+        devices=("cuda",),
+        available=_available,
+        priority=10,
+        description=(
+            "Triton flash-attention kernel over the ragged layout (GQA-aware, split-KV)"
+            if triton is not None
+            else "Triton flash-attention kernel; unavailable: triton not installed"
+        ),
+    )
+)

@@ -1,0 +1,593 @@
+"""Tests of the ``fused`` implementation of ``bass::ragged_attention`` (Triton kernels).
+
+Four groups:
+
+* host side and registration: the split rule, the registry entry, ``import bass``
+  without triton (a subprocess that hides it). No GPU, no interpreter.
+* the kernels in Triton's interpreter, on CPU tensors, against the reference. The
+  interpreter must be chosen before triton is first imported, and the rest of the suite
+  imports it (``import bass`` does), so ``test_kernels_in_triton_interpreter`` reruns this
+  file in a subprocess with ``TRITON_INTERPRET=1``; there the interpreter tests run and
+  the driver skips. Run them directly with ``TRITON_INTERPRET=1 pytest
+  tests/test_triton_fused.py``. Small shapes (B <= 3, T <= 5, S <= 40): the interpreter
+  runs numpy per tile and takes ~0.1 s per launch.
+* sm_90 builds without a GPU: Triton's own compiler (bundled ptxas) builds the kernels
+  for Hopper with the tiles the launcher picks; no register spills, shared memory fits.
+* GPU checks (marker ``gpu``): the registered op against the reference, ``opcheck``, and
+  ``torch.compile(fullgraph=True)`` with no graph break and the kernels visible to AOT.
+
+Tolerances (fused output vs. the reference on the same inputs, computed in float32;
+``vmax`` = the largest ``|v|``): float32 ``1e-4`` relative and ``1e-4 * vmax`` absolute
+(IEEE fp32 dots, only summation order differs); float16 ``2e-3`` (the probabilities are
+rounded to float16 for the PV dot, the output once more); bfloat16 ``1e-2`` (the same with
+8-bit mantissas; in the interpreter the dots run in fp32, see ``UPCAST_DOT``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from test_ops_reference import AttentionCase, attention_cases
+
+import bass
+from bass.ops import reference, triton_fused
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+INTERPRETED = triton_fused._interpreted()  # this process runs the kernels in the interpreter
+
+needs_interpreter = pytest.mark.skipif(
+    not INTERPRETED,
+    reason="runs in the TRITON_INTERPRET=1 subprocess of test_kernels_in_triton_interpreter",
+)
+
+# dtype -> (rtol, atol relative to max |v|); see the module docstring.
+TOLERANCES = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1e-2, 1e-2),
+}
+
+
+def _fix_interpreter_for_numpy_2_4() -> None:
+    """Triton 3.6's interpreter turns a loop bound into an int with ``int(array of shape
+    (1,))``, which NumPy >= 2.4 refuses (triton-lang/triton#9171, fixed upstream after 3.6
+    by #9172, whose one-line change this applies). Test-only: the library never patches
+    Triton."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "bass_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patched.bass_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRETED and np.lib.NumpyVersion(np.__version__) >= "2.4.0":
+    _fix_interpreter_for_numpy_2_4()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def check_fused(out, case: AttentionCase, args, dtype) -> None:
+    """``out`` is the reference's answer within the dtype's tolerance, padding exactly 0."""
+    q, k, v, q_lens, kv_lens, scale = args
+    assert out.shape == (case.B, case.Hq, case.T, case.D)
+    assert out.dtype == dtype
+    assert out.device == q.device
+    out = out.cpu()
+    for b, q_len in enumerate(case.q_lens):
+        assert (out[b, :, q_len:] == 0).all(), f"row {b}: padding slots are not 0"
+    expected = reference.ragged_attention(
+        *(t.float() for t in (q, k, v)), q_lens, kv_lens, scale
+    ).cpu()
+    rtol, atol = TOLERANCES[dtype]
+    vmax = float(v.abs().max()) if v.numel() else 1.0
+    torch.testing.assert_close(out.float(), expected, rtol=rtol, atol=atol * vmax)
+
+
+@st.composite
+def small_cases(draw) -> AttentionCase:
+    """Shapes small enough for the interpreter, biased towards the contract's edges."""
+    B = draw(st.integers(1, 3))
+    T = draw(st.integers(1, 5))
+    S = draw(st.integers(1, 40))
+    all_padding = draw(st.integers(0, 7)) == 7
+    q_lens, kv_lens = [], []
+    for _ in range(B):
+        kv_len = draw(st.sampled_from([0, S]) | st.integers(0, S))
+        top = min(T, kv_len)
+        q_lens.append(0 if all_padding else draw(st.sampled_from([0, top]) | st.integers(0, top)))
+        kv_lens.append(kv_len)
+    return AttentionCase(
+        Hkv=draw(st.integers(1, 2)),
+        group=draw(st.sampled_from([1, 2, 4])),
+        T=T,
+        S=S,
+        D=draw(st.sampled_from([8, 12, 16, 32])),
+        q_lens=tuple(q_lens),
+        kv_lens=tuple(kv_lens),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        magnitude=draw(st.sampled_from([1.0, 0.1, 4.0])),
+        scale=draw(st.sampled_from([None, 1.0, 0.0, -0.5])),
+        transposed=draw(st.booleans()),
+    )
+
+
+# Every edge the contract names (the interpreter tiles are 16 queries x 16 keys).
+EDGE = {
+    # q_len 0 next to a full row; T > max q_len (slot 2 is padding everywhere)
+    "q_len_0": AttentionCase(Hkv=2, group=2, T=3, S=20, D=8, q_lens=(0, 2), kv_lens=(3, 20)),
+    # q_len == kv_len == T == S (prefill); G * T = 20 rows: two query blocks
+    "prefill": AttentionCase(Hkv=1, group=4, T=5, S=5, D=16, q_lens=(5, 5), kv_lens=(5, 5)),
+    # kv_len == S in every row, MQA, three key tiles
+    "full_cache": AttentionCase(
+        Hkv=1, group=4, T=2, S=40, D=32, q_lens=(1, 2, 2), kv_lens=(40, 40, 40)
+    ),
+    # kv_len 0 rows among live rows; transformers' [B, T, H, D] layout
+    "kv_len_0": AttentionCase(
+        Hkv=2, group=1, T=2, S=33, D=8, q_lens=(0, 1, 2), kv_lens=(0, 1, 33), transposed=True
+    ),
+    # all-padding batch: nothing to attend anywhere, output all zeros
+    "all_padding": AttentionCase(Hkv=2, group=2, T=3, S=17, D=8, q_lens=(0, 0), kv_lens=(0, 17)),
+    # a long row next to short ones: the short rows' later split chunks are empty
+    "long_and_short": AttentionCase(
+        Hkv=1, group=2, T=4, S=40, D=16, q_lens=(4, 1, 2), kv_lens=(40, 1, 5)
+    ),
+    # large scores (softmax stability), GQA group 4, two query blocks
+    "large_scores": AttentionCase(
+        Hkv=2, group=4, T=5, S=37, D=16, q_lens=(5, 1, 2), kv_lens=(37, 3, 2), magnitude=6.0
+    ),
+    # first query positions 14, 30, 14, next to the edge of a 16-key tile: the unmasked
+    # stage must stop exactly where a later query's key or the row's end begins
+    "tile_edges": AttentionCase(
+        Hkv=1, group=2, T=3, S=33, D=8, q_lens=(2, 3, 1), kv_lens=(16, 33, 15)
+    ),
+    # negative scale, a prefill row spanning both stages of the key loop
+    "negative_scale": AttentionCase(
+        Hkv=1, group=1, T=5, S=40, D=12, q_lens=(5,), kv_lens=(21,), scale=-0.5
+    ),
+}
+EDGE_CASES = list(EDGE.values())
+
+
+def with_edge_cases(test):
+    for case in reversed(EDGE_CASES):
+        test = example(case=case)(test)
+    return test
+
+
+# --------------------------------------------------------------------------- host side
+
+
+def test_num_kv_splits_uses_shapes_and_sm_count_only():
+    split = triton_fused.num_kv_splits
+    assert split(programs=132, S=1 << 16, sms=132) == 1  # a full wave: no split
+    assert split(programs=8, S=100, sms=132) == 1  # short cache: no split
+    assert split(programs=8, S=1024, sms=132) == 4  # bounded by S // MIN_KEYS_PER_SPLIT
+    assert split(programs=8, S=1 << 16, sms=132) == 16  # ceil(132 / 8) = 17 > MAX_SPLITS
+    assert split(programs=40, S=1 << 16, sms=132) == 4  # ceil(132 / 40)
+    assert split(programs=1, S=1 << 20, sms=132) == triton_fused.MAX_SPLITS
+
+
+def test_tiles_cover_the_head_dim_with_powers_of_two():
+    for D in (1, 8, 12, 64, 80, 128, 256):
+        for M in (1, 4, 20, 64, 300):
+            for fp32 in (False, True):
+                bm, bn, bd, _, _ = triton_fused._tiles(M, D, fp32=fp32, interpret=False)
+                assert bd >= max(D, 16) and bd & (bd - 1) == 0
+                assert 16 <= bm <= 64 and bm & (bm - 1) == 0
+                assert bn in (16, 32, 64)
+
+
+def test_fused_is_registered_for_cuda():
+    impl = bass.ops._IMPLEMENTATIONS["fused"]
+    assert impl.op is torch.ops.bass.ragged_attention_fused.default
+    assert impl.devices == ("cuda",)
+    assert impl.priority == 10
+    assert impl.available() == (HAS_TRITON and torch.cuda.is_available())
+    if not torch.cuda.is_available():
+        assert "fused" not in bass.ops.available_implementations()
+        with pytest.raises(RuntimeError, match=r"'fused' is not available"):
+            bass.ops.resolve_implementation("fused", torch.device("cuda"))
+    # on CPU, auto still means the reference
+    assert bass.ops.resolve_implementation("auto", torch.device("cpu")).name == "reference"
+
+
+IMPORT_WITHOUT_TRITON = """
+import sys
+sys.modules["triton"] = None  # `import triton` now raises ImportError
+import torch, bass
+impl = bass.ops._IMPLEMENTATIONS["fused"]
+assert "triton not installed" in impl.description, impl.description
+assert not impl.available()
+try:
+    bass.ops.resolve_implementation("fused", torch.device("cuda"))
+except RuntimeError as error:
+    assert "triton not installed" in str(error), error
+else:
+    raise AssertionError("resolve_implementation('fused') did not raise")
+q = torch.zeros(1, 1, 1, 16)
+lens = torch.ones(1, dtype=torch.int32)
+try:
+    torch.ops.bass.ragged_attention_fused(q, q, q, lens, lens, 1.0)
+except RuntimeError as error:
+    assert "needs triton" in str(error), error
+else:
+    raise AssertionError("the fused op ran without triton")
+print("ok")
+"""
+
+
+@pytest.mark.skipif(INTERPRETED, reason="checked by the parent run")
+def test_import_bass_without_triton_registers_fused_as_unavailable():
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITHOUT_TRITON],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-4000:]
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this process runs the interpreter")
+def test_cpu_tensors_without_the_interpreter_are_refused():
+    pytest.importorskip("triton")
+    args = EDGE["q_len_0"].tensors(torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match=r"runs on CUDA tensors.*TRITON_INTERPRET=1"):
+        triton_fused.fused_attention(*args)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
+def test_kernels_in_triton_interpreter():
+    """Run this file's interpreter tests in a fresh process with TRITON_INTERPRET=1."""
+    pytest.importorskip("triton")
+    command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"]
+    result = subprocess.run(
+        [*command, "-m", "not gpu"],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    report = result.stdout[-8000:] + result.stderr[-4000:]
+    assert result.returncode == 0, report
+    passed = re.search(r"(\d+) passed", result.stdout)
+    assert passed and int(passed.group(1)) >= 20, report  # the interpreter tests did run
+
+
+# --------------------------------------------------------------------------- interpreter
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 1, 2, 3], ids=lambda s: f"split={s}")
+@settings(max_examples=12)
+@with_edge_cases
+@given(case=small_cases())
+def test_fused_float32_matches_reference(case, split):
+    """split=None: the direct path (S <= 40 never splits); 1..3: the split-KV path."""
+    args = case.tensors(torch.float32, "cpu")
+    out = triton_fused.fused_attention(*args, split=split)
+    assert out.is_contiguous()
+    check_fused(out, case, args, torch.float32)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 2], ids=lambda s: f"split={s}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@settings(max_examples=6)
+@example(case=EDGE["prefill"])
+@example(case=EDGE["long_and_short"])
+@example(case=EDGE["large_scores"])
+@given(case=small_cases())
+def test_fused_low_precision_matches_reference(case, dtype, split):
+    args = case.tensors(dtype, "cpu")
+    check_fused(triton_fused.fused_attention(*args, split=split), case, args, dtype)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 3], ids=lambda s: f"split={s}")
+@settings(max_examples=6)
+@example(case=EDGE["q_len_0"])
+@example(case=EDGE["long_and_short"])
+@example(case=EDGE["tile_edges"])
+@given(case=small_cases())
+def test_fused_never_reads_past_kv_len_or_padding_queries(case, split):
+    """NaN or inf in cache slots >= kv_len (a torch.empty cache) and NaN in padding query
+    slots change nothing, bit for bit: the kernels never load them."""
+    q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
+    out = triton_fused.fused_attention(q, k, v, q_lens, kv_lens, scale, split=split)
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    for b, (q_len, kv_len) in enumerate(zip(case.q_lens, case.kv_lens)):
+        q2[b, :, q_len:] = float("nan")
+        k2[b, :, kv_len:] = float("nan")
+        v2[b, :, kv_len:] = float("inf")
+    out2 = triton_fused.fused_attention(q2, k2, v2, q_lens, kv_lens, scale, split=split)
+    assert not out2.isnan().any()
+    assert torch.equal(out2, out)
+
+
+@needs_interpreter
+@pytest.mark.parametrize(("block_m", "block_n"), [(16, 32), (32, 16), (64, 64)])
+@pytest.mark.parametrize("name", ["prefill", "full_cache", "tile_edges", "negative_scale"])
+def test_fused_other_tile_shapes(name, block_m, block_n):
+    case = EDGE[name]
+    args = case.tensors(torch.float32, "cpu")
+    for split in (0, 2):
+        out = triton_fused.fused_attention(*args, split=split, block_m=block_m, block_n=block_n)
+        check_fused(out, case, args, torch.float32)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("D", [64, 80, 128, 256])
+def test_fused_large_head_dims(D):
+    case = AttentionCase(Hkv=1, group=2, T=2, S=20, D=D, q_lens=(2, 1), kv_lens=(20, 7))
+    args = case.tensors(torch.float32, "cpu")
+    check_fused(triton_fused.fused_attention(*args), case, args, torch.float32)
+    check_fused(triton_fused.fused_attention(*args, split=2), case, args, torch.float32)
+
+
+@needs_interpreter
+def test_fused_worked_example_from_the_module_docstring():
+    """G = 2, T = 3, q_lens = [2], kv_lens = [6]: queries at positions 4 and 5."""
+    case = AttentionCase(Hkv=1, group=2, T=3, S=6, D=8, q_lens=(2,), kv_lens=(6,))
+    q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
+    out = triton_fused.fused_attention(q, k, v, q_lens, kv_lens, scale)
+    assert (out[0, :, 2] == 0).all()
+    k2 = k.clone()
+    k2[0, :, 5] += 1.0  # key 5 is visible to the second query only
+    out2 = triton_fused.fused_attention(q, k2, v, q_lens, kv_lens, scale)
+    assert torch.equal(out2[0, :, 0], out[0, :, 0])
+    assert not torch.equal(out2[0, :, 1], out[0, :, 1])
+
+
+@needs_interpreter
+def test_fused_float64_is_the_reference():
+    args = EDGE["full_cache"].tensors(torch.float64, "cpu")
+    assert torch.equal(triton_fused.fused_attention(*args), reference.ragged_attention(*args))
+
+
+@needs_interpreter
+def test_registered_op_runs_the_kernels_in_the_interpreter():
+    """The triton_op itself, eagerly on CPU tensors (its schema checked by opcheck)."""
+    case = EDGE["long_and_short"]
+    args = case.tensors(torch.float32, "cpu")
+    op = torch.ops.bass.ragged_attention_fused.default
+    check_fused(op(*args), case, args, torch.float32)
+    torch.library.opcheck(op, args, test_utils="test_schema")
+
+
+# --------------------------------------------------------------------------- sm_90 builds
+
+# The configurations _tiles picks for typical shapes: (dtype, D, G, T, split path).
+SM90_BUILDS = [
+    ("bf16", 128, 4, 8, False),  # speculative decoding, GQA
+    ("bf16", 128, 8, 8, True),  # a 64 x 128 tile
+    ("fp16", 256, 8, 64, True),  # prefill tile, largest head dim
+    ("fp32", 80, 2, 5, True),  # exact fp32 dots, non-power-of-two D
+]
+
+
+def compile_for_sm90(kernel, types: dict[str, str], constexprs: dict, **options):
+    """Build ``kernel`` for sm_90 without a GPU (Triton's bundled ptxas), specialised as a
+    launch on contiguous, 16-byte-aligned tensors would be."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {
+        name: "constexpr" if name in constexprs else types.get(name, "i32")
+        for name in kernel.arg_names
+    }
+    aligned = [["tt.divisibility", 16]]
+    attrs = {
+        (kernel.arg_names.index(name),): aligned
+        for name, kind in signature.items()
+        if kind.startswith("*") or name.startswith("stride")
+    }
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def stack_bytes(compiled, tmp_path) -> int | None:
+    """Per-thread stack (register spills) of a build, from cuobjdump -res-usage."""
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not cuobjdump.exists():
+        return None
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    usage = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True)
+    found = re.search(r"STACK:(\d+)", usage.stdout)
+    return int(found.group(1)) if found else None
+
+
+@pytest.mark.skipif(INTERPRETED, reason="needs the compiled (not interpreted) kernels")
+@pytest.mark.parametrize(("dtype", "D", "G", "T", "split"), SM90_BUILDS, ids=str)
+def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, tmp_path):
+    """What the interpreter cannot show: the kernels pass Triton's GPU compiler for
+    Hopper with the tiles _tiles picks, fit in shared memory and do not spill."""
+    pytest.importorskip("triton")
+    bm, bn, bd, num_warps, num_stages = triton_fused._tiles(
+        G * T, D, fp32=dtype == "fp32", interpret=False
+    )
+    types = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}"}
+    types |= {"q_lens": "*i32", "kv_lens": "*i32", "PartOut": "*fp32", "PartLse": "*fp32"}
+    types["qk_scale"] = "fp32"
+    constexprs = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "G": G, "SPLIT": split}
+    constexprs |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd}
+    constexprs |= {"UPCAST_DOT": False, "IEEE_FP32": dtype == "fp32"}
+    fwd = compile_for_sm90(
+        triton_fused._ragged_attention_fwd,
+        types,
+        constexprs,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    assert fwd.metadata.shared <= 227 * 1024  # sm_90's per-block limit
+    assert stack_bytes(fwd, tmp_path) in (0, None)
+    if dtype != "fp32":  # 16-bit dots run on the tensor cores
+        assert "mma" in fwd.asm["ptx"]
+    if split:
+        types = {"PartOut": "*fp32", "PartLse": "*fp32", "q_lens": "*i32", "Out": f"*{dtype}"}
+        combine = compile_for_sm90(
+            triton_fused._ragged_attention_combine,
+            types,
+            {"BLOCK_T": min(16, triton_fused._next_pow2(T)), "BLOCK_D": bd},
+            num_warps=4,
+        )
+        assert stack_bytes(combine, tmp_path) in (0, None)
+
+
+# --------------------------------------------------------------------------- GPU
+
+GPU_CASES = [
+    # speculative decoding: T = 8 bucket, GQA 4, ragged rows incl. a zero-length one
+    AttentionCase(
+        Hkv=8, group=4, T=8, S=1024, D=128, q_lens=(8, 3, 0, 1), kv_lens=(1000, 3, 17, 1024)
+    ),
+    # plain decoding over a long cache: few programs, so auto picks split-KV
+    AttentionCase(Hkv=2, group=1, T=1, S=8192, D=64, q_lens=(1,), kv_lens=(8000,)),
+    # prefill next to a long row, D = 256
+    AttentionCase(Hkv=1, group=8, T=64, S=300, D=256, q_lens=(64, 10), kv_lens=(64, 300)),
+    # non-power-of-two head dim, zero-length row, transformers' layout
+    AttentionCase(
+        Hkv=4, group=2, T=5, S=77, D=80, q_lens=(5, 0, 2), kv_lens=(77, 0, 2), transposed=True
+    ),
+]
+
+
+def on_gpu(test):
+    """Marker ``gpu``; skipped cleanly without CUDA or triton."""
+    test = pytest.mark.skipif(not HAS_TRITON, reason="needs triton")(test)
+    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test)
+    return pytest.mark.gpu(test)
+
+
+@on_gpu
+@pytest.mark.parametrize("split", [None, 0, 1, 3], ids=lambda s: f"split={s}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("case", GPU_CASES, ids=[f"case{i}" for i in range(len(GPU_CASES))])
+def test_gpu_fused_matches_reference(case, dtype, split):
+    args = case.tensors(dtype, "cuda")
+    with torch.no_grad():
+        out = triton_fused.fused_attention(*args, split=split)
+        check_fused(out, case, args, dtype)
+        if split is None:  # the registered op, through the public entry point
+            out = torch.ops.bass.ragged_attention(*args, impl="fused")
+            check_fused(out, case, args, dtype)
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@settings(max_examples=40)
+@given(case=attention_cases())
+def test_gpu_fused_random_ragged_inputs(case, dtype):
+    """test_ops_reference's strategy (B <= 4, T, S <= 16, GQA up to 4, any D <= 16,
+    zero-length rows, transposed layouts) through impl='fused'."""
+    args = case.tensors(dtype, "cuda")
+    with torch.no_grad():
+        out = torch.ops.bass.ragged_attention(*args, impl="fused")
+    check_fused(out, case, args, dtype)
+
+
+@on_gpu
+def test_gpu_fused_never_reads_past_kv_len():
+    case = GPU_CASES[0]
+    q, k, v, q_lens, kv_lens, scale = case.tensors(torch.bfloat16, "cuda")
+    out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl="fused")
+    for b, (q_len, kv_len) in enumerate(zip(case.q_lens, case.kv_lens)):
+        q[b, :, q_len:] = float("nan")
+        k[b, :, kv_len:] = float("nan")
+        v[b, :, kv_len:] = float("nan")
+    out2 = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl="fused")
+    assert torch.equal(out2, out)
+
+
+@on_gpu
+def test_gpu_float64_goes_to_the_reference():
+    args = GPU_CASES[3].tensors(torch.float64, "cuda")
+    out = torch.ops.bass.ragged_attention(*args, impl="fused")
+    torch.testing.assert_close(out, reference.ragged_attention(*args), rtol=1e-12, atol=1e-12)
+
+
+OPCHECK_CASES = [GPU_CASES[0], GPU_CASES[3], EDGE["all_padding"]]
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", OPCHECK_CASES, ids=["gqa", "zero-rows", "all-padding"])
+def test_gpu_opcheck_fused(case, dtype):
+    args = case.tensors(dtype, "cuda")
+    for op, kwargs in (
+        (torch.ops.bass.ragged_attention_fused.default, None),
+        (torch.ops.bass.ragged_attention.default, {"impl": "fused"}),
+    ):
+        result = torch.library.opcheck(op, args, kwargs)
+        assert all(status == "SUCCESS" for status in result.values()), result
+
+
+def fused_step(q, k, v, q_lens, kv_lens):
+    return torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, 0.125, impl="fused")
+
+
+@on_gpu
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("case", [GPU_CASES[0], GPU_CASES[1]], ids=["direct", "split-kv"])
+def test_gpu_compiles_fullgraph_without_breaks(case, dynamic):
+    torch._dynamo.reset()
+    args = case.tensors(torch.bfloat16, "cuda")[:5]
+    explanation = torch._dynamo.explain(fused_step)(*args)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    compiled = torch.compile(fused_step, fullgraph=True, dynamic=dynamic)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*args), fused_step(*args))
+    torch._dynamo.reset()
+
+
+@on_gpu
+def test_gpu_aot_graph_holds_the_triton_kernels():
+    """triton_op decomposes under AOT: the graph Inductor gets calls the kernels themselves
+    (triton_kernel_wrapper_functional), not an opaque op."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._higher_order_ops.triton_kernel_wrap import triton_kernel_wrapper_functional
+
+    torch._dynamo.reset()
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(
+        fused_step, fullgraph=True, backend=aot_autograd(fw_compiler=keep_graph)
+    )
+    # few programs over a long cache: the split path, two kernels
+    args = GPU_CASES[1].tensors(torch.float16, "cuda")[:5]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*args), fused_step(*args), rtol=0, atol=0)
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    kernels = [t for t in targets if t is triton_kernel_wrapper_functional]
+    assert len(kernels) == 2, targets
+    assert torch.ops.bass.ragged_attention_fused.default not in targets
+    torch._dynamo.reset()
