@@ -74,7 +74,8 @@ class Implementation:
     ``op`` has the schema ``(q, k, v, q_lens, kv_lens, scale) -> out`` and the same
     semantics; ``devices`` lists the device types it runs on; ``available`` says whether
     it can run in this process (e.g. Triton importable, CUTLASS library built).
-    ``priority`` orders the candidates of ``impl="auto"`` (higher first).
+    ``priority`` orders the candidates of ``impl="auto"`` (higher first); an
+    implementation with ``in_auto=False`` is only used when named explicitly.
     """
 
     name: str
@@ -83,6 +84,7 @@ class Implementation:
     available: Callable[[], bool] = lambda: True
     priority: int = 0
     description: str = ""
+    in_auto: bool = True
 
 
 _IMPLEMENTATIONS: dict[str, Implementation] = {}
@@ -112,7 +114,9 @@ def resolve_implementation(impl: str, device: torch.device) -> Implementation:
     """
     if impl == "auto":
         candidates = [
-            i for i in _IMPLEMENTATIONS.values() if device.type in i.devices and i.available()
+            i
+            for i in _IMPLEMENTATIONS.values()
+            if i.in_auto and device.type in i.devices and i.available()
         ]
         if not candidates:
             raise RuntimeError(f"no ragged_attention implementation runs on {device}")

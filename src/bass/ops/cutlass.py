@@ -386,6 +386,9 @@ def _define_ops() -> None:
             devices=("cuda",),
             available=available,
             priority=5,
+            # Not in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
+            # a GPU user gets the tested reference unless they ask for this by name.
+            in_auto=False,
             description="BASS-SPLIT: CUTLASS grouped GEMMs, one problem per (row, KV head), "
             "Triton masked softmax, no host sync" + common,
         )
@@ -397,6 +400,9 @@ def _define_ops() -> None:
             devices=("cuda",),
             available=available,
             priority=4,
+            # Not in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
+            # a GPU user gets the tested reference unless they ask for this by name.
+            in_auto=False,
             description="BASS-PAD: CUTLASS sm90 batched GEMMs over rows padded to the longest "
             "kv_len (one host sync), Triton masked softmax" + common,
         )

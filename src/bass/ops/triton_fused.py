@@ -435,6 +435,9 @@ register_implementation(
         devices=("cuda",),
         available=_available,
         priority=10,
+        # Not in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
+        # a GPU user gets the tested reference unless they ask for this by name.
+        in_auto=False,
         description=(
             "Triton flash-attention kernel over the ragged layout (GQA-aware, split-KV)"
             if triton is not None
