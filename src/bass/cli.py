@@ -247,12 +247,9 @@ def make_generator(main, draft, config: Config):
 
 def encode(tokenizer, text: str, chat: bool) -> list[int]:
     """Token ids of ``text``, wrapped in the chat template as a user turn when ``chat``."""
-    if chat:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    return list(tokenizer(text)["input_ids"])
+    from .models import encode_prompt
+
+    return encode_prompt(tokenizer, text, chat)
 
 
 def use_chat(tokenizer, config: Config, source: str) -> bool:

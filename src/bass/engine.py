@@ -494,19 +494,9 @@ class Generator:
         has one, unless ``chat=False``), generates, decodes the new tokens."""
         if chat is None:
             chat = getattr(tokenizer, "chat_template", None) is not None
-        if chat:
-            prompts = [
-                tokenizer.apply_chat_template(
-                    [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True
-                )
-                for t in texts
-            ]
-            prompts = [
-                list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p)
-                for p in prompts
-            ]
-        else:
-            prompts = [tokenizer(t)["input_ids"] for t in texts]
+        from .models import encode_prompt
+
+        prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
         kw.setdefault("eos_token_id", tokenizer.eos_token_id)
         res = self.generate(prompts, **kw)
         return [tokenizer.decode(s, skip_special_tokens=True) for s in res.sequences]

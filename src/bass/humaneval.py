@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .models import encode_prompt
+
 __all__ = [
     "STOP_SEQUENCES",
     "CheckResult",
@@ -410,13 +412,7 @@ def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs)
 
     def sample(problem: dict, n: int) -> tuple[list[Sample], Any]:
         text = problem["prompt"]
-        if chat:
-            ids = tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-            )
-            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        else:
-            ids = list(tokenizer(text)["input_ids"])
+        ids = encode_prompt(tokenizer, text, chat)
         res = generator.generate([ids] * n, **generate_kwargs)
         eos = generate_kwargs.get("eos_token_id")
         eos = set([eos] if isinstance(eos, int) else (eos or []))

