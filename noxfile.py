@@ -114,7 +114,6 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_op_overhead.py")
     session.run("python", "bench/bench_kernels.py")
     session.run("python", "bench/bench_policies.py")
-    session.run("python", "bench/bench_default_model.py")
     session.run("python", "bench/bench_e2e.py", mode)
 
 

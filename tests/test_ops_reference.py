@@ -199,23 +199,27 @@ def check_against_naive(out, case: AttentionCase, q, k, v, q_lens, kv_lens, scal
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("impl", ["reference", "auto"])
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "auto"])
 @settings(max_examples=100, deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_float64_matches_naive_loop(case, impl, device):
+    if impl == "sdpa" and device != "cpu":
+        pytest.skip("impl sdpa is registered for CPU only")
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float64, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
     check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, torch.float64)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("impl", ["reference", "auto"])
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "auto"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @settings(max_examples=60, deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_low_precision_matches_naive_loop(case, dtype, impl, device):
+    if impl == "sdpa" and device != "cpu":
+        pytest.skip("impl sdpa is registered for CPU only")
     q, k, v, q_lens, kv_lens, scale = case.tensors(dtype, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
     check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, dtype)
@@ -259,15 +263,16 @@ def test_attention_ignores_nonfinite_values_past_kv_len():
     """A cache from torch.empty may hold NaN past kv_len; the contract never reads there."""
     case = AttentionCase(Hkv=1, group=1, T=1, S=4, D=2, q_lens=(1,), kv_lens=(2,))
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
-    out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale)
-    assert not out.isnan().any()
     k2, v2 = k.clone(), v.clone()
     for b, kv_len in enumerate(case.kv_lens):
         k2[b, :, kv_len:] = float("nan")
         v2[b, :, kv_len:] = float("nan")
-    torch.testing.assert_close(
-        torch.ops.bass.ragged_attention(q, k2, v2, q_lens, kv_lens, scale), out
-    )
+    for impl in ("reference", "sdpa"):
+        out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
+        assert not out.isnan().any()
+        torch.testing.assert_close(
+            torch.ops.bass.ragged_attention(q, k2, v2, q_lens, kv_lens, scale, impl), out
+        )
 
 
 def test_attention_worked_example_from_the_docs():

@@ -18,7 +18,7 @@ def fake_impl(monkeypatch):
 
 def test_auto_skips_implementations_not_cleared_for_auto(fake_impl):
     fake_impl(name="unproven", priority=99, in_auto=False)
-    assert ops.resolve_implementation("auto", torch.device("cpu")).name == "reference"
+    assert ops.resolve_implementation("auto", torch.device("cpu")).name == "sdpa"
     assert ops.resolve_implementation("unproven", torch.device("cpu")).name == "unproven"
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import reference
+from . import reference, sdpa
 from .checks import (
     LENGTH_DTYPE,
     check_append_inputs,
@@ -176,6 +176,34 @@ register_implementation(
         devices=("cpu", "cuda"),
         priority=0,
         description="pure PyTorch, masked dense attention over the whole cache",
+    )
+)
+
+
+@torch.library.custom_op("bass::ragged_attention_sdpa", mutates_args=())
+def _ragged_attention_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    return sdpa.ragged_attention(q, k, v, q_lens, kv_lens, scale)
+
+
+@_ragged_attention_sdpa.register_fake
+def _(q, k, v, q_lens, kv_lens, scale):
+    return torch.empty_like(q)
+
+
+register_implementation(
+    Implementation(
+        name="sdpa",
+        op=torch.ops.bass.ragged_attention_sdpa.default,
+        devices=("cpu",),
+        priority=1,
+        description="F.scaled_dot_product_attention with a mask built from the lengths",
     )
 )
 
