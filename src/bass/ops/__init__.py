@@ -203,7 +203,7 @@ register_implementation(
         op=torch.ops.bass.ragged_attention_sdpa.default,
         devices=("cpu",),
         priority=1,
-        description="F.scaled_dot_product_attention with a mask built from the lengths",
+        description="F.scaled_dot_product_attention per row on its own slices (CPU)",
     )
 )
 

@@ -1,15 +1,13 @@
-"""``impl="sdpa"``: ragged attention through ``F.scaled_dot_product_attention``.
+"""``impl="sdpa"`` (CPU): ragged attention as one ``F.scaled_dot_product_attention`` call
+per row, on that row's own slices.
 
-The ragged lengths become a boolean mask ``[B, 1, T, S]`` and PyTorch's fused SDPA kernels
-do the rest (GQA through ``enable_gqa``). It computes over the whole cache like the
-reference, but with PyTorch's optimised kernels: on CPU it is several times faster than
-the reference (bench/results/cpu_kernels.md), so ``auto`` prefers it there. Two details
-keep the contract exact:
-
-* a padding query slot has no key to attend to, and SDPA would return NaN for it; it is
-  given key 0 and its output is then replaced by 0;
-* cache slots at or past ``kv_len`` are never read by the contract, but a masked score or
-  value still enters SDPA's arithmetic (``0 * NaN`` is NaN), so K and V are zeroed there.
+Row ``b`` attends with its ``q_lens[b]`` real queries to its first ``kv_lens[b]`` keys, so
+nothing past a row's length is ever read (NaN left in an uninitialised cache slot cannot
+leak) and no padded work is done; the causal mask is bottom-right aligned (query ``i`` sees
+keys ``0..kv_len - q_len + i``). The loop over rows reads the lengths on the host, which
+costs nothing on CPU: this implementation is registered for CPU only, where ``auto``
+prefers it (bench/results/cpu_kernels.md compares it with the reference and with SDPA
+over the padded cache). fp16/bf16 compute in float32 and round once, as the reference.
 """
 
 from __future__ import annotations
@@ -19,23 +17,20 @@ import torch.nn.functional as F
 
 
 def ragged_attention(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    Hq, T = q.shape[1], q.shape[2]  # q: [B, Hq, T, D]
-    Hkv, S = k.shape[1], k.shape[2]  # k, v: [B, Hkv, S, D]
-    t = torch.arange(T, device=q.device)
-    s = torch.arange(S, device=q.device)
-    ql = q_lens.to(torch.long)[:, None]  # [B, 1]
-    kl = kv_lens.to(torch.long)[:, None]  # [B, 1]
-    valid = t[None] < ql  # [B, T] real query slots
-    pos = kl - ql + t  # [B, T] absolute position of each query
-    allowed = (s[None, None] <= pos[:, :, None]) & valid[:, :, None]  # [B, T, S]
-    allowed = allowed | ((~valid)[:, :, None] & (s == 0))  # padding slots: key 0, then 0
-    live = (s[None] < kl)[:, None, :, None]  # [B, 1, S, 1]
-    # fp16/bf16 go through float32 (one rounding at the end, as the reference): CPU SDPA
-    # in bf16 rounds the probabilities too, an error the contract's tolerances do not allow
+    Hq, Hkv = q.shape[1], k.shape[1]  # q: [B, Hq, T, D]; k, v: [B, Hkv, S, D]
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    zero = torch.zeros((), dtype=cdt, device=k.device)
-    k, v = torch.where(live, k.to(cdt), zero), torch.where(live, v.to(cdt), zero)
-    out = F.scaled_dot_product_attention(
-        q.to(cdt), k, v, attn_mask=allowed[:, None], scale=scale, enable_gqa=Hq != Hkv
-    )
-    return torch.where(valid[:, None, :, None], out, zero).to(q.dtype)
+    out = torch.zeros_like(q)  # padding slots stay 0
+    for b, (ql, kl) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
+        if ql == 0:
+            continue
+        qb = q[b : b + 1, :, :ql].to(cdt)  # [1, Hq, ql, D]
+        kb, vb = k[b : b + 1, :, :kl].to(cdt), v[b : b + 1, :, :kl].to(cdt)  # [1, Hkv, kl, D]
+        mask = None
+        if ql > 1:  # query i sits at position kl - ql + i
+            i = torch.arange(ql, device=q.device)[:, None]
+            mask = torch.arange(kl, device=q.device)[None] <= i + (kl - ql)  # [ql, kl]
+        ob = F.scaled_dot_product_attention(
+            qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=Hq != Hkv
+        )
+        out[b : b + 1, :, :ql] = ob.to(q.dtype)
+    return out
