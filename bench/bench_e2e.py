@@ -7,6 +7,7 @@ tokens: eos is ignored so all methods do equal work):
 * ``bass-regular``: bass with drafting off (``draft=None``);
 * ``bass[<policy>]``: BASS with each draft-length policy;
 * ``hf-assisted (1 at a time)``: transformers' single-sequence speculative decoding
+  (on GPU only up to batch 8, and with real, i.e. near-zero, acceptance on random weights)
   (``assistant_model=`` for a draft model, ``prompt_lookup_num_tokens=`` for n-grams), one
   prompt at a time, since it refuses batches.
 
@@ -193,15 +194,18 @@ def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=No
 # ----------------------------------------------------------------------------- driver
 
 
-def run_grid(main, draft, prompts, batches, max_new, policies, forced=None, assisted=True):
+def run_grid(main, draft, prompts, batches, max_new, policies, forced=(None,), assisted_upto=64):
+    """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance)."""
     rows = []
     for B in batches:
         ps = prompts[:B]
         results = {"hf-generate": hf_generate(main, ps, max_new)}
         results["bass-regular"] = bass_run(main, None, ps, max_new)
         for name, opts in policies.items():
-            results[f"bass[{name}]"] = bass_run(main, draft, ps, max_new, name, opts, forced)
-        if assisted:
+            for p in forced:
+                label = f"bass[{name}]" if p is None else f"bass[{name}] p={p}"
+                results[label] = bass_run(main, draft, ps, max_new, name, opts, p)
+        if len(ps) <= assisted_upto:  # one prompt at a time: slow, so only small batches
             results["hf-assisted (1 at a time)"] = hf_assisted(main, draft, ps, max_new)
         base = results["hf-generate"]["wall_s"]
         for method, r in results.items():
@@ -245,7 +249,7 @@ def to_markdown(rows, meta) -> str:
     ]
     if meta.get("forced_acceptance") is not None:
         out.append(
-            f"**Forced-acceptance mode, p = {meta['forced_acceptance']}** (random weights: "
+            f"**Forced-acceptance mode, p in {meta['forced_acceptance']}** (random weights: "
             "a systems measurement, not output quality)  "
         )
     if meta.get("bandwidth_floor_ms"):
@@ -317,9 +321,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new", type=int, default=None)
     ap.add_argument(
         "--forced-acceptance",
-        type=float,
         default=None,
-        help="GPU mode: p of the forced-acceptance sweep (default 0.8)",
+        help="comma-separated probabilities of the forced-acceptance sweep "
+        "(GPU mode default: 0.5,0.7,0.9; random weights need it)",
     )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-plots", action="store_true")
@@ -330,7 +334,8 @@ def main(argv=None) -> int:
     max_new = args.max_new or defaults[mode][1]
     setup = {"cpu": cpu_setup, "gpu": gpu_setup, "smoke": smoke_setup}[mode]
     main_model, draft, prompts, label = setup(max(batches))
-    forced = args.forced_acceptance if mode != "gpu" else (args.forced_acceptance or 0.8)
+    sweep = args.forced_acceptance or ("0.5,0.7,0.9" if mode == "gpu" else None)
+    forced = tuple(float(p) for p in sweep.split(",")) if sweep else (None,)
     policies = GPU_POLICIES if mode == "gpu" else CPU_POLICIES
     rows = run_grid(
         main_model,
@@ -340,13 +345,13 @@ def main(argv=None) -> int:
         max_new,
         policies,
         forced,
-        assisted=mode != "gpu" or max(batches) <= 8,
+        assisted_upto=8 if mode == "gpu" else 64,
     )
     meta = {
         "setup": label,
         "mode": mode,
         "max_new": max_new,
-        "forced_acceptance": forced,
+        "forced_acceptance": None if forced == (None,) else list(forced),
         "command": "python bench/bench_e2e.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": (
