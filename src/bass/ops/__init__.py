@@ -149,62 +149,52 @@ def bucket_query_len(t: int) -> int:
     return -(-t // top) * top
 
 
-# --------------------------------------------------------------------------- reference op
+# --------------------------------------------------------------------------- pure-PyTorch ops
 
 
-@torch.library.custom_op("bass::ragged_attention_reference", mutates_args=())
-def _ragged_attention_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
+def register_torch_implementation(
+    name: str, fn: Callable[..., torch.Tensor], *, devices: tuple[str, ...], **kw
+) -> Implementation:
+    """Register ``fn(q, k, v, q_lens, kv_lens, scale) -> out`` (plain PyTorch code) as the
+    custom op ``bass::ragged_attention_<name>``, with a shape-only fake, and as
+    ``impl=<name>``. Opaque to Inductor: kernels that Inductor should see into register
+    through ``torch.library.triton_op`` instead (see ``triton_fused``)."""
 
+    def kernel(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_lens: torch.Tensor,
+        kv_lens: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        return fn(q, k, v, q_lens, kv_lens, scale)
 
-@_ragged_attention_reference.register_fake
-def _(q, k, v, q_lens, kv_lens, scale):
-    return torch.empty_like(q)
-
-
-register_implementation(
-    Implementation(
-        name="reference",
-        op=torch.ops.bass.ragged_attention_reference.default,
-        devices=("cpu", "cuda"),
-        priority=0,
-        description="pure PyTorch, masked dense attention over the whole cache",
+    op = torch.library.custom_op(f"bass::ragged_attention_{name}", kernel, mutates_args=())
+    op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: torch.empty_like(q))
+    impl = Implementation(
+        name=name,
+        op=getattr(torch.ops.bass, f"ragged_attention_{name}").default,
+        devices=devices,
+        **kw,
     )
+    register_implementation(impl)
+    return impl
+
+
+register_torch_implementation(
+    "reference",
+    reference.ragged_attention,
+    devices=("cpu", "cuda"),
+    priority=0,
+    description="pure PyTorch, masked dense attention over the whole cache",
 )
-
-
-@torch.library.custom_op("bass::ragged_attention_sdpa", mutates_args=())
-def _ragged_attention_sdpa(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    return sdpa.ragged_attention(q, k, v, q_lens, kv_lens, scale)
-
-
-@_ragged_attention_sdpa.register_fake
-def _(q, k, v, q_lens, kv_lens, scale):
-    return torch.empty_like(q)
-
-
-register_implementation(
-    Implementation(
-        name="sdpa",
-        op=torch.ops.bass.ragged_attention_sdpa.default,
-        devices=("cpu",),
-        priority=1,
-        description="F.scaled_dot_product_attention per row on its own slices (CPU)",
-    )
+register_torch_implementation(
+    "sdpa",
+    sdpa.ragged_attention,
+    devices=("cpu",),
+    priority=1,
+    description="F.scaled_dot_product_attention per row on its own slices (CPU)",
 )
 
 
