@@ -284,3 +284,16 @@ def test_forced_acceptance_sets_the_mean_accepted_length(llama):
     assert 0.6 < means[0.5] < 1.2  # E[accepted] = sum_{i=1..4} 0.5^i = 0.94
     with pytest.raises(ValueError, match="forced_acceptance"):
         Generator(llama, llama, forced_acceptance=1.5)
+
+
+def test_stop_sequences_end_rows_like_eos(llama):
+    solo = [reference_greedy(llama, p, 12) for p in PROMPTS]
+    stop = solo[2][3:5]  # two tokens row 2 emits mid-way
+    gen = Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 3})
+    res = gen.generate(PROMPTS, max_new_tokens=12, stop_sequences=[stop], on_step=check_invariant)
+    for full, got in zip(solo, res.sequences):
+        ends = [i + 2 for i in range(len(full) - 1) if full[i : i + 2] == stop]
+        assert got == (full[: ends[0]] if ends else full)
+    assert res.sequences[2][-2:] == stop
+    with pytest.raises(ValueError, match="empty sequence"):
+        gen.generate(PROMPTS, max_new_tokens=2, stop_sequences=[[]])

@@ -313,13 +313,16 @@ class Generator:
         eos_token_id: int | Sequence[int] | None = None,
         seed: int | None = None,
         time_budget: float | None = None,
+        stop_sequences: Sequence[Sequence[int]] | None = None,
         on_step=None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths).
 
         Greedy output equals the main model's own greedy decoding token for token; sampled
         output follows the main model's (temperature/top-k/top-p warped) distribution
-        exactly. ``time_budget`` (seconds) stops every row where it is. ``on_step`` is
+        exactly. ``time_budget`` (seconds) stops every row where it is. A row also stops
+        after its new tokens end with one of ``stop_sequences`` (token-id lists; the stop
+        sequence is kept, as eos is). ``on_step`` is
         called with ``(generator_state)`` after each step (tests use it to check the
         bookkeeping invariant).
         """
@@ -349,6 +352,9 @@ class Generator:
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
         need = self._check(prompts, max_new_tokens)
         eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+        stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]
+        if any(len(seq) == 0 for seq in stops):
+            raise ValueError("stop_sequences must not contain an empty sequence")
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         models = [m for m in (self.main, getattr(self.drafter, "model", None)) if m is not None]
         previous = [m.config._attn_implementation for m in models]
@@ -359,7 +365,14 @@ class Generator:
             # every step); skip the ops' host-side range checks in the hot loop.
             with length_checks(False):
                 return self._generate(
-                    prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len
+                    prompts,
+                    max_new_tokens,
+                    params,
+                    (eos, stops),
+                    seed,
+                    time_budget,
+                    on_step,
+                    max_len,
                 )
         finally:  # hand the models back as they came
             for model, attn in zip(models, previous):
@@ -375,7 +388,7 @@ class Generator:
         policy = self.new_policy()
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
-        state = _BatchState([list(p) for p in prompts], max_new_tokens, eos)
+        state = _BatchState([list(p) for p in prompts], max_new_tokens, *eos)
 
         # 1) prefill: main over all prompt tokens (first new token), then the draft
         n_layers = self.main.config.get_text_config().num_hidden_layers
@@ -505,12 +518,17 @@ class Generator:
 class _BatchState:
     """Host-side view of the active batch: row ``b`` is prompt ``rows[b]``."""
 
-    def __init__(self, prompts: list[list[int]], max_new: int, eos: set[int]):
+    def __init__(
+        self, prompts: list[list[int]], max_new: int, eos: set[int], stops: list[tuple] = ()
+    ):
         self.seqs = prompts  # prompt + committed tokens, per active row
         self.rows = list(range(len(prompts)))
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.done = [False] * len(prompts)
-        self.max_new, self.eos = max_new, eos
+        self.max_new, self.eos, self.stops = max_new, eos, stops
+
+    def _stopped(self, out: list[int]) -> bool:
+        return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)
 
     def remaining(self, b: int) -> int:
         return self.max_new - len(self.outputs[self.rows[b]])
@@ -521,7 +539,7 @@ class _BatchState:
             for t in toks[: self.remaining(b)]:
                 out.append(t)
                 self.seqs[b].append(t)
-                if t in self.eos:
+                if t in self.eos or (self.stops and self._stopped(out)):
                     self.done[b] = True
                     break
             if len(out) >= self.max_new:
