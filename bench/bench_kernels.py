@@ -14,9 +14,18 @@ and 8 KV heads, head dim 128. Reported: median µs, bytes the op must move (the 
 of every row plus q and out), FLOPs of the live causal work, achieved GB/s, and the
 ratio to the best baseline.
 
-``python bench/bench_kernels.py [--gpu|--cpu|--smoke]`` writes
-``bench/results/<tag>_kernels.{md,json}``; ``--plot`` adds the PAD/SPLIT crossover chart
-when both exist (time against length spread).
+``impl="auto"`` is timed too, as a method of its own, with the length hint the engine
+gives it; the summary says how far it is from the best fixed implementation at every
+measured point (``auto`` is calibrated from an earlier run of this suite by
+``bench/calibrate_auto.py``; the issue's bar is within 10% everywhere). The device's
+memory bandwidth is measured in the same run (a large device-to-device copy) and the
+summary gives each implementation's achieved fraction of it on the KV-bound cases.
+
+``python bench/bench_kernels.py [--mode gpu|cpu|smoke] [--plot]`` writes
+``bench/results/<mode>_kernels.{md,json}``; ``--plot`` adds
+``<mode>_kernels_crossover.png``: where the padded implementation (``pad``; on CPU its
+analogue ``sdpa_padded``) and the per-row one (``split``; on CPU ``sdpa``) cross, against
+batch size, for each length spread (the paper's open question 2).
 """
 
 from __future__ import annotations
@@ -35,9 +44,13 @@ from torch.utils import benchmark as tb
 
 import bass  # noqa: F401  (registers the ops)
 from bass import ops
+from bass.ops import auto
 
 RESULTS = Path(__file__).parent / "results"
 HQ, HKV, D = 32, 8, 128
+BASELINES = ("sdpa-padded-mask", "sdpa-per-row")
+# Crossover pairs (padded, per row): the paper's kernels, else their CPU analogues.
+CROSSOVER_PAIRS = (("pad", "split"), ("sdpa_padded", "sdpa"))
 
 
 def kv_lengths(B: int, ctx: int, spread: str, gen: torch.Generator) -> list[int]:
@@ -105,7 +118,7 @@ def time_us(fn, min_run_time: float) -> float:
     )
 
 
-def run_case(B, T, ctx, spread, dtype, device, min_run_time):
+def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls):
     q, k, v, ql_t, kv_t, q_lens, kv_lens = make_inputs(B, T, ctx, spread, dtype, device)
     scale = D**-0.5
     mask = padded_mask(q_lens, kv_lens, T, k.shape[2], device)
@@ -115,22 +128,31 @@ def run_case(B, T, ctx, spread, dtype, device, min_run_time):
         ),
         "sdpa-per-row": lambda: per_row(q, k, v, q_lens, kv_lens, scale),
     }
-    with ops.length_checks(False), torch.inference_mode():
-        for name in ops.available_implementations(device):
-            calls[name] = lambda n=name: torch.ops.bass.ragged_attention(
-                q, k, v, ql_t, kv_t, scale, n
-            )
+
+    def bass_call(name):
+        return lambda: torch.ops.bass.ragged_attention(q, k, v, ql_t, kv_t, scale, name)
+
+    # auto gets the host-side length hint the engine gives it on every pass
+    features = auto.Features(B, T, *auto._stats(kv_lens))
+    picked = ops.resolve_implementation("auto", device, features).name
+    with ops.length_checks(False), torch.inference_mode(), ops.length_hint(kv_lens):
+        for name in impls:
+            calls[name] = bass_call(name)
+        calls["auto"] = bass_call("auto")
         times = {name: time_us(fn, min_run_time) for name, fn in calls.items()}
     nbytes, flops = cost(q_lens, kv_lens, dtype)
-    best_base = min(times["sdpa-padded-mask"], times["sdpa-per-row"])
+    best_base = min(times[b] for b in BASELINES)
     return [
         {
             "B": B,
             "T": T,
             "ctx": ctx,
             "spread": spread,
+            "max_kv": features.max_kv,
+            "fill": round(features.fill, 4),
             "dtype": str(dtype).split(".")[-1],
             "method": name,
+            "picked": picked if name == "auto" else name,
             "us": us,
             "bytes": nbytes,
             "flops": flops,
@@ -142,6 +164,132 @@ def run_case(B, T, ctx, spread, dtype, device, min_run_time):
     ]
 
 
+def memory_bandwidth_gbs(device: torch.device, nbytes: int) -> float:
+    """Achieved bandwidth of one large device-to-device copy (read + write), in GB/s."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    us = time_us(lambda: dst.copy_(src), 0.5 if device.type == "cuda" else 1.0)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def case_key(r) -> tuple:
+    return (r["B"], r["T"], r["ctx"], r["spread"], r["dtype"])
+
+
+def summarize(rows, impls, bandwidth_gbs):
+    """The issue's checks, computed from the rows: auto against the best fixed
+    implementation at every point; achieved bandwidth on the KV-bound cases."""
+    cases: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        cases.setdefault(case_key(r), {})[r["method"]] = r
+    auto_ratios, wins = [], {}
+    for methods in cases.values():
+        fixed = {n: methods[n]["us"] for n in impls if n in methods}
+        if not fixed:
+            continue
+        best = min(fixed, key=fixed.get)
+        wins[best] = wins.get(best, 0) + 1
+        if "auto" in methods:
+            auto_ratios.append(
+                (methods["auto"]["us"] / fixed[best], methods["auto"]["picked"], best, methods)
+            )
+    # KV-bound: few FLOPs per byte (a verify step, not a prefill) and a transfer large
+    # enough that launch overhead does not dominate.
+    kv_bound = [r for r in rows if r["flops"] / r["bytes"] <= 64 and r["bytes"] >= 32 * 2**20]
+    fraction = {}
+    for name in impls:
+        got = sorted(r["gbs"] / bandwidth_gbs for r in kv_bound if r["method"] == name)
+        if got:
+            fraction[name] = {"min": got[0], "median": got[len(got) // 2], "max": got[-1]}
+    return {
+        "cases": len(cases),
+        "best_fixed_wins": wins,
+        "auto_worst_ratio": max((a[0] for a in auto_ratios), default=None),
+        "auto_over_10pct": sum(a[0] > 1.10 for a in auto_ratios),
+        "auto_picked_best": sum(a[1] == a[2] for a in auto_ratios),
+        "kv_bound_cases": len({case_key(r) for r in kv_bound}),
+        "bandwidth_fraction": fraction,
+    }
+
+
+def summary_markdown(summary, meta) -> list[str]:
+    out = [
+        "## Summary",
+        "",
+        f"Memory bandwidth measured in this run (device-to-device copy): "
+        f"{meta['bandwidth_gbs']:.0f} GB/s.",
+        "",
+        f"- Fastest fixed implementation per case ({summary['cases']} cases): "
+        + ", ".join(f"`{n}` {c}" for n, c in sorted(summary["best_fixed_wins"].items())),
+    ]
+    if summary["auto_worst_ratio"] is not None:
+        out.append(
+            f"- `auto` (rule: {meta['auto_rule']}) picked the fastest fixed implementation in "
+            f"{summary['auto_picked_best']} of {summary['cases']} cases; worst case "
+            f"{summary['auto_worst_ratio']:.2f}x the fastest's time; "
+            f"{summary['auto_over_10pct']} cases more than 10% slower."
+        )
+    if summary["bandwidth_fraction"]:
+        out.append(
+            f"- Achieved fraction of the measured bandwidth on the {summary['kv_bound_cases']} "
+            "KV-bound cases (<= 64 FLOP/byte, >= 32 MiB moved): "
+            + "; ".join(
+                f"`{n}` median {f['median']:.0%} (min {f['min']:.0%}, max {f['max']:.0%})"
+                for n, f in summary["bandwidth_fraction"].items()
+            )
+        )
+    else:
+        out.append("- No KV-bound case (>= 32 MiB moved) in this grid: no bandwidth fraction.")
+    return [*out, ""]
+
+
+def crossover_plot(rows, path: Path, title: str) -> Path | None:
+    """Time(padded) / time(per row) against batch size, one panel per length spread and
+    one line per context length (geometric mean over T). ``None`` when no pair ran."""
+    methods = {r["method"] for r in rows}
+    pair = next((p for p in CROSSOVER_PAIRS if set(p) <= methods), None)
+    if pair is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times = {(case_key(r), r["method"]): r["us"] for r in rows}
+    spreads = sorted({r["spread"] for r in rows}, key=["uniform", "bimodal", "longtail"].index)
+    fig, axes = plt.subplots(1, len(spreads), figsize=(4.2 * len(spreads), 3.6), sharey=True)
+    axes = [axes] if len(spreads) == 1 else list(axes)
+    for ax, spread in zip(axes, spreads):
+        for ctx in sorted({r["ctx"] for r in rows}):
+            xs, ys = [], []
+            for B in sorted({r["B"] for r in rows}):
+                logs = [
+                    math.log(times[(key, pair[0])] / times[(key, pair[1])])
+                    for key in {case_key(r) for r in rows}
+                    if key[0] == B
+                    and key[2] == ctx
+                    and key[3] == spread
+                    and (key, pair[0]) in times
+                    and (key, pair[1]) in times
+                ]
+                if logs:
+                    xs.append(B)
+                    ys.append(math.exp(sum(logs) / len(logs)))
+            ax.plot(xs, ys, marker="o", label=f"ctx {ctx}")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_title(f"{spread} lengths")
+        ax.set_xlabel("batch size")
+    axes[0].set_ylabel(f"time {pair[0]} / time {pair[1]}\n(< 1: {pair[0]} faster)")
+    axes[-1].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 GRIDS = {
     "gpu": dict(
         B=(1, 4, 8, 16, 32),
@@ -150,17 +298,25 @@ GRIDS = {
         spread=("uniform", "bimodal", "longtail"),
         dtype=(torch.bfloat16,),
         t=0.05,
+        copy_bytes=2**30,
     ),
     "cpu": dict(
-        B=(1, 4, 8),
+        B=(1, 2, 4, 8, 16),
         T=(1, 5),
-        ctx=(512, 1024),
-        spread=("uniform", "bimodal"),
+        ctx=(256, 1024),
+        spread=("uniform", "bimodal", "longtail"),
         dtype=(torch.float32,),
-        t=0.2,
+        t=0.1,
+        copy_bytes=2**28,
     ),
     "smoke": dict(
-        B=(2,), T=(3,), ctx=(64,), spread=("uniform", "longtail"), dtype=(torch.float32,), t=0.01
+        B=(1, 2),
+        T=(3,),
+        ctx=(64,),
+        spread=("uniform", "longtail"),
+        dtype=(torch.float32,),
+        t=0.01,
+        copy_bytes=2**22,
     ),
 }
 
@@ -177,13 +333,19 @@ def to_markdown(rows, meta) -> str:
         f"Hq={HQ}, Hkv={HKV}, D={D}. GB/s counts the live K/V of every row plus q and out; "
         "`vs best baseline` = best of the two SDPA baselines / this (higher is better).",
         "",
-        "| B | T | ctx | spread | dtype | method | µs | GB/s | TFLOP/s | vs best baseline |",
-        "|---:|---:|---:|---|---|---|---:|---:|---:|---:|",
+        "`auto` rows name the implementation it picked.",
+        "",
+        *summary_markdown(meta["summary"], meta),
+        "## All cases",
+        "",
+        "| B | T | ctx | spread | fill | dtype | method | µs | GB/s | TFLOP/s | vs best baseline |",
+        "|---:|---:|---:|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
+        method = f"auto ({r['picked']})" if r["method"] == "auto" else r["method"]
         out.append(
-            f"| {r['B']} | {r['T']} | {r['ctx']} | {r['spread']} | {r['dtype']} | "
-            f"{r['method']} | {r['us']:.1f} | {r['gbs']:.1f} | {r['tflops']:.3f} | "
+            f"| {r['B']} | {r['T']} | {r['ctx']} | {r['spread']} | {r['fill']:.2f} | "
+            f"{r['dtype']} | {method} | {r['us']:.1f} | {r['gbs']:.1f} | {r['tflops']:.3f} | "
             f"{r['vs_best_baseline']:.2f}x |"
         )
     return "\n".join(out) + "\n"
@@ -193,19 +355,31 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=GRIDS, default=None)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--plot", action="store_true", help="also draw the crossover chart")
+    ap.add_argument(
+        "--impls",
+        default=None,
+        help="comma-separated implementations to time (default: all available here)",
+    )
     args = ap.parse_args(argv)
     mode = args.mode or ("gpu" if torch.cuda.is_available() else "cpu")
     grid = GRIDS[mode]
     device = torch.device("cuda" if mode == "gpu" else "cpu")
     if mode != "gpu":
         torch.set_num_threads(min(2, torch.get_num_threads()))
+    available = ops.available_implementations(device)
+    impls = available if args.impls is None else args.impls.split(",")
+    missing = [n for n in impls if n not in available]
+    if missing:
+        ap.error(f"not available on {device.type}: {missing}; available: {available}")
     rows = []
     for dtype in grid["dtype"]:
         for B in grid["B"]:
             for T in grid["T"]:
                 for ctx in grid["ctx"]:
                     for spread in grid["spread"]:
-                        rows += run_case(B, T, ctx, spread, dtype, device, grid["t"])
+                        rows += run_case(B, T, ctx, spread, dtype, device, grid["t"], impls)
+    rule = auto.load_rule(auto.device_key(device))
     meta = {
         "mode": mode,
         "command": "python bench/bench_kernels.py "
@@ -214,16 +388,43 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name()
         if mode == "gpu"
         else platform.processor() or platform.machine(),
-        "software": f"torch {torch.__version__}",
+        "device_key": auto.device_key(device),
+        "software": software(),
+        "implementations": impls,
+        "bandwidth_gbs": memory_bandwidth_gbs(device, grid["copy_bytes"]),
+        "auto_rule": f"auto_rules/{rule.device_key}.json from {rule.source or '?'}"
+        if rule is not None
+        else "none for this device: static priority order",
     }
+    meta["summary"] = summarize(rows, impls, meta["bandwidth_gbs"])
     args.out.mkdir(parents=True, exist_ok=True)
     text = to_markdown(rows, meta)
+    if args.plot:
+        png = crossover_plot(
+            rows,
+            args.out / f"{mode}_kernels_crossover.png",
+            f"{meta['device']}, {meta['software']}, Hq={HQ} Hkv={HKV} D={D}",
+        )
+        text += f"\nCrossover chart: `{png.name}`\n" if png else "\nNo crossover pair ran.\n"
     (args.out / f"{mode}_kernels.md").write_text(text)
     (args.out / f"{mode}_kernels.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=1)
     )
     print(text)
     return 0
+
+
+def software() -> str:
+    parts = [f"torch {torch.__version__}"]
+    try:
+        import triton
+
+        parts.append(f"triton {triton.__version__}")
+    except ImportError:
+        pass
+    if torch.version.cuda:
+        parts.append(f"CUDA {torch.version.cuda}")
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,21 @@
 with the reference (so the suite compares like with like)."""
 
 import importlib.util
+import json
 from pathlib import Path
 
+import pytest
 import torch
 
 import bass.ops.reference as ref
+from bass import ops
+from bass.ops import auto
 
-BENCH = Path(__file__).parents[1] / "bench" / "bench_kernels.py"
+BENCH = Path(__file__).parents[1] / "bench"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("bench_kernels", BENCH)
+def load(name="bench_kernels"):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -35,9 +39,38 @@ def test_baselines_compute_the_same_attention():
         torch.testing.assert_close(padded * live, expect)
 
 
-def test_kernel_bench_smoke(tmp_path):
+def test_kernel_bench_smoke_then_calibrate(tmp_path, monkeypatch):
+    """The whole loop on CPU: time, chart, calibrate a rule, and auto following it."""
     mod = load()
-    assert mod.main(["--mode", "smoke", "--out", str(tmp_path)]) == 0
+    assert mod.main(["--mode", "smoke", "--out", str(tmp_path), "--plot"]) == 0
     table = (tmp_path / "smoke_kernels.md").read_text()
-    for method in ("sdpa-padded-mask", "sdpa-per-row", "reference"):
+    for method in ("sdpa-padded-mask", "sdpa-per-row", "reference", "sdpa", "sdpa_padded"):
         assert f"| {method} |" in table
+    assert "| auto (" in table and "## Summary" in table
+    assert (tmp_path / "smoke_kernels_crossover.png").stat().st_size > 0
+
+    cal = load("calibrate_auto")
+    rules = tmp_path / "rules"
+    results = tmp_path / "smoke_kernels.json"
+    assert cal.main([str(results), "--impls", "reference,sdpa_padded", "--out", str(rules)]) == 0
+    rule = json.loads((rules / "cpu.json").read_text())
+    assert rule["implementations"] == ["reference", "sdpa_padded"]
+    assert "Leave-one-out" in (tmp_path / "smoke_auto_rule.md").read_text()
+    # auto now follows the rule: its pick at a measured point is that point's fastest
+    monkeypatch.setattr(auto, "RULES_DIR", rules)
+    auto.clear_caches()
+    try:
+        p = rule["points"][0]
+        fastest = min(p["us"], key=p["us"].get)
+        f = auto.Features(p["B"], p["T"], p["max_kv"], p["fill"])
+        assert ops.resolve_implementation("auto", torch.device("cpu"), f).name == fastest
+    finally:
+        auto.clear_caches()
+
+
+def test_calibrate_refuses_what_was_not_measured(tmp_path):
+    mod = load()
+    assert mod.main(["--mode", "smoke", "--out", str(tmp_path), "--impls", "reference"]) == 0
+    cal = load("calibrate_auto")
+    with pytest.raises(SystemExit):
+        cal.main([str(tmp_path / "smoke_kernels.json"), "--impls", "fused"])

@@ -199,27 +199,27 @@ def check_against_naive(out, case: AttentionCase, q, k, v, q_lens, kv_lens, scal
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("impl", ["reference", "sdpa", "auto"])
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "sdpa_padded", "auto"])
 @settings(max_examples=100, deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_float64_matches_naive_loop(case, impl, device):
-    if impl == "sdpa" and device != "cpu":
-        pytest.skip("impl sdpa is registered for CPU only")
+    if impl.startswith("sdpa") and device != "cpu":
+        pytest.skip(f"impl {impl} is registered for CPU only")
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float64, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
     check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, torch.float64)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("impl", ["reference", "sdpa", "auto"])
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "sdpa_padded", "auto"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @settings(max_examples=60, deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_low_precision_matches_naive_loop(case, dtype, impl, device):
-    if impl == "sdpa" and device != "cpu":
-        pytest.skip("impl sdpa is registered for CPU only")
+    if impl.startswith("sdpa") and device != "cpu":
+        pytest.skip(f"impl {impl} is registered for CPU only")
     q, k, v, q_lens, kv_lens, scale = case.tensors(dtype, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
     check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, dtype)
@@ -256,18 +256,31 @@ def test_attention_ignores_invisible_cache_slots_and_padding_queries(case, garba
         for t, start in ((q2, q_len), (k2, kv_len), (v2, kv_len)):
             tail = t[b, :, start:]
             tail.copy_(torch.randn(tail.shape, generator=g) * 1e3)
-    assert torch.equal(torch.ops.bass.ragged_attention(q2, k2, v2, q_lens, kv_lens, scale), out)
+    for impl in ("auto", "reference", "sdpa", "sdpa_padded"):
+        expected = out if impl == "auto" else attend(q, k, v, q_lens, kv_lens, scale, impl)
+        assert torch.equal(attend(q2, k2, v2, q_lens, kv_lens, scale, impl), expected), impl
 
 
-def test_attention_ignores_nonfinite_values_past_kv_len():
+def attend(*args):
+    return torch.ops.bass.ragged_attention(*args)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        AttentionCase(Hkv=1, group=1, T=1, S=4, D=2, q_lens=(1,), kv_lens=(2,)),
+        AttentionCase(Hkv=2, group=2, T=2, S=6, D=4, q_lens=(2, 1, 0), kv_lens=(2, 5, 3)),
+    ],
+    ids=["one-row", "ragged"],
+)
+def test_attention_ignores_nonfinite_values_past_kv_len(case):
     """A cache from torch.empty may hold NaN past kv_len; the contract never reads there."""
-    case = AttentionCase(Hkv=1, group=1, T=1, S=4, D=2, q_lens=(1,), kv_lens=(2,))
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
     k2, v2 = k.clone(), v.clone()
     for b, kv_len in enumerate(case.kv_lens):
         k2[b, :, kv_len:] = float("nan")
         v2[b, :, kv_len:] = float("nan")
-    for impl in ("reference", "sdpa"):
+    for impl in ("reference", "sdpa", "sdpa_padded"):
         out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
         assert not out.isnan().any()
         torch.testing.assert_close(

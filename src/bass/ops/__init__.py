@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import reference, sdpa
+from . import auto, reference, sdpa
+from .auto import length_hint
 from .checks import (
     LENGTH_DTYPE,
     check_append_inputs,
@@ -47,6 +48,7 @@ __all__ = [
     "bucket_query_len",
     "kv_append",
     "length_checks",
+    "length_hint",
     "ragged_attention",
     "register_implementation",
     "resolve_implementation",
@@ -107,17 +109,24 @@ def available_implementations(device: str | torch.device | None = None) -> list[
     ]
 
 
-def resolve_implementation(impl: str, device: torch.device) -> Implementation:
+def resolve_implementation(
+    impl: str, device: torch.device, features: auto.Features | None = None
+) -> Implementation:
     """The implementation ``impl`` names for ``device``; ``"auto"`` picks one.
 
-    Decided from metadata only, so it is safe inside a compiled graph.
+    ``auto`` uses the device's calibrated rule at ``features`` when both exist (see
+    :mod:`bass.ops.auto`), else the highest-priority available implementation registered
+    with ``in_auto``. Nothing here reads device memory, so it is safe in a compiled graph.
     """
     if impl == "auto":
-        candidates = [
-            i
-            for i in _IMPLEMENTATIONS.values()
-            if i.in_auto and device.type in i.devices and i.available()
+        runnable = [
+            i for i in _IMPLEMENTATIONS.values() if device.type in i.devices and i.available()
         ]
+        if features is not None:
+            picked = auto.choose(device, features, [i.name for i in runnable])
+            if picked is not None:
+                return _IMPLEMENTATIONS[picked]
+        candidates = [i for i in runnable if i.in_auto]
         if not candidates:
             raise RuntimeError(f"no ragged_attention implementation runs on {device}")
         return max(candidates, key=lambda i: i.priority)
@@ -196,6 +205,16 @@ register_torch_implementation(
     priority=1,
     description="F.scaled_dot_product_attention per row on its own slices (CPU)",
 )
+register_torch_implementation(
+    "sdpa_padded",
+    sdpa.ragged_attention_padded,
+    devices=("cpu",),
+    priority=0,
+    # Only through the calibrated CPU rule: it loses to "sdpa" when lengths spread.
+    in_auto=False,
+    description="one F.scaled_dot_product_attention over rows padded to the longest kv_len "
+    "with a length mask (CPU)",
+)
 
 
 # --------------------------------------------------------------------------- public op
@@ -254,7 +273,8 @@ def ragged_attention(
 def _ragged_attention_composite(q, k, v, q_lens, kv_lens, scale, impl="auto"):
     check_attention_inputs(q, k, v, q_lens, kv_lens, scale)
     check_no_grad("bass.ragged_attention", q=q, k=k, v=v)
-    return resolve_implementation(impl, q.device).op(q, k, v, q_lens, kv_lens, scale)
+    features = auto.features(q, k, kv_lens) if impl == "auto" else None
+    return resolve_implementation(impl, q.device, features).op(q, k, v, q_lens, kv_lens, scale)
 
 
 _lib.impl("ragged_attention", _ragged_attention_composite, "CompositeImplicitAutograd")

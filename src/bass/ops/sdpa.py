@@ -1,13 +1,25 @@
-"""``impl="sdpa"`` (CPU): ragged attention as one ``F.scaled_dot_product_attention`` call
-per row, on that row's own slices.
+"""CPU implementations on ``F.scaled_dot_product_attention``: per row, and padded.
+
+``impl="sdpa"``: ragged attention as one SDPA call per row, on that row's own slices.
 
 Row ``b`` attends with its ``q_lens[b]`` real queries to its first ``kv_lens[b]`` keys, so
 nothing past a row's length is ever read (NaN left in an uninitialised cache slot cannot
 leak) and no padded work is done; the causal mask is bottom-right aligned (query ``i`` sees
 keys ``0..kv_len - q_len + i``). The loop over rows reads the lengths on the host, which
-costs nothing on CPU: this implementation is registered for CPU only, where ``auto``
-prefers it (bench/results/cpu_kernels.md compares it with the reference and with SDPA
-over the padded cache). fp16/bf16 compute in float32 and round once, as the reference.
+costs nothing on CPU: this implementation is registered for CPU only.
+
+``impl="sdpa_padded"``: one SDPA call over every row padded to the batch's longest
+``kv_len``, with a mask built from the lengths: the CPU analogue of BASS-PAD, as
+``sdpa`` is of BASS-SPLIT. It wins when the rows' lengths are close (one large call
+instead of ``B`` small ones) and loses when they spread (it computes the padding).
+Padding slots get zero weights, but a NaN or Inf there would still leak into the result
+(0 * NaN is NaN); to keep the contract (nothing past ``kv_len`` can change the result),
+the tails it reads are summed first and a batch with a non-finite value there runs per
+row instead.
+
+``auto`` chooses between them on CPU from measured data (bench/results/cpu_kernels.md,
+the rule in ``bass/ops/auto_rules/cpu.json``). Both compute fp16/bf16 in float32 and
+round once, as the reference does.
 """
 
 from __future__ import annotations
@@ -34,3 +46,38 @@ def ragged_attention(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
         )
         out[b : b + 1, :, :ql] = ob.to(q.dtype)
     return out
+
+
+def ragged_attention_padded(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
+    B, Hq, T, _ = q.shape
+    Hkv = k.shape[1]
+    ql, kl = q_lens.tolist(), kv_lens.tolist()
+    S = max(kl, default=0)
+    if B == 0 or T == 0 or S == 0:
+        return torch.zeros_like(q)
+    # The padding this call reads must be finite. A float32 sum is a fast test (NaN and
+    # Inf propagate through it; finite values large enough to overflow it only cost a
+    # needless fallback to the per-row path, which is correct for any cache).
+    tails = [
+        t[b, :, n:S].sum(dtype=torch.float32) for b, n in enumerate(kl) if n < S for t in (k, v)
+    ]
+    if tails and not bool(torch.stack(tails).sum().isfinite()):
+        return ragged_attention(q, k, v, q_lens, kv_lens, scale)
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dev = q.device
+    t = torch.arange(T, device=dev)
+    qlt = torch.tensor(ql, device=dev)[:, None]  # [B, 1]
+    pos = torch.tensor(kl, device=dev)[:, None] - qlt + t  # [B, T]: each query's position
+    live = t[None] < qlt  # [B, T]: real (not padding) query slots
+    mask = torch.arange(S, device=dev)[None, None] <= pos[:, :, None]  # [B, T, S]
+    mask &= live[:, :, None]
+    mask[:, :, 0] |= ~live  # padding slots attend to key 0 (finite; zeroed below)
+    out = F.scaled_dot_product_attention(
+        q.to(cdt),
+        k[:, :, :S].to(cdt),
+        v[:, :, :S].to(cdt),
+        attn_mask=mask[:, None],
+        scale=scale,
+        enable_gqa=Hq != Hkv,
+    )
+    return out.masked_fill_(~live[:, None, :, None], 0.0).to(q.dtype)
