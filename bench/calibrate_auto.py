@@ -101,6 +101,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="a <mode>_kernels.json of bench_kernels.py")
     ap.add_argument("--impls", default=None, help="comma-separated (default: all measured)")
+    ap.add_argument(
+        "--skip-unmeasured",
+        action="store_true",
+        help="drop --impls names this run did not time (e.g. a kernel that failed to build) "
+        "instead of refusing",
+    )
     ap.add_argument("--out", type=Path, default=auto.RULES_DIR)
     args = ap.parse_args(argv)
     data = json.loads(args.results.read_text())
@@ -111,6 +117,9 @@ def main(argv=None) -> int:
     measured = sorted({r["method"] for r in rows} - set(BASELINES) - {"auto"})
     impls = measured if args.impls is None else args.impls.split(",")
     unknown = [n for n in impls if n not in measured]
+    if unknown and args.skip_unmeasured:
+        print(f"not measured, left out: {unknown}", file=sys.stderr)
+        impls, unknown = [n for n in impls if n in measured], []
     if unknown or len(impls) < 1:
         ap.error(f"{unknown or impls} not measured in {args.results}; measured: {measured}")
     points = points_from(rows, impls)

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# Everything the GPU machine should run, in stages that each fit one 10-minute call:
-#   bash bench/gpu_suite.sh all|env|build|test|sanitize|kernels|e2e [OUT_DIR]
+# Everything the GPU machine should run, in stages; several may go in one call:
+#   bash bench/gpu_suite.sh STAGE[,STAGE...] [OUT_DIR]
+# STAGE: env | build | test | sanitize | kernels | calibrate | verify | e2e | all
+# Planned use of a 30-minute device budget (each call under 10 minutes):
+#   1) env,build,test,sanitize   2) kernels,calibrate,verify   3) e2e
+# kernels times every implementation on the verify grid (auto = the static order, as no
+# rule exists for the device yet); calibrate turns that run into
+# auto_rules/cuda-sm<XY>.json (into OUT_DIR, and into src/ for verify; copy it into
+# src/bass/ops/auto_rules/ of the checkout and commit it); verify re-times the grid with
+# the rule in force: its summary is the "auto within 10% of the best fixed choice" check.
+# BASS_CALIBRATE_IMPLS (comma-separated) limits the rule to the implementations whose
+# tests passed in stage test; by default, the ones whose tests all passed are used.
 # Full outputs go to OUT_DIR (default: $OUT if set, else bench/results/gpu_<UTC date>);
 # a short summary is printed last. The GPU machine has torch, triton, transformers,
 # pytest, hypothesis and nvcc preinstalled and no network: bass runs from src/. The
@@ -8,11 +18,12 @@
 # here with: pip download --no-deps -d .gpu_wheels nvidia-cutlass==4.2.0.0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage="${1:-all}"
+stages=",${1:-all},"
 out="${2:-${OUT:-bench/results/gpu_$(date -u +%Y%m%dT%H%M)}}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 status=0
+want() { [[ $stages == *",all,"* || $stages == *",$1,"* ]]; }
 run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
   local name=$1; shift
   local t0=$(date +%s)
@@ -22,7 +33,7 @@ run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
   [ $rc -eq 0 ] || status=1
 }
 
-if [[ $stage == all || $stage == env ]]; then
+if want env; then
   run env python - <<'PY'
 import json, platform, subprocess, torch
 info = {"device": torch.cuda.get_device_name(), "capability": torch.cuda.get_device_capability(),
@@ -37,22 +48,39 @@ print(json.dumps(info, indent=1))
 PY
   cp "$out/env.log" "$out/env.json"
 fi
-if [[ $stage == all || $stage == build ]]; then
-  if ls .gpu_wheels/*.whl >/dev/null 2>&1; then
-    python -m pip install --quiet --no-deps .gpu_wheels/*.whl
-  fi
+if ls .gpu_wheels/*.whl >/dev/null 2>&1 && ! python -c "import cutlass_cppgen" 2>/dev/null; then
+  python -m pip install --quiet --no-deps .gpu_wheels/*.whl  # a fresh machine each session
+fi
+if want build; then
   run build python cutlass_kernels/build.py --jobs 8
 fi
-if [[ $stage == all || $stage == test ]]; then
+if want test; then
   run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml"
 fi
-if [[ $stage == all || $stage == sanitize ]]; then
+if want sanitize; then
   run sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python bench/gpu_sanitize.py
 fi
-if [[ $stage == all || $stage == kernels ]]; then
-  run kernels python bench/bench_kernels.py --mode gpu --out "$out"
+if want kernels; then
+  run kernels python bench/bench_kernels.py --mode gpu --out "$out" --plot
 fi
-if [[ $stage == all || $stage == e2e ]]; then
+if want calibrate; then
+  impls="${BASS_CALIBRATE_IMPLS:-$(python bench/gpu_passed.py "$out/gpu_tests.xml")}"
+  if [ -z "$impls" ]; then
+    echo "calibrate: rc=1 (no implementation known to pass its GPU tests: run stage test" \
+      "in the same call, or set BASS_CALIBRATE_IMPLS)" | tee -a "$out/summary.txt"
+    status=1
+  else
+    run calibrate python bench/calibrate_auto.py "$out/gpu_kernels.json" \
+      --impls "$impls" --skip-unmeasured --out "$out/auto_rules"
+    cp "$out"/auto_rules/*.json src/bass/ops/auto_rules/ 2>/dev/null
+  fi
+fi
+if want verify; then
+  mkdir -p "$out/verify"
+  run verify python bench/bench_kernels.py --mode gpu --out "$out/verify" --plot
+  grep -A6 "^## Summary" "$out/verify/gpu_kernels.md"
+fi
+if want e2e; then
   run e2e python bench/bench_e2e.py --gpu --out "$out"
 fi
 echo "---- summary ($out)"

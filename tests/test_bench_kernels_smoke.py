@@ -74,3 +74,20 @@ def test_calibrate_refuses_what_was_not_measured(tmp_path):
     cal = load("calibrate_auto")
     with pytest.raises(SystemExit):
         cal.main([str(tmp_path / "smoke_kernels.json"), "--impls", "fused"])
+
+
+def test_gpu_passed_only_trusts_implementations_whose_tests_all_passed(tmp_path):
+    xml = tmp_path / "gpu_tests.xml"
+    xml.write_text(
+        """<testsuites><testsuite>
+        <testcase classname="tests.test_triton_fused" name="test_gpu_fused_matches_reference"/>
+        <testcase classname="tests.test_cutlass" name="test_gpu_matches_reference[pad-bf16-a]"/>
+        <testcase classname="tests.test_cutlass" name="test_gpu_matches_reference[split-bf16-a]">
+          <failure message="mismatch"/></testcase>
+        <testcase classname="tests.test_ops_reference" name="test_x[cuda-reference]">
+          <skipped message="no"/></testcase>
+        </testsuite></testsuites>"""
+    )
+    mod = load("gpu_passed")
+    assert mod.passed(xml) == ["fused", "pad"]
+    assert mod.main([str(tmp_path / "missing.xml")]) == 1

@@ -18,6 +18,8 @@ import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
+from .ops import length_hint
+
 ATTN_NAME = "bass"
 
 
@@ -189,7 +191,8 @@ def prefill(model, cache, prompts: list[list[int]], impl: str = "auto", waste: f
         # only the distinct last positions go through the lm head
         last = q_lens.long() - 1
         keep, where = torch.unique(last, return_inverse=True)
-        logits = forward_logits(model, sub, pad_rows(group, width, device), q_lens, impl, keep)
+        with length_hint([len(p) for p in group]):  # the host knows them: no device read
+            logits = forward_logits(model, sub, pad_rows(group, width, device), q_lens, impl, keep)
         logits = logits[torch.arange(len(group), device=device), where]  # [b, V]
         sub.commit(q_lens)
         if out is None:
