@@ -9,7 +9,8 @@ LMs whose attention is routed through ``torch.ops.bass.ragged_attention`` (see
 3) the main model verifies ``[last, d_1..d_k]`` of all rows in ONE forward pass
 4) acceptance (:mod:`bass.sampling`): greedy prefix match or lossless rejection sampling
 5) commit: per-row cache lengths advance, rejected entries are dropped by length only
-6) finished rows (eos, budget) leave the batch; the policy sees the step's statistics
+6) finished rows (eos, a stop sequence or string, budget) leave the batch; the policy sees
+   the step's statistics
 
 Bookkeeping invariant (checked by ``tests/test_engine.py`` after every step): after a
 step, the main cache holds every committed token of a row except the newest, which has
@@ -39,6 +40,7 @@ from .sampling import (
     speculative_accept,
     warp_probs,
 )
+from .stopping import StopStrings, cut_at_stop
 
 
 @dataclass
@@ -124,8 +126,14 @@ class GenerationStats:
 
 @dataclass
 class GenerationResult:
-    sequences: list[list[int]]  # new token ids per prompt, in prompt order
+    """``sequences``: the new token ids per prompt, in prompt order. ``finish_reasons``:
+    per prompt, why its row ended: ``"eos"`` (an eos token, kept as the last id),
+    ``"stop"`` (a stop sequence or stop string; its tokens are kept), ``"length"``
+    (``max_new_tokens``) or ``"time"`` (the time budget ran out first)."""
+
+    sequences: list[list[int]]
     stats: GenerationStats
+    finish_reasons: list[str] = field(default_factory=list)
 
 
 def forced_accept(counts: torch.Tensor, logits: torch.Tensor, p: float, gen) -> Acceptance:
@@ -149,6 +157,7 @@ _GENERATE_DEFAULTS = dict(
     eos_token_id=None,
     seed=None,
     time_budget=None,
+    stop_strings=None,
 )
 
 
@@ -314,6 +323,8 @@ class Generator:
         seed: int | None = None,
         time_budget: float | None = None,
         stop_sequences: Sequence[Sequence[int]] | None = None,
+        stop_strings: str | Sequence[str] | None = None,
+        tokenizer=None,
         on_step=None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths).
@@ -322,8 +333,12 @@ class Generator:
         output follows the main model's (temperature/top-k/top-p warped) distribution
         exactly. ``time_budget`` (seconds) stops every row where it is. A row also stops
         after its new tokens end with one of ``stop_sequences`` (token-id lists; the stop
-        sequence is kept, as eos is). ``on_step`` is
-        called with ``(generator_state)`` after each step (tests use it to check the
+        sequence is kept, as eos is), or once the text of its new tokens (decoded with
+        ``tokenizer``, special tokens skipped) contains one of ``stop_strings``: the row
+        ends with the token that completes the stop string, even when a step accepted
+        more tokens after it, and keeps the tokens that spell it (generate_text cuts the
+        text before it). ``result.finish_reasons`` says which rows ended how. ``on_step``
+        is called with ``(generator, state)`` after each step (tests use it to check the
         bookkeeping invariant).
         """
         given = dict(
@@ -335,6 +350,7 @@ class Generator:
             eos_token_id=eos_token_id,
             seed=seed,
             time_budget=time_budget,
+            stop_strings=stop_strings,
         )
         kw = {
             **_GENERATE_DEFAULTS,
@@ -355,6 +371,9 @@ class Generator:
         stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]
         if any(len(seq) == 0 for seq in stops):
             raise ValueError("stop_sequences must not contain an empty sequence")
+        texts = None
+        if kw["stop_strings"] is not None:
+            texts = StopStrings(kw["stop_strings"], tokenizer) or None
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         models = [m for m in (self.main, getattr(self.drafter, "model", None)) if m is not None]
         previous = [m.config._attn_implementation for m in models]
@@ -368,7 +387,7 @@ class Generator:
                     prompts,
                     max_new_tokens,
                     params,
-                    (eos, stops),
+                    (eos, stops, texts),
                     seed,
                     time_budget,
                     on_step,
@@ -416,7 +435,8 @@ class Generator:
 
         stats.wall_seconds = time.perf_counter() - t0
         stats.tokens_generated = sum(len(o) for o in state.outputs)
-        return GenerationResult([list(o) for o in state.outputs], stats)
+        reasons = [r or "time" for r in state.reasons]  # still running when time ran out
+        return GenerationResult([list(o) for o in state.outputs], stats, reasons)
 
     def _step(self, state, policy, params, gen, stats) -> None:
         device = self.cache.lens.device
@@ -504,28 +524,46 @@ class Generator:
         self, texts: Sequence[str], tokenizer, *, chat: bool | None = None, **kw
     ) -> list[str]:
         """Strings in, strings out: tokenizes (with the chat template when the tokenizer
-        has one, unless ``chat=False``), generates, decodes the new tokens."""
+        has one, unless ``chat=False``), generates, decodes the new tokens.
+
+        ``stop_strings`` (in ``kw`` or the config) stop rows as in :meth:`generate`, and
+        the returned text of a row that a stop string ended is cut right before the
+        stop string (it is not included, as vLLM's default)."""
         if chat is None:
             chat = getattr(tokenizer, "chat_template", None) is not None
         from .models import encode_prompt
 
         prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
         kw.setdefault("eos_token_id", tokenizer.eos_token_id)
+        kw.setdefault("tokenizer", tokenizer)
         res = self.generate(prompts, **kw)
-        return [tokenizer.decode(s, skip_special_tokens=True) for s in res.sequences]
+        stops = kw.get("stop_strings")
+        if stops is None:
+            stops = self.generate_defaults.get("stop_strings")
+        out = []
+        for seq, why in zip(res.sequences, res.finish_reasons, strict=True):
+            text = tokenizer.decode(seq, skip_special_tokens=True)
+            out.append(cut_at_stop(text, stops) if stops and why == "stop" else text)
+        return out
 
 
 class _BatchState:
     """Host-side view of the active batch: row ``b`` is prompt ``rows[b]``."""
 
     def __init__(
-        self, prompts: list[list[int]], max_new: int, eos: set[int], stops: list[tuple] = ()
+        self,
+        prompts: list[list[int]],
+        max_new: int,
+        eos: set[int],
+        stops: list[tuple] = (),
+        texts: StopStrings | None = None,
     ):
         self.seqs = prompts  # prompt + committed tokens, per active row
         self.rows = list(range(len(prompts)))
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
+        self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
         self.done = [False] * len(prompts)
-        self.max_new, self.eos, self.stops = max_new, eos, stops
+        self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
 
     def _stopped(self, out: list[int]) -> bool:
         return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)
@@ -534,16 +572,28 @@ class _BatchState:
         return self.max_new - len(self.outputs[self.rows[b]])
 
     def append(self, new: list[list[int]]) -> None:
+        """Append each active row's accepted tokens, cutting after the first that ends it
+        (eos, a stop sequence, a stop string, ``max_new``)."""
         for b, toks in enumerate(new):
-            out = self.outputs[self.rows[b]]
+            p = self.rows[b]
+            out = self.outputs[p]
+            before = len(out)
             for t in toks[: self.remaining(b)]:
                 out.append(t)
                 self.seqs[b].append(t)
                 if t in self.eos or (self.stops and self._stopped(out)):
-                    self.done[b] = True
+                    self.reasons[p] = "eos" if t in self.eos else "stop"
                     break
-            if len(out) >= self.max_new:
-                self.done[b] = True
+            if self.texts is not None:
+                keep = self.texts.check(p, out, len(out) - before)
+                if keep is not None:  # a stop string: drop what the step accepted after it
+                    drop = len(out) - before - keep
+                    if drop:
+                        del out[-drop:], self.seqs[b][-drop:]
+                    self.reasons[p] = "stop"
+            if self.reasons[p] is None and len(out) >= self.max_new:
+                self.reasons[p] = "length"
+            self.done[b] = self.reasons[p] is not None
 
     def select(self, keep: list[int]) -> None:
         self.seqs = [self.seqs[b] for b in keep]

@@ -1,0 +1,114 @@
+"""Text stop strings: end a row once the decoded text of its new tokens contains one.
+
+:class:`StopStrings` is what :meth:`bass.Generator.generate` uses for ``stop_strings``.
+It decodes only a bounded tail of each row: the tokens appended since the previous check
+plus enough earlier tokens (at least ``max(len(stop))`` characters of text, with a margin
+for a tokenizer that drops a leading space or splits a character into byte tokens), and
+reuses the previous check's decoded text to tell old text from new. A stop string may
+span several tokens, and one speculative step may append several tokens at once: the
+row then ends at the token that completes the stop string, as it would had the tokens
+come one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["StopStrings", "cut_at_stop"]
+
+
+def _as_list(stop_strings: str | Sequence[str]) -> list[str]:
+    stops = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)
+    for s in stops:
+        if not isinstance(s, str):
+            raise TypeError(
+                f"stop_strings must be strings (token ids go in stop_sequences), got {s!r}"
+            )
+        if not s:
+            raise ValueError("stop_strings must not contain an empty string")
+    return stops
+
+
+def cut_at_stop(text: str, stop_strings: str | Sequence[str]) -> str:
+    """``text`` up to (not including) the first occurrence of any of ``stop_strings``;
+    all of ``text`` when none occurs.
+
+    >>> cut_at_stop("x = 1\\n\\ndef g():", ["\\ndef", "\\n#"])
+    'x = 1\\n'
+    """
+    hits = [i for s in _as_list(stop_strings) if (i := text.find(s)) >= 0]
+    return text[: min(hits)] if hits else text
+
+
+class StopStrings:
+    """Stop-string matching for the rows of one generation (state per row).
+
+    Args:
+        stop_strings: a string or a list of non-empty strings.
+        tokenizer: anything with ``decode(ids, skip_special_tokens=True) -> str`` (a
+            transformers tokenizer); the text is decoded as :meth:`bass.Generator.
+            generate_text` decodes it, special tokens skipped.
+    """
+
+    def __init__(self, stop_strings: str | Sequence[str], tokenizer):
+        self.stops = tuple(dict.fromkeys(_as_list(stop_strings)))
+        if self.stops and tokenizer is None:
+            raise ValueError(
+                "stop_strings need a tokenizer to decode the generated tokens: pass "
+                "tokenizer=... to generate() (generate_text passes its own), or give token "
+                "ids as stop_sequences"
+            )
+        self.tokenizer = tokenizer
+        longest = max((len(s) for s in self.stops), default=0)
+        # Characters of old text kept before the new tokens: a stop string ending in the
+        # new text starts at most longest - 1 characters back; the margin covers a
+        # window that begins with a dropped leading space or the stray bytes of a
+        # character split across tokens (decoded as up to 3 U+FFFD).
+        self.min_chars = longest + 4
+        self.context = longest + 8  # tokens kept when the window slides (grown if short)
+        self.rows: dict[int, tuple[int, str]] = {}  # row key -> (window start, its text)
+
+    def __bool__(self) -> bool:
+        return bool(self.stops)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _hit(self, text: str, old: int) -> bool:
+        """Does a stop string end in ``text`` after its first ``old`` characters?"""
+        return any(text.find(s, max(0, old - len(s) + 1)) >= 0 for s in self.stops)
+
+    def check(self, key: int, out: list[int], n_new: int) -> int | None:
+        """Row ``key``'s new tokens are ``out``, the last ``n_new`` of them appended since
+        its previous check. Returns how many of those ``n_new`` to keep when one of them
+        completes a stop string (the row ends with that token), else ``None``."""
+        if n_new <= 0:
+            return None
+        old_end = len(out) - n_new
+        start, prev = self.rows.get(key, (0, ""))  # prev: the text of out[start:old_end]
+        text = self._decode(out[start:])
+        old = _common_prefix_len(prev, text)  # text before that is not new
+        if self._hit(text, old):
+            self.rows.pop(key, None)
+            for j in range(1, n_new):  # the first token whose text completes a stop
+                if self._hit(self._decode(out[start : old_end + j]), old):
+                    return j
+            return n_new
+        if len(out) - start > 2 * self.context:  # slide the window forward
+            start = len(out) - self.context
+            text = self._decode(out[start:])
+            while start > 0 and len(text) < self.min_chars:  # tokens of little text
+                start = max(0, start - self.context)
+                text = self._decode(out[start:])
+        self.rows[key] = (start, text)
+        return None
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    if b.startswith(a):
+        return len(a)
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
