@@ -352,3 +352,21 @@ def test_stop_string_errors(llama, tok):
     one = gen.generate(PROMPTS, max_new_tokens=2, stop_strings="ab", tokenizer=tok)
     assert len(one.sequences) == len(PROMPTS)
 
+
+def test_humaneval_rows_stop_at_the_stop_sequences(llama, tok):
+    """HumanEval passes its stop sequences to the engine: rows stop generating there
+    (fewer tokens), and the samples are what cutting the full output would give."""
+    from bass import humaneval
+
+    gen = Generator(llama, "ngram", policy="constant", policy_options={"k": 3})
+    sample = humaneval.make_sampler(gen, tok, max_new_tokens=40)
+    stopped = 0
+    for prompt in ["a(", "a a", "ab"]:  # "\n#" after 13 and 4 tokens; never
+        full = reference_greedy(llama, tok(prompt)["input_ids"], 40)
+        j = first_stop(tok, full, humaneval.STOP_SEQUENCES)
+        completion, _ = humaneval.truncate(text(tok, full))
+        samples, stats = sample({"prompt": prompt}, 2)
+        assert samples == [humaneval.Sample(completion, j or 40, j is not None)] * 2
+        assert stats.tokens_generated == 2 * (j or 40)
+        stopped += j is not None
+    assert stopped == 2

@@ -1,8 +1,11 @@
 """``bass eval humaneval``: HumanEval code completion, regular vs speculative decoding.
 
 For each problem every method generates ``n`` samples of the problem's prompt (no chat
-template by default: it is code completion), each cut post hoc at the usual stop
-sequences (:data:`STOP_SEQUENCES`), and every sample is run against the problem's tests.
+template by default: it is code completion). A sample stops generating as soon as its text
+contains one of the usual stop sequences (:data:`STOP_SEQUENCES`, given to the engine as
+``stop_strings``, so a finished row leaves the batch at once), its completion is the text
+before that stop sequence (:func:`truncate`), and every sample is run against the
+problem's tests.
 The metrics are those of the BASS paper (arXiv 2404.15778, Section 5):
 
 * **Pass@First**: the sample that finished first passes. A sample finishes at its eos
@@ -408,25 +411,35 @@ SampleFn = Callable[[dict, int], tuple[list[Sample], Any]]
 
 def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs) -> SampleFn:
     """A :data:`SampleFn` that generates ``n`` samples of a problem's prompt in one batch
-    with ``generator`` (a :class:`bass.Generator`) and cuts them at the stop sequences."""
+    with ``generator`` (a :class:`bass.Generator`). Rows stop at the stop sequences
+    (:data:`STOP_SEQUENCES`, plus any ``stop_strings`` in ``generate_kwargs``) and the
+    completions are cut before them."""
+    extra = generate_kwargs.pop("stop_strings", None) or ()
+    extra = [extra] if isinstance(extra, str) else list(extra)
+    stops = tuple(dict.fromkeys([*STOP_SEQUENCES, *extra]))
 
     def sample(problem: dict, n: int) -> tuple[list[Sample], Any]:
         text = problem["prompt"]
         ids = encode_prompt(tokenizer, text, chat)
-        res = generator.generate([ids] * n, **generate_kwargs)
+        res = generator.generate(
+            [ids] * n, stop_strings=stops, tokenizer=tokenizer, **generate_kwargs
+        )
         eos = generate_kwargs.get("eos_token_id")
         eos = set([eos] if isinstance(eos, int) else (eos or []))
-        return [_to_sample(tokenizer, seq, eos) for seq in res.sequences], res.stats
+        return [_to_sample(tokenizer, seq, eos, stops) for seq in res.sequences], res.stats
 
     return sample
 
 
-def _to_sample(tokenizer, ids: list[int], eos: set[int]) -> Sample:
+def _to_sample(
+    tokenizer, ids: list[int], eos: set[int], stops: Sequence[str] = STOP_SEQUENCES
+) -> Sample:
     full = tokenizer.decode(ids, skip_special_tokens=True)
-    completion, end = truncate(full)
+    completion, end = truncate(full, stops)
     if end is None:
         return Sample(completion, len(ids), bool(ids) and ids[-1] in eos)
-    # the token that completed the stop sequence: where a streaming stop would have ended
+    # the token that completed the stop sequence (where the engine stopped the row: its
+    # last token, unless the generator ran past stop sequences)
     lo, hi = 1, len(ids)
     while lo < hi:
         mid = (lo + hi) // 2
