@@ -169,6 +169,35 @@ def test_time_budget(model_dir, capsys):
     assert "stopped by the time budget" in out and "steps)" in out
 
 
+def test_stop_ends_rows_and_is_cut_from_the_text(model_dir, tmp_path, capsys):
+    base = f"generate --main {model_dir} --draft ngram --max-new-tokens 12 -o {tmp_path}/o.jsonl"
+    rc, _, err = run(capsys, base, "hello world hello world")
+    assert rc == 0, err
+    (free,) = read_jsonl(tmp_path / "o.jsonl")
+    words = free["completion"].split(" ")  # the tokenizer joins words with spaces
+    assert free["finish_reason"] == "length" and len(words) == 12
+    # from the middle of word 1 to the middle of word 3: three tokens, ending mid-token
+    stop = f"{words[1][1:]} {words[2]} {words[3][:1]}"
+    ends = next(j for j in range(1, 13) if stop in " ".join(words[:j]))
+    rc, out, err = run(
+        capsys, f"{base} --stop '{stop}' --stop 'never\\n'", "hello world hello world"
+    )
+    assert rc == 0, err
+    (rec,) = read_jsonl(tmp_path / "o.jsonl")
+    want = free["completion"][: free["completion"].find(stop)]
+    assert rec["completion"] == want and out.startswith(f">>> hello world hello world\n{want}\n")
+    assert rec["finish_reason"] == "stop" and rec["completion_tokens"] == ends <= 4
+    assert "rows ended by       1 stop" in out
+    rc, _, err = run(capsys, f"generate --main {model_dir} --stop '' hello")
+    assert rc == 2 and "--stop = [''] is not allowed" in err
+
+
+def test_stop_escapes():
+    assert cli.unescape(r"a\nb\tc\\n\x") == "a\nb\tc\\n\\x"
+    args = cli.build_parser().parse_args(["generate", "--stop", r"\n\n", "--stop", "#", "p"])
+    assert cli.resolve_config(args).generation.stop_strings == ["\n\n", "#"]
+
+
 def test_prompts_files(model_dir, tmp_path, capsys):
     txt = tmp_path / "p.txt"
     txt.write_text("hello\n\nthe sea\n")

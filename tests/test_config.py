@@ -49,6 +49,7 @@ def test_docstring_example_loads(tmp_path):
     assert c.model.draft == "ngram" and c.model.chat is True
     assert c.generation.top_k == 50 and c.generation.top_p == 0.95
     assert c.generation.eos_token_id == 2 and c.generation.time_budget == 30.0
+    assert c.generation.stop_strings == ["\n\n"]
     assert c.policy == PolicyConfig("bass", {"l0": 7, "l_limit": 32})
 
 
@@ -102,6 +103,9 @@ BAD_VALUES = [
     ("generation", "eos_token_id", [], "a token id >= 0"),
     ("generation", "eos_token_id", [1, -2], "a token id >= 0"),
     ("generation", "time_budget", 0, "a number of seconds > 0"),
+    ("generation", "stop_strings", "\n", "a list of non-empty strings"),
+    ("generation", "stop_strings", ["x", ""], "a list of non-empty strings"),
+    ("generation", "stop_strings", [1], "a list of non-empty strings"),
     ("model", "main", 3, "a model name, directory or .gguf file"),
     ("model", "draft", "", "'ngram' or 'none'"),
     ("model", "dtype", "int8", "one of float32, float16, bfloat16, float64"),

@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import sys
 import textwrap
 import time
@@ -45,12 +46,22 @@ FLAG_KEYS = {
     "top_p": ("generation.top_p", "--top-p"),
     "seed": ("generation.seed", "--seed"),
     "time_budget": ("generation.time_budget", "--time-budget"),
+    "stop": ("generation.stop_strings", "--stop"),
     "policy": ("policy.name", "--policy"),
 }
 
 
 class UsageError(Exception):
     """Something the user can fix; printed as ``bass: error: ...`` (exit status 2)."""
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    """``--stop`` text: ``\\n``, ``\\t`` and ``\\\\`` become a newline, a tab and a
+    backslash (a newline is hard to type in a shell); anything else is taken as is."""
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -85,6 +96,9 @@ _GENERATION_FLAGS = [
     ("--n", {"type": int, "metavar": "N", "help": "samples per prompt (default 1)"}),
     ("--time-budget", {"type": float, "metavar": "SECONDS",
                        "help": "stop generating after this long (per batch / per problem)"}),
+    ("--stop", {"metavar": "TEXT", "action": "append", "type": unescape,
+                "help": "end a row once its text contains TEXT (repeatable; \\n is a newline, "
+                "\\t a tab, \\\\ a backslash); the text is shown without it"}),
     ("--progress", {**_BOOL, "help": "progress on stderr (default: if stderr is a terminal)"}),
     (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
 ]
@@ -369,7 +383,7 @@ def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:
     return f"{body} ({len(trace)} steps)" if trace else "(no steps)"
 
 
-def summary_text(stats, *, rows: int, batches: int) -> str:
+def summary_text(stats, *, rows: int, batches: int, finish_reasons=None) -> str:
     s = stats
     lines = [
         "summary",
@@ -381,6 +395,10 @@ def summary_text(stats, *, rows: int, batches: int) -> str:
         f"  draft-model passes  {s.draft_passes}",
         f"  draft length        {short_trace(s.draft_length_trace())}",
     ]
+    if finish_reasons:
+        counts = {r: finish_reasons.count(r) for r in dict.fromkeys(finish_reasons)}
+        ended = ", ".join(f"{n} {r}" for r, n in counts.items())
+        lines.append(f"  rows ended by       {ended}")
     if s.stopped_by_time_budget:
         lines.append("  stopped by the time budget")
     return "\n".join(lines)
@@ -413,6 +431,8 @@ def plot_steps(path: str, batch_stats) -> None:
 
 
 def cmd_generate(args) -> int:
+    from .stopping import cut_at_stop
+
     prompts = read_prompts(args)
     n = 1 if args.n is None else args.n
     if n < 1:
@@ -437,6 +457,9 @@ def cmd_generate(args) -> int:
     batches = [rows[i : i + size] for i in range(0, len(rows), size)]
     kwargs = config.generate_kwargs()
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    stops = kwargs.get("stop_strings")
+    if stops:
+        kwargs["tokenizer"] = tokenizer
     max_new = kwargs["max_new_tokens"]
     enabled = sys.stderr.isatty() if args.progress is None else args.progress
     progress = Progress(len(rows) * max_new, enabled)
@@ -452,16 +475,18 @@ def cmd_generate(args) -> int:
                 raise UsageError(str(exc)) from exc
             progress.end_batch(len(batch) * max_new)
             batch_stats.append(res.stats)
-            for (i, s), seq in zip(batch, res.sequences, strict=True):
-                results[i, s] = (b, seq)
+            for (i, s), seq, why in zip(batch, res.sequences, res.finish_reasons, strict=True):
+                results[i, s] = (b, seq, why)
     finally:
         progress.close()
 
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
     try:
         for i, s in rows:
-            b, seq = results[i, s]
+            b, seq, why = results[i, s]
             text = tokenizer.decode(seq, skip_special_tokens=True)
+            if stops and why == "stop":
+                text = cut_at_stop(text, stops)  # as generate_text: without the stop string
             tag = f" (sample {s + 1}/{n})" if n > 1 else ""
             print(f">>> {prompts[i]}{tag}\n{text}\n")
             if out is not None:
@@ -472,6 +497,7 @@ def cmd_generate(args) -> int:
                     "completion": text,
                     "prompt_tokens": len(encoded[i]),
                     "completion_tokens": len(seq),
+                    "finish_reason": why,
                     "batch": b,
                     "stats": batch_stats[b].summary(),
                 }
@@ -479,7 +505,12 @@ def cmd_generate(args) -> int:
     finally:
         if out is not None:
             out.close()
-    print(summary_text(merge_stats(batch_stats), rows=len(rows), batches=len(batches)))
+    reasons = [results[r][2] for r in rows]
+    print(
+        summary_text(
+            merge_stats(batch_stats), rows=len(rows), batches=len(batches), finish_reasons=reasons
+        )
+    )
     if args.output:
         print(f"  results             {args.output}")
     if args.plot:

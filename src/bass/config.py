@@ -20,6 +20,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     seed = 0
     eos_token_id = 2       # an id or a list of ids; leave out for the tokenizer's
     time_budget = 30.0     # seconds per batch; leave out for none
+    stop_strings = ["\\n\\n"]  # a row ends once its text contains one; leave out for none
 
     [policy]
     name = "bass"          # a draft-length policy: see `bass policies`
@@ -97,6 +98,7 @@ class GenerationConfig:
     seed: int | None = None
     eos_token_id: int | list[int] | None = None
     time_budget: float | None = None
+    stop_strings: list[str] | None = None
 
 
 @dataclass
@@ -214,6 +216,11 @@ def _generation(c: _Checker, raw: dict) -> GenerationConfig:
         if not _is_number(v) or v <= 0:
             raise c.fail(t, "time_budget", v, "a number of seconds > 0 (leave it out for none)")
         g.time_budget = float(v)
+    if raw.get("stop_strings") is not None:
+        v = raw["stop_strings"]
+        if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
+            raise c.fail(t, "stop_strings", v, 'a list of non-empty strings, e.g. ["\\n\\n"]')
+        g.stop_strings = list(v)
     return g
 
 
