@@ -20,7 +20,7 @@ import torch
 
 from . import hf
 from .cache import RaggedKVCache
-from .ops import bucket_query_len
+from .ops import bucket_query_len, length_hint
 from .sampling import SamplingParams, sample, warp_probs
 
 
@@ -96,9 +96,11 @@ class ModelDrafter:
         last = (q_lens.long() - 1).clamp(min=0)  # [B] index of each row's last real token
         rows = torch.arange(B, device=device)
         self.draft_passes = 0
+        hint = [len(s) + 1 for s in seqs]  # auto's length hint: close enough at every j
         for j in range(k):
             # 2) one draft forward pass; rows that stopped drafting bring no tokens
-            logits = self.forward(self.model, self.cache, inputs, q_lens, self.impl)  # [B,T,V]
+            with length_hint(hint):
+                logits = self.forward(self.model, self.cache, inputs, q_lens, self.impl)
             self.cache.commit(q_lens)
             self.draft_passes += 1
             if j > 0:

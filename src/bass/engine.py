@@ -32,7 +32,7 @@ import torch
 from . import hf, policies
 from .cache import RaggedKVCache
 from .drafters import ModelDrafter, NGramDrafter, Proposal, choose
-from .ops import bucket_query_len, length_checks
+from .ops import bucket_query_len, length_checks, length_hint
 from .sampling import (
     Acceptance,
     SamplingParams,
@@ -467,7 +467,10 @@ class Generator:
         ids[:, 0] = torch.tensor([s[-1] for s in state.seqs], device=device)
         ids[:, 1 : K + 1] = drafts
         q_lens = prop.counts.to(torch.int32) + 1
-        logits = self.forward(self.main, self.cache, ids, q_lens, self.attention)[:, : K + 1]
+        # auto's length hint: row b attends to its cache (len - 1) plus 1 + counts[b] new
+        with length_hint([len(s) + c for s, c in zip(state.seqs, counts)]):
+            logits = self.forward(self.main, self.cache, ids, q_lens, self.attention)
+        logits = logits[:, : K + 1]
         stats.main_passes += 1
         # 4) accept
         if params.do_sample:

@@ -19,7 +19,8 @@ from, in order:
 3. the shapes alone: ``max_kv = S`` (the cache's capacity) and fill 1.
 
 Under ``torch.compile`` (and for fake or CUDA tensors without a hint) only the shapes are
-used, so the choice is fixed when the graph is traced and never reads device memory.
+used, so the choice is fixed when the graph is traced and never reads device memory; with
+dynamic (symbolic) shapes ``auto`` uses the static order below.
 
 A device without a rule file (or a call whose nearest point names no implementation that
 is available here) falls back to the registry's static order: the available
@@ -107,10 +108,14 @@ def length_hint(kv_lens: Sequence[int]) -> Iterator[None]:
         _HINT.reset(token)
 
 
-def features(q: torch.Tensor, k: torch.Tensor, kv_lens: torch.Tensor) -> Features:
-    """The :class:`Features` of a call (see the module docstring for the sources)."""
+def features(q: torch.Tensor, k: torch.Tensor, kv_lens: torch.Tensor) -> Features | None:
+    """The :class:`Features` of a call (see the module docstring for the sources);
+    ``None`` when a shape is symbolic (dynamic-shape tracing: deciding on its value would
+    specialise the graph), which leaves ``auto`` to the static order."""
     B, _, T, _ = q.shape
     S = k.shape[2]
+    if not all(type(n) is int for n in (B, T, S)):
+        return None
     if not torch.compiler.is_compiling():
         hint = _HINT.get()
         if hint is not None:
