@@ -9,6 +9,8 @@
 # auto_rules/cuda-sm<XY>.json (into OUT_DIR, and into src/ for verify; copy it into
 # src/bass/ops/auto_rules/ of the checkout and commit it); verify re-times the grid with
 # the rule in force: its summary is the "auto within 10% of the best fixed choice" check.
+# Each call starts from a fresh copy of the local checkout: copy the new rule into
+# src/bass/ops/auto_rules/ here before call 3, so e2e's attention="auto" uses it.
 # BASS_CALIBRATE_IMPLS (comma-separated) limits the rule to the implementations whose
 # tests passed in stage test; by default, the ones whose tests all passed are used.
 # Full outputs go to OUT_DIR (default: $OUT if set, else bench/results/gpu_<UTC date>);

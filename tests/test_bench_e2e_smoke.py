@@ -19,3 +19,28 @@ def test_e2e_bench_smoke(tmp_path):
             assert f"| {batch} | {m} |" in table
     assert (tmp_path / "smoke_e2e_latency.png").stat().st_size > 1000
     assert (tmp_path / "smoke_e2e_draft_length.png").stat().st_size > 1000
+
+
+def test_gpu_mode_reporting_runs_on_cpu(tmp_path):
+    """The GPU run's extra reporting (forced-acceptance sweep, bandwidth floor, utilisation,
+    the paper's batch-8 comparison) exercised on CPU with tiny models, so its first GPU
+    run is not its first run."""
+    spec = importlib.util.spec_from_file_location("bench_e2e", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    main, draft, prompts, _ = mod.smoke_setup(8)
+    rows = mod.run_grid(
+        main, draft, prompts, [8], 3, mod.GPU_POLICIES, forced=(0.5, 0.9), assisted_upto=1
+    )
+    assert {r["method"] for r in rows} >= {"bass[bass] p=0.5", "bass[constant] p=0.9"}
+    # a machine name with a known peak, to reach the utilisation estimate
+    meta = mod.device_meta(rows, main, draft, "pretend H100 (CPU test)", "cpu", 1 << 20)
+    assert meta["bandwidth_gbs"] > 0 and meta["weight_gb"] > 0
+    assert set(meta["utilisation"]) == {f"{r['method']} @ batch 8" for r in rows}
+    meta.update(
+        setup="tiny", mode="gpu", max_new=3, forced_acceptance=[0.5, 0.9], command="-",
+        date="-", machine="-", software="-",
+    )  # fmt: skip
+    text = mod.to_markdown(rows, meta)
+    assert "Beside the paper's headline" in text and "| bass[bass] p=0.9 |" in text
+    assert "Bandwidth floor per main pass" in text
