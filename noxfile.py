@@ -112,9 +112,32 @@ def bench(session: nox.Session) -> None:
         *session.posargs,
     )
     session.run("python", "bench/bench_op_overhead.py")
-    session.run("python", "bench/bench_kernels.py")
+    session.run("python", "bench/bench_kernels.py", "--plot")
     session.run("python", "bench/bench_policies.py")
     session.run("python", "bench/bench_e2e.py", mode)
+
+
+@nox.session(default=False)
+def calibrate(session: nox.Session) -> None:
+    """Calibrate impl="auto" for this machine: time the kernels, write the rule, re-time.
+
+    The rule goes to $BASS_AUTO_RULES when set (your own rules, searched first), else into
+    src/bass/ops/auto_rules/ (the packaged ones). Only calibrate implementations whose tests
+    passed here: pass them after --, e.g. ``nox -s calibrate -- --impls sdpa,sdpa_padded``.
+    """
+    _install(session, "plot", groups=("test",))
+    tag = "gpu" if _has_cuda() else "cpu"
+    name = f"{tag}_kernels_calibration"
+    session.run("python", "bench/bench_kernels.py", "--plot", "--name", name)
+    out = os.environ.get("BASS_AUTO_RULES")
+    session.run(
+        "python",
+        "bench/calibrate_auto.py",
+        f"bench/results/{name}.json",
+        *(["--out", out] if out else []),
+        *session.posargs,
+    )
+    session.run("python", "bench/bench_kernels.py", "--plot")  # auto with the new rule
 
 
 @nox.session(default=False, venv_backend="none")

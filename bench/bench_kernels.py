@@ -374,6 +374,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=GRIDS, default=None)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--plot", action="store_true", help="also draw the crossover chart")
+    ap.add_argument("--name", default=None, help="output file stem (default: <mode>_kernels)")
     ap.add_argument(
         "--impls",
         default=None,
@@ -418,18 +419,17 @@ def main(argv=None) -> int:
     }
     meta["summary"] = summarize(rows, impls, meta["bandwidth_gbs"])
     args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or f"{mode}_kernels"
     text = to_markdown(rows, meta)
     if args.plot:
         png = crossover_plot(
             rows,
-            args.out / f"{mode}_kernels_crossover.png",
+            args.out / f"{stem}_crossover.png",
             f"{meta['device']}, {meta['software']}, Hq={HQ} Hkv={HKV} D={D}",
         )
         text += f"\nCrossover chart: `{png.name}`\n" if png else "\nNo crossover pair ran.\n"
-    (args.out / f"{mode}_kernels.md").write_text(text)
-    (args.out / f"{mode}_kernels.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=1)
-    )
+    (args.out / f"{stem}.md").write_text(text)
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(text)
     return 0
 

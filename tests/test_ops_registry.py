@@ -156,3 +156,18 @@ def test_engine_hints_the_lengths_of_every_pass(monkeypatch):
         top, fill = hint
         # close to the truth: the draft side hints the pass's upper end
         assert abs(top - max(kv_lens)) <= 4 and 0 < fill <= 1, (hint, kv_lens)
+
+
+def test_own_rules_directory_is_searched_first(rules, tmp_path, monkeypatch):
+    rules([point(8, 1024, 1.0, padded=1.0, per_row=2.0)])  # the "packaged" rule
+    own = tmp_path / "own"
+    own.mkdir()
+    data = {"device_key": "cpu", "implementations": ["sdpa"], "points": [point(1, 8, 1.0, sdpa=1)]}
+    (own / "cpu.json").write_text(json.dumps(data))
+    monkeypatch.setenv("BASS_AUTO_RULES", str(own))
+    auto.clear_caches()
+    assert auto.load_rule("cpu").implementations == ("sdpa",)
+    assert auto.rules_dirs()[0] == own
+    monkeypatch.delenv("BASS_AUTO_RULES")
+    auto.clear_caches()
+    assert auto.load_rule("cpu").implementations == ("padded", "per_row")

@@ -22,6 +22,10 @@ Under ``torch.compile`` (and for fake or CUDA tensors without a hint) only the s
 used, so the choice is fixed when the graph is traced and never reads device memory; with
 dynamic (symbolic) shapes ``auto`` uses the static order below.
 
+Your own calibration (another CPU, another GPU) goes in a directory named by
+``$BASS_AUTO_RULES``, which is searched before the packaged rules (``nox -s calibrate``
+or ``bench/calibrate_auto.py --out DIR``).
+
 A device without a rule file (or a call whose nearest point names no implementation that
 is available here) falls back to the registry's static order: the available
 implementation with the highest ``priority`` among those registered with ``in_auto``.
@@ -36,6 +40,7 @@ import contextvars
 import functools
 import json
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +57,7 @@ __all__ = [
     "features",
     "length_hint",
     "load_rule",
+    "rules_dirs",
 ]
 
 RULES_DIR = Path(__file__).with_name("auto_rules")
@@ -188,12 +194,19 @@ class Rule:
         return min(timed)[1] if timed else None
 
 
+def rules_dirs() -> list[Path]:
+    """Where rules are looked up, first match wins: ``$BASS_AUTO_RULES`` (a directory of
+    your own calibrations, e.g. ``calibrate_auto.py --out``), then bass's packaged rules."""
+    env = os.environ.get("BASS_AUTO_RULES")
+    return [Path(env).expanduser(), RULES_DIR] if env else [RULES_DIR]
+
+
 @functools.cache
 def load_rule(key: str) -> Rule | None:
-    """The rule for device key ``key`` from :data:`RULES_DIR` (``None`` when no file
-    exists for it); read once per process."""
-    path = RULES_DIR / f"{key}.json"
-    if not path.is_file():
+    """The rule for device key ``key`` (``None`` when no file exists for it in
+    :func:`rules_dirs`); read once per process."""
+    path = next((d / f"{key}.json" for d in rules_dirs() if (d / f"{key}.json").is_file()), None)
+    if path is None:
         return None
     try:
         return Rule.from_dict(json.loads(path.read_text()))
