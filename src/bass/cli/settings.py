@@ -1,0 +1,91 @@
+"""A run's settings: the defaults, then ``--config FILE``, then the command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import Config, ConfigError, read_toml
+
+__all__ = ["FLAG_KEYS", "note_sampling", "resolve_config"]
+
+# flag -> "table.key" of the config it overrides (names a bad value by its flag)
+FLAG_KEYS = {
+    "main": ("model.main", "--main"),
+    "draft": ("model.draft", "--draft"),
+    "attention": ("model.attention", "--attention"),
+    "dtype": ("model.dtype", "--dtype"),
+    "chat": ("model.chat", "--chat/--no-chat"),
+    "max_new_tokens": ("generation.max_new_tokens", "--max-new-tokens"),
+    "sample": ("generation.do_sample", "--sample"),
+    "temperature": ("generation.temperature", "--temperature"),
+    "top_k": ("generation.top_k", "--top-k"),
+    "top_p": ("generation.top_p", "--top-p"),
+    "seed": ("generation.seed", "--seed"),
+    "time_budget": ("generation.time_budget", "--time-budget"),
+    "stop": ("generation.stop_strings", "--stop"),
+    "policy": ("policy.name", "--policy"),
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for table, values in over.items():
+        out.setdefault(table, {})
+        if isinstance(out[table], dict) and isinstance(values, dict):
+            out[table] = {**out[table], **values}
+        else:
+            out[table] = values
+    return out
+
+
+def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Config:
+    """defaults < ``defaults`` (a subcommand's own) < ``--config`` file < flags."""
+    from .. import policies
+
+    raw: dict = {}
+    if args.config:
+        raw = read_toml(args.config)
+        Config.from_dict(raw, source=args.config)  # report file errors by the file's name
+    layered = _merge(defaults or {}, raw)
+    flags: dict[str, dict] = {}
+    labels = {}
+    for attr, (dotted, flag) in FLAG_KEYS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            table, key = dotted.split(".")
+            flags.setdefault(table, {})[key] = value
+            labels[dotted] = flag
+    policy_raw = layered.get("policy", {})
+    name = flags.get("policy", {}).get("name", policy_raw.get("name", "bass"))
+    if name != policy_raw.get("name", "bass"):  # options in the file belong to another policy
+        layered.get("policy", {}).pop("options", None)
+    if args.policy_option:
+        installed = list(policies.available())
+        if name not in installed:
+            raise ConfigError(
+                f"command line: unknown policy {name!r}; installed: {', '.join(installed)}"
+            )
+        try:
+            options = policies.parse_options(name, args.policy_option)
+        except ValueError as exc:
+            raise ConfigError(f"command line: --policy-option: {exc}") from exc
+        file_options = dict(layered.get("policy", {}).get("options", {}))
+        flags.setdefault("policy", {})["options"] = {**file_options, **options}
+        labels["policy.options"] = "--policy-option"
+    merged = _merge(layered, flags)
+    return Config.from_dict(merged, source="command line" if flags else "config", labels=labels)
+
+
+def note_sampling(args, config: Config, n: int = 1) -> None:
+    """Notes on stderr about sampling flags that have no effect."""
+    if n > 1 and not config.generation.do_sample:
+        print(
+            f"bass: note: greedy decoding gives {n} identical samples per prompt; add "
+            "--sample (and --temperature) for distinct ones",
+            file=sys.stderr,
+        )
+    given = [f for f in ("temperature", "top_k", "top_p") if getattr(args, f, None) is not None]
+    if given and not config.generation.do_sample:
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        print(f"bass: note: {flags} only apply with --sample (decoding is greedy)", file=sys.stderr)
