@@ -161,7 +161,7 @@ def test_fake_impls_on_cuda_like_tensors(name, transposed_q):
         out = op(q, k, k, lens, lens, 0.125)
     assert isinstance(out, FakeTensor)
     assert out.shape == q.shape and out.dtype == q.dtype and out.device.type == "cuda"
-    assert out.stride() == q.stride()
+    assert out.is_contiguous()  # the contract, whatever q's strides
 
 
 def test_ops_have_no_cpu_kernel():

@@ -43,6 +43,19 @@ TOLERANCES = {
     torch.float16: (2**-10, 1e-4),
     torch.bfloat16: (2**-7, 1e-4),
 }
+# What the GPU kernels guarantee (tests/test_triton_fused.py, tests/test_cutlass.py): they
+# round the probabilities to the input dtype before the second product, as flash attention
+# does. impl="auto" on CUDA may run one of them once a CUDA rule is calibrated.
+KERNEL_TOLERANCES = {
+    torch.float64: TOLERANCES[torch.float64],
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1e-2, 1e-2),
+}
+
+
+def tolerances_for(impl: str, device: str) -> dict:
+    return KERNEL_TOLERANCES if impl == "auto" and device != "cpu" else TOLERANCES
 
 
 # --------------------------------------------------------------------------- naive oracles
@@ -185,7 +198,9 @@ def with_edge_cases(**other_arguments):
     return decorate
 
 
-def check_against_naive(out, case: AttentionCase, q, k, v, q_lens, kv_lens, scale, dtype):
+def check_against_naive(
+    out, case: AttentionCase, q, k, v, q_lens, kv_lens, scale, dtype, tolerances=TOLERANCES
+):
     assert out.shape == (case.B, case.Hq, case.T, case.D)
     assert out.dtype == dtype
     assert out.device == q.device
@@ -193,7 +208,7 @@ def check_against_naive(out, case: AttentionCase, q, k, v, q_lens, kv_lens, scal
     for b, q_len in enumerate(case.q_lens):  # padding slots are exactly zero
         assert (out[b, :, q_len:] == 0).all(), f"row {b}: padding slots are not 0"
     expected = naive_ragged_attention(q, k, v, case.q_lens, case.kv_lens, scale)
-    rtol, atol = TOLERANCES[dtype]
+    rtol, atol = tolerances[dtype]
     vmax = float(v.detach().abs().max().cpu()) if v.numel() else 1.0
     torch.testing.assert_close(out.to(torch.float64), expected, rtol=rtol, atol=atol * vmax)
 
@@ -208,7 +223,8 @@ def test_attention_float64_matches_naive_loop(case, impl, device):
         pytest.skip(f"impl {impl} is registered for CPU only")
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float64, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
-    check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, torch.float64)
+    tol = tolerances_for(impl, device)
+    check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, torch.float64, tol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -222,7 +238,8 @@ def test_attention_low_precision_matches_naive_loop(case, dtype, impl, device):
         pytest.skip(f"impl {impl} is registered for CPU only")
     q, k, v, q_lens, kv_lens, scale = case.tensors(dtype, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
-    check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, dtype)
+    tol = tolerances_for(impl, device)
+    check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, dtype, tol)
 
 
 @settings(max_examples=40, deadline=None)

@@ -591,3 +591,21 @@ def test_gpu_aot_graph_holds_the_triton_kernels():
     assert len(kernels) == 2, targets
     assert torch.ops.bass.ragged_attention_fused.default not in targets
     torch._dynamo.reset()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 2], ids=lambda s: f"split={s}")
+def test_fused_strided_and_expanded_length_tensors(split):
+    """Lengths that are views (a column of a [B, 2] tensor; one value expanded to B rows)
+    pass the op's checks; the kernels index them as flat arrays, so they must be made
+    dense first."""
+    case = AttentionCase(Hkv=2, group=2, T=2, S=12, D=8, q_lens=(2, 1, 2), kv_lens=(9, 4, 12))
+    q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
+    both = torch.stack([q_lens, kv_lens], 1)  # [B, 2]: columns have stride 2
+    out = triton_fused.fused_attention(q, k, v, both[:, 0], both[:, 1], scale, split=split)
+    check_fused(out, case, (q, k, v, q_lens, kv_lens, scale), torch.float32)
+    one = AttentionCase(Hkv=2, group=2, T=1, S=12, D=8, q_lens=(1, 1, 1), kv_lens=(5, 5, 5))
+    q, k, v, q_lens, kv_lens, scale = one.tensors(torch.float32, "cpu")
+    expanded = [torch.tensor([n], dtype=torch.int32).expand(3) for n in (1, 5)]
+    out = triton_fused.fused_attention(q, k, v, *expanded, scale, split=split)
+    check_fused(out, one, (q, k, v, q_lens, kv_lens, scale), torch.float32)

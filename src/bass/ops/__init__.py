@@ -177,10 +177,10 @@ def register_torch_implementation(
         kv_lens: torch.Tensor,
         scale: float,
     ) -> torch.Tensor:
-        return fn(q, k, v, q_lens, kv_lens, scale)
+        return fn(q, k, v, q_lens, kv_lens, scale).contiguous()
 
     op = torch.library.custom_op(f"bass::ragged_attention_{name}", kernel, mutates_args=())
-    op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: torch.empty_like(q))
+    op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
     impl = Implementation(
         name=name,
         op=getattr(torch.ops.bass, f"ragged_attention_{name}").default,
@@ -249,7 +249,8 @@ def ragged_attention(
             (see :func:`available_implementations`).
 
     Returns:
-        ``[B, Hq, T, D]`` in q's dtype.
+        ``[B, Hq, T, D]`` in q's dtype, contiguous whatever q's strides (every
+        implementation and its fake agree on that, so Inductor's stride checks hold).
 
     Inference only: inputs requiring grad raise. In eager mode the lengths are range-
     checked on the host (see :func:`length_checks` to skip that in a trusted hot loop).

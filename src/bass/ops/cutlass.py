@@ -237,7 +237,9 @@ def _gemm_ready(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     aligned base, and (b, h) slabs ``b * H + h`` one stride apart; otherwise a copy.
     """
     B, H = t.shape[0], t.shape[1]
-    for attempt in (t, t.contiguous()):
+    # the fallback is a fresh (aligned) copy: .contiguous() would hand back a contiguous
+    # tensor that is misaligned by its storage offset unchanged
+    for attempt in (t, t.clone(memory_format=torch.contiguous_format)):
         s0, s1, s2, s3 = attempt.stride()
         slab = s0 if H == 1 else s1
         uniform = H == 1 or B == 1 or s0 == H * s1
@@ -250,7 +252,13 @@ def _gemm_ready(t: torch.Tensor) -> tuple[torch.Tensor, int]:
             and attempt.data_ptr() % 16 == 0
         ):
             return attempt, slab
-    raise AssertionError("a contiguous tensor with D % 8 == 0 always qualifies")  # pragma: no cover
+    raise AssertionError("a fresh contiguous tensor with D % 8 == 0 qualifies")  # pragma: no cover
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous with a 16-byte aligned base (TMA and vector loads need both)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 def _stream(device: torch.device) -> int:
@@ -275,7 +283,7 @@ def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
         return torch.zeros(B, Hq, T, D, dtype=q.dtype, device=q.device)
     dt, dev, stream = _DTYPE_CODE[q.dtype], q.device.index, _stream(q.device)
     ld = _round8(R)  # 3.x TMA: contiguous extents and strides are multiples of 8
-    q3 = q.contiguous().view(P, R, D)
+    q3 = _aligned(q).view(P, R, D)
     if ld != R:
         q_pad = q3.new_zeros(P, ld, D)
         q_pad[:, :R] = q3
@@ -310,7 +318,7 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
         return out
     dt, dev, stream = _DTYPE_CODE[q.dtype], q.device.index, _stream(q.device)
     ld = _round8(R)
-    q = q.contiguous()
+    q = _aligned(q)
     k, _ = _gemm_ready(k)
     v, _ = _gemm_ready(v)
     scores = torch.empty(P, S, ld, dtype=torch.float32, device=q.device)
@@ -334,14 +342,12 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 def _run(kind, q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
     if _unsupported(q):
-        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
+        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale).contiguous()
     if q_lens.dtype != torch.int32 or kv_lens.dtype != torch.int32:
         raise TypeError("q_lens and kv_lens must be int32 tensors")
     with torch.cuda.device(q.device):
         out = (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
-    if not q.is_contiguous():  # the fake impl is empty_like(q): match its strides
-        out = torch.empty_like(q).copy_(out)
-    return out
+    return out.contiguous()  # the op's contract (and its fake): contiguous [B, Hq, T, D]
 
 
 # --------------------------------------------------------------------------- ops & registration
@@ -373,7 +379,7 @@ def _define_ops() -> None:
         return _run("split", q, k, v, q_lens, kv_lens, scale)
 
     for op in (ragged_attention_pad, ragged_attention_split):
-        op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: torch.empty_like(q))
+        op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
 
     common = (
         "; fp16/bf16 with D % 8 == 0 (other inputs run the reference); needs "

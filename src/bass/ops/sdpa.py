@@ -31,7 +31,7 @@ import torch.nn.functional as F
 def ragged_attention(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
     Hq, Hkv = q.shape[1], k.shape[1]  # q: [B, Hq, T, D]; k, v: [B, Hkv, S, D]
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    out = torch.zeros_like(q)  # padding slots stay 0
+    out = q.new_zeros(q.shape)  # padding slots stay 0
     for b, (ql, kl) in enumerate(zip(q_lens.tolist(), kv_lens.tolist())):
         if ql == 0:
             continue
@@ -54,7 +54,7 @@ def ragged_attention_padded(q, k, v, q_lens, kv_lens, scale: float) -> torch.Ten
     ql, kl = q_lens.tolist(), kv_lens.tolist()
     S = max(kl, default=0)
     if B == 0 or T == 0 or S == 0:
-        return torch.zeros_like(q)
+        return q.new_zeros(q.shape)
     # The padding this call reads must be finite. A float32 sum is a fast test (NaN and
     # Inf propagate through it; finite values large enough to overflow it only cost a
     # needless fallback to the per-row path, which is correct for any cache).

@@ -342,7 +342,7 @@ def fused_attention(
     if triton is None:
         raise RuntimeError("ragged_attention impl 'fused' needs triton: pip install triton")
     if q.dtype == torch.float64:
-        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
+        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale).contiguous()
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = int(Hq // Hkv)  # a constexpr: specialise it under torch.compile
@@ -356,6 +356,9 @@ def fused_attention(
         )
     bm, bn, bd, num_warps, num_stages = _tiles(G * T, D, q.dtype == torch.float32, interpret)
     bm, bn = block_m or bm, block_n or bn
+    # the kernels index the lengths as flat [B] arrays: a strided or expanded view (e.g.
+    # torch.ones(1).expand(B)) passes the op's checks and must be made dense here
+    q_lens, kv_lens = q_lens.contiguous(), kv_lens.contiguous()
     out = torch.empty((B, Hq, T, D), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out

@@ -127,6 +127,7 @@ def masked_softmax(
     n_rows = group * q_len
     if n_problems == 0 or n_rows == 0 or rows == 0:
         return
+    q_lens, kv_lens = q_lens.contiguous(), kv_lens.contiguous()  # indexed as flat [B]
     block_r = min(64, max(8, _next_pow2(ld)))
     block_s = max(16, 4096 // block_r)
     grid = (n_problems, triton.cdiv(ld, block_r))
