@@ -66,11 +66,11 @@ def kv_lengths(B: int, ctx: int, spread: str, gen: torch.Generator) -> list[int]
 
 
 def make_inputs(B, T, ctx, spread, dtype, device, seed=0, hq=HQ, hkv=HKV, d=D):
-    g = torch.Generator().manual_seed(seed)
-    kv = kv_lengths(B, ctx, spread, g)
+    kv = kv_lengths(B, ctx, spread, torch.Generator().manual_seed(seed))
     S = -(-max(kv) // 64) * 64
     q_lens = [min(T, k) for k in kv]
-    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    g = torch.Generator(device=device).manual_seed(seed)  # random data made on the device
+    mk = lambda *s: torch.randn(*s, generator=g, device=device).to(dtype)  # noqa: E731
     q, k, v = mk(B, hq, T, d), mk(B, hkv, S, d), mk(B, hkv, S, d)
     i32 = lambda x: torch.tensor(x, dtype=torch.int32, device=device)  # noqa: E731
     return q, k, v, i32(q_lens), i32(kv), q_lens, kv
@@ -119,16 +119,16 @@ def time_us(fn, min_run_time: float) -> float:
     )
 
 
-def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1):
+def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1, baselines=True):
     q, k, v, ql_t, kv_t, q_lens, kv_lens = make_inputs(B, T, ctx, spread, dtype, device)
     scale = D**-0.5
-    mask = padded_mask(q_lens, kv_lens, T, k.shape[2], device)
-    calls = {
-        "sdpa-padded-mask": lambda: F.scaled_dot_product_attention(
+    calls = {}
+    if baselines:
+        mask = padded_mask(q_lens, kv_lens, T, k.shape[2], device)
+        calls["sdpa-padded-mask"] = lambda: F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
-        ),
-        "sdpa-per-row": lambda: per_row(q, k, v, q_lens, kv_lens, scale),
-    }
+        )
+        calls["sdpa-per-row"] = lambda: per_row(q, k, v, q_lens, kv_lens, scale)
 
     def bass_call(name):
         return lambda: torch.ops.bass.ragged_attention(q, k, v, ql_t, kv_t, scale, name)
@@ -147,7 +147,7 @@ def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1):
             for name, fn in calls.items():
                 times[name] = min(times[name], time_us(fn, min_run_time))
     nbytes, flops = cost(q_lens, kv_lens, dtype)
-    best_base = min(times[b] for b in BASELINES)
+    best_base = min((times[b] for b in BASELINES if b in times), default=math.nan)
     return [
         {
             "B": B,
@@ -308,12 +308,12 @@ def crossover_plot(rows, path: Path, title: str) -> Path | None:
 GRIDS = {
     "gpu": dict(
         B=(1, 4, 8, 16, 32),
-        T=(1, 5, 9, 17, 33),
+        T=(1, 5, 17, 33),
         ctx=(512, 2048, 8192),
         spread=("uniform", "bimodal", "longtail"),
         dtype=(torch.bfloat16,),
         t=0.03,
-        rounds=2,
+        rounds=1,
         copy_bytes=2**30,
     ),
     "cpu": dict(
@@ -361,10 +361,11 @@ def to_markdown(rows, meta) -> str:
     ]
     for r in rows:
         method = f"auto ({r['picked']})" if r["method"] == "auto" else r["method"]
+        vs = "-" if math.isnan(r["vs_best_baseline"]) else f"{r['vs_best_baseline']:.2f}x"
         out.append(
             f"| {r['B']} | {r['T']} | {r['ctx']} | {r['spread']} | {r['fill']:.2f} | "
             f"{r['dtype']} | {method} | {r['us']:.1f} | {r['gbs']:.1f} | {r['tflops']:.3f} | "
-            f"{r['vs_best_baseline']:.2f}x |"
+            f"{vs} |"
         )
     return "\n".join(out) + "\n"
 
@@ -375,6 +376,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--plot", action="store_true", help="also draw the crossover chart")
     ap.add_argument("--name", default=None, help="output file stem (default: <mode>_kernels)")
+    ap.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="time only bass's implementations and auto (a verification run)",
+    )
     ap.add_argument(
         "--impls",
         default=None,
@@ -391,6 +397,9 @@ def main(argv=None) -> int:
     missing = [n for n in impls if n not in available]
     if missing:
         ap.error(f"not available on {device.type}: {missing}; available: {available}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or f"{mode}_kernels"
+    partial = args.out / f"{stem}.partial.json"  # rows so far, should a run be cut short
     rows = []
     for dtype in grid["dtype"]:
         for B in grid["B"]:
@@ -398,8 +407,10 @@ def main(argv=None) -> int:
                 for ctx in grid["ctx"]:
                     for spread in grid["spread"]:
                         rows += run_case(
-                            B, T, ctx, spread, dtype, device, grid["t"], impls, grid["rounds"]
-                        )
+                            B, T, ctx, spread, dtype, device, grid["t"], impls,
+                            grid["rounds"], not args.no_baselines,
+                        )  # fmt: skip
+                        partial.write_text(json.dumps({"rows": rows}))
     rule = auto.load_rule(auto.device_key(device))
     meta = {
         "mode": mode,
@@ -418,18 +429,20 @@ def main(argv=None) -> int:
         else "none for this device: static priority order",
     }
     meta["summary"] = summarize(rows, impls, meta["bandwidth_gbs"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"{mode}_kernels"
     text = to_markdown(rows, meta)
-    if args.plot:
-        png = crossover_plot(
-            rows,
-            args.out / f"{stem}_crossover.png",
-            f"{meta['device']}, {meta['software']}, Hq={HQ} Hkv={HKV} D={D}",
-        )
-        text += f"\nCrossover chart: `{png.name}`\n" if png else "\nNo crossover pair ran.\n"
-    (args.out / f"{stem}.md").write_text(text)
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    partial.unlink(missing_ok=True)
+    if args.plot:  # after the results are safe: a missing matplotlib loses only the chart
+        try:
+            png = crossover_plot(
+                rows,
+                args.out / f"{stem}_crossover.png",
+                f"{meta['device']}, {meta['software']}, Hq={HQ} Hkv={HKV} D={D}",
+            )
+            text += f"\nCrossover chart: `{png.name}`\n" if png else "\nNo crossover pair ran.\n"
+        except ImportError as e:
+            text += f"\nNo crossover chart: {e}\n"
+    (args.out / f"{stem}.md").write_text(text)
     print(text)
     return 0
 

