@@ -203,6 +203,10 @@ def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=No
 
 def run_grid(main, draft, prompts, batches, max_new, policies, forced=(None,), assisted_upto=64):
     """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance)."""
+    # warm-up, discarded: first-use costs (kernel loading, cuBLAS handles, allocator growth)
+    # would otherwise land on whichever method runs first at batch 1
+    hf_generate(main, prompts[:1], 2)
+    bass_run(main, draft, prompts[:1], 2, "constant", {"k": 2}, forced[0])
     rows = []
     for B in batches:
         ps = prompts[:B]
