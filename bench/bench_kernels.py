@@ -8,7 +8,8 @@ timed against two baselines doing the same job with stock PyTorch, in one run:
 * ``sdpa-per-row``: a Python loop calling SDPA on each row's own slice.
 
 Shapes (the issue's verify grid on GPU): batch B, query length T (= draft length + 1),
-context lengths around ``ctx`` with a spread (``uniform``: every row at ctx; ``bimodal``:
+context lengths around ``ctx`` with a spread (``uniform``: every row at ctx; ``mild``: rows
+between 0.6 and 1 of ctx; ``bimodal``:
 half the rows at ctx/8; ``longtail``: lengths from a log-normal capped at ctx), 32 query
 and 8 KV heads, head dim 128. Reported: µs (the best median of a few round-robin rounds),
 bytes the op must move (the live K/V
@@ -57,6 +58,9 @@ CROSSOVER_PAIRS = (("pad", "split"), ("sdpa_padded", "sdpa"))
 def kv_lengths(B: int, ctx: int, spread: str, gen: torch.Generator) -> list[int]:
     if spread == "uniform":
         return [ctx] * B
+    if spread == "mild":  # every row between 0.6 and 1 of ctx (fill around 0.8)
+        x = torch.empty(B).uniform_(0.6, 1.0, generator=gen)
+        return [max(1, round(ctx * float(v))) for v in x] if B > 1 else [ctx]
     if spread == "bimodal":
         return [ctx if b % 2 else max(1, ctx // 8) for b in range(B)]
     if spread == "longtail":  # log-normal around ctx/4, capped at ctx
@@ -119,9 +123,14 @@ def time_us(fn, min_run_time: float) -> float:
     )
 
 
-def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1, baselines=True):
-    q, k, v, ql_t, kv_t, q_lens, kv_lens = make_inputs(B, T, ctx, spread, dtype, device)
-    scale = D**-0.5
+def run_case(
+    B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1, baselines=True, heads=None
+):
+    hq, hkv, d = heads or (HQ, HKV, D)
+    q, k, v, ql_t, kv_t, q_lens, kv_lens = make_inputs(
+        B, T, ctx, spread, dtype, device, hq=hq, hkv=hkv, d=d
+    )
+    scale = d**-0.5
     calls = {}
     if baselines:
         mask = padded_mask(q_lens, kv_lens, T, k.shape[2], device)
@@ -134,7 +143,7 @@ def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1, ba
         return lambda: torch.ops.bass.ragged_attention(q, k, v, ql_t, kv_t, scale, name)
 
     # auto gets the host-side length hint the engine gives it on every pass
-    features = auto.Features(B, T, *auto._stats(kv_lens))
+    features = auto.Features(B, T, *auto._stats(kv_lens), (hq, hkv, d))
     picked = ops.resolve_implementation("auto", device, features).name
     with ops.length_checks(False), torch.inference_mode(), ops.length_hint(kv_lens):
         for name in impls:
@@ -146,7 +155,7 @@ def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1, ba
         for _ in range(rounds):
             for name, fn in calls.items():
                 times[name] = min(times[name], time_us(fn, min_run_time))
-    nbytes, flops = cost(q_lens, kv_lens, dtype)
+    nbytes, flops = cost(q_lens, kv_lens, dtype, hq, hkv, d)
     best_base = min((times[b] for b in BASELINES if b in times), default=math.nan)
     return [
         {
@@ -154,6 +163,7 @@ def run_case(B, T, ctx, spread, dtype, device, min_run_time, impls, rounds=1, ba
             "T": T,
             "ctx": ctx,
             "spread": spread,
+            "heads": [hq, hkv, d],
             "max_kv": features.max_kv,
             "fill": round(features.fill, 4),
             "dtype": str(dtype).split(".")[-1],
@@ -179,7 +189,7 @@ def memory_bandwidth_gbs(device: torch.device, nbytes: int) -> float:
 
 
 def case_key(r) -> tuple:
-    return (r["B"], r["T"], r["ctx"], r["spread"], r["dtype"])
+    return (r["B"], r["T"], r["ctx"], r["spread"], r["dtype"], tuple(r["heads"]))
 
 
 def summarize(rows, impls, bandwidth_gbs):
@@ -268,8 +278,13 @@ def crossover_plot(rows, path: Path, title: str) -> Path | None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import ScalarFormatter
 
+    heads = rows[0]["heads"]  # the grid's first head geometry
+    rows = [r for r in rows if r["heads"] == heads]
+    title += f", heads {heads[0]}/{heads[1]}/{heads[2]} (Hq/Hkv/D)"
     times = {(case_key(r), r["method"]): r["us"] for r in rows}
-    spreads = sorted({r["spread"] for r in rows}, key=["uniform", "bimodal", "longtail"].index)
+    spreads = sorted(
+        {r["spread"] for r in rows}, key=["uniform", "mild", "bimodal", "longtail"].index
+    )
     fig, axes = plt.subplots(1, len(spreads), figsize=(4.2 * len(spreads), 3.6), sharey=True)
     axes = [axes] if len(spreads) == 1 else list(axes)
     for ax, spread in zip(axes, spreads):
@@ -307,6 +322,7 @@ def crossover_plot(rows, path: Path, title: str) -> Path | None:
 
 GRIDS = {
     "gpu": dict(
+        heads=((32, 8, 128),),  # the 7B Llama shape of bench_e2e --gpu
         B=(1, 4, 8, 16, 32),
         T=(1, 5, 17, 33),
         ctx=(512, 2048, 8192),
@@ -317,16 +333,18 @@ GRIDS = {
         copy_bytes=2**30,
     ),
     "cpu": dict(
+        heads=((32, 8, 128), (9, 3, 64)),  # 7B Llama; the embedded SmolLM2-135M
         B=(1, 2, 4, 8, 16),
         T=(1, 5),
         ctx=(256, 1024),
-        spread=("uniform", "bimodal", "longtail"),
+        spread=("uniform", "mild", "bimodal", "longtail"),
         dtype=(torch.float32,),
         t=0.05,
         rounds=3,
         copy_bytes=2**28,
     ),
     "smoke": dict(
+        heads=((32, 8, 128),),
         B=(1, 2),
         T=(3,),
         ctx=(64,),
@@ -348,7 +366,7 @@ def to_markdown(rows, meta) -> str:
         f"Device: {meta['device']}  ",
         f"Software: {meta['software']}  ",
         "",
-        f"Hq={HQ}, Hkv={HKV}, D={D}. GB/s counts the live K/V of every row plus q and out; "
+        "heads = Hq/Hkv/D. GB/s counts the live K/V of every row plus q and out; "
         "`vs best baseline` = best of the two SDPA baselines / this (higher is better).",
         "",
         "`auto` rows name the implementation it picked.",
@@ -356,14 +374,16 @@ def to_markdown(rows, meta) -> str:
         *summary_markdown(meta["summary"], meta),
         "## All cases",
         "",
-        "| B | T | ctx | spread | fill | dtype | method | µs | GB/s | TFLOP/s | vs best baseline |",
-        "|---:|---:|---:|---|---:|---|---|---:|---:|---:|---:|",
+        "| heads | B | T | ctx | spread | fill | dtype | method | µs | GB/s | TFLOP/s "
+        "| vs best baseline |",
+        "|---|---:|---:|---:|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         method = f"auto ({r['picked']})" if r["method"] == "auto" else r["method"]
         vs = "-" if math.isnan(r["vs_best_baseline"]) else f"{r['vs_best_baseline']:.2f}x"
         out.append(
-            f"| {r['B']} | {r['T']} | {r['ctx']} | {r['spread']} | {r['fill']:.2f} | "
+            f"| {'/'.join(map(str, r['heads']))} | "
+            f"{r['B']} | {r['T']} | {r['ctx']} | {r['spread']} | {r['fill']:.2f} | "
             f"{r['dtype']} | {method} | {r['us']:.1f} | {r['gbs']:.1f} | {r['tflops']:.3f} | "
             f"{vs} |"
         )
@@ -401,16 +421,21 @@ def main(argv=None) -> int:
     stem = args.name or f"{mode}_kernels"
     partial = args.out / f"{stem}.partial.json"  # rows so far, should a run be cut short
     rows = []
-    for dtype in grid["dtype"]:
-        for B in grid["B"]:
-            for T in grid["T"]:
-                for ctx in grid["ctx"]:
-                    for spread in grid["spread"]:
-                        rows += run_case(
-                            B, T, ctx, spread, dtype, device, grid["t"], impls,
-                            grid["rounds"], not args.no_baselines,
-                        )  # fmt: skip
-                        partial.write_text(json.dumps({"rows": rows}))
+    cases = [
+        (heads, dtype, B, T, ctx, spread)
+        for heads in grid["heads"]
+        for dtype in grid["dtype"]
+        for B in grid["B"]
+        for T in grid["T"]
+        for ctx in grid["ctx"]
+        for spread in grid["spread"]
+    ]
+    for heads, dtype, B, T, ctx, spread in cases:
+        rows += run_case(
+            B, T, ctx, spread, dtype, device, grid["t"], impls,
+            grid["rounds"], not args.no_baselines, heads,
+        )  # fmt: skip
+        partial.write_text(json.dumps({"rows": rows}))
     rule = auto.load_rule(auto.device_key(device))
     meta = {
         "mode": mode,
@@ -437,7 +462,7 @@ def main(argv=None) -> int:
             png = crossover_plot(
                 rows,
                 args.out / f"{stem}_crossover.png",
-                f"{meta['device']}, {meta['software']}, Hq={HQ} Hkv={HKV} D={D}",
+                f"{meta['device']}, {meta['software']}",
             )
             text += f"\nCrossover chart: `{png.name}`\n" if png else "\nNo crossover pair ran.\n"
         except ImportError as e:

@@ -36,9 +36,18 @@ def points_from(rows, impls):
     for r in rows:
         if r["method"] not in impls:
             continue
-        key = (r["B"], r["T"], r["ctx"], r["spread"])
+        heads = r.get("heads", [32, 8, 128])
+        key = (r["B"], r["T"], r["ctx"], r["spread"], tuple(heads))
         p = cases.setdefault(
-            key, {"B": r["B"], "T": r["T"], "max_kv": r["max_kv"], "fill": r["fill"], "us": {}}
+            key,
+            {
+                "B": r["B"],
+                "T": r["T"],
+                "max_kv": r["max_kv"],
+                "fill": r["fill"],
+                "heads": heads,
+                "us": {},
+            },
         )
         p["us"][r["method"]] = round(r["us"], 2)
     return [p for p in cases.values() if set(p["us"]) == set(impls)]
@@ -53,7 +62,7 @@ def leave_one_out(points, impls):
         if not others:
             break
         rule = auto.Rule.from_dict({"device_key": "-", "implementations": impls, "points": others})
-        f = auto.Features(p["B"], p["T"], p["max_kv"], p["fill"])
+        f = auto.Features(p["B"], p["T"], p["max_kv"], p["fill"], tuple(p["heads"]))
         pick = rule.choose(f, impls)
         out.append((p, pick, p["us"][pick] / min(p["us"].values())))
     return out
@@ -85,13 +94,14 @@ def report(points, impls, loo, meta, source) -> str:
             f"{ratios[len(ratios) // 2]:.2f}x, worst {ratios[-1]:.2f}x the best time; "
             f"{sum(r > 1.10 for r in ratios)} points more than 10% slower.",
             "",
-            "| B | T | max kv | fill | times (µs) | leave-one-out pick | slower by |",
-            "|---:|---:|---:|---:|---|---|---:|",
+            "| heads | B | T | max kv | fill | times (µs) | leave-one-out pick | slower by |",
+            "|---|---:|---:|---:|---:|---|---|---:|",
         ]
         for p, pick, r in loo:
             times = ", ".join(f"{n} {us:.0f}" for n, us in sorted(p["us"].items()))
             lines.append(
-                f"| {p['B']} | {p['T']} | {p['max_kv']} | {p['fill']:.2f} | {times} | "
+                f"| {'/'.join(map(str, p['heads']))} | "
+                f"{p['B']} | {p['T']} | {p['max_kv']} | {p['fill']:.2f} | {times} | "
                 f"{pick} | {r:.2f}x |"
             )
     return "\n".join(lines) + "\n"

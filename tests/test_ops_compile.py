@@ -106,7 +106,7 @@ def test_compiled_graph_calls_the_implementation_op():
     calls = [node for node in graphs[0].graph.nodes if node.op == "call_function"]
     targets = [node.target for node in calls]
     # under compile auto decides from the shapes alone (fill 1, longest kv_len = S)
-    shapes = bass.ops.auto.Features(B, 2, S, 1.0)
+    shapes = bass.ops.auto.Features(B, 2, S, 1.0, (HQ, HKV, D))
     picked = bass.ops.resolve_implementation("auto", torch.device("cpu"), shapes).op
     assert picked in targets, targets
     assert torch.ops.bass.ragged_attention.default not in targets, targets

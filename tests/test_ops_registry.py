@@ -120,7 +120,7 @@ def test_features_fall_back_to_shapes_for_fake_tensors():
     with FakeTensorMode():
         q, k = torch.empty(3, 4, 2, 8), torch.empty(3, 2, 128, 8)
         f = auto.features(q, k, torch.empty(3, dtype=torch.int32))
-    assert f == auto.Features(3, 2, 128, 1.0)
+    assert f == auto.Features(3, 2, 128, 1.0, (4, 2, 8))
     f = auto.features(q, k, torch.tensor([100, 50, 0], dtype=torch.int32))
     assert (f.max_kv, f.fill) == (100, 0.5)
 
@@ -171,3 +171,21 @@ def test_own_rules_directory_is_searched_first(rules, tmp_path, monkeypatch):
     monkeypatch.delenv("BASS_AUTO_RULES")
     auto.clear_caches()
     assert auto.load_rule("cpu").implementations == ("padded", "per_row")
+
+
+def test_rule_prefers_points_of_the_same_head_geometry(fake_impl, rules):
+    """A small model's heads and a 7B model's heads cross over differently: a call takes
+    its decision from points measured with heads like its own."""
+    fake_impl(name="padded")
+    fake_impl(name="per_row")
+    big = point(4, 512, 0.8, padded=1.0, per_row=2.0)
+    small = {**point(4, 512, 0.8, padded=2.0, per_row=1.0), "heads": [9, 3, 64]}
+    rules([big, small])
+
+    def pick(heads):
+        f = auto.Features(4, 4, 512, 0.8, heads)
+        return ops.resolve_implementation("auto", CPU, f).name
+
+    assert pick((32, 8, 128)) == "padded"
+    assert pick((9, 3, 64)) == "per_row"
+    assert pick((12, 4, 64)) == "per_row"  # nearest geometry

@@ -50,6 +50,7 @@ __all__ = [
     "length_checks",
     "length_hint",
     "ragged_attention",
+    "refresh_availability",
     "register_implementation",
     "resolve_implementation",
 ]
@@ -90,6 +91,8 @@ class Implementation:
 
 
 _IMPLEMENTATIONS: dict[str, Implementation] = {}
+_VERSION = [0]  # bumped by every registration: keys the caches below
+_RUNNABLE: dict[tuple, list[Implementation]] = {}
 
 
 def register_implementation(impl: Implementation) -> None:
@@ -97,6 +100,24 @@ def register_implementation(impl: Implementation) -> None:
     if impl.name == "auto":
         raise ValueError("'auto' is reserved for automatic selection")
     _IMPLEMENTATIONS[impl.name] = impl
+    refresh_availability()
+
+
+def refresh_availability() -> None:
+    """Forget which implementations can run here (``auto`` caches it per device type);
+    call it after making one available, e.g. after building the CUTLASS library."""
+    _VERSION[0] += 1
+    _RUNNABLE.clear()
+    auto.clear_caches()
+
+
+def _runnable(device_type: str) -> list[Implementation]:
+    key = (id(_IMPLEMENTATIONS), _VERSION[0], device_type)
+    found = _RUNNABLE.get(key)
+    if found is None:
+        found = [i for i in _IMPLEMENTATIONS.values() if device_type in i.devices and i.available()]
+        _RUNNABLE[key] = found
+    return found
 
 
 def available_implementations(device: str | torch.device | None = None) -> list[str]:
@@ -119,9 +140,7 @@ def resolve_implementation(
     with ``in_auto``. Nothing here reads device memory, so it is safe in a compiled graph.
     """
     if impl == "auto":
-        runnable = [
-            i for i in _IMPLEMENTATIONS.values() if device.type in i.devices and i.available()
-        ]
+        runnable = _runnable(device.type)
         if features is not None:
             picked = auto.choose(device, features, [i.name for i in runnable])
             if picked is not None:

@@ -174,8 +174,11 @@ def unavailable_reason() -> str | None:
 
 
 def _reset() -> None:
+    from . import refresh_availability
+
     _load.cache_clear()
     _status.cache_clear()
+    refresh_availability()
 
 
 def build(arch: str | None = None, force: bool = False) -> Path:
