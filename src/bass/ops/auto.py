@@ -45,6 +45,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -73,9 +74,9 @@ _HINT: contextvars.ContextVar[tuple[int, float] | None] = contextvars.ContextVar
 )
 
 
-@dataclass(frozen=True)
-class Features:
-    """What ``auto`` knows of a call: ``B``, ``T``, the longest kv_len and the fill."""
+class Features(NamedTuple):  # a NamedTuple: built on every call, cheaper than a dataclass
+    """What ``auto`` knows of a call: ``B``, ``T``, the longest kv_len, the fill and the
+    head geometry."""
 
     batch: int
     q_len: int
