@@ -564,3 +564,13 @@ def test_generate_text_round_trip(model_dir):
         ids = encode_prompt(tok, text, chat=False)
         want = reference_greedy(main, ids, 5, eos=tok.eos_token_id)
         assert got == tok.decode(want, skip_special_tokens=True)
+
+
+def test_ops_lists_implementations_and_the_auto_rule(capsys):
+    from bass.cli import main
+
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    for name in ("reference", "sdpa", "sdpa_padded", "fused", "pad", "split"):
+        assert f"  {name} " in out
+    assert "auto on cpu: rule" in out and "cpu.json" in out

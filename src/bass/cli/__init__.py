@@ -5,6 +5,7 @@ Subcommands::
     bass generate [PROMPT ...]    batched speculative generation, with a summary of the run
     bass policies                 installed draft-length policies, their options and defaults
     bass eval humaneval           HumanEval Pass@First/Pass@All, regular vs speculative
+    bass ops                      attention implementations here, and the auto rule in force
     bass bench                    where the latest benchmark results are (`nox -s bench`)
 
 Settings come from, in increasing priority: the defaults, ``--config FILE`` (TOML, see
@@ -30,7 +31,7 @@ import sys
 from ..config import ConfigError
 from .errors import UsageError
 from .generate import cmd_generate, read_prompts  # noqa: F401
-from .info import cmd_bench, cmd_policies
+from .info import cmd_bench, cmd_ops, cmd_policies
 from .loading import encode, load_models, make_generator, use_chat  # noqa: F401
 from .parser import DTYPE_NAMES, build_parser, unescape  # noqa: F401
 from .progress import Progress  # noqa: F401
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "generate": cmd_generate,
         "policies": cmd_policies,
         "bench": cmd_bench,
+        "ops": cmd_ops,
         "eval": lambda args: importlib.import_module(".humaneval", __name__).cmd_humaneval(args),
     }
     try:

@@ -1,11 +1,11 @@
-"""The subcommands that only inform: ``bass policies`` and ``bass bench``."""
+"""The subcommands that only inform: ``bass policies``, ``bass ops`` and ``bass bench``."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-__all__ = ["cmd_bench", "cmd_policies"]
+__all__ = ["cmd_bench", "cmd_ops", "cmd_policies"]
 
 
 def cmd_policies(args) -> int:
@@ -58,5 +58,50 @@ def cmd_bench(args) -> int:
     print(
         "`nox -s bench` (from a checkout of the bass repository) runs the benchmark suite "
         "and writes bench/results/."
+    )
+    return 0
+
+
+def cmd_ops(args) -> int:
+    """The ragged attention implementations, where each runs, and what ``auto`` uses."""
+    import torch
+
+    from .. import ops
+    from ..ops import auto, cutlass
+
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices.append(torch.device("cuda"))
+    print("torch.ops.bass.ragged_attention implementations (impl=NAME):")
+    for name, impl in ops._IMPLEMENTATIONS.items():
+        here = [d.type for d in devices if d.type in impl.devices]
+        if not here:
+            state = f"not here: no {'/'.join(impl.devices)} device"
+        elif impl.available():
+            state = "runs here"
+        elif name in ("pad", "split"):
+            state = f"not available: {cutlass.unavailable_reason()}"
+        else:
+            state = "not available (see below)"
+        print(f"  {name:<12} on {'/'.join(impl.devices):<9} {state}")
+        print(
+            textwrap.fill(impl.description, 92, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        )
+    print()
+    for device in devices:
+        key = auto.device_key(device)
+        rule = auto.load_rule(key)
+        static = ops.resolve_implementation("auto", device).name
+        if rule is None:
+            print(f"auto on {key}: no calibrated rule; the static order runs `{static}`")
+            continue
+        where = next(d for d in auto.rules_dirs() if (d / f"{key}.json").is_file())
+        print(
+            f"auto on {key}: rule {where / (key + '.json')} ({len(rule.points)} measured "
+            f"points over {', '.join(rule.implementations)}; from {rule.source or '?'})"
+        )
+    print(
+        "\nCalibrate for this machine: `nox -s calibrate` (set BASS_AUTO_RULES=DIR to keep "
+        "your rules outside the package)."
     )
     return 0

@@ -103,5 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
         _add(p, "models", _MODEL_FLAGS)
         _add(p, "generation", _GENERATION_FLAGS)
     sub.add_parser("policies", help="list installed draft-length policies and their options")
+    sub.add_parser("ops", help="ragged attention implementations here and what auto uses")
     sub.add_parser("bench", help="where the latest benchmark results are")
     return parser
