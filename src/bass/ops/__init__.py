@@ -93,6 +93,7 @@ class Implementation:
 _IMPLEMENTATIONS: dict[str, Implementation] = {}
 _VERSION = [0]  # bumped by every registration: keys the caches below
 _RUNNABLE: dict[tuple, list[Implementation]] = {}
+_AUTO_PICKS: dict[tuple, Implementation] = {}  # auto's decisions, by device and features
 
 
 def register_implementation(impl: Implementation) -> None:
@@ -108,6 +109,7 @@ def refresh_availability() -> None:
     call it after making one available, e.g. after building the CUTLASS library."""
     _VERSION[0] += 1
     _RUNNABLE.clear()
+    _AUTO_PICKS.clear()
     auto.clear_caches()
 
 
@@ -140,15 +142,20 @@ def resolve_implementation(
     with ``in_auto``. Nothing here reads device memory, so it is safe in a compiled graph.
     """
     if impl == "auto":
-        runnable = _runnable(device.type)
-        if features is not None:
-            picked = auto.choose(device, features, [i.name for i in runnable])
-            if picked is not None:
-                return _IMPLEMENTATIONS[picked]
-        candidates = [i for i in runnable if i.in_auto]
-        if not candidates:
-            raise RuntimeError(f"no ragged_attention implementation runs on {device}")
-        return max(candidates, key=lambda i: i.priority)
+        key = (
+            id(_IMPLEMENTATIONS),
+            _VERSION[0],
+            auto.generation(),
+            device.type,
+            device.index,
+            None if features is None else features.key(),
+        )
+        found = _AUTO_PICKS.get(key)
+        if found is None:
+            found = _AUTO_PICKS[key] = _auto_pick(device, features)
+            if len(_AUTO_PICKS) > 1 << 16:  # bounded: a long run sees many lengths
+                _AUTO_PICKS.clear()
+        return found
     found = _IMPLEMENTATIONS.get(impl)
     if found is None:
         names = ", ".join(["auto", *_IMPLEMENTATIONS])
@@ -165,6 +172,18 @@ def resolve_implementation(
             f"{available_implementations(device)}"
         )
     return found
+
+
+def _auto_pick(device: torch.device, features: auto.Features | None) -> Implementation:
+    runnable = _runnable(device.type)
+    if features is not None:
+        picked = auto.choose(device, features, [i.name for i in runnable])
+        if picked is not None:
+            return _IMPLEMENTATIONS[picked]
+    candidates = [i for i in runnable if i.in_auto]
+    if not candidates:
+        raise RuntimeError(f"no ragged_attention implementation runs on {device}")
+    return max(candidates, key=lambda i: i.priority)
 
 
 def bucket_query_len(t: int) -> int:

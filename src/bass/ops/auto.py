@@ -246,8 +246,18 @@ def _cached_choice(rule: Rule, key: tuple, allowed: tuple[str, ...]) -> str | No
     return rule.choose(Features(B, T, round(2**log_kv), fill, heads), allowed)
 
 
+_GENERATION = [0]
+
+
+def generation() -> int:
+    """Bumped by :func:`clear_caches`: callers that cache decisions key them on it."""
+    return _GENERATION[0]
+
+
 def clear_caches() -> None:
-    """Forget loaded rules and cached decisions (after changing :data:`RULES_DIR`)."""
+    """Forget loaded rules and cached decisions (after changing :data:`RULES_DIR` or
+    ``$BASS_AUTO_RULES``)."""
+    _GENERATION[0] += 1
     load_rule.cache_clear()
     _cached_choice.cache_clear()
 
