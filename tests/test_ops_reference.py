@@ -18,6 +18,7 @@ Tolerances (op output vs. the float64 loop run on the *same* inputs upcast to fl
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -293,16 +294,17 @@ def attend(*args):
 def test_attention_ignores_nonfinite_values_past_kv_len(case):
     """A cache from torch.empty may hold NaN past kv_len; the contract never reads there."""
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
-    k2, v2 = k.clone(), v.clone()
-    for b, kv_len in enumerate(case.kv_lens):
-        k2[b, :, kv_len:] = float("nan")
-        v2[b, :, kv_len:] = float("nan")
-    for impl in ("reference", "sdpa", "sdpa_padded"):
-        out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
-        assert not out.isnan().any()
-        torch.testing.assert_close(
-            torch.ops.bass.ragged_attention(q, k2, v2, q_lens, kv_lens, scale, impl), out
-        )
+    for bad_k, bad_v in ((math.nan, math.nan), (math.inf, -math.inf), (1.0, math.inf)):
+        k2, v2 = k.clone(), v.clone()
+        for b, kv_len in enumerate(case.kv_lens):
+            k2[b, :, kv_len:] = bad_k
+            v2[b, :, kv_len:] = bad_v
+        for impl in ("reference", "sdpa", "sdpa_padded", "auto"):
+            out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
+            assert out.isfinite().all()
+            torch.testing.assert_close(
+                torch.ops.bass.ragged_attention(q, k2, v2, q_lens, kv_lens, scale, impl), out
+            )
 
 
 def test_attention_worked_example_from_the_docs():

@@ -12,10 +12,9 @@ costs nothing on CPU: this implementation is registered for CPU only.
 ``kv_len``, with a mask built from the lengths: the CPU analogue of BASS-PAD, as
 ``sdpa`` is of BASS-SPLIT. It wins when the rows' lengths are close (one large call
 instead of ``B`` small ones) and loses when they spread (it computes the padding).
-Padding slots get zero weights, but a NaN or Inf there would still leak into the result
-(0 * NaN is NaN); to keep the contract (nothing past ``kv_len`` can change the result),
-the tails it reads are summed first and a batch with a non-finite value there runs per
-row instead.
+Padding slots get zero weights, but a NaN or Inf there would still leak into the result,
+and only as a non-finite output value (0 * NaN is NaN); to keep the contract (nothing past
+``kv_len`` can change the result) a batch whose output is not finite is redone per row.
 
 ``auto`` chooses between them on CPU from measured data (bench/results/cpu_kernels.md,
 the rule in ``bass/ops/auto_rules/cpu.json``). Both compute fp16/bf16 in float32 and
@@ -51,27 +50,16 @@ def ragged_attention(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 def ragged_attention_padded(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
     B, Hq, T, _ = q.shape
     Hkv = k.shape[1]
-    ql, kl = q_lens.tolist(), kv_lens.tolist()
-    S = max(kl, default=0)
+    S = max(kv_lens.tolist(), default=0)
     if B == 0 or T == 0 or S == 0:
         return q.new_zeros(q.shape)
-    # The padding this call reads must be finite. A float32 sum is a fast test (NaN and
-    # Inf propagate through it; finite values large enough to overflow it only cost a
-    # needless fallback to the per-row path, which is correct for any cache).
-    tails = [
-        t[b, :, n:S].sum(dtype=torch.float32) for b, n in enumerate(kl) if n < S for t in (k, v)
-    ]
-    if tails and not bool(torch.stack(tails).sum().isfinite()):
-        return ragged_attention(q, k, v, q_lens, kv_lens, scale)
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dev = q.device
-    t = torch.arange(T, device=dev)
-    qlt = torch.tensor(ql, device=dev)[:, None]  # [B, 1]
-    pos = torch.tensor(kl, device=dev)[:, None] - qlt + t  # [B, T]: each query's position
-    live = t[None] < qlt  # [B, T]: real (not padding) query slots
-    mask = torch.arange(S, device=dev)[None, None] <= pos[:, :, None]  # [B, T, S]
+    t = torch.arange(T, device=q.device)
+    live = t < q_lens[:, None]  # [B, T]: real (not padding) query slots
+    pos = (kv_lens - q_lens)[:, None] + t  # [B, T]: each query's position
+    mask = torch.arange(S, device=q.device) <= pos[:, :, None]  # [B, T, S]
     mask &= live[:, :, None]
-    mask[:, :, 0] |= ~live  # padding slots attend to key 0 (finite; zeroed below)
+    mask[:, :, 0] |= ~live  # padding slots attend to key 0 (zeroed below)
     out = F.scaled_dot_product_attention(
         q.to(cdt),
         k[:, :, :S].to(cdt),
@@ -80,4 +68,10 @@ def ragged_attention_padded(q, k, v, q_lens, kv_lens, scale: float) -> torch.Ten
         scale=scale,
         enable_gqa=Hq != Hkv,
     )
-    return out.masked_fill_(~live[:, None, :, None], 0.0).to(q.dtype)
+    out.masked_fill_(~live[:, None, :, None], 0.0)
+    # Padding slots get zero weight, but NaN/Inf stored there would still reach the output
+    # (0 * NaN = NaN), and only as a non-finite value: then redo the batch row by row,
+    # which never reads past kv_len. One reduction over the small output.
+    if not bool(out.isfinite().all()):
+        return ragged_attention(q, k, v, q_lens, kv_lens, scale)
+    return out.to(q.dtype)
