@@ -5,10 +5,11 @@
 # Planned use of a 30-minute device budget (each call under 10 minutes, each with
 # carry [".gpu_wheels"]; a call may land on a fresh machine, so build comes first in every
 # call: it is a no-op when the library for these sources is already cached there):
-#   1) env,build,test,sanitize
+#   1) env,build,test           (the hypothesis suites JIT many Triton variants: give
+#                                them the whole call)
 #   2) BASS_CALIBRATE_IMPLS=<what call 1's test stage passed, see its calibrate hint>
 #      build,kernels,calibrate,verify
-#   3) build,e2e
+#   3) build,sanitize,e2e
 # kernels times every implementation on the verify grid (auto = the static order, as no
 # rule exists for the device yet); calibrate turns that run into
 # auto_rules/cuda-sm<XY>.json (into OUT_DIR, and into src/ for verify; copy it into
