@@ -6,8 +6,8 @@ __all__ = ["merge_stats", "plot_steps", "short_trace", "summary_text"]
 
 
 def merge_stats(all_stats):
-    """One :class:`~bass.engine.GenerationStats` for several batches."""
-    from ..engine import GenerationStats
+    """One :class:`~bass.stats.GenerationStats` for several batches."""
+    from ..stats import GenerationStats
 
     return GenerationStats.merge(all_stats)
 
