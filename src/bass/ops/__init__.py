@@ -202,10 +202,12 @@ def bucket_query_len(t: int) -> int:
 def register_torch_implementation(
     name: str, fn: Callable[..., torch.Tensor], *, devices: tuple[str, ...], **kw
 ) -> Implementation:
-    """Register ``fn(q, k, v, q_lens, kv_lens, scale) -> out`` (plain PyTorch code) as the
-    custom op ``bass::ragged_attention_<name>``, with a shape-only fake, and as
-    ``impl=<name>``. Opaque to Inductor: kernels that Inductor should see into register
-    through ``torch.library.triton_op`` instead (see ``triton_fused``)."""
+    """Register ``fn(q, k, v, q_lens, kv_lens, scale) -> out`` (PyTorch code, or a launcher
+    of precompiled kernels such as ``cutlass``) as the custom op
+    ``bass::ragged_attention_<name>`` with kernels for ``devices`` only and a shape-only
+    fake (a contiguous ``[B, Hq, T, D]``), and as ``impl=<name>``. Opaque to Inductor:
+    kernels that Inductor should see into register through ``torch.library.triton_op``
+    instead (see ``triton_fused``)."""
 
     def kernel(
         q: torch.Tensor,
@@ -217,7 +219,9 @@ def register_torch_implementation(
     ) -> torch.Tensor:
         return fn(q, k, v, q_lens, kv_lens, scale).contiguous()
 
-    op = torch.library.custom_op(f"bass::ragged_attention_{name}", kernel, mutates_args=())
+    op = torch.library.custom_op(
+        f"bass::ragged_attention_{name}", kernel, mutates_args=(), device_types=devices
+    )
     op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
     impl = Implementation(
         name=name,

@@ -345,76 +345,45 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 def _run(kind, q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
     if _unsupported(q):
-        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale).contiguous()
+        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
     if q_lens.dtype != torch.int32 or kv_lens.dtype != torch.int32:
         raise TypeError("q_lens and kv_lens must be int32 tensors")
     with torch.cuda.device(q.device):
         out = (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
-    return out.contiguous()  # the op's contract (and its fake): contiguous [B, Hq, T, D]
+    return out  # the op wrapper makes it contiguous (the contract and its fake)
 
 
 # --------------------------------------------------------------------------- ops & registration
 
 
 def _define_ops() -> None:
-    from . import Implementation, register_implementation
-
-    @torch.library.custom_op("bass::ragged_attention_pad", mutates_args=(), device_types="cuda")
-    def ragged_attention_pad(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_lens: torch.Tensor,
-        kv_lens: torch.Tensor,
-        scale: float,
-    ) -> torch.Tensor:
-        return _run("pad", q, k, v, q_lens, kv_lens, scale)
-
-    @torch.library.custom_op("bass::ragged_attention_split", mutates_args=(), device_types="cuda")
-    def ragged_attention_split(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_lens: torch.Tensor,
-        kv_lens: torch.Tensor,
-        scale: float,
-    ) -> torch.Tensor:
-        return _run("split", q, k, v, q_lens, kv_lens, scale)
-
-    for op in (ragged_attention_pad, ragged_attention_split):
-        op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
+    from . import register_torch_implementation
 
     common = (
         "; fp16/bf16 with D % 8 == 0 (other inputs run the reference); needs "
         f"libbass_cutlass.so: {BUILD_HINT}"
     )
-    register_implementation(
-        Implementation(
-            name="split",
-            op=torch.ops.bass.ragged_attention_split.default,
-            devices=("cuda",),
-            available=available,
-            priority=5,
-            # Not in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
-            # a GPU user gets the tested reference unless they ask for this by name.
-            in_auto=False,
-            description="BASS-SPLIT: CUTLASS grouped GEMMs, one problem per (row, KV head), "
-            "Triton masked softmax, no host sync" + common,
-        )
+    # Neither is in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
+    # a GPU user gets the tested reference unless they ask for one by name.
+    register_torch_implementation(
+        "split",
+        functools.partial(_run, "split"),
+        devices=("cuda",),
+        available=available,
+        priority=5,
+        in_auto=False,
+        description="BASS-SPLIT: CUTLASS grouped GEMMs, one problem per (row, KV head), "
+        "Triton masked softmax, no host sync" + common,
     )
-    register_implementation(
-        Implementation(
-            name="pad",
-            op=torch.ops.bass.ragged_attention_pad.default,
-            devices=("cuda",),
-            available=available,
-            priority=4,
-            # Not in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
-            # a GPU user gets the tested reference unless they ask for this by name.
-            in_auto=False,
-            description="BASS-PAD: CUTLASS sm90 batched GEMMs over rows padded to the longest "
-            "kv_len (one host sync), Triton masked softmax" + common,
-        )
+    register_torch_implementation(
+        "pad",
+        functools.partial(_run, "pad"),
+        devices=("cuda",),
+        available=available,
+        priority=4,
+        in_auto=False,
+        description="BASS-PAD: CUTLASS sm90 batched GEMMs over rows padded to the longest "
+        "kv_len (one host sync), Triton masked softmax" + common,
     )
 
 
