@@ -3,7 +3,7 @@
 ``python bench/gpu_passed.py gpu_tests.xml`` prints them comma-separated (for
 ``bench/calibrate_auto.py --impls``): an implementation counts when at least one of its
 tests ran and none failed or errored. Tests are attributed by file and parameters:
-tests/test_triton_fused.py -> ``fused``; tests/test_cutlass.py -> ``pad`` / ``split`` by
+tests/test_triton_fused*.py -> ``fused``; tests/test_cutlass.py -> ``pad`` / ``split`` by
 their parameter (tests of both, such as the shared softmax, count for both);
 tests/test_ops_reference.py -> ``reference``; tests/test_ops_compile.py -> the
 implementation its parameter names. Exits 1 (printing nothing) when the file
