@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _machine import copy_bandwidth_gbs
 from _prompts import benchmark_prompts
 
 RESULTS = Path(__file__).parent / "results"
@@ -233,20 +234,6 @@ def run_grid(main, draft, prompts, batches, max_new, policies, forced=(None,), a
 
 def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-def copy_bandwidth_gbs(device="cuda", nbytes: int = 1 << 30) -> float:
-    """Measured device copy bandwidth (read + write bytes / time), GB/s."""
-    x = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    _sync()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        y.copy_(x)
-    _sync()
-    return 2 * x.numel() * 10 / (time.perf_counter() - t0) / 1e9
 
 
 def device_meta(rows, main, draft, machine: str, device, copy_bytes: int = 1 << 30) -> dict:

@@ -44,6 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark as tb
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import copy_bandwidth_gbs
+
 import bass  # noqa: F401  (registers the ops)
 from bass import ops
 from bass.ops import auto
@@ -178,14 +181,6 @@ def run_case(
         }
         for name, us in times.items()
     ]
-
-
-def memory_bandwidth_gbs(device: torch.device, nbytes: int) -> float:
-    """Achieved bandwidth of one large device-to-device copy (read + write), in GB/s."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    us = time_us(lambda: dst.copy_(src), 0.5 if device.type == "cuda" else 1.0)
-    return 2 * nbytes / (us * 1e-6) / 1e9
 
 
 def case_key(r) -> tuple:
@@ -448,7 +443,7 @@ def main(argv=None) -> int:
         "device_key": auto.device_key(device),
         "software": software(),
         "implementations": impls,
-        "bandwidth_gbs": memory_bandwidth_gbs(device, grid["copy_bytes"]),
+        "bandwidth_gbs": copy_bandwidth_gbs(device, grid["copy_bytes"]),
         "auto_rule": f"auto_rules/{rule.device_key}.json from {rule.source or '?'}"
         if rule is not None
         else "none for this device: static priority order",
