@@ -240,12 +240,6 @@ def load_rule(key: str) -> Rule | None:
         ) from e
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_choice(rule: Rule, key: tuple, allowed: tuple[str, ...]) -> str | None:
-    B, T, log_kv, fill, heads = key
-    return rule.choose(Features(B, T, round(2**log_kv), fill, heads), allowed)
-
-
 _GENERATION = [0]
 
 
@@ -259,13 +253,14 @@ def clear_caches() -> None:
     ``$BASS_AUTO_RULES``)."""
     _GENERATION[0] += 1
     load_rule.cache_clear()
-    _cached_choice.cache_clear()
 
 
 def choose(device: torch.device, f: Features, allowed: Sequence[str]) -> str | None:
     """The rule's pick for ``f`` among ``allowed`` on ``device`` (``None``: no rule, or
-    it timed none of them there)."""
+    it timed none of them there). Decided at ``f``'s coarse :meth:`Features.key`, so
+    every call sharing a key (which callers may cache on) gets the same answer."""
     rule = load_rule(device_key(device))
     if rule is None:
         return None
-    return _cached_choice(rule, f.key(), tuple(sorted(allowed)))
+    B, T, log_kv, fill, heads = f.key()
+    return rule.choose(Features(B, T, round(2**log_kv), fill, heads), allowed)
