@@ -297,3 +297,16 @@ def test_stop_sequences_end_rows_like_eos(llama):
     assert res.sequences[2][-2:] == stop
     with pytest.raises(ValueError, match="empty sequence"):
         gen.generate(PROMPTS, max_new_tokens=2, stop_sequences=[[]])
+
+
+@pytest.mark.parametrize("kind", [None, "ngram", "perturbed"])
+def test_unsorted_prompts_of_one_length_group(llama, kind):
+    """Prompts of close, unsorted lengths are prefilled as one group: each row's logits
+    must go back to its own row (they once went to the row of the same sorted rank)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (17, 17, 18, 13, 16)]
+    draft = {"perturbed": perturbed(llama)}.get(kind, kind)
+    gen = Generator(llama, draft, policy="constant", policy_options={"k": 3})
+    res = gen.generate(prompts, max_new_tokens=6, on_step=check_invariant)
+    for p, seq in zip(prompts, res.sequences):
+        assert seq == reference_greedy(llama, p, 6)

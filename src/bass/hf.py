@@ -182,10 +182,12 @@ def prefill(model, cache, prompts: list[list[int]], impl: str = "auto", waste: f
         cur.append(b)
         cur_tokens += lens[b]
     groups.append(cur)
+    if len(groups) == 1:  # one pass straight into ``cache``: its rows in the batch's order
+        groups = [list(range(len(prompts)))]
     out = None
     for rows in groups:
         sub = cache if len(groups) == 1 else cache.empty_like(len(rows))
-        group = [prompts[b] for b in rows] if len(groups) > 1 else prompts
+        group = [prompts[b] for b in rows]  # logits row i belongs to prompt rows[i]
         q_lens = torch.tensor([len(p) for p in group], dtype=torch.int32, device=device)
         width = int(max(len(p) for p in group))
         # only the distinct last positions go through the lm head
