@@ -11,6 +11,9 @@ Importing this module (``import bass`` does) registers, in namespace ``bass``:
 * ``bass::ragged_attention_reference``: the pure-PyTorch oracle (CPU and CUDA).
 * ``bass::kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)``: writes a
   step's new keys/values into a preallocated cache at per-row offsets (mutates the cache).
+* the packed forms ``bass::ragged_attention_packed`` and ``bass::kv_append_packed``
+  (:mod:`bass.ops.packed`): every row's new tokens in one flat ``[1, N]`` batch with
+  per-row offsets ``cu_q_lens`` int32 ``[B+1]``: what the engine's passes use.
 
 The ragged convention, used everywhere in bass: a batch of B rows, each with its own
 length, stored padded; lengths are int32 tensors of shape [B] (never Python lists, which
@@ -47,9 +50,11 @@ __all__ = [
     "available_implementations",
     "bucket_query_len",
     "kv_append",
+    "kv_append_packed",
     "length_checks",
     "length_hint",
     "ragged_attention",
+    "ragged_attention_packed",
     "refresh_availability",
     "register_implementation",
     "resolve_implementation",
@@ -400,4 +405,6 @@ def _document_ops() -> None:
 
 _document_ops()
 from . import cutlass as _cutlass  # noqa: E402, F401  (registers impls "pad", "split")
+from . import packed  # noqa: E402, F401  (registers the packed ops)
 from . import triton_fused as _triton_fused  # noqa: E402, F401  (registers impl "fused")
+from .packed import kv_append_packed, ragged_attention_packed  # noqa: E402

@@ -183,3 +183,131 @@ def check_append_inputs(k_cache, v_cache, k_new, v_new, cache_lens, new_lens) ->
                     f"kv_append: row {b} has cache_lens={int(cl[b])}, new_lens={int(nl[b])}; "
                     f"expected {what}"
                 )
+
+
+# --------------------------------------------------------------------------- packed
+
+
+def _check_cu(cu_q_lens, batch: int) -> None:
+    if not isinstance(cu_q_lens, torch.Tensor):
+        raise TypeError(f"cu_q_lens must be an int32 tensor of shape [B+1], got {cu_q_lens!r}")
+    if cu_q_lens.dtype != LENGTH_DTYPE:
+        raise TypeError(
+            f"cu_q_lens must be int32 (got {cu_q_lens.dtype}); convert with "
+            "cu_q_lens.to(torch.int32)"
+        )
+    if cu_q_lens.dim() != 1 or cu_q_lens.shape[0] != batch + 1:
+        raise ValueError(
+            f"cu_q_lens must have shape [B+1] = [{batch + 1}] (offsets of each row's tokens, "
+            f"starting at 0), got {_shape(cu_q_lens)}"
+        )
+
+
+def _check_packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) -> None:
+    cu, ln = cu_q_lens.cpu(), lens.cpu()  # the one host read of the lengths
+    if int(cu[0]) != 0:
+        raise ValueError(f"{op}: cu_q_lens[0] must be 0, got {int(cu[0])}")
+    q_len = cu[1:] - cu[:-1]
+    b = _first_bad(q_len < 0)
+    if b is not None:
+        raise ValueError(
+            f"{op}: cu_q_lens must be non-decreasing, but cu_q_lens[{b + 1}] = "
+            f"{int(cu[b + 1])} < cu_q_lens[{b}] = {int(cu[b])}"
+        )
+    if int(cu[-1]) > N:
+        raise ValueError(
+            f"{op}: cu_q_lens[B] = {int(cu[-1])} tokens but the pass has N = {N} "
+            "(q.shape[2]); tokens past cu_q_lens[B] are padding, not the reverse"
+        )
+    if lens_name == "kv_lens":
+        conds = (
+            (ln > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
+            (q_len > ln, "q_len[b] <= kv_lens[b] (the new queries are the last keys)"),
+        )
+    else:
+        conds = (
+            (ln < 0, "cache_lens[b] >= 0"),
+            (ln + q_len > S, f"cache_lens[b] + q_len[b] <= S = {S}: the cache is full"),
+        )
+    for cond, what in conds:
+        b = _first_bad(cond)
+        if b is not None:
+            raise ValueError(
+                f"{op}: row {b} has q_len={int(q_len[b])} (cu_q_lens[{b}:{b + 2}] = "
+                f"{cu[b : b + 2].tolist()}), {lens_name}={int(ln[b])}; expected {what}"
+            )
+
+
+def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:
+    """Validate ``ragged_attention_packed``'s arguments against its documented contract."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            layout = "[1, Hq, N, D] (packed)" if name == "q" else "[B, Hkv, S, D]"
+            raise ValueError(f"{name} must be 4-D {layout}, got shape {_shape(t)}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    one, Hq, N, D = q.shape
+    if one != 1:
+        raise ValueError(
+            f"packed q must be [1, Hq, N, D] (every row's tokens in one flat batch), got "
+            f"{_shape(q)}; padded [B, Hq, T, D] queries go to ragged_attention"
+        )
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {_shape(k)} and {_shape(v)}")
+    B, Hkv, S, Dk = k.shape
+    if Dk != D:
+        raise ValueError(f"q has head dim {D} but k/v have head dim {Dk}")
+    if Hkv == 0 or Hq == 0 or Hq % Hkv != 0:
+        raise ValueError(
+            f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv}) "
+            "(GQA/MQA): q is [1, Hq, N, D], k/v are [B, Hkv, S, D]"
+        )
+    _check_cu(cu_q_lens, B)
+    check_lengths_tensor("kv_lens", kv_lens, B)
+    check_same_device(q=q, k=k, v=v, cu_q_lens=cu_q_lens, kv_lens=kv_lens)
+    if not isinstance(scale, (int, float)) or scale != scale or abs(scale) == float("inf"):
+        raise ValueError(f"scale must be a finite float, got {scale!r}")
+    if _CHECK_LENGTHS and _is_concrete(cu_q_lens) and _is_concrete(kv_lens):
+        _check_packed_lengths("ragged_attention_packed", cu_q_lens, kv_lens, N, S, "kv_lens")
+
+
+def check_packed_append_inputs(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> None:
+    """Validate ``kv_append_packed``'s arguments against its documented contract."""
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k_new", k_new), ("v_new", v_new)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            layout = "[B, Hkv, S, D]" if "cache" in name else "[1, Hkv, N, D] (packed)"
+            raise ValueError(f"{name} must be 4-D {layout}, got shape {_shape(t)}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must be a float tensor, got {t.dtype}")
+    if k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
+        raise ValueError(
+            f"k_cache and v_cache must match, got {_shape(k_cache)} {k_cache.dtype} and "
+            f"{_shape(v_cache)} {v_cache.dtype}"
+        )
+    if k_new.shape != v_new.shape:
+        raise ValueError(f"k_new and v_new must match, got {_shape(k_new)} and {_shape(v_new)}")
+    B, H, S, D = k_cache.shape
+    one, Hn, N, Dn = k_new.shape
+    if (one, Hn, Dn) != (1, H, D):
+        raise ValueError(
+            f"packed new keys {_shape(k_new)} must be [1, Hkv={H}, N, D={D}] to fit the cache "
+            f"{_shape(k_cache)}"
+        )
+    _check_cu(cu_q_lens, B)
+    check_lengths_tensor("cache_lens", cache_lens, B)
+    check_same_device(
+        k_cache=k_cache,
+        v_cache=v_cache,
+        k_new=k_new,
+        v_new=v_new,
+        cu_q_lens=cu_q_lens,
+        cache_lens=cache_lens,
+    )
+    if _CHECK_LENGTHS and _is_concrete(cu_q_lens) and _is_concrete(cache_lens):
+        _check_packed_lengths("kv_append_packed", cu_q_lens, cache_lens, N, S, "cache_lens")
