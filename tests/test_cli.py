@@ -20,7 +20,7 @@ from models import tiny_lm
 from bass import cli, humaneval
 from bass.humaneval import CheckResult, Sample
 
-BUILTINS = ["bass", "confidence", "constant", "goodput", "hf-heuristic"]
+BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heuristic"]
 
 
 @pytest.fixture(scope="module")
@@ -517,7 +517,7 @@ def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
         "accepted",
     ]
     assert lines[3].split()[:4] == ["regular", "2", "50.0%", "100.0%"]
-    assert lines[4].split()[:5] == ["bass", "(ngram,", "bass)", "2", "50.0%"]
+    assert lines[4].split()[:5] == ["bass", "(ngram,", "adaptive)", "2", "50.0%"]
     recs = read_jsonl(out_file)
     assert [r["task_id"] for r in recs] == ["Toy/0", "Toy/1"]
     assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True

@@ -18,7 +18,7 @@ from bass.config import (
     load_config,
 )
 
-BUILTINS = ["bass", "confidence", "constant", "goodput", "hf-heuristic"]
+BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heuristic"]
 
 
 def docstring_example() -> str:
@@ -36,7 +36,7 @@ def write(tmp_path, text: str, name: str = "bass.toml"):
 
 def test_defaults():
     c = Config()
-    assert c.policy == PolicyConfig("bass", {})
+    assert c.policy == PolicyConfig("adaptive", {})
     assert c.generation == GenerationConfig()
     assert c.generation.max_new_tokens == 128 and c.generation.do_sample is False
     assert c.model == ModelConfig(None, "ngram", "auto", "float32", None)
@@ -50,7 +50,7 @@ def test_docstring_example_loads(tmp_path):
     assert c.generation.top_k == 50 and c.generation.top_p == 0.95
     assert c.generation.eos_token_id == 2 and c.generation.time_budget == 30.0
     assert c.generation.stop_strings == ["\n\n"]
-    assert c.policy == PolicyConfig("bass", {"l0": 7, "l_limit": 32})
+    assert c.policy == PolicyConfig("adaptive", {"k_max": 16})
 
 
 def test_engine_kwargs_leave_out_none(tmp_path):
@@ -163,7 +163,7 @@ def test_policy_options_are_validated_by_the_policy():
     assert msg.startswith("f.toml: [policy].options for policy 'bass'")
     assert "l0" in msg and "got 0" in msg and "bass policies" in msg
     assert isinstance(info.value.__cause__, ValueError)
-    with pytest.raises(ConfigError, match="has no option 'k'; options: l0=7"):
+    with pytest.raises(ConfigError, match="has no option 'k'; options: k_max=32"):
         Config.from_dict({"policy": {"options": {"k": 3}}})
 
 

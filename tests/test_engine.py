@@ -31,15 +31,16 @@ def drafts_for(main):
 
 
 def check_invariant(gen, state):
-    """DESIGN.md's bookkeeping invariant, after every step."""
-    main_lens = gen.cache.lens.tolist()
-    for b, seq in enumerate(state.seqs):
-        assert main_lens[b] == len(seq) - 1
+    """DESIGN.md's bookkeeping invariant, after every step, for every active row."""
+    assert gen.cache.batch_size == len(state.seqs) == len(state.main_len)
+    for s in state.active():
+        assert state.main_len[s] == len(state.seqs[s]) - 1
+        assert state.seqs[s] is state.by_prompt[state.rows[s]]
     drafter = gen.drafter
     if drafter is not None and hasattr(drafter, "d_len"):
-        assert drafter.cache.lens.tolist() == drafter.d_len
-        for b, seq in enumerate(state.seqs):
-            assert len(seq) - drafter.d_len[b] >= 1  # the newest token is never in a cache
+        assert drafter.cache.batch_size == len(drafter.d_len) == gen.cache.batch_size
+        for s in state.active():
+            assert len(state.seqs[s]) - drafter.d_len[s] >= 1  # the newest is never cached
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -104,11 +105,22 @@ def test_greedy_random_ragged_batches(llama, prompts, k, max_new):
 _PERTURBED: dict = {}
 
 
-def test_uneven_prompts_are_prefilled_in_groups(llama):
+@pytest.mark.parametrize("chunk", [8192, 7, 1])
+def test_uneven_prompts_prefill_packed_and_chunked(llama, chunk):
+    """Prefill feeds every prompt token once, no padding, in one pass; a batch of more
+    than ``prefill_chunk_tokens`` tokens is split into chunks, prompts spanning them."""
     prompts = [[3], [4, 5], list(range(1, 41)), list(range(2, 62)), [7, 8, 9]]
-    gen = Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 3})
+    gen = Generator(
+        llama,
+        perturbed(llama),
+        policy="constant",
+        policy_options={"k": 3},
+        prefill_chunk_tokens=chunk,
+    )
     res = gen.generate(prompts, max_new_tokens=8, on_step=check_invariant)
-    assert res.stats.prefill_passes > 1  # a 60-token prompt does not pad the 1-token ones
+    total = sum(map(len, prompts))
+    assert res.stats.prefill_passes == -(-total // chunk)
+    assert res.stats.prefill_tokens == total
     for p, seq in zip(prompts, res.sequences):
         assert seq == reference_greedy(llama, p, 8)
 
@@ -126,23 +138,25 @@ def test_eos_stops_rows_independently(llama):
 
 def test_finished_rows_leave_the_batch(llama):
     solo = [reference_greedy(llama, p, 12) for p in PROMPTS]
-    eos = solo[0][1]  # row 0 finishes after two tokens, the others (mostly) later
-    sizes = []
+    eos = solo[1][0]  # rows 1 and 3 finish at once, row 2 a few tokens later, 0 and 4 run on
+    seen = []
     gen = Generator(llama, llama, policy="constant", policy_options={"k": 2})
-    res = gen.generate(
-        PROMPTS,
-        max_new_tokens=12,
-        eos_token_id=eos,
-        on_step=lambda g, s: sizes.append((g.cache.batch_size, len(s.rows))),
-    )
+
+    def on_step(g, s):
+        ptrs = [t.data_ptr() for t in g.cache.buffers()]
+        seen.append((g.cache.batch_size, len(s.active()), ptrs))
+
+    res = gen.generate(PROMPTS, max_new_tokens=12, eos_token_id=eos, on_step=on_step)
     expected = [reference_greedy(llama, p, 12, eos=eos) for p in PROMPTS]
     assert res.sequences == expected
-    assert all(c == r for c, r in sizes if r)  # compacted at once (none left: no step)
-    lengths = sorted(len(e) for e in expected)
-    assert lengths[0] < lengths[-1] and min(c for c, _ in sizes) < len(PROMPTS)
-    for step in res.stats.steps:  # finished rows no longer take part in any step
-        assert all(len(res.sequences[r]) > 0 for r in step.rows)
+    # amortised compaction: after each step fewer than half the cache's rows are finished
+    assert all(2 * (c - r) < c for c, r, _ in seen if r)
+    assert min(c for c, _, _ in seen) < len(PROMPTS)  # it did compact
+    assert len({tuple(p) for _, _, p in seen}) == 1  # in place: the buffers never moved
+    for step in res.stats.steps:  # finished rows take part in no step, and cost no token
+        assert all(res.finish_reasons[r] and len(res.sequences[r]) > 0 for r in step.rows)
         assert len(step.accepted) == len(step.rows) == len(step.drafted)
+        assert step.verify_tokens == sum(1 + d for d in step.drafted)
 
 
 def test_stats(llama):
@@ -216,7 +230,7 @@ def test_errors_before_any_work(llama):
         gen.generate([[1]], max_new_tokens=4, do_sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="outside \\[0, 64\\)"):
         gen.generate([[1, 64]], max_new_tokens=4)
-    with pytest.raises(ValueError, match="unknown policy 'bas'; installed: bass"):
+    with pytest.raises(ValueError, match="unknown policy 'bas'; installed: adaptive, bass"):
         Generator(llama, llama, policy="bas")
     with pytest.raises(ValueError, match="vocabularies differ"):
         Generator(llama, tiny_lm("llama", vocab=80))
@@ -310,3 +324,93 @@ def test_unsorted_prompts_of_one_length_group(llama, kind):
     res = gen.generate(prompts, max_new_tokens=6, on_step=check_invariant)
     for p, seq in zip(prompts, res.sequences):
         assert seq == reference_greedy(llama, p, 6)
+
+
+# ----------------------------------------------------------------------------- non-finite
+
+
+def poisoned(model, token: int, value: float = float("nan")):
+    """A copy of ``model`` whose input embedding of ``token`` is ``value``: every
+    position at or after that token gets non-finite hidden states and logits."""
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        out.get_input_embeddings().weight[token] = value
+    return out
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_nonfinite_main_logits_raise_at_the_prefill(llama, value, do_sample):
+    from bass import NonFiniteLogitsError
+
+    prompts = [[1, 2, 3], [4, 5], [6, 63, 7], [8]]
+    gen = Generator(poisoned(llama, 63, value), "ngram")
+    with pytest.raises(NonFiniteLogitsError, match=r"main model .* prompt 2 at the prefill"):
+        gen.generate(prompts, max_new_tokens=4, do_sample=do_sample, seed=0)
+
+
+@pytest.mark.parametrize("draft", [None, "ngram", "model"])
+def test_nonfinite_main_logits_raise_mid_generation(llama, draft):
+    """Row 1 emits a token whose embedding is NaN: the step that feeds it raises, naming
+    the row and the step, instead of emitting token 0 forever."""
+    from bass import NonFiniteLogitsError
+
+    prompts = [PROMPTS[0], PROMPTS[4]]
+    other = set(prompts[0] + reference_greedy(llama, prompts[0], 8) + prompts[1])
+    solo = reference_greedy(llama, prompts[1], 8)
+    bad = next(t for i, t in enumerate(solo) if i >= 2 and t not in other | set(solo[:i]))
+    main = poisoned(llama, bad)
+    d = perturbed(llama) if draft == "model" else draft
+    gen = Generator(main, d, policy="constant", policy_options={"k": 2})
+    with pytest.raises(NonFiniteLogitsError, match=r"main model .* prompt 1 at step \d+"):
+        gen.generate(prompts, max_new_tokens=8)
+
+
+def test_nonfinite_draft_logits_raise(llama):
+    from bass import NonFiniteLogitsError
+
+    gen = Generator(llama, poisoned(llama, 5), policy="constant", policy_options={"k": 2})
+    with pytest.raises(NonFiniteLogitsError, match=r"draft model .* prompt 0 at step 0"):
+        gen.generate([[5, 1, 2], [3, 4]], max_new_tokens=4)
+
+
+# ----------------------------------------------------------------------------- static shapes
+
+
+def test_static_shapes_keep_buffers_and_bucket_every_pass(llama):
+    """What CUDA graphs need, checked on the CPU: through a long ragged generation with
+    rows finishing, the cache buffers never move or change shape, and every pass after
+    the prefill computes a bucketed token count (padding tokens belong to no row)."""
+    from bass.packing import TOKEN_BUCKETS
+
+    prompts = [p * 3 for p in PROMPTS] + [[7] * 20, [1, 9]]
+    solo = [reference_greedy(llama, p, 40) for p in prompts]
+    eos = solo[1][5]
+    draft = perturbed(llama)
+    kw = dict(max_new_tokens=40, eos_token_id=eos, on_step=check_invariant)
+    eager = Generator(llama, draft, policy="bass").generate(prompts, **kw)
+    gen = Generator(llama, draft, policy="bass", static_shapes=True)
+    seen, passes = [], []
+    real_pass = gen.drafter._pass
+
+    def spy(q_lens, ids, logits_at):
+        logits, computed = real_pass(q_lens, ids, logits_at)
+        passes.append(computed)
+        return logits, computed
+
+    gen.drafter._pass = spy
+
+    def on_step(g, s):
+        check_invariant(g, s)
+        buffers = g.cache.buffers() + g.drafter.cache.buffers()
+        seen.append([(t.data_ptr(), tuple(t.shape)) for t in buffers])
+
+    res = gen.generate(prompts, **{**kw, "on_step": on_step})
+    assert res.sequences == eager.sequences
+    assert len(set(res.finish_reasons)) > 1  # rows finished at different steps
+    assert all(x == seen[0] for x in seen)  # never reallocated, never reshaped
+    assert seen[0][0][1][0] == len(prompts)  # no compaction: every row keeps its slot
+    verify = [s.verify_tokens + s.padding_tokens for s in res.stats.steps]
+    assert set(verify) | set(passes) <= set(TOKEN_BUCKETS)
+    assert len(set(verify)) > 1 and sum(s.padding_tokens for s in res.stats.steps) > 0
+    assert res.stats.padding_share > 0 == eager.stats.padding_share

@@ -132,32 +132,6 @@ def test_unreadable_rule_says_how_to_fix_it(rules, tmp_path):
         auto.load_rule("cpu")
 
 
-def test_engine_hints_the_lengths_of_every_pass(monkeypatch):
-    """bass's own passes (prefill, draft, verify) tell auto their rows' lengths, so a GPU
-    never has to read kv_lens back to decide."""
-    from models import perturbed, tiny_lm
-
-    from bass import Generator
-
-    seen = []
-    real = auto.features
-
-    def spy(q, k, kv_lens):
-        seen.append((auto._HINT.get(), kv_lens.tolist()))
-        return real(q, k, kv_lens)
-
-    monkeypatch.setattr(auto, "features", spy)
-    main = tiny_lm("llama")
-    gen = Generator(main, perturbed(main), policy="constant", policy_options={"k": 3})
-    gen.generate([[1, 2, 3], [4, 5, 6, 7, 8, 9, 10]], max_new_tokens=6)
-    assert seen
-    for hint, kv_lens in seen:
-        assert hint is not None
-        top, fill = hint
-        # close to the truth: the draft side hints the pass's upper end
-        assert abs(top - max(kv_lens)) <= 4 and 0 < fill <= 1, (hint, kv_lens)
-
-
 def test_own_rules_directory_is_searched_first(rules, tmp_path, monkeypatch):
     rules([point(8, 1024, 1.0, padded=1.0, per_row=2.0)])  # the "packaged" rule
     own = tmp_path / "own"

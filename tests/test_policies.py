@@ -441,7 +441,8 @@ def test_available_sorted_first_wins(monkeypatch):
 
 
 def test_load_unknown_name_lists_installed(builtin_eps):
-    msg = "unknown policy 'bas'; installed: bass, confidence, constant, goodput, hf-heuristic"
+    installed = "adaptive, bass, confidence, constant, goodput, hf-heuristic"
+    msg = f"unknown policy 'bas'; installed: {installed}"
     with pytest.raises(ValueError, match=re.escape(msg)):
         load("bas")
 

@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Generator": "bass.engine",
+    "NonFiniteLogitsError": "bass.engine",
     "GenerationResult": "bass.stats",
     "GenerationStats": "bass.stats",
     "SamplingParams": "bass.sampling",
@@ -28,7 +29,7 @@ __all__ = ["__version__", "ops", *_LAZY]
 
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
     from .cache import RaggedKVCache  # noqa: F401
-    from .engine import Generator  # noqa: F401
+    from .engine import Generator, NonFiniteLogitsError  # noqa: F401
     from .models import load_causal_lm, load_default_pair  # noqa: F401
     from .sampling import SamplingParams  # noqa: F401
     from .stats import GenerationResult, GenerationStats  # noqa: F401

@@ -8,12 +8,19 @@ per layer, keys and values in the layout HF attention functions receive:
 ``[B, Hkv, S, D]``.
 
 Lengths (the ragged convention of :mod:`bass.ops`): ``lens`` int32 ``[B]`` is how many
-entries of each row are committed. A forward pass over ``T`` padded new tokens is framed
-by :meth:`begin` (sets ``q_lens``, how many of the ``T`` are real per row); every layer's
-``update`` appends them at ``lens`` with ``torch.ops.bass.kv_append``; attention sees
-``kv_lens = lens + q_lens``. Afterwards the engine decides how many to keep with
+entries of each row are committed. A forward pass is framed by :meth:`begin_packed`
+(packed tokens, the engine's layout: ``cu_q_lens`` int32 ``[B+1]`` offsets of each row's
+tokens in the flat pass) or :meth:`begin` (padded ``[B, T]`` tokens, ``q_lens`` int32
+``[B]`` real per row); every layer's ``update`` appends the pass's keys and values at
+``lens`` (``torch.ops.bass.kv_append_packed`` / ``kv_append``); attention sees
+``kv_lens = lens + q_lens``. Afterwards the caller decides how many to keep with
 :meth:`commit` (rejected draft entries are never erased: a smaller length is the whole
 rollback, and the next write overwrites them).
+
+Buffers are allocated once (by the first ``update`` of each layer) and never
+reallocated: batch compaction (:meth:`compact`) moves the kept rows to the front *in
+place* and narrows the views, so a buffer's ``data_ptr`` never changes (what CUDA graphs
+need).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class RaggedKVCache:
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
         self.q_lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
+        self.cu_q_lens: torch.Tensor | None = None  # int32 [B+1] during a packed pass
 
     # ----------------------------------------------------------------- engine side
 
@@ -54,11 +62,28 @@ class RaggedKVCache:
         return self.lens + self.q_lens
 
     def begin(self, q_lens: torch.Tensor) -> torch.Tensor:
-        """Frame a forward pass whose row ``b`` brings ``q_lens[b]`` real tokens.
+        """Frame a padded forward pass whose row ``b`` brings ``q_lens[b]`` real tokens.
 
         Returns ``kv_lens`` (int32 ``[B]``) for the attention calls of this pass.
         """
         self.q_lens = q_lens.to(dtype=torch.int32)
+        self.cu_q_lens = None
+        return self.kv_lens
+
+    def begin_packed(
+        self, cu_q_lens: torch.Tensor, lens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Frame a packed forward pass: row ``b`` brings tokens ``cu_q_lens[b]`` ..
+        ``cu_q_lens[b+1] - 1`` of the flat ``[1, N]`` input (int32 ``[B+1]``).
+
+        ``lens`` (int32 ``[B]``), when given, replaces the committed lengths first (the
+        engine keeps them on the host and hands them over with the pass's other small
+        tensors, so no device arithmetic is needed). Returns ``kv_lens`` (int32 ``[B]``).
+        """
+        if lens is not None:
+            self.lens = lens
+        self.cu_q_lens = cu_q_lens
+        self.q_lens = cu_q_lens[1:] - cu_q_lens[:-1]
         return self.kv_lens
 
     def commit(self, keep: torch.Tensor) -> None:
@@ -66,16 +91,48 @@ class RaggedKVCache:
         the last pass wrote; the rest are dropped by not being counted."""
         self.lens = self.lens + keep.to(dtype=torch.int32)
         self.q_lens = torch.zeros_like(self.q_lens)
+        self.cu_q_lens = None
 
     def set_lens(self, lens: torch.Tensor) -> None:
         """Set every row's committed length (int32 ``[B]``), e.g. to roll back rejected
         draft entries; ends the current pass."""
         self.lens = lens.to(device=self.lens.device, dtype=torch.int32)
         self.q_lens = torch.zeros_like(self.lens)
+        self.cu_q_lens = None
 
     def empty_like(self, batch_size: int) -> RaggedKVCache:
         """An empty cache of the same size and layers for ``batch_size`` rows."""
         return RaggedKVCache(batch_size, self.max_len, self.num_layers, self.lens.device)
+
+    def compact(self, keep: list[int]) -> None:
+        """Keep only rows ``keep`` (ascending row indices), moved to the front in place.
+
+        Each buffer's first ``len(keep)`` rows are overwritten with the kept rows and the
+        buffer becomes a view of them: no allocation, the same ``data_ptr``. Ascending
+        ``keep`` means row ``keep[i] >= i``, so the copy reads the rows before any is
+        overwritten (the gather makes a temporary of the kept rows only).
+        """
+        if any(b >= a for a, b in zip(keep[1:], keep)):
+            raise ValueError(f"compact needs ascending row indices, got {keep}")
+        n = len(keep)
+        if keep == list(range(n)):
+            moved = False
+        else:
+            moved = True
+            index = torch.tensor(keep, dtype=torch.long, device=self.lens.device)
+        for store in (self.keys, self.values):
+            for i, t in enumerate(store):
+                if t is None:
+                    continue
+                if moved:
+                    t[:n].copy_(t.index_select(0, index))
+                store[i] = t[:n]
+        if moved:
+            self.lens = self.lens.index_select(0, index)
+        else:
+            self.lens = self.lens[:n]
+        self.q_lens = torch.zeros_like(self.lens)
+        self.cu_q_lens = None
 
     def copy_rows_from(self, index: torch.Tensor, other: RaggedKVCache) -> None:
         """Rows ``index`` (int64 ``[b]``) become ``other``'s rows (e.g. a prefill group)."""
@@ -90,26 +147,38 @@ class RaggedKVCache:
         self.lens = self.lens.index_copy(0, index, other.lens)
 
     def select_rows(self, index: torch.Tensor) -> None:
-        """Keep only rows ``index`` (int64 ``[B']``), in that order (batch compaction)."""
+        """Keep only rows ``index`` (int64 ``[B']``), in that order, in new buffers (see
+        :meth:`compact` for the in-place version the engine uses)."""
         self.lens = self.lens.index_select(0, index)
         self.q_lens = self.q_lens.index_select(0, index)
+        self.cu_q_lens = None
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
                 if t is not None:
                     store[i] = t.index_select(0, index)
 
+    def buffers(self) -> list[torch.Tensor]:
+        """Every allocated key and value buffer (tests check their addresses)."""
+        return [t for store in (self.keys, self.values) for t in store if t is not None]
+
     # ----------------------------------------------------------------- HF side
 
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
-        """Append this pass's ``[B, Hkv, T, D]`` keys/values to layer ``layer_idx``;
-        return the whole ``[B, Hkv, S, D]`` buffers (attention masks by ``kv_lens``)."""
+        """Append this pass's keys/values to layer ``layer_idx``: ``[1, Hkv, N, D]`` in a
+        packed pass, ``[B, Hkv, T, D]`` in a padded one. Returns the whole
+        ``[B, Hkv, S, D]`` buffers (attention masks by ``kv_lens``)."""
         if self.keys[layer_idx] is None:
-            B, H, _, D = key_states.shape
-            shape = (B, H, self.max_len, D)
+            _, H, _, D = key_states.shape
+            shape = (self.batch_size, H, self.max_len, D)
             self.keys[layer_idx] = key_states.new_zeros(shape)
             self.values[layer_idx] = value_states.new_zeros(shape)
         k, v = self.keys[layer_idx], self.values[layer_idx]
-        kv_append(k, v, key_states, value_states, self.lens, self.q_lens)
+        if self.cu_q_lens is not None:
+            torch.ops.bass.kv_append_packed(
+                k, v, key_states, value_states, self.cu_q_lens, self.lens
+            )
+        else:
+            kv_append(k, v, key_states, value_states, self.lens, self.q_lens)
         return k, v
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -23,11 +23,10 @@ A config file has three tables, all optional; a key left out keeps its default::
     stop_strings = ["\\n\\n"]  # a row ends once its text contains one; leave out for none
 
     [policy]
-    name = "bass"          # a draft-length policy: see `bass policies`
+    name = "adaptive"      # a draft-length policy: see `bass policies`
 
     [policy.options]       # that policy's options (`bass policies` lists them)
-    l0 = 7
-    l_limit = 32
+    k_max = 16
 
 Use it with the engine::
 
@@ -49,6 +48,8 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .policies import DEFAULT as DEFAULT_POLICY
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,7 +83,7 @@ class ConfigError(ValueError):
 class PolicyConfig:
     """``[policy]``: the draft-length policy's name and its options."""
 
-    name: str = "bass"
+    name: str = DEFAULT_POLICY
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,34 +1,57 @@
 """Draft sources: a small draft model with its own ragged cache, or n-gram prompt lookup.
 
-A drafter proposes up to ``k_rows[b]`` tokens for every active row of the batch:
+A drafter proposes up to ``k_rows[r]`` tokens for every active row ``r`` of the batch
+(the engine's per-row draft lengths) and returns a :class:`Proposal`:
 
-* ``tokens`` int64 ``[B, K]`` (K = the step's batch-wide draft length; slots past a row's
-  count are padding),
-* ``probs`` ``[B, K, V]``: the (warped) distribution each token was drawn from, needed by
-  lossless speculative sampling; ``None`` when decoding greedily,
-* ``counts`` int64 ``[B]``: how many tokens each row actually proposed.
+* ``counts`` (host ``list[int]``): how many tokens each row actually proposed;
+* ``tokens``: int64 ``[R, K]`` on the device (``K = max(k_rows)``; slots past a row's
+  count are padding), or ``host_tokens`` (``list[list[int]]``) when the drafter works on
+  the host (n-grams: the engine then builds the device copy with the pass's other
+  inputs);
+* ``probs`` ``[R, K, V]``: the (warped) distribution each token was drawn from, needed by
+  lossless speculative sampling; ``None`` when decoding greedily (and for n-grams, whose
+  deterministic proposals have a one-hot distribution the engine builds);
+* ``bad`` bool ``[R]`` on the device: rows whose draft logits were not finite (read with
+  the step's one host read).
 
-After the main model has verified them, :meth:`commit` tells the drafter how many of its
-proposals each row kept, so it can roll its state back.
+Before the policy decides, :meth:`NGramDrafter.signals` reports what the drafter can
+offer per row (the continuation it found and the length of the matched suffix), so a
+policy can give each row the length its match supports. After the main model has verified
+the drafts, ``commit`` tells the drafter how many of its proposals each row kept, so it
+can roll its state back.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 
 from . import hf
 from .cache import RaggedKVCache
-from .ops import bucket_query_len, length_hint
+from .packing import pack
 from .sampling import SamplingParams, sample, warp_probs
 
 
 @dataclass
 class Proposal:
-    tokens: torch.Tensor  # int64 [B, K]
-    probs: torch.Tensor | None  # [B, K, V] or None (greedy)
-    counts: torch.Tensor  # int64 [B], 0..k_rows[b]
+    counts: list[int]  # per active row, 0..k_rows[r]
+    tokens: torch.Tensor | None = None  # int64 [R, K] on the device (model drafts)
+    host_tokens: list[list[int]] | None = None  # per active row (n-gram drafts)
+    probs: torch.Tensor | None = None  # [R, K, V] or None
+    bad: torch.Tensor | None = None  # bool [R]: non-finite draft logits
+    passes: int = 0  # draft-model forward passes
+    pass_tokens: tuple[int, ...] = ()  # tokens each draft pass computed
+    forward_seconds: float = 0.0
+
+
+@dataclass
+class Signals:
+    """What a drafter can offer each active row before the policy decides."""
+
+    available: list[int]  # tokens it found to propose (n-gram continuation length)
+    match_len: list[int]  # length of the matched suffix (0: no match)
 
 
 def pad_rows(rows: list[list[int]], width: int, device, pad: int = 0) -> torch.Tensor:
@@ -50,14 +73,24 @@ def choose(logits: torch.Tensor, params: SamplingParams, generator, need_probs: 
     return logits.argmax(dim=-1), probs
 
 
+def nonfinite(logits: torch.Tensor) -> torch.Tensor:
+    """bool ``[...]``: positions of ``logits`` ``[..., V]`` that are unusable: any NaN or
+    +Inf, or every logit -Inf (a single -Inf is a masked token and fine). One reduction
+    (``amax`` propagates NaN) and no host sync."""
+    return ~torch.isfinite(logits.amax(dim=-1))
+
+
 class ModelDrafter:
     """Drafting with a small causal LM that shares the main model's vocabulary.
 
     Bookkeeping (DESIGN.md's invariant, draft side): before a step the draft cache holds
-    ``seq[:d_len]``, and ``seq[d_len:]`` (the *pending* tokens, usually one, two after a
-    row accepted everything) are fed first. It then feeds each drafted token but the
-    last. With ``a`` accepted of ``n`` fed drafts, ``len(seq_before) + min(a, n)`` entries
-    stay valid; lowering the length is the whole rollback.
+    ``seq[:d_len]`` of each row, and ``seq[d_len:]`` (the *pending* tokens, usually one,
+    two after a row accepted everything) are fed first. It then feeds each drafted token
+    but the last. With ``a`` accepted of ``fed`` fed drafts, ``len(seq_before) +
+    min(a, fed)`` entries stay valid; lowering the length is the whole rollback.
+
+    Every draft pass is packed (:mod:`bass.packing`): only the rows still drafting bring
+    tokens, so a row whose draft length is reached costs the pass nothing.
     """
 
     name = "model"
@@ -65,79 +98,139 @@ class ModelDrafter:
     def __init__(self, model, impl: str = "auto", forward=None):
         self.model = model
         self.impl = impl
-        self.forward = forward or hf.forward_logits
+        self.forward = forward or hf.forward_packed
         self.cache: RaggedKVCache | None = None
-        self.d_len: list[int] = []
+        self.d_len: list[int] = []  # per cache row: committed draft-cache length (host)
+        self.bucket = None  # a token bucket set: static shapes (CUDA graphs)
+        self.logits_slots: int | None = None
+        self.separate = False  # standalone tensors per pass (compiled forward)
 
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
-    def start(self, prompts: list[list[int]], max_len: int, device, vocab_size: int) -> None:
+    def start(self, prompts: list[list[int]], max_len: int, device, chunk_tokens: int) -> int:
+        """Prefill the draft model; returns its number of passes."""
         n_layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        _, self.prefill_passes = hf.prefill(self.model, self.cache, prompts, self.impl)
+        _, passes = hf.prefill(
+            self.model, self.cache, prompts, self.impl, chunk_tokens=chunk_tokens
+        )
         self.d_len = [len(p) for p in prompts]
+        self.prefill_passes = passes
+        return passes
 
-    def propose(self, seqs, k_rows: list[int], k: int, params, generator, policy) -> Proposal:
-        B, device = len(seqs), self.cache.lens.device
+    def _pass(self, q_lens, ids, logits_at):
+        """One packed draft pass; ``ids`` a host list or an int64 device tensor."""
+        host = not isinstance(ids, torch.Tensor)
+        batch = pack(
+            q_lens,
+            self.d_len,
+            self.cache.lens.device,
+            ids=ids if host else None,
+            logits_at=logits_at,
+            bucket=self.bucket,
+            logits_slots=self.logits_slots,
+            separate=self.separate,
+        )
+        if not host:
+            batch.set_input_ids(ids)
+        logits = hf.run_packed(self.forward, self.model, self.cache, batch, self.impl)
+        for b, n in enumerate(q_lens):  # the pass's tokens are committed (host lengths)
+            self.d_len[b] += n
+        return logits[: len(logits_at)], batch.tokens
+
+    def propose(
+        self, slots: list[int], seqs, k_rows: list[int], params, generator, policy
+    ) -> Proposal:
+        """Draft for the active rows in cache rows ``slots`` (ascending; ``seqs[r]`` is
+        active row ``r``'s prompt plus committed tokens), at most ``k_rows[r]`` tokens
+        each."""
+        R, K = len(slots), max(k_rows)
+        device = self.cache.lens.device
         keep_fn = getattr(policy, "keep_drafting", None)
-        tokens = torch.zeros(B, k, dtype=torch.long, device=device)
-        probs_out = [] if params.do_sample else None
-        counts = torch.zeros(B, dtype=torch.long, device=device)  # proposed per row
-        fed = torch.zeros(B, dtype=torch.long, device=device)  # drafted tokens fed back
-        drafting = torch.tensor([kr > 0 for kr in k_rows], device=device)  # bool [B]
-        limit = torch.tensor(k_rows, dtype=torch.long, device=device)  # [B]
-        self.started = [kr > 0 for kr in k_rows]
-        # 1) the pending tokens of every drafting row, ragged
-        pending = [s[d:] if kr > 0 else [] for s, d, kr in zip(seqs, self.d_len, k_rows)]
-        inputs = pad_rows(pending, bucket_query_len(max(map(len, pending))), device)
-        q_lens = torch.tensor([len(p) for p in pending], dtype=torch.int32, device=device)
-        last = (q_lens.long() - 1).clamp(min=0)  # [B] index of each row's last real token
-        rows = torch.arange(B, device=device)
-        self.draft_passes = 0
-        hint = [len(s) + 1 for s in seqs]  # auto's length hint: close enough at every j
-        for j in range(k):
-            # 2) one draft forward pass; rows that stopped drafting bring no tokens
-            with length_hint(hint):
-                logits = self.forward(self.model, self.cache, inputs, q_lens, self.impl)
-            self.cache.commit(q_lens)
-            self.draft_passes += 1
-            if j > 0:
-                fed = fed + q_lens.long()
-            tok, probs = choose(logits[rows, last], params, generator, keep_fn is not None)
+        tokens = torch.zeros(R, K, dtype=torch.long, device=device)
+        probs_out = None  # [R, K, V] when sampling, allocated at the first pass
+        bad = torch.zeros(R, dtype=torch.bool, device=device)
+        counts = [0] * R
+        self.fed = [0] * R  # drafted tokens fed back per active row
+        self.before = [len(s) for s in seqs]
+        self.started = [k > 0 for k in k_rows]
+        live = [r for r in range(R) if k_rows[r] > 0]  # rows drafting this pass
+        # 1) the first pass feeds each drafting row's pending tokens (1, or 2 after the
+        #    row accepted every draft: the draft never fed its last one). Active rows'
+        #    cache slots ascend, so the packed tokens follow the cache's row order.
+        q_lens = [0] * self.cache.batch_size
+        ids: list[int] | torch.Tensor = []
+        last: list[int] = []
+        for r in live:
+            pending = seqs[r][self.d_len[slots[r]] :]
+            q_lens[slots[r]] = len(pending)
+            ids += pending
+            last.append(len(ids) - 1)
+        order = live
+        passes, pass_tokens, fwd = 0, [], 0.0
+        tok = None
+        for j in range(K):
+            # 2) one packed draft pass over the rows still drafting
+            t0 = time.perf_counter()
+            logits, computed = self._pass(q_lens, ids, last)  # [len(order), V]
+            fwd += time.perf_counter() - t0
+            passes += 1
+            pass_tokens.append(computed)
+            index = torch.tensor(order, dtype=torch.long).to(device, non_blocking=True)
+            bad[index] |= nonfinite(logits)
+            tok, probs = choose(logits, params, generator, keep_fn is not None)
+            if params.do_sample:
+                if probs_out is None:
+                    probs_out = probs.new_zeros(R, K, probs.shape[-1])
+                probs_out[index, j] = probs
+            tokens[index, j] = tok
             if keep_fn is not None:  # per-row early stop: a refused token is not proposed
-                drafting = drafting & keep_fn(probs, j).to(device)
-            tokens[:, j] = tok
-            if probs_out is not None:
-                probs_out.append(probs)
-            counts = counts + drafting.long()
-            drafting = drafting & (counts < limit)
-            if j == k - 1 or not bool(drafting.any()):  # host read: stop when nobody drafts
+                keep = keep_fn(probs, j).to(device)
+                ok = keep.tolist()  # host read: which rows go on (only with keep_drafting)
+            else:
+                ok = [True] * len(order)
+            nxt, sel = [], []
+            for i, r in enumerate(order):
+                if not ok[i]:
+                    continue
+                counts[r] += 1
+                if counts[r] < k_rows[r]:
+                    nxt.append(r)
+                    sel.append(i)
+            if not nxt or j == K - 1:
                 break
-            q_lens = drafting.to(torch.int32)
-            inputs = tok[:, None]
-            last = torch.zeros_like(last)
-        self.fed = fed.tolist()
-        probs = torch.stack(probs_out, dim=1) if probs_out else None
-        if probs is not None and probs.shape[1] < k:  # everyone stopped early: pad to K
-            pad = probs.new_zeros(B, k - probs.shape[1], probs.shape[-1])
-            pad[..., 0] = 1.0  # any valid distribution; slots past counts[b] are never read
-            probs = torch.cat([probs, pad], dim=1)
-        return Proposal(tokens, probs, counts)
+            # 3) rows still drafting feed the token they just drafted
+            q_lens = [0] * self.cache.batch_size
+            for r in nxt:
+                q_lens[slots[r]] = 1
+                self.fed[r] += 1
+            ids = tok[torch.tensor(sel, dtype=torch.long).to(device, non_blocking=True)]
+            order, last = nxt, list(range(len(nxt)))
+        if probs_out is not None:
+            # slots past a row's count are never read, but must hold a valid distribution
+            probs_out[..., 0] += (probs_out.sum(-1) == 0).to(probs_out.dtype)
+        return Proposal(
+            counts=counts,
+            tokens=tokens,
+            probs=probs_out,
+            bad=bad,
+            passes=passes,
+            pass_tokens=tuple(pass_tokens),
+            forward_seconds=fwd,
+        )
 
-    def commit(self, lens_before: list[int], accepted: list[int]) -> None:
-        """Rows that drafted fed their pending tokens and ``fed[b]`` drafts; of those,
+    def commit(self, slots: list[int], accepted: list[int]) -> None:
+        """Rows that drafted fed their pending tokens and ``fed[r]`` drafts; of those,
         everything up to the accepted prefix stays (``len(seq_before) + min(a, fed)``)."""
-        for b, (n, a) in enumerate(zip(lens_before, accepted)):
-            if self.started[b]:
-                self.d_len[b] = n + min(a, self.fed[b])
-        lens = torch.tensor(self.d_len, dtype=torch.int32, device=self.cache.lens.device)
-        self.cache.set_lens(lens)
+        for r, a in enumerate(accepted):
+            if self.started[r]:
+                self.d_len[slots[r]] = self.before[r] + min(a, self.fed[r])
 
-    def select_rows(self, keep: list[int]) -> None:
-        self.d_len = [self.d_len[i] for i in keep]
-        self.cache.select_rows(torch.tensor(keep, dtype=torch.long, device=self.cache.lens.device))
+    def compact(self, keep: list[int]) -> None:
+        self.d_len = [self.d_len[b] for b in keep]
+        self.cache.compact(keep)
 
 
 class NGramDrafter:
@@ -145,44 +238,99 @@ class NGramDrafter:
 
     For each row, find the most recent earlier occurrence of the row's last ``n`` tokens
     (``n`` from ``max_ngram`` down to ``min_ngram``) in its prompt and text so far, and
-    propose the tokens that followed it. Its proposals are deterministic, so under
-    sampling their draft distribution is one-hot (acceptance probability = p(token)).
+    propose the tokens that followed it. With ``siblings=True`` (the default) rows that
+    share a prompt (``n`` samples of one prompt, the multi-response case BASS exists for)
+    also search each other's generated text, finished rows included, when their own text
+    offers a shorter continuation. Its proposals are deterministic, so under sampling their
+    draft distribution is one-hot (acceptance probability = p(token)).
+
+    Matching uses a per-row index from each token to the positions where it occurs, kept
+    up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of
+    the row.
     """
 
     name = "ngram"
-    draft_passes = 0
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, siblings: bool = True):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.max_ngram, self.min_ngram, self.siblings = max_ngram, min_ngram, siblings
         self.vocab_size = None  # works with any vocabulary
+        self.found: list[list[int]] = []
 
-    def start(self, prompts, max_len, device, vocab_size: int) -> None:
-        self.device, self.vocab = device, vocab_size
+    def start(self, prompts, seqs) -> None:
+        """``seqs[p]``: prompt ``p``'s growing sequence (prompt + output), one list per
+        prompt that the engine extends in place."""
+        self.seqs = seqs
+        self.prompt_len = [len(p) for p in prompts]
+        groups: dict[tuple, list[int]] = {}
+        for p, prompt in enumerate(prompts):
+            groups.setdefault(tuple(prompt), []).append(p)
+        self.group = [groups[tuple(prompt)] for prompt in prompts]
+        self.index: list[dict[int, list[int]]] = [{} for _ in prompts]
+        self.indexed = [0] * len(prompts)
 
-    def lookup(self, seq: list[int], k: int) -> list[int]:
+    def _positions(self, p: int) -> dict[int, list[int]]:
+        seq, idx = self.seqs[p], self.index[p]
+        if self.indexed[p] > len(seq):  # the row was cut (a stop string): rebuild
+            idx.clear()
+            self.indexed[p] = 0
+        for i in range(self.indexed[p], len(seq)):
+            idx.setdefault(seq[i], []).append(i)
+        self.indexed[p] = len(seq)
+        return idx
+
+    def _search(self, p: int, suffix: list[int], k: int, lo: int, hi: int) -> list[int]:
+        """The continuation after the most recent occurrence of ``suffix`` in
+        ``seqs[p]`` that starts in ``[lo, hi)`` (up to ``k`` tokens; ``[]`` if none)."""
+        seq, n = self.seqs[p], len(suffix)
+        for end in reversed(self._positions(p).get(suffix[-1], ())):
+            start = end - n + 1
+            if start >= hi:
+                continue
+            if start < lo:
+                break
+            if seq[start : end + 1] == suffix and end + 1 < len(seq):
+                return seq[end + 1 : end + 1 + k]
+        return []
+
+    def lookup(self, p: int, k: int) -> tuple[list[int], int]:
+        """Up to ``k`` draft tokens for prompt ``p``'s row and the matched suffix length."""
+        seq = self.seqs[p]
         n_tok = len(seq)
         for n in range(min(self.max_ngram, n_tok - 1), self.min_ngram - 1, -1):
             suffix = seq[n_tok - n :]
-            for start in range(n_tok - n - 1, -1, -1):  # most recent match first
-                if seq[start : start + n] == suffix:
-                    follow = seq[start + n : start + n + k]
-                    if follow:
-                        return follow
-        return []
+            best = self._search(p, suffix, k, 0, n_tok - n)  # an earlier occurrence
+            if self.siblings and len(best) < k:
+                for o in self.group[p]:
+                    if o == p:
+                        continue
+                    # the shared prompt was searched in the row itself: only the
+                    # sibling's own text (and matches reaching into it) is new
+                    lo = max(0, self.prompt_len[o] - n + 1)
+                    found = self._search(o, suffix, k, lo, len(self.seqs[o]))
+                    if len(found) > len(best):
+                        best = found
+            if best:
+                return best, n
+        return [], 0
 
-    def propose(self, seqs, k_rows, k, params, generator, policy) -> Proposal:
-        found = [self.lookup(s, kr) if kr > 0 else [] for s, kr in zip(seqs, k_rows)]
-        tokens = pad_rows(found, k, self.device)
-        counts = torch.tensor([len(f) for f in found], dtype=torch.long, device=self.device)
-        probs = None
-        if params.do_sample:  # a deterministic proposal: its draft distribution is one-hot
-            probs = torch.nn.functional.one_hot(tokens, self.vocab).to(torch.float32)
-        return Proposal(tokens, probs, counts)
+    def signals(self, rows: list[int], k_max: list[int]) -> Signals:
+        """Look up every active row (``rows``: prompt indices) once, for the policy;
+        :meth:`propose` then truncates these continuations."""
+        found = [self.lookup(p, k) if k > 0 else ([], 0) for p, k in zip(rows, k_max)]
+        self.found = [f for f, _ in found]
+        return Signals([len(f) for f, _ in found], [n for _, n in found])
 
-    def commit(self, lens_before, accepted) -> None:
-        pass
+    def propose(self, rows: list[int], k_rows: list[int]) -> Proposal:
+        if len(self.found) != len(rows):  # signals() was not called this step
+            self.signals(rows, k_rows)
+        out = [f[:k] for f, k in zip(self.found, k_rows)]
+        self.found = []
+        return Proposal(counts=[len(o) for o in out], host_tokens=out)
 
-    def select_rows(self, keep) -> None:
-        pass
+
+def one_hot_probs(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The draft distribution of deterministic proposals ``tokens`` ``[R, K]``:
+    ``[R, K, V]`` float32 one-hot."""
+    return torch.nn.functional.one_hot(tokens, vocab).to(torch.float32)

@@ -1,22 +1,30 @@
 """The BASS decode loop: draft -> verify -> accept -> commit -> policy, for a whole batch.
 
 :class:`Generator` runs batched speculative decoding on unmodified transformers causal
-LMs whose attention is routed through ``torch.ops.bass.ragged_attention`` (see
-:mod:`bass.hf`). One step, for every active row at once:
+LMs whose attention is routed through bass's ragged attention ops (see :mod:`bass.hf`).
+Every forward pass is *packed* (:mod:`bass.packing`): it feeds only the tokens the rows
+really bring, so the dense layers never compute padding. One step, for every active row:
 
-1) ``k = policy.draft_length()``; each row drafts at most ``k`` (fewer near its token budget)
-2) the drafter proposes tokens (a draft model: ``k`` ragged forward passes; or n-grams)
-3) the main model verifies ``[last, d_1..d_k]`` of all rows in ONE forward pass
-4) acceptance (:mod:`bass.sampling`): greedy prefix match or lossless rejection sampling
-5) commit: per-row cache lengths advance, rejected entries are dropped by length only
-6) finished rows (eos, a stop sequence or string, budget) leave the batch; the policy sees
-   the step's statistics
+1) draft lengths: the policy's, per row (``draft_lengths``) or batch-wide
+   (``draft_length``), capped by each row's token budget (and, for n-grams, by what the
+   lookup found)
+2) the drafter proposes tokens (a draft model: packed passes over the rows still
+   drafting; or n-gram lookup on the host)
+3) the main model verifies ``[last, d_1..d_n]`` of all rows in ONE packed pass
+4) acceptance (:mod:`bass.sampling`): greedy prefix match or lossless rejection sampling,
+   batched on the device; then the step's one host read (accepted counts, next tokens,
+   non-finite flags and, for model drafts, the drafts)
+5) commit: per-row cache lengths advance on the host, rejected entries are dropped by
+   length only
+6) finished rows (eos, a stop sequence or string, budget) bring no more tokens; once half
+   the cache's rows are finished they are compacted away in place; the policy sees the
+   step's statistics
 
 Bookkeeping invariant (checked by ``tests/test_engine.py`` after every step): after a
 step, the main cache holds every committed token of a row except the newest, which has
-been chosen but not yet fed (``main_len[b] == len(seq[b]) - 1``). The main model fed
+been chosen but not yet fed (``main_len[s] == len(seq[s]) - 1``). The main model fed
 ``[last, d_1..d_n]`` and keeps ``a + 1`` of them. The draft cache holds a prefix of the
-row (``draft_len[b] <= len(seq[b]) - 1``); the rest is fed at its next draft pass: usually
+row (``d_len[s] <= len(seq[s]) - 1``); the rest is fed at its next draft pass: usually
 one token, two when the row accepted every draft (the draft never fed ``d_n``), which is
 where ragged query lengths come from.
 """
@@ -30,29 +38,32 @@ import torch
 
 from . import hf, policies
 from .cache import RaggedKVCache
-from .drafters import ModelDrafter, NGramDrafter, Proposal, choose
-from .ops import bucket_query_len, length_checks, length_hint
+from .drafters import ModelDrafter, NGramDrafter, choose, nonfinite, one_hot_probs
+from .ops import length_checks
+from .packing import TOKEN_BUCKETS, pack
+from .policies import DraftContext
 from .sampling import (
     Acceptance,
     SamplingParams,
-    greedy_accept,
+    greedy_accept_ids,
     speculative_accept,
     warp_probs,
 )
 from .stats import GenerationResult, GenerationStats, StepRecord
 from .stopping import StopStrings, cut_at_stop
 
+MAX_LOOKUP = 32  # the most tokens an n-gram lookup proposes per row and step
 
-def forced_accept(counts: torch.Tensor, logits: torch.Tensor, p: float, gen) -> Acceptance:
+
+def forced_accept(counts: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
     """Benchmark-only acceptance: each drafted token is accepted with probability ``p``
     (stopping at the first failure), whatever the models say; the next token is the main
-    model's argmax there. counts int64 [B], logits [B, K+1, V]."""
-    B, K1, _ = logits.shape
-    u = torch.rand(B, K1 - 1, generator=gen, device=logits.device)  # [B, K]
-    ok = (u < p) & (torch.arange(K1 - 1, device=logits.device) < counts[:, None])
+    model's argmax there. counts int64 [B], best int64 [B, K+1] (the main argmax ids)."""
+    B, K1 = best.shape
+    u = torch.rand(B, K1 - 1, generator=gen, device=best.device)  # [B, K]
+    ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < counts[:, None])
     accepted = ok.long().cumprod(dim=1).sum(dim=1)  # [B]
-    nxt = logits.argmax(-1).gather(1, accepted[:, None]).squeeze(1)
-    return Acceptance(accepted, nxt)
+    return Acceptance(accepted, best.gather(1, accepted[:, None]).squeeze(1))
 
 
 _GENERATE_DEFAULTS = dict(
@@ -66,6 +77,18 @@ _GENERATE_DEFAULTS = dict(
     time_budget=None,
     stop_strings=None,
 )
+
+
+def _with_recompile_limit(compiled, limit: int):
+    """``compiled`` with Dynamo's per-function graph limit raised to ``limit`` during its
+    calls: the main and draft models, their pass kinds and token buckets each need a
+    graph of the same function (Dynamo's default of 8 would fail a fullgraph compile)."""
+
+    def forward(*args):
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            return compiled(*args)
+
+    return forward
 
 
 def _vocab_size(model) -> int:
@@ -83,7 +106,9 @@ class Generator:
         main: a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, ... any decoder whose
             attention goes through transformers' AttentionInterface).
         draft: a smaller causal LM with the same vocabulary, or ``"ngram"`` for
-            prompt-lookup drafting, or ``None`` for regular (non-speculative) decoding.
+            prompt-lookup drafting (or a configured :class:`bass.drafters.NGramDrafter`,
+            e.g. ``NGramDrafter(max_ngram=4, siblings=False)``), or ``None`` for regular
+            (non-speculative) decoding.
         policy: a draft-length policy name from :func:`bass.policies.available` or a
             policy instance; ``policy_options`` are its keyword options.
         attention: the ``ragged_attention`` implementation (``"auto"``, ``"reference"``...).
@@ -94,12 +119,22 @@ class Generator:
         config: a TOML file path (or :class:`bass.config.Config`) whose ``[policy]``,
             ``[model].attention`` and ``[generation]`` values become the defaults here and
             in :meth:`generate`; explicit arguments win.
-        compile: ``True`` compiles the per-step forward with ``torch.compile(fullgraph=True)``
-            (a backend name or callable selects the backend).
+        compile: ``True`` compiles the per-step forward (every packed pass after the
+            prefill) with ``torch.compile(fullgraph=True)``; a backend name or callable
+            selects the backend. ``"reduce-overhead"`` compiles it with Inductor's
+            CUDA graphs (``mode="reduce-overhead"``) and turns on ``static_shapes``.
+        static_shapes: pass shapes that a CUDA graph can replay: token counts padded to
+            :data:`bass.packing.TOKEN_BUCKETS` (padding tokens belong to no row), the
+            cache's rows never compacted, its buffers allocated once (their addresses
+            marked static for ``torch.compile``). Default: on with
+            ``compile="reduce-overhead"``, else off (eager passes compute real tokens
+            only).
+        prefill_chunk_tokens: the most tokens one prefill pass feeds (longer batches are
+            prefilled in chunks; a prompt may span chunks).
 
     Example::
 
-        gen = Generator(main, draft, policy="bass")
+        gen = Generator(main, draft)  # policy="adaptive"
         res = gen.generate([[1, 2, 3], [4, 5]], max_new_tokens=32)
         res.sequences, res.stats.summary()
     """
@@ -115,6 +150,8 @@ class Generator:
         compile: bool | str | object = False,
         config=None,
         forced_acceptance: float | None = None,
+        static_shapes: bool | None = None,
+        prefill_chunk_tokens: int = 8192,
     ):
         # Precedence: explicit arguments > the config file > built-in defaults.
         cfg_gen, self.generate_defaults = ({}, {})
@@ -123,7 +160,7 @@ class Generator:
 
             cfg_gen, self.generate_defaults = apply_config(config)
         if policy is None:
-            policy = cfg_gen.get("policy", "bass")
+            policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:
                 policy_options = cfg_gen.get("policy_options")
         if forced_acceptance is not None and not 0.0 <= forced_acceptance <= 1.0:
@@ -135,6 +172,8 @@ class Generator:
         self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
         if draft is None:
             self.drafter = None
+        elif isinstance(draft, NGramDrafter):  # one configured by the caller
+            self.drafter = draft
         elif isinstance(draft, str):
             if draft != "ngram":
                 raise ValueError(
@@ -151,15 +190,33 @@ class Generator:
                     "decoding needs a draft that shares the main model's tokenizer"
                 )
             self.drafter = ModelDrafter(draft, impl=self.attention)
-        self.forward = hf.forward_logits
+        if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
+            raise ValueError(
+                f"prefill_chunk_tokens must be an int >= 1, got {prefill_chunk_tokens!r}"
+            )
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        graphs = compile == "reduce-overhead"
+        if static_shapes is None:
+            static_shapes = graphs
+        self.bucket = TOKEN_BUCKETS if static_shapes else None
+        self.forward = hf.forward_packed
+        self.separate = bool(compile)  # compiled passes take standalone tensors, not views
         if compile:
-            # Only the per-step forward is compiled (gpt-fast); the loop stays eager. Query
-            # widths are bucketed (bass.ops.QUERY_BUCKETS), so a generation compiles a
-            # handful of graphs; batch size becomes dynamic after its first change.
-            backend = "inductor" if compile is True else compile
-            self.forward = torch.compile(hf.forward_logits, fullgraph=True, backend=backend)
-            if isinstance(self.drafter, ModelDrafter):
-                self.drafter.forward = self.forward
+            # Only the per-step forward is compiled (gpt-fast); the loop stays eager. The
+            # token count N of a pass varies every step: it is a dynamic dimension (eager
+            # shapes) or padded to a bucket (static shapes: one graph per bucket).
+            if graphs:
+                opts = dict(mode="reduce-overhead", dynamic=False)
+            else:
+                opts = dict(backend="inductor" if compile is True else compile, dynamic=True)
+            self.forward = _with_recompile_limit(
+                torch.compile(hf.forward_packed, fullgraph=True, **opts),
+                # one graph per model, pass kind and bucket (static), or a few (dynamic)
+                4 * len(TOKEN_BUCKETS) + 8,
+            )
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.forward = self.forward
+            self.drafter.separate = self.separate
 
     @classmethod
     def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
@@ -316,22 +373,38 @@ class Generator:
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
         state = _BatchState([list(p) for p in prompts], max_new_tokens, *eos)
 
-        # 1) prefill: main over all prompt tokens (first new token), then the draft
+        # 1) prefill: main over all prompt tokens (first new token), then the draft; every
+        #    prompt token goes through one packed pass, eager (its widths vary)
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        # prefill runs eagerly (its widths vary); only the per-step forward is compiled
-        last_logits, passes = hf.prefill(self.main, self.cache, state.seqs, self.attention)
-        first, _ = choose(last_logits, params, gen, False)
+        chunk = self.prefill_chunk_tokens
+        logits, passes = hf.prefill(
+            self.main, self.cache, state.seqs, self.attention, chunk_tokens=chunk
+        )
+        first, _ = choose(logits, params, gen, False)
+        host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
+        B = len(prompts)
+        _raise_if_nonfinite(host[B:], self.main, "main", state.rows, "the prefill")
         stats.main_passes += passes
         stats.prefill_passes = passes
-        if self.drafter is not None:
-            self.drafter.start(state.seqs, max_len, device, _vocab_size(self.main))
-            stats.draft_passes += getattr(self.drafter, "prefill_passes", 0)
-        state.append([[t] for t in first.tolist()])
+        stats.prefill_tokens = sum(map(len, prompts))
+        if isinstance(self.drafter, ModelDrafter):
+            stats.draft_passes += self.drafter.start(state.seqs, max_len, device, chunk)
+            self.drafter.bucket = self.bucket
+            self.drafter.logits_slots = B if self.bucket is not None else None
+        elif self.drafter is not None:
+            self.drafter.start(prompts, state.seqs)
+        state.main_len = [len(p) for p in prompts]
+        state.append(list(range(B)), [[t] for t in host[:B]])
         stats.prefill_seconds = time.perf_counter() - t0
+        if self.bucket is not None:  # CUDA graphs: the buffers' addresses must never move
+            for buf in self.cache.buffers() + (
+                self.drafter.cache.buffers() if isinstance(self.drafter, ModelDrafter) else []
+            ):
+                torch._dynamo.mark_static_address(buf)
         self._compact(state)
 
-        while state.rows:
+        while state.active():
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 stats.stopped_by_time_budget = True
                 break
@@ -345,90 +418,177 @@ class Generator:
         reasons = [r or "time" for r in state.reasons]  # still running when time ran out
         return GenerationResult([list(o) for o in state.outputs], stats, reasons)
 
+    def _draft_lengths(self, policy, state, act, stats) -> list[int]:
+        """Each active row's draft length this step: the policy's (per row, or one for
+        the batch), capped by what the row may still generate and, for n-grams, by what
+        the lookup found."""
+        rows = [state.rows[s] for s in act]
+        cap = [state.remaining(s) - 1 for s in act]  # the main model adds one token
+        per_row = getattr(policy, "draft_lengths", None)
+        if per_row is None:
+            k = max(0, int(policy.draft_length()))
+            cap = [min(k, c) for c in cap]
+        signals = None
+        if isinstance(self.drafter, NGramDrafter):
+            signals = self.drafter.signals(rows, [min(c, MAX_LOOKUP) for c in cap])
+        if per_row is None:
+            return cap
+        ctx = DraftContext(
+            rows=rows,
+            max_draft=cap,
+            drafter=self.drafter.name,
+            available=signals.available if signals else None,
+            match_len=signals.match_len if signals else None,
+            step=len(stats.steps),
+        )
+        ks = list(per_row(ctx))
+        if len(ks) != len(act):
+            raise ValueError(
+                f"policy {type(policy).__name__}.draft_lengths returned {len(ks)} lengths "
+                f"for {len(act)} active rows"
+            )
+        return [max(0, min(int(k), c)) for k, c in zip(ks, cap)]
+
     def _step(self, state, policy, params, gen, stats) -> None:
         device = self.cache.lens.device
-        B = len(state.rows)
-        # 1) draft length: batch-wide k, capped per row by what it may still generate
-        k = max(0, int(policy.draft_length())) if self.drafter is not None else 0
-        k_rows = [min(k, state.remaining(b) - 1) for b in range(B)]
-        k = max(k_rows)
-        lens_before = [len(s) for s in state.seqs]
-        t_draft = time.perf_counter()
+        t_start = time.perf_counter()
+        act = state.active()  # cache rows of the active rows, ascending
+        R = len(act)
+        # 1) draft lengths: per row (policy and caps); 0 everywhere without a drafter
+        k_rows = [0] * R
+        if self.drafter is not None:
+            k_rows = self._draft_lengths(policy, state, act, stats)
         # 2) draft
-        if k > 0:
-            prop = self.drafter.propose(state.seqs, k_rows, k, params, gen, policy)
-            stats.draft_passes += self.drafter.draft_passes
-        else:
-            prop = Proposal(
-                torch.zeros(B, 0, dtype=torch.long, device=device),
-                None,
-                torch.zeros(B, dtype=torch.long, device=device),
-            )
-        counts = prop.counts.tolist()  # host read: verify width depends on it
-        t_verify = time.perf_counter()
-        # 3) verify [last, d_1..d_n] of every row in one main pass
+        prop = None
+        if any(k_rows):
+            if isinstance(self.drafter, NGramDrafter):
+                prop = self.drafter.propose([state.rows[s] for s in act], k_rows)
+            else:
+                seqs = [state.seqs[s] for s in act]
+                prop = self.drafter.propose(act, seqs, k_rows, params, gen, policy)
+        counts = prop.counts if prop is not None else [0] * R
         K = max(counts)
-        width = bucket_query_len(K + 1)
-        drafts = prop.tokens[:, :K]
-        ids = torch.zeros(B, width, dtype=torch.long, device=device)
-        ids[:, 0] = torch.tensor([s[-1] for s in state.seqs], device=device)
-        ids[:, 1 : K + 1] = drafts
-        q_lens = prop.counts.to(torch.int32) + 1
-        # auto's length hint: row b attends to its cache (len - 1) plus 1 + counts[b] new
-        with length_hint([len(s) + c for s, c in zip(state.seqs, counts)]):
-            logits = self.forward(self.main, self.cache, ids, q_lens, self.attention)
-        logits = logits[:, : K + 1]
-        stats.main_passes += 1
-        # 4) accept
-        if params.do_sample:
-            draft_probs = prop.probs[:, :K] if prop.probs is not None else None
-            if draft_probs is None:  # K == 0
-                draft_probs = torch.zeros(B, 0, logits.shape[-1], device=device)
-            acc = speculative_accept(
-                drafts, draft_probs, warp_probs(logits, params), prop.counts, gen
-            )
+        t_verify = time.perf_counter()
+        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
+        q_lens = [0] * self.cache.batch_size
+        idx: list[int] = []  # [R, K+1]: row r's position i -> its token (clamped)
+        start = 0
+        for r, s in enumerate(act):
+            q_lens[s] = n = 1 + counts[r]
+            idx += [start + min(i, n - 1) for i in range(K + 1)]
+            start += n
+        last = [state.seqs[s][-1] for s in act]
+        host_drafts = prop.host_tokens if prop is not None else [[]] * R
+        if host_drafts is not None:  # drafts on the host (n-grams, or none)
+            ids = [t for r in range(R) for t in (last[r], *host_drafts[r])]
+            padded = [t for d in host_drafts for t in (*d, *[0] * (K - len(d)))]
+            extra = [*idx, *counts, *padded]
+        else:  # drafts on the device: gather them into the packed order there
+            gidx = [r * (K + 1) + i for r in range(R) for i in range(1 + counts[r])]
+            ids, extra = None, [*idx, *counts, *last, *gidx]
+        batch = pack(
+            q_lens,
+            state.main_len,
+            device,
+            ids=ids,
+            bucket=self.bucket,
+            extra=extra,
+            separate=self.separate,
+        )
+        e, o = batch.extra, R * (K + 1)
+        index, counts_t = e[:o].view(R, K + 1), e[o : o + R]
+        if ids is None:
+            drafts = prop.tokens[:, :K]
+            table = torch.cat([e[o + R : o + 2 * R, None], drafts], dim=1)  # [R, K+1]
+            batch.set_input_ids(table.view(-1)[e[o + 2 * R :]])
         else:
-            acc = greedy_accept(drafts, logits, prop.counts)
+            drafts = e[o + R :].view(R, K)
+        t_fwd = time.perf_counter()
+        logits = hf.run_packed(self.forward, self.main, self.cache, batch, self.attention)
+        forward_seconds = time.perf_counter() - t_fwd
+        stats.main_passes += 1
+        # 4) accept (batched over rows, on the device)
+        best = logits.argmax(dim=-1)[index]  # [R, K+1]
+        bad_main = nonfinite(logits)[index].any(dim=1)  # [R]
         if self.forced_acceptance is not None:
-            acc = forced_accept(prop.counts, logits, self.forced_acceptance, gen)
-        accepted = acc.accepted.tolist()  # host read: the one per-step sync of lengths
-        next_tokens = acc.next_tokens.tolist()
-        d_host = drafts.tolist()
+            acc = forced_accept(counts_t, best, self.forced_acceptance, gen)
+        elif params.do_sample:
+            p = warp_probs(logits[index], params)  # [R, K+1, V]
+            q = prop.probs[:, :K] if prop is not None and prop.probs is not None else None
+            if q is None:  # deterministic (n-gram) drafts, or none: one-hot
+                q = one_hot_probs(drafts, logits.shape[-1])
+            acc = speculative_accept(drafts, q, p, counts_t, gen)
+        else:
+            acc = greedy_accept_ids(drafts, best, counts_t)
+        read = [acc.accepted, acc.next_tokens, bad_main.long()]
+        model_drafts = host_drafts is None
+        if model_drafts:
+            read += [prop.bad.long(), drafts.reshape(-1)]
+        host = torch.cat(read).tolist()  # host read: the one per-step sync
+        accepted, next_tokens = host[:R], host[R : 2 * R]
+        step, where = len(stats.steps), f"step {len(stats.steps)}"
+        rows = [state.rows[s] for s in act]
+        _raise_if_nonfinite(host[2 * R : 3 * R], self.main, "main", rows, where)
+        if model_drafts:
+            _raise_if_nonfinite(host[3 * R : 4 * R], self.drafter.model, "draft", rows, where)
+            flat = host[4 * R :]
+            host_drafts = [flat[r * K : r * K + counts[r]] for r in range(R)]
         t_end = time.perf_counter()
         # 5) commit: main keeps [last, d_1..d_a]; the draft rolls back to its valid prefix
-        self.cache.commit(acc.accepted + 1)
-        if self.drafter is not None and k > 0:
-            self.drafter.commit(lens_before, accepted)
-        state.append([[*d_host[b][: accepted[b]], next_tokens[b]] for b in range(B)])
+        for r, s in enumerate(act):
+            state.main_len[s] += accepted[r] + 1
+        if model_drafts:
+            self.drafter.commit(act, accepted)
+        state.append(act, [[*host_drafts[r][: accepted[r]], next_tokens[r]] for r in range(R)])
         # 6) statistics -> policy
+        draft_tokens = sum(prop.pass_tokens) if prop is not None else 0
         rec = StepRecord(
-            k, list(state.rows), counts, accepted, t_verify - t_draft, t_end - t_verify
+            max(k_rows),
+            rows,
+            counts,
+            accepted,
+            t_verify - t_start,
+            t_end - t_verify,
+            verify_tokens=batch.real,
+            padding_tokens=batch.tokens - batch.real,
+            draft_tokens=draft_tokens,
+            forward_seconds=forward_seconds + (prop.forward_seconds if prop else 0.0),
+            step_seconds=time.perf_counter() - t_start,
         )
         stats.steps.append(rec)
+        if prop is not None:
+            stats.draft_passes += prop.passes
         if self.drafter is not None:
             policy.update(
                 policies.StepStats(
-                    draft_length=k,
+                    draft_length=rec.draft_length,
                     accepted=accepted,
                     drafted=counts,
                     draft_seconds=rec.draft_seconds,
                     verify_seconds=rec.verify_seconds,
-                    step=len(stats.steps) - 1,
+                    step=step,
+                    rows=rows,
+                    verify_tokens=batch.tokens,
+                    draft_pass_tokens=prop.pass_tokens if prop is not None else (),
                 )
             )
 
     def _compact(self, state) -> None:
-        """Drop finished rows from the batch so they stop costing compute."""
-        keep = [b for b in range(len(state.rows)) if not state.done[b]]
-        if len(keep) == len(state.rows):
+        """Finished rows cost a packed pass nothing (they bring no tokens), but they keep
+        their cache rows and lengths: once at least half the cache's rows are finished,
+        the live rows move to the front in place (amortised: each compaction at least
+        halves the rows, so a row is moved O(1) times on average). Never with static
+        shapes (CUDA graphs), whose buffers must not change shape."""
+        if self.bucket is not None:
             return
-        state.select(keep)
-        if keep:
-            self.cache.select_rows(
-                torch.tensor(keep, dtype=torch.long, device=self.cache.lens.device)
-            )
-            if self.drafter is not None:
-                self.drafter.select_rows(keep)
+        n = self.cache.batch_size
+        keep = state.active()
+        if not keep or 2 * (n - len(keep)) < n:
+            return
+        self.cache.compact(keep)
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.compact(keep)
+        state.compact(keep)
 
     def generate_text(
         self, texts: Sequence[str], tokenizer, *, chat: bool | None = None, **kw
@@ -457,8 +617,30 @@ class Generator:
         return out
 
 
+class NonFiniteLogitsError(RuntimeError):
+    """A model produced NaN or infinite logits: its output cannot be trusted."""
+
+
+def _raise_if_nonfinite(flags: list[int], model, which: str, rows: list[int], where: str):
+    bad = [rows[r] for r, f in enumerate(flags) if f]
+    if bad:
+        raise NonFiniteLogitsError(
+            f"the {which} model ({hf.model_name(model)}) produced non-finite logits (NaN or "
+            f"Inf) for prompt {bad[0]}"
+            + (f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else "")
+            + f" at {where}; this is usually a float16 overflow or a broken checkpoint: "
+            "load the model in bfloat16 or float32, or check its weights"
+        )
+
+
 class _BatchState:
-    """Host-side view of the active batch: row ``b`` is prompt ``rows[b]``."""
+    """Host-side view of the batch, by cache row (slot): row ``s`` is prompt ``rows[s]``.
+
+    ``seqs[s]`` (prompt + committed tokens) is the same list object as
+    ``by_prompt[rows[s]]``, which outlives compaction (the n-gram drafter searches
+    finished siblings' text too). ``main_len[s]`` is the main cache's committed length
+    of row ``s`` (kept on the host: the host knows it, so no pass reads it back).
+    """
 
     def __init__(
         self,
@@ -468,29 +650,35 @@ class _BatchState:
         stops: list[tuple] = (),
         texts: StopStrings | None = None,
     ):
-        self.seqs = prompts  # prompt + committed tokens, per active row
+        self.by_prompt = prompts  # prompt + committed tokens, per prompt
+        self.seqs = list(prompts)  # the same lists, per cache row
         self.rows = list(range(len(prompts)))
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
         self.done = [False] * len(prompts)
+        self.main_len: list[int] = []
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
+
+    def active(self) -> list[int]:
+        """Cache rows still generating, ascending."""
+        return [s for s, d in enumerate(self.done) if not d]
 
     def _stopped(self, out: list[int]) -> bool:
         return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)
 
-    def remaining(self, b: int) -> int:
-        return self.max_new - len(self.outputs[self.rows[b]])
+    def remaining(self, s: int) -> int:
+        return self.max_new - len(self.outputs[self.rows[s]])
 
-    def append(self, new: list[list[int]]) -> None:
-        """Append each active row's accepted tokens, cutting after the first that ends it
+    def append(self, slots: list[int], new: list[list[int]]) -> None:
+        """Append each given row's accepted tokens, cutting after the first that ends it
         (eos, a stop sequence, a stop string, ``max_new``)."""
-        for b, toks in enumerate(new):
-            p = self.rows[b]
+        for s, toks in zip(slots, new, strict=True):
+            p = self.rows[s]
             out = self.outputs[p]
             before = len(out)
-            for t in toks[: self.remaining(b)]:
+            for t in toks[: self.remaining(s)]:
                 out.append(t)
-                self.seqs[b].append(t)
+                self.seqs[s].append(t)
                 if t in self.eos or (self.stops and self._stopped(out)):
                     self.reasons[p] = "eos" if t in self.eos else "stop"
                     break
@@ -499,13 +687,15 @@ class _BatchState:
                 if keep is not None:  # a stop string: drop what the step accepted after it
                     drop = len(out) - before - keep
                     if drop:
-                        del out[-drop:], self.seqs[b][-drop:]
+                        del out[-drop:], self.seqs[s][-drop:]
                     self.reasons[p] = "stop"
             if self.reasons[p] is None and len(out) >= self.max_new:
                 self.reasons[p] = "length"
-            self.done[b] = self.reasons[p] is not None
+            self.done[s] = self.reasons[p] is not None
 
-    def select(self, keep: list[int]) -> None:
-        self.seqs = [self.seqs[b] for b in keep]
-        self.rows = [self.rows[b] for b in keep]
-        self.done = [self.done[b] for b in keep]
+    def compact(self, keep: list[int]) -> None:
+        """Cache rows ``keep`` became rows ``0..len(keep)-1``."""
+        self.seqs = [self.seqs[s] for s in keep]
+        self.rows = [self.rows[s] for s in keep]
+        self.done = [self.done[s] for s in keep]
+        self.main_len = [self.main_len[s] for s in keep]

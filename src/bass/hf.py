@@ -18,8 +18,6 @@ import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
-from .ops import length_hint
-
 ATTN_NAME = "bass"
 
 
@@ -35,16 +33,21 @@ def bass_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    bass_q_lens: torch.Tensor | None = None,  # int32 [B]
+    bass_q_lens: torch.Tensor | None = None,  # int32 [B] (padded passes)
     bass_kv_lens: torch.Tensor | None = None,  # int32 [B]
     bass_impl: str = "auto",
+    bass_cu_q_lens: torch.Tensor | None = None,  # int32 [B+1] (packed passes)
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """The ``"bass"`` attention function: returns ``([B, T, Hq, D], None)`` as HF expects."""
+    """The ``"bass"`` attention function: returns ``([B, T, Hq, D], None)`` as HF expects.
+
+    A packed pass (``bass_cu_q_lens`` given; ``query`` is ``[1, Hq, N, D]``) goes to
+    ``torch.ops.bass.ragged_attention_packed``, a padded one to ``ragged_attention``.
+    """
     name = type(module).__name__
-    if bass_q_lens is None or bass_kv_lens is None:
+    if (bass_q_lens is None and bass_cu_q_lens is None) or bass_kv_lens is None:
         raise UnsupportedModelError(
             f"{name} was called with attn_implementation='bass' but without bass's per-row "
             "lengths; run the model through bass.Generator (or pass bass_q_lens and "
@@ -63,6 +66,12 @@ def bass_attention_forward(
         )
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
+    if bass_cu_q_lens is not None:
+        # token-major output: the transpose back to [1, N, Hq, D] is free
+        out = torch.ops.bass.ragged_attention_packed(
+            query, key, value, bass_cu_q_lens, bass_kv_lens, float(scaling), bass_impl
+        )
+        return out.transpose(1, 2), None
     out = torch.ops.bass.ragged_attention(
         query, key, value, bass_q_lens, bass_kv_lens, float(scaling), bass_impl
     )
@@ -137,13 +146,7 @@ def forward_logits(
     last ``n``, a 1-D index tensor those positions (the lm head is the largest matmul of
     a prefill; most positions' logits are never read).
     """
-    if model.config._attn_implementation != ATTN_NAME:
-        # With any other attention the whole (unmasked) cache buffer would be attended to.
-        raise RuntimeError(
-            f"{model_name(model)} is set to attn_implementation="
-            f"{model.config._attn_implementation!r}, not 'bass'; call bass.hf.prepare(model) "
-            "(models sharing a config object with another model change together)"
-        )
+    _check_routed(model)
     kv_lens = cache.begin(q_lens)
     T = input_ids.shape[1]
     positions = cache.lens.to(torch.long)[:, None] + torch.arange(T, device=input_ids.device)
@@ -160,47 +163,115 @@ def forward_logits(
     return out.logits
 
 
-def prefill(model, cache, prompts: list[list[int]], impl: str = "auto", waste: float = 0.25):
-    """Prefill ``cache`` with ragged ``prompts``; return each row's last logits ``[B, V]``.
+def _check_routed(model) -> None:
+    if model.config._attn_implementation != ATTN_NAME:
+        # With any other attention the whole (unmasked) cache buffer would be attended to.
+        raise RuntimeError(
+            f"{model_name(model)} is set to attn_implementation="
+            f"{model.config._attn_implementation!r}, not 'bass'; call bass.hf.prepare(model) "
+            "(models sharing a config object with another model change together)"
+        )
 
-    Rows are sorted by length and prefilled in groups whose padded size stays within
-    ``(1 + waste)`` of their real tokens, so one long prompt does not make every row pay
-    for its length in the MLPs and projections (the op itself skips padding anyway).
-    Groups go through small caches that are then copied into their rows of ``cache``;
-    a batch that is already even runs as one pass. Returns ``(logits, passes)``.
+
+def forward_packed(
+    model: PreTrainedModel,
+    cache,  # RaggedKVCache
+    input_ids: torch.Tensor,  # int64 [1, N]: every row's new tokens, packed
+    positions: torch.Tensor,  # int64 [1, N]
+    cu_q_lens: torch.Tensor,  # int32 [B+1]: row b owns tokens cu_q_lens[b]..cu_q_lens[b+1]-1
+    lens: torch.Tensor,  # int32 [B]: committed cache lengths before the pass
+    impl: str = "auto",
+    logits_index: torch.Tensor | None = None,  # int64 [L]: tokens whose logits are needed
+) -> torch.Tensor:  # [1, N, V] (or [1, L, V])
+    """One packed forward pass (see :mod:`bass.packing`): appends the tokens to ``cache``
+    (uncommitted) and returns their logits (only at ``logits_index`` when given: the lm
+    head is the largest matmul of a pass and most positions' logits are never read).
+
+    Only tensors go in, so the function compiles to one graph per shape and can be
+    captured as a CUDA graph.
     """
-    from .drafters import pad_rows
+    _check_routed(model)
+    kv_lens = cache.begin_packed(cu_q_lens, lens)
+    out = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        bass_cu_q_lens=cu_q_lens,
+        bass_kv_lens=kv_lens,
+        bass_impl=impl,
+        logits_to_keep=0 if logits_index is None else logits_index,
+    )
+    return out.logits
 
+
+def run_packed(forward, model, cache, batch, impl: str = "auto") -> torch.Tensor:
+    """``forward`` (:func:`forward_packed` or its compiled form) on a
+    :class:`bass.packing.PackedPass`; returns ``[N or L, V]`` logits."""
+    logits = forward(
+        model,
+        cache,
+        batch.input_ids,
+        batch.positions,
+        batch.cu_q_lens,
+        batch.lens,
+        impl,
+        batch.logits_index,
+    )
+    return logits[0]
+
+
+def prefill(
+    model,
+    cache,
+    prompts: list[list[int]],
+    impl: str = "auto",
+    *,
+    chunk_tokens: int = 8192,
+    forward=None,
+) -> tuple[torch.Tensor, int]:
+    """Prefill ``cache`` (empty, one row per prompt) with ragged ``prompts`` in packed
+    passes; return each row's last logits ``[B, V]`` and the number of passes.
+
+    One pass feeds every prompt token, no padding. A batch of more than ``chunk_tokens``
+    tokens is split into several passes of at most that many (chunked prefill: a long
+    prompt may span passes, its later chunks attending to the earlier ones in the cache).
+    Only each prompt's last token goes through the lm head. Commits the prompts.
+    """
+    from .packing import pack
+
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    forward = forward or forward_packed
     device = cache.lens.device
-    lens = [len(p) for p in prompts]
-    groups, cur, cur_tokens = [], [], 0
-    for b in sorted(range(len(prompts)), key=lens.__getitem__):
-        # ascending lengths: the newest row is the group's longest
-        if cur and lens[b] * (len(cur) + 1) > (1 + waste) * (cur_tokens + lens[b]):
-            groups.append(cur)
-            cur, cur_tokens = [], 0
-        cur.append(b)
-        cur_tokens += lens[b]
-    groups.append(cur)
-    if len(groups) == 1:  # one pass straight into ``cache``: its rows in the batch's order
-        groups = [list(range(len(prompts)))]
-    out = None
-    for rows in groups:
-        sub = cache if len(groups) == 1 else cache.empty_like(len(rows))
-        group = [prompts[b] for b in rows]  # logits row i belongs to prompt rows[i]
-        q_lens = torch.tensor([len(p) for p in group], dtype=torch.int32, device=device)
-        width = int(max(len(p) for p in group))
-        # only the distinct last positions go through the lm head
-        last = q_lens.long() - 1
-        keep, where = torch.unique(last, return_inverse=True)
-        with length_hint([len(p) for p in group]):  # the host knows them: no device read
-            logits = forward_logits(model, sub, pad_rows(group, width, device), q_lens, impl, keep)
-        logits = logits[torch.arange(len(group), device=device), where]  # [b, V]
-        sub.commit(q_lens)
+    B = len(prompts)
+    done = [0] * B  # prompt tokens already in the cache, per row
+    out, passes, row = None, 0, 0
+    while row < B:
+        budget = chunk_tokens
+        feed: list[list[int]] = [[] for _ in range(B)]
+        ends: list[int] = []  # rows whose prompt ends in this pass
+        while row < B and budget > 0:
+            take = min(budget, len(prompts[row]) - done[row])
+            feed[row] = prompts[row][done[row] : done[row] + take]
+            budget -= take
+            if done[row] + take == len(prompts[row]):
+                ends.append(row)
+                row += 1
+        last, n = [], 0  # each ending prompt's last token in the flat pass
+        for b, toks in enumerate(feed):
+            n += len(toks)
+            if ends and ends[0] <= b <= ends[-1]:
+                last.append(n - 1)
+        ids = [t for toks in feed for t in toks]
+        batch = pack([len(t) for t in feed], done, device, ids=ids, logits_at=last)
+        logits = run_packed(forward, model, cache, batch, impl)  # [len(ends), V]
+        cache.commit(cache.q_lens)
+        passes += 1
+        for b, n in enumerate(batch.q_lens):
+            done[b] += n
         if out is None:
-            out = logits.new_empty(len(prompts), logits.shape[-1])
-        index = torch.tensor(rows, dtype=torch.long, device=device)
-        out[index] = logits
-        if sub is not cache:
-            cache.copy_rows_from(index, sub)
-    return out, len(groups)
+            out = logits.new_empty(B, logits.shape[-1])
+        if ends:
+            out[ends[0] : ends[-1] + 1] = logits  # rows end in order: a contiguous block
+    return out, passes

@@ -45,6 +45,7 @@ __all__ = [
     "Acceptance",
     "SamplingParams",
     "greedy_accept",
+    "greedy_accept_ids",
     "output_tokens",
     "sample",
     "speculative_accept",
@@ -202,11 +203,25 @@ def greedy_accept(
         draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked:
             that would sync).
     """
-    _, k = _check_draft_inputs(draft_tokens, target_logits, draft_lens, "target_logits")
-    best = target_logits.argmax(dim=-1)  # [B, K+1]
+    _check_draft_inputs(draft_tokens, target_logits, draft_lens, "target_logits")
+    return greedy_accept_ids(draft_tokens, target_logits.argmax(dim=-1), draft_lens)
+
+
+def greedy_accept_ids(
+    draft_tokens: torch.Tensor, target_ids: torch.Tensor, draft_lens: torch.Tensor
+) -> Acceptance:
+    """:func:`greedy_accept` from the main model's argmax ids ``target_ids`` int64
+    ``[B, K+1]`` instead of its logits (the engine takes the argmax over the packed
+    logits once, then gathers rows)."""
+    k = draft_tokens.shape[1]
+    if target_ids.shape != (draft_tokens.shape[0], k + 1):
+        raise ValueError(
+            f"target_ids must be [B, K+1] = [{draft_tokens.shape[0]}, {k + 1}], "
+            f"got {list(target_ids.shape)}"
+        )
     in_draft = torch.arange(k, device=draft_tokens.device) < draft_lens[:, None]  # [B, K]
-    accepted = _accept_prefix((draft_tokens == best[:, :k]) & in_draft)  # [B]
-    next_tokens = best.gather(1, accepted[:, None]).squeeze(1)  # [B]
+    accepted = _accept_prefix((draft_tokens == target_ids[:, :k]) & in_draft)  # [B]
+    next_tokens = target_ids.gather(1, accepted[:, None]).squeeze(1)  # [B]
     return Acceptance(accepted=accepted, next_tokens=next_tokens)
 
 

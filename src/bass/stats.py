@@ -21,6 +21,11 @@ class StepRecord:
     accepted: list[int]
     draft_seconds: float
     verify_seconds: float
+    verify_tokens: int = 0  # real tokens of the verify pass (sum of 1 + drafted)
+    padding_tokens: int = 0  # tokens of no row in the verify pass (static-shape buckets)
+    draft_tokens: int = 0  # tokens the draft model's passes computed (padding included)
+    forward_seconds: float = 0.0  # inside the models' forward passes (draft and verify)
+    step_seconds: float = 0.0  # the whole step, bass's own host work included
 
 
 @dataclass
@@ -34,7 +39,8 @@ class GenerationStats:
     stopped_by_time_budget: bool = False
     forced_acceptance: float | None = None  # set: a systems benchmark, not real output
     rows: int = 0  # prompts in the batch
-    prefill_passes: int = 0  # main-model passes of the prefill (rows grouped by length)
+    prefill_passes: int = 0  # main-model passes of the prefill (chunks of prompt tokens)
+    prefill_tokens: int = 0  # prompt tokens the main model's prefill computed
 
     @classmethod
     def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
@@ -69,6 +75,29 @@ class GenerationStats:
         row_passes = self.rows + sum(len(s.rows) for s in self.steps)
         return row_passes / self.tokens_generated if self.tokens_generated else 0.0
 
+    @property
+    def verify_tokens(self) -> int:
+        """Real tokens the main model's decoding passes computed."""
+        return sum(s.verify_tokens for s in self.steps)
+
+    @property
+    def padding_share(self) -> float:
+        """Share of the main model's decoding-pass tokens that belong to no row (0 with
+        packed eager passes; bucket padding with static shapes)."""
+        pad = sum(s.padding_tokens for s in self.steps)
+        total = pad + self.verify_tokens
+        return pad / total if total else 0.0
+
+    @property
+    def host_share(self) -> float:
+        """Share of the decoding steps' time spent outside the models' forward passes
+        (bass's own host work: drafting lookups, packing, acceptance, bookkeeping). On
+        a GPU, forward passes return before their kernels finish, so this is host time,
+        not idle device time."""
+        total = sum(s.step_seconds for s in self.steps)
+        inside = sum(s.forward_seconds for s in self.steps)
+        return (total - inside) / total if total > 0 else 0.0
+
     def draft_length_trace(self) -> list[int]:
         return [s.draft_length for s in self.steps]
 
@@ -83,6 +112,9 @@ class GenerationStats:
             "mean_accepted_per_step_per_row": round(self.mean_accepted, 4),
             "main_passes_per_token": round(self.main_passes_per_token, 4),
             "draft_length_trace": self.draft_length_trace(),
+            "verify_tokens": self.verify_tokens,
+            "padding_share": round(self.padding_share, 4),
+            "host_share": round(self.host_share, 4),
             **(
                 {"forced_acceptance": self.forced_acceptance}
                 if self.forced_acceptance is not None

@@ -57,8 +57,9 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
             flags.setdefault(table, {})[key] = value
             labels[dotted] = flag
     policy_raw = layered.get("policy", {})
-    name = flags.get("policy", {}).get("name", policy_raw.get("name", "bass"))
-    if name != policy_raw.get("name", "bass"):  # options in the file belong to another policy
+    file_name = policy_raw.get("name", policies.DEFAULT)
+    name = flags.get("policy", {}).get("name", file_name)
+    if name != file_name:  # options in the file belong to another policy
         layered.get("policy", {}).pop("options", None)
     if args.policy_option:
         installed = list(policies.available())

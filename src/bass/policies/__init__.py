@@ -5,8 +5,11 @@ A policy implements :class:`DraftLengthPolicy` (``draft_length()`` and
 and is registered under the ``bass.policies`` entry-point group. Built-ins
 (:mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`):
 
+* ``adaptive`` (:mod:`bass.policies.adaptive`), the default: each row's draft length
+  maximises the batch's expected tokens per second, from measured pass costs and per-row
+  acceptance (never drafts when that is predicted not to pay).
 * ``constant``: always ``k`` tokens (``k=0``: regular decoding).
-* ``bass``: Algorithm 1 of the BASS paper (arXiv 2404.15778), the default of bass.
+* ``bass``: Algorithm 1 of the BASS paper (arXiv 2404.15778), exactly.
 * ``hf-heuristic``: transformers' assisted-generation schedule (+2 / -1).
 * ``confidence``: a fixed cap plus per-row early exit on low draft confidence
   (training-free, after AdaEDL and DISCO).
@@ -24,7 +27,7 @@ single function reading installed metadata (monkeypatch it in tests).
 
 from __future__ import annotations
 
-from .base import DraftLengthPolicy, StepStats
+from .base import DraftContext, DraftLengthPolicy, StepStats
 from .registry import (
     GROUP,
     REQUIRED,
@@ -36,9 +39,14 @@ from .registry import (
     parse_options,
 )
 
+#: The policy of :class:`bass.Generator`, the CLI and the config when none is named.
+DEFAULT = "adaptive"
+
 __all__ = [
+    "DEFAULT",
     "GROUP",
     "REQUIRED",
+    "DraftContext",
     "DraftLengthPolicy",
     "OptionInfo",
     "PolicyLoadError",

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["DraftLengthPolicy", "StepStats", "option", "validate_options"]
+__all__ = ["DraftContext", "DraftLengthPolicy", "StepStats", "option", "validate_options"]
 
 
 def _as_list(counts: Sequence[int] | torch.Tensor) -> list[int]:
@@ -52,6 +52,13 @@ class StepStats:
         verify_seconds: wall time of this step's verification (one target forward pass
             over ``k + 1`` positions per row).
         step: 0-based index of the step within the generation.
+        rows: each active row's prompt index (stable across steps, unlike positions in
+            ``accepted``, which shift as rows finish), so a policy can keep per-row
+            estimates; ``None`` when the caller does not say.
+        verify_tokens: tokens the verification pass computed (the sum over rows of
+            ``1 + drafted``; with CUDA-graph buckets, padding included): with packed
+            passes a pass costs what its tokens cost.
+        draft_pass_tokens: tokens each draft-model pass computed (empty for n-grams).
 
     >>> s = StepStats(draft_length=4, accepted=[1, 4, 0])
     >>> s.accepted_list(), s.max_accepted(), s.drafted_list()
@@ -66,6 +73,9 @@ class StepStats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     step: int = 0
+    rows: Sequence[int] | None = None
+    verify_tokens: int = 0
+    draft_pass_tokens: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         # Cheap checks only: a CUDA tensor is never read here (that would sync the device
@@ -127,6 +137,37 @@ class StepStats:
         return len(self.accepted)
 
 
+@dataclass
+class DraftContext:
+    """What a per-row policy knows before a step, for ``draft_lengths(ctx)``.
+
+    Attributes:
+        rows: each active row's prompt index.
+        max_draft: per row, the most tokens it may draft (its remaining token budget
+            minus the one the main model always adds).
+        drafter: ``"ngram"`` or ``"model"``.
+        available: per row, how many tokens the drafter has to offer (the n-gram
+            continuation it found), or ``None`` when it can draft any number (a model).
+        match_len: per row, the length of the n-gram suffix that matched (0: none), or
+            ``None`` for a model drafter.
+        step: 0-based index of the step.
+
+    >>> DraftContext(rows=[0, 2], max_draft=[8, 3]).num_rows
+    2
+    """
+
+    rows: Sequence[int]
+    max_draft: Sequence[int]
+    drafter: str = "model"
+    available: Sequence[int] | None = None
+    match_len: Sequence[int] | None = None
+    step: int = 0
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+
 @runtime_checkable
 class DraftLengthPolicy(Protocol):
     """Decides the draft length of each speculative step.
@@ -149,6 +190,13 @@ class DraftLengthPolicy(Protocol):
     nothing more this step, so ``StepStats.drafted`` reports each row's count (``index``
     for a row stopped there). The call is made at every position, the last included.
     ``keep_drafting`` must not sync the device (no ``.item()``), so drafting stays async.
+
+    Optional, per-row draft lengths: a policy may define ``draft_lengths(ctx:
+    DraftContext) -> Sequence[int]``, one length per active row (``0``: the row only
+    decodes its next token this step). The engine then calls it instead of
+    ``draft_length()`` and caps each length at ``ctx.max_draft``; an n-gram drafter
+    proposes at most what it found (``ctx.available``). Policies with only
+    ``draft_length()`` keep working: every row gets that length.
     """
 
     def draft_length(self) -> int: ...

@@ -30,6 +30,7 @@ __all__ = [
 #: name -> entry-point value of every built-in policy; ``pyproject.toml``'s
 #: ``[project.entry-points."bass.policies"]`` table must list exactly these.
 BUILTIN_ENTRY_POINTS: dict[str, str] = {
+    "adaptive": "bass.policies.adaptive:AdaptivePolicy",
     "bass": "bass.policies.builtin:BassPolicy",
     "confidence": "bass.policies.builtin:ConfidencePolicy",
     "constant": "bass.policies.builtin:ConstantPolicy",

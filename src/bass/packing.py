@@ -1,0 +1,167 @@
+"""The packed layout of a forward pass: only real tokens, one flat batch.
+
+Every forward pass of the engine (prefill chunks, draft passes, verification) feeds the
+tokens the rows really bring as ``input_ids [1, N]``, so the dense layers (projections,
+MLPs, the lm head) compute ``N`` tokens and never padding. Per-row offsets say which
+tokens belong to which row of the cache (FlashAttention's varlen convention):
+
+* ``cu_q_lens`` int32 ``[B+1]``: ``cu_q_lens[0] = 0``; row ``b`` owns tokens
+  ``cu_q_lens[b] .. cu_q_lens[b+1] - 1``; ``B`` is the cache's row count (rows bringing
+  nothing this pass, finished rows included, have equal offsets);
+* ``positions`` int64 ``[1, N]``: token ``j`` of row ``b`` sits at position
+  ``lens[b] + j - cu_q_lens[b]`` (``lens`` = the row's committed cache length);
+* ``kv_lens`` int32 ``[B]``: ``lens + q_lens``, what attention sees.
+
+Worked example: cache lengths ``[7, 4, 9]``, rows feeding 3, 0 and 2 tokens: ``N = 5``,
+``cu_q_lens = [0, 3, 3, 5]``, ``positions = [7, 8, 9, 9, 10]``, ``kv_lens = [10, 4, 11]``;
+tokens 0-2 belong to row 0, tokens 3-4 to row 2.
+
+With a bucket set (CUDA graphs replay fixed shapes), ``N`` is padded up to the next
+bucket with tokens that belong to no row (past ``cu_q_lens[B]``): the ops ignore them and
+their logits are never read.
+
+All of a pass's small tensors are built on the host from lists the engine already has and
+moved to the device in ONE copy (:func:`pack`), so building a pass costs no device sync.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["TOKEN_BUCKETS", "PackedPass", "bucket_tokens", "pack"]
+
+# Token counts a static-shape pass (CUDA graphs) is padded to: at most ~1.5x the real
+# count, few enough that one graph per bucket is cheap to capture.
+TOKEN_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def bucket_tokens(n: int, buckets: Sequence[int] = TOKEN_BUCKETS) -> int:
+    """The smallest bucket ``>= n`` (multiples of the largest beyond it).
+
+    >>> bucket_tokens(5), bucket_tokens(13), bucket_tokens(600)
+    (8, 16, 1024)
+    """
+    i = bisect.bisect_left(buckets, n)
+    if i < len(buckets):
+        return buckets[i]
+    top = buckets[-1]
+    return -(-n // top) * top
+
+
+@dataclass
+class PackedPass:
+    """One packed forward pass, on the device.
+
+    ``input_ids`` int64 ``[1, N]`` (``None`` until set, see :meth:`set_input_ids`),
+    ``positions`` int64 ``[1, N]``, ``cu_q_lens`` int32 ``[B+1]``, ``lens`` int32 ``[B]``
+    (committed lengths before the pass), ``kv_lens`` int32 ``[B]``, ``logits_index``
+    int64 ``[L]`` (the tokens whose logits are needed) or ``None`` (all). ``real`` is the
+    number of real tokens (``cu_q_lens[B]``); ``N`` may be larger (bucket padding).
+    ``q_lens`` and ``starts`` are the host lists it was built from (``starts[b] =
+    cu_q_lens[b]``); ``extra`` the caller's other values (see :func:`pack`).
+    """
+
+    input_ids: torch.Tensor | None
+    positions: torch.Tensor
+    cu_q_lens: torch.Tensor
+    lens: torch.Tensor
+    kv_lens: torch.Tensor
+    logits_index: torch.Tensor | None
+    real: int
+    q_lens: list[int]
+    starts: list[int]
+    extra: torch.Tensor | None = None
+
+    def set_input_ids(self, ids: torch.Tensor) -> None:
+        """Set ``input_ids`` from a device tensor of the ``real`` token ids (int64
+        ``[real]``), padded with id 0 up to ``N``."""
+        pad = self.positions.shape[1] - ids.shape[0]
+        if pad:
+            ids = torch.cat([ids, ids.new_zeros(pad)])
+        self.input_ids = ids.view(1, -1)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the dense layers compute (padding included)."""
+        return self.input_ids.shape[1]
+
+
+def pack(
+    q_lens: Sequence[int],
+    lens: Sequence[int],
+    device: torch.device,
+    *,
+    ids: Sequence[int] | None = None,
+    logits_at: Sequence[int] | None = None,
+    bucket: Sequence[int] | None = None,
+    logits_slots: int | None = None,
+    extra: Sequence[int] = (),
+    separate: bool = False,
+) -> PackedPass:
+    """Build a :class:`PackedPass` from host lists, with one host-to-device copy.
+
+    Args:
+        q_lens: per cache row, how many tokens it feeds this pass (0 for none).
+        lens: per cache row, its committed cache length before the pass.
+        ids: the ``sum(q_lens)`` token ids, row after row; ``None`` when the caller
+            sets ``input_ids`` itself from device tensors (then ``input_ids`` is ``None``).
+        logits_at: token indices (into the flat pass) whose logits are needed; ``None``
+            keeps all ``N``.
+        bucket: a bucket set: pad ``N`` up to a bucket with tokens of no row.
+        logits_slots: pad ``logits_at`` to this many entries (repeating index 0) so its
+            shape is fixed too (static shapes).
+        extra: more int64 values the caller needs on the device this pass; they ride in
+            the same copy and come back as ``PackedPass.extra``.
+        separate: make each tensor its own allocation (several copies) instead of views
+            of one: ``torch.compile`` guards on views' storage offsets, which change
+            with every pass's sizes.
+    """
+    starts = [0] * (len(q_lens) + 1)
+    for b, n in enumerate(q_lens):
+        starts[b + 1] = starts[b] + n
+    real = starts[-1]
+    n_tok = bucket_tokens(real, bucket) if bucket is not None else real
+    pad = n_tok - real
+    pos: list[int] = [p for n, start in zip(q_lens, lens) for p in range(start, start + n)]
+    head = list(ids) if ids is not None else []
+    if pad:
+        pos += [0] * pad
+        if ids is not None:
+            head += [0] * pad
+    kv = [s + n for s, n in zip(lens, q_lens)]
+    keep = list(logits_at) if logits_at is not None else []
+    if logits_slots is not None and logits_at is not None:
+        keep += [0] * (logits_slots - len(keep))
+    B = len(q_lens)
+    if separate:
+
+        def t(values, dtype=torch.int64):
+            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+        parts = [t(head), t(pos), t(starts, torch.int32), t(list(lens), torch.int32)]
+        parts += [t(kv, torch.int32), t(keep), t(list(extra))]
+    else:
+        # one int64 host tensor, one copy to the device, then views
+        flat = torch.tensor([*head, *pos, *starts, *lens, *kv, *keep, *extra], dtype=torch.int64)
+        flat = flat.to(device, non_blocking=True)
+        o1, o2 = len(head), len(head) + n_tok
+        o3 = o2 + 3 * B + 1
+        small = flat[o2:o3].to(torch.int32)  # the int32 ones in one cast
+        parts = [flat[:o1], flat[o1:o2], small[: B + 1], small[B + 1 : 2 * B + 1]]
+        parts += [small[2 * B + 1 :], flat[o3 : o3 + len(keep)], flat[o3 + len(keep) :]]
+    return PackedPass(
+        input_ids=parts[0].view(1, n_tok) if ids is not None else None,
+        positions=parts[1].view(1, n_tok),
+        cu_q_lens=parts[2],
+        lens=parts[3],
+        kv_lens=parts[4],
+        logits_index=parts[5] if logits_at is not None else None,
+        real=real,
+        q_lens=list(q_lens),
+        starts=starts,
+        extra=parts[6],
+    )
