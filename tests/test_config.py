@@ -60,7 +60,12 @@ def test_engine_kwargs_leave_out_none(tmp_path):
         '[policy]\nname = "constant"\n[policy.options]\nk = 2\n',
     )
     gen_kw, run_kw = apply_config(path)
-    assert gen_kw == {"policy": "constant", "policy_options": {"k": 2}, "attention": "auto"}
+    assert gen_kw == {
+        "policy": "constant",
+        "policy_options": {"k": 2},
+        "attention": "auto",
+        "compile": False,
+    }
     assert run_kw == {"max_new_tokens": 9, "do_sample": False, "temperature": 1.0}
     assert isinstance(run_kw["temperature"], float)
     c = load_config(path)
@@ -194,3 +199,13 @@ def test_missing_file_and_directory(tmp_path):
     with pytest.raises(ConfigError, match="is a directory"):
         load_config(tmp_path)
     assert issubclass(ConfigError, ValueError)
+
+
+def test_compile_and_attention_values(tmp_path):
+    c = Config.from_dict({"model": {"compile": "reduce-overhead", "attention": "sdpa"}})
+    assert c.generator_kwargs()["compile"] == "reduce-overhead"
+    with pytest.raises(ConfigError, match=r'\[model\].compile = .fast. .*"reduce-overhead"'):
+        Config.from_dict({"model": {"compile": "fast"}})
+    # the engine's packed passes have no padded-only implementation
+    with pytest.raises(ConfigError, match=r"\[model\].attention = 'sdpa_padded'"):
+        Config.from_dict({"model": {"attention": "sdpa_padded"}})

@@ -236,6 +236,8 @@ def test_errors_before_any_work(llama):
         Generator(llama, tiny_lm("llama", vocab=80))
     with pytest.raises(ValueError, match="'ngram'"):
         Generator(llama, "gram")
+    with pytest.raises(ValueError, match=r"unknown attention implementation 'pad'.*auto, ref"):
+        Generator(llama, attention="pad")  # a padded-op kernel: the passes are packed
 
 
 def test_unroutable_model_is_named():

@@ -7,7 +7,8 @@ A config file has three tables, all optional; a key left out keeps its default::
     main = "HuggingFaceTB/SmolLM2-360M-Instruct"  # HF name, local dir or .gguf file;
                                                    # leave out for the embedded default
     draft = "ngram"        # a model (name/dir/.gguf), "ngram" (prompt lookup) or "none"
-    attention = "auto"     # ragged_attention implementation: "auto", "reference", ...
+    attention = "auto"     # attention implementation: "auto", "reference", "sdpa" (CPU), ...
+    compile = false        # true: torch.compile each pass; "reduce-overhead": CUDA graphs
     dtype = "float32"      # float32, float16, bfloat16 or float64
     chat = true            # apply the chat template (leave out: when the tokenizer has one)
 
@@ -111,6 +112,7 @@ class ModelConfig:
     attention: str = "auto"
     dtype: str = "float32"
     chat: bool | None = None  # None: when the tokenizer has a chat template
+    compile: bool | str = False  # true: torch.compile the passes; "reduce-overhead": CUDA graphs
 
 
 _TABLES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
@@ -241,7 +243,7 @@ def _model(c: _Checker, raw: dict) -> ModelConfig:
             setattr(m, key, v.strip())
     if "attention" in raw:
         v = raw["attention"]
-        allowed = ["auto", *ops.available_implementations()]
+        allowed = ["auto", *ops.packed.packed_implementations()]
         if v not in allowed:
             raise c.fail(t, "attention", v, f"one of {', '.join(allowed)} (available here)")
         m.attention = v
@@ -255,6 +257,11 @@ def _model(c: _Checker, raw: dict) -> ModelConfig:
         if not isinstance(v, bool):
             raise c.fail(t, "chat", v, "true or false (leave it out: when the tokenizer has one)")
         m.chat = v
+    if raw.get("compile") is not None:
+        v = raw["compile"]
+        if v not in (True, False, "reduce-overhead"):
+            raise c.fail(t, "compile", v, 'true, false or "reduce-overhead" (CUDA graphs)')
+        m.compile = v
     return m
 
 
@@ -330,6 +337,7 @@ class Config:
             "policy": self.policy.name,
             "policy_options": dict(self.policy.options),
             "attention": self.model.attention,
+            "compile": self.model.compile,
         }
 
     def generate_kwargs(self) -> dict:

@@ -168,6 +168,15 @@ class Generator:
         self.forced_acceptance = forced_acceptance
         self.main = main
         self.attention = attention or cfg_gen.get("attention", "auto")
+        from .ops.packed import _PACKED
+
+        if self.attention != "auto" and self.attention not in _PACKED:
+            raise ValueError(
+                f"unknown attention implementation {self.attention!r}; the engine's packed "
+                f"passes run: {', '.join(['auto', *_PACKED])} (see `bass ops`)"
+            )
+        if compile is False:
+            compile = cfg_gen.get("compile", False)
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
         if draft is None:

@@ -23,7 +23,12 @@ def cmd_policies(args) -> int:
             print(f"{name}  ({ep.value})\n    failed to load: {type(exc).__name__}: {exc}\n")
             continue
         doc = " ".join((target.__doc__ or "").strip().split("\n\n")[0].split())
-        print(f"{name}  ({ep.value})")
+        default = "  [default]" if name == policies.DEFAULT else ""
+        print(f"{name}  ({ep.value}){default}")
+        kinds = ["per-row draft lengths" if hasattr(target, "draft_lengths") else "one length"]
+        if hasattr(target, "keep_drafting"):
+            kinds.append("per-row early stop")
+        print(f"    decides: {', '.join(kinds)}")
         if doc:
             print(textwrap.fill(doc, 92, initial_indent="    ", subsequent_indent="    "))
         if not infos:
@@ -104,4 +109,23 @@ def cmd_ops(args) -> int:
         "\nCalibrate for this machine: `nox -s calibrate` (set BASS_AUTO_RULES=DIR to keep "
         "your rules outside the package)."
     )
+    from ..ops import packed
+
+    print("\ntorch.ops.bass.ragged_attention_packed implementations (the engine's passes):")
+    for name, impl in packed._PACKED.items():
+        here = [d.type for d in devices if d.type in impl.devices]
+        if not here:
+            state = f"not here: no {'/'.join(impl.devices)} device"
+        else:
+            state = "runs here" if impl.available() else "not available"
+        print(f"  {name:<12} on {'/'.join(impl.devices):<9} {state}")
+        print(
+            textwrap.fill(impl.description, 92, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        )
+    for device in devices:
+        pick = packed.resolve_packed_implementation("auto", device).name
+        print(
+            f"auto on {device.type}: `{pick}` (static order: the highest-priority one that has "
+            "passed on that device)"
+        )
     return 0

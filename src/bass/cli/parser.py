@@ -31,8 +31,12 @@ _MODEL_FLAGS = [
     ("--policy", {"metavar": "NAME", "help": "draft-length policy (see `bass policies`)"}),
     ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
                          "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
-    ("--attention", {"metavar": "IMPL", "help": "ragged_attention implementation: auto "
-                     "(default), reference, ..."}),
+    ("--attention", {"metavar": "IMPL", "help": "attention implementation of the packed "
+                     "passes: auto (default), reference, sdpa (CPU), fused (CUDA)"}),
+    ("--compile", {"nargs": "?", "const": True, "metavar": "MODE",
+                   "type": lambda v: {"true": True, "false": False}.get(v, v),
+                   "help": "torch.compile every pass after the prefill; --compile "
+                   "reduce-overhead also replays them as CUDA graphs (GPU)"}),
     ("--dtype", {"choices": DTYPE_NAMES, "help": "model dtype (default float32)"}),
     ("--chat", {**_BOOL, "help": "apply the tokenizer's chat template (default: generate "
                 "when the tokenizer has one; eval: no)"}),

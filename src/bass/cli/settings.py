@@ -14,6 +14,7 @@ FLAG_KEYS = {
     "main": ("model.main", "--main"),
     "draft": ("model.draft", "--draft"),
     "attention": ("model.attention", "--attention"),
+    "compile": ("model.compile", "--compile"),
     "dtype": ("model.dtype", "--dtype"),
     "chat": ("model.chat", "--chat/--no-chat"),
     "max_new_tokens": ("generation.max_new_tokens", "--max-new-tokens"),
