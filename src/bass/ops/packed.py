@@ -211,34 +211,76 @@ def reference_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_len
 # --------------------------------------------------------------------------- CPU
 
 
+def _sdpa_row(q, k, v, out, a, e, b, L, scale, half, gqa) -> None:
+    """Row ``b``'s tokens ``a..e-1`` over its first ``L`` keys, into ``out``."""
+    n = e - a
+    qb, kb, vb = q[:, :, a:e], k[b : b + 1, :, :L], v[b : b + 1, :, :L]
+    if half:  # float32 math, rounded once (as the reference)
+        qb, kb, vb = qb.float(), kb.float(), vb.float()
+    mask, causal = None, False
+    if n > 1 and n == L:
+        causal = True
+    elif n > 1:  # query i sits at position L - n + i
+        i = torch.arange(n)[:, None]
+        mask = torch.arange(L)[None] <= i + (L - n)
+    ob = F.scaled_dot_product_attention(
+        qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa
+    )
+    out[:, :, a:e] = ob
+
+
+# Decode rows (one query each) go through ONE padded call when they are at least half the
+# rows and their lengths fill at least this share of the longest (the padding computed
+# costs less than a call per row: decode attention is bound by reading the cache, so
+# padding must stay small).
+DECODE_BATCH_MIN_FILL = 0.8
+
+
 def sdpa_attention_packed(q, k, v, cu_q_lens, kv_lens, scale: float) -> torch.Tensor:
-    """CPU: one ``scaled_dot_product_attention`` per row, on that row's own query and key
-    slices (nothing past ``kv_len`` is read); the lengths are read on the host (free on
-    CPU). Decode rows (one query) need no mask; a row attending only to its own new
-    tokens uses ``is_causal``; others a bottom-right causal mask."""
+    """CPU: ``scaled_dot_product_attention`` on each row's own slices (nothing past
+    ``kv_len`` is read), lengths read on the host (free on CPU). Decode rows (one query)
+    need no mask and, when they are most of the batch with similar lengths, share one
+    call over the cache padded to the longest of them (a length mask; the cache buffer
+    is a view, nothing is copied; a non-finite result, from NaN stored past a length,
+    sends them back to one call each). Rows of several queries: ``is_causal`` when they
+    attend only to their own new tokens, else a bottom-right causal mask."""
     Hq, Hkv = q.shape[1], k.shape[1]
     out = _empty_out(q)
     half = q.dtype in (torch.float16, torch.bfloat16)
     cu, kv = cu_q_lens.tolist(), kv_lens.tolist()
     gqa = Hq != Hkv
+    B = len(kv)
+    single = [b for b in range(B) if cu[b + 1] - cu[b] == 1]
+    batched = False
+    if len(single) >= 2 and 2 * len(single) >= B:
+        top = max(kv[b] for b in single)
+        batched = sum(kv[b] for b in single) >= DECODE_BATCH_MIN_FILL * top * len(single)
+    if batched:
+        # every cache row joins (a view); rows that are not decoding attend to key 0 and
+        # are discarded
+        tok = torch.tensor([cu[b] if b in set(single) else 0 for b in range(B)])
+        lens = torch.tensor([kv[b] if b in set(single) else 1 for b in range(B)])
+        qs = q[0].index_select(1, tok).transpose(0, 1)[:, :, None]  # [B, Hq, 1, D]
+        ks, vs = k[:, :, :top], v[:, :, :top]
+        if half:
+            qs, ks, vs = qs.float(), ks.float(), vs.float()
+        mask = (torch.arange(top)[None] < lens[:, None])[:, None, None]  # [B, 1, 1, top]
+        ob = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa
+        )[:, :, 0]  # [B, Hq, D]
+        rows = torch.tensor(single)
+        picked = ob.index_select(0, rows)  # [n, Hq, D]
+        if bool(picked.sum().isfinite()):  # NaN/Inf anywhere survive the sum (one pass)
+            out[0].transpose(0, 1)[torch.tensor([cu[b] for b in single])] = picked.to(q.dtype)
+            done = set(single)
+        else:  # NaN/Inf past a length leaked through a zero weight: redo them one by one
+            done = set()
+    else:
+        done = set()
     for b, L in enumerate(kv):
         a, e = cu[b], cu[b + 1]
-        n = e - a
-        if n == 0:
-            continue
-        qb, kb, vb = q[:, :, a:e], k[b : b + 1, :, :L], v[b : b + 1, :, :L]
-        if half:  # float32 math, rounded once (as the reference)
-            qb, kb, vb = qb.float(), kb.float(), vb.float()
-        mask, causal = None, False
-        if n > 1 and n == L:
-            causal = True
-        elif n > 1:  # query i sits at position L - n + i
-            i = torch.arange(n)[:, None]
-            mask = torch.arange(L)[None] <= i + (L - n)
-        ob = F.scaled_dot_product_attention(
-            qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa
-        )
-        out[:, :, a:e] = ob
+        if e > a and b not in done:
+            _sdpa_row(q, k, v, out, a, e, b, L, scale, half, gqa)
     return out
 
 
