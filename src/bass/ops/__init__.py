@@ -109,6 +109,9 @@ def register_implementation(impl: Implementation) -> None:
     refresh_availability()
 
 
+_ON_REFRESH: list[Callable[[], None]] = []  # other caches of decisions (the packed ops')
+
+
 def refresh_availability() -> None:
     """Forget which implementations can run here (``auto`` caches it per device type);
     call it after making one available, e.g. after building the CUTLASS library."""
@@ -116,6 +119,8 @@ def refresh_availability() -> None:
     _RUNNABLE.clear()
     _AUTO_PICKS.clear()
     auto.clear_caches()
+    for forget in _ON_REFRESH:
+        forget()
 
 
 def _runnable(device_type: str) -> list[Implementation]:
@@ -127,14 +132,48 @@ def _runnable(device_type: str) -> list[Implementation]:
     return found
 
 
+def _available_names(registry: dict[str, Implementation], device) -> list[str]:
+    kind = None if device is None else torch.device(device).type
+    return [n for n, i in registry.items() if (kind is None or kind in i.devices) and i.available()]
+
+
 def available_implementations(device: str | torch.device | None = None) -> list[str]:
     """Names of the implementations that can run here (on ``device``'s type, if given)."""
-    dtype = None if device is None else torch.device(device).type
-    return [
-        n
-        for n, i in _IMPLEMENTATIONS.items()
-        if (dtype is None or dtype in i.devices) and i.available()
-    ]
+    return _available_names(_IMPLEMENTATIONS, device)
+
+
+def _named_implementation(
+    registry: dict[str, Implementation], op: str, impl: str, device: torch.device
+) -> Implementation:
+    """``registry[impl]`` if it runs on ``device`` here, else an error that says why and
+    what to use instead (shared by ``ragged_attention`` and ``ragged_attention_packed``)."""
+    found = registry.get(impl)
+    if found is None:
+        names = ", ".join(["auto", *registry])
+        raise ValueError(f"unknown {op} implementation {impl!r}; registered: {names}")
+    if device.type not in found.devices:
+        raise ValueError(
+            f"{op} implementation {impl!r} runs on {', '.join(found.devices)}, "
+            f"not {device.type}; use impl='auto' or one of {_available_names(registry, device)}"
+        )
+    if not found.available():
+        raise RuntimeError(
+            f"{op} implementation {impl!r} is not available in this process "
+            f"({found.description}); available on {device.type}: "
+            f"{_available_names(registry, device)}"
+        )
+    return found
+
+
+def _highest_priority(
+    candidates: list[Implementation], op: str, device: torch.device
+) -> Implementation:
+    """The static order of ``auto``: the candidate of highest priority registered with
+    ``in_auto`` (``candidates`` must already be the ones available on ``device``)."""
+    candidates = [i for i in candidates if i.in_auto]
+    if not candidates:
+        raise RuntimeError(f"no {op} implementation runs on {device}")
+    return max(candidates, key=lambda i: i.priority)
 
 
 def resolve_implementation(
@@ -161,22 +200,7 @@ def resolve_implementation(
             if len(_AUTO_PICKS) > 1 << 16:  # bounded: a long run sees many lengths
                 _AUTO_PICKS.clear()
         return found
-    found = _IMPLEMENTATIONS.get(impl)
-    if found is None:
-        names = ", ".join(["auto", *_IMPLEMENTATIONS])
-        raise ValueError(f"unknown ragged_attention implementation {impl!r}; registered: {names}")
-    if device.type not in found.devices:
-        raise ValueError(
-            f"ragged_attention implementation {impl!r} runs on {', '.join(found.devices)}, "
-            f"not {device.type}; use impl='auto' or one of {available_implementations(device)}"
-        )
-    if not found.available():
-        raise RuntimeError(
-            f"ragged_attention implementation {impl!r} is not available in this process "
-            f"({found.description}); available on {device.type}: "
-            f"{available_implementations(device)}"
-        )
-    return found
+    return _named_implementation(_IMPLEMENTATIONS, "ragged_attention", impl, device)
 
 
 def _auto_pick(device: torch.device, features: auto.Features | None) -> Implementation:
@@ -185,10 +209,7 @@ def _auto_pick(device: torch.device, features: auto.Features | None) -> Implemen
         picked = auto.choose(device, features, [i.name for i in runnable])
         if picked is not None:
             return _IMPLEMENTATIONS[picked]
-    candidates = [i for i in runnable if i.in_auto]
-    if not candidates:
-        raise RuntimeError(f"no ragged_attention implementation runs on {device}")
-    return max(candidates, key=lambda i: i.priority)
+    return _highest_priority(runnable, "ragged_attention", device)
 
 
 def bucket_query_len(t: int) -> int:

@@ -186,6 +186,12 @@ def check_append_inputs(k_cache, v_cache, k_new, v_new, cache_lens, new_lens) ->
 
 
 # --------------------------------------------------------------------------- packed
+#
+# The packed ops split their checks in two, so that their kernels can decide the first
+# part once per signature (shapes, dtypes, devices) and skip it on later calls:
+# ``check_packed_*_metadata`` reads only metadata; ``check_packed_*_lengths`` reads the
+# lengths back (one host read) and runs only when length checks are on and the tensors
+# are concrete.
 
 
 def _check_cu(cu_q_lens, batch: int) -> None:
@@ -199,47 +205,17 @@ def _check_cu(cu_q_lens, batch: int) -> None:
     if cu_q_lens.dim() != 1 or cu_q_lens.shape[0] != batch + 1:
         raise ValueError(
             f"cu_q_lens must have shape [B+1] = [{batch + 1}] (offsets of each row's tokens, "
-            f"starting at 0), got {_shape(cu_q_lens)}"
+            f"starting at 0; B = {batch} rows in the cache), got {_shape(cu_q_lens)}"
         )
 
 
-def _check_packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) -> None:
-    cu, ln = cu_q_lens.cpu(), lens.cpu()  # the one host read of the lengths
-    if int(cu[0]) != 0:
-        raise ValueError(f"{op}: cu_q_lens[0] must be 0, got {int(cu[0])}")
-    q_len = cu[1:] - cu[:-1]
-    b = _first_bad(q_len < 0)
-    if b is not None:
-        raise ValueError(
-            f"{op}: cu_q_lens must be non-decreasing, but cu_q_lens[{b + 1}] = "
-            f"{int(cu[b + 1])} < cu_q_lens[{b}] = {int(cu[b])}"
-        )
-    if int(cu[-1]) > N:
-        raise ValueError(
-            f"{op}: cu_q_lens[B] = {int(cu[-1])} tokens but the pass has N = {N} "
-            "(q.shape[2]); tokens past cu_q_lens[B] are padding, not the reverse"
-        )
-    if lens_name == "kv_lens":
-        conds = (
-            (ln > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
-            (q_len > ln, "q_len[b] <= kv_lens[b] (the new queries are the last keys)"),
-        )
-    else:
-        conds = (
-            (ln < 0, "cache_lens[b] >= 0"),
-            (ln + q_len > S, f"cache_lens[b] + q_len[b] <= S = {S}: the cache is full"),
-        )
-    for cond, what in conds:
-        b = _first_bad(cond)
-        if b is not None:
-            raise ValueError(
-                f"{op}: row {b} has q_len={int(q_len[b])} (cu_q_lens[{b}:{b + 2}] = "
-                f"{cu[b : b + 2].tolist()}), {lens_name}={int(ln[b])}; expected {what}"
-            )
+def check_scale(scale) -> None:
+    if not isinstance(scale, (int, float)) or scale != scale or abs(scale) == float("inf"):
+        raise ValueError(f"scale must be a finite float, got {scale!r}")
 
 
-def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:
-    """Validate ``ragged_attention_packed``'s arguments against its documented contract."""
+def check_packed_attention_metadata(q, k, v, cu_q_lens, kv_lens, scale) -> None:
+    """``ragged_attention_packed``'s checks that read no tensor data."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
@@ -250,7 +226,7 @@ def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:
             raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    one, Hq, N, D = q.shape
+    one, Hq, _, D = q.shape
     if one != 1:
         raise ValueError(
             f"packed q must be [1, Hq, N, D] (every row's tokens in one flat batch), got "
@@ -258,7 +234,7 @@ def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:
         )
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {_shape(k)} and {_shape(v)}")
-    B, Hkv, S, Dk = k.shape
+    B, Hkv, _, Dk = k.shape
     if Dk != D:
         raise ValueError(f"q has head dim {D} but k/v have head dim {Dk}")
     if Hkv == 0 or Hq == 0 or Hq % Hkv != 0:
@@ -269,14 +245,11 @@ def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:
     _check_cu(cu_q_lens, B)
     check_lengths_tensor("kv_lens", kv_lens, B)
     check_same_device(q=q, k=k, v=v, cu_q_lens=cu_q_lens, kv_lens=kv_lens)
-    if not isinstance(scale, (int, float)) or scale != scale or abs(scale) == float("inf"):
-        raise ValueError(f"scale must be a finite float, got {scale!r}")
-    if _CHECK_LENGTHS and _is_concrete(cu_q_lens) and _is_concrete(kv_lens):
-        _check_packed_lengths("ragged_attention_packed", cu_q_lens, kv_lens, N, S, "kv_lens")
+    check_scale(scale)
 
 
-def check_packed_append_inputs(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> None:
-    """Validate ``kv_append_packed``'s arguments against its documented contract."""
+def check_packed_append_metadata(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> None:
+    """``kv_append_packed``'s checks that read no tensor data."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k_new", k_new), ("v_new", v_new)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
@@ -292,8 +265,8 @@ def check_packed_append_inputs(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_
         )
     if k_new.shape != v_new.shape:
         raise ValueError(f"k_new and v_new must match, got {_shape(k_new)} and {_shape(v_new)}")
-    B, H, S, D = k_cache.shape
-    one, Hn, N, Dn = k_new.shape
+    B, H, _, D = k_cache.shape
+    one, Hn, _, Dn = k_new.shape
     if (one, Hn, Dn) != (1, H, D):
         raise ValueError(
             f"packed new keys {_shape(k_new)} must be [1, Hkv={H}, N, D={D}] to fit the cache "
@@ -309,5 +282,74 @@ def check_packed_append_inputs(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_
         cu_q_lens=cu_q_lens,
         cache_lens=cache_lens,
     )
-    if _CHECK_LENGTHS and _is_concrete(cu_q_lens) and _is_concrete(cache_lens):
-        _check_packed_lengths("kv_append_packed", cu_q_lens, cache_lens, N, S, "cache_lens")
+
+
+def _packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) -> None:
+    if not (_CHECK_LENGTHS and _is_concrete(cu_q_lens) and _is_concrete(lens)):
+        return
+    cu, ln = cu_q_lens.tolist(), lens.tolist()  # the one host read of the lengths
+    if cu[0] != 0:
+        raise ValueError(
+            f"{op}: cu_q_lens[0] must be 0 (row 0's tokens start the pass), got {cu[0]}"
+        )
+    for b in range(len(ln)):
+        if cu[b + 1] < cu[b]:
+            raise ValueError(
+                f"{op}: cu_q_lens must be non-decreasing, but cu_q_lens[{b + 1}] = "
+                f"{cu[b + 1]} < cu_q_lens[{b}] = {cu[b]}"
+            )
+    if cu[-1] > N:
+        raise ValueError(
+            f"{op}: cu_q_lens[B] = {cu[-1]} tokens but the pass has N = {N} "
+            f"({'q' if lens_name == 'kv_lens' else 'k_new'}.shape[2]); tokens past "
+            "cu_q_lens[B] are padding, the rows' tokens must fit in N"
+        )
+    if lens_name == "kv_lens":
+        conds = (
+            (lambda n, x: x > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
+            (
+                lambda n, x: n > x,
+                "q_len[b] <= kv_lens[b] (the new tokens are the last keys of their row; "
+                "append them first)",
+            ),
+        )
+    else:
+        conds = (
+            (lambda n, x: x < 0, "cache_lens[b] >= 0"),
+            (
+                lambda n, x: x + n > S,
+                f"cache_lens[b] + q_len[b] <= S = {S}: the cache is full; allocate a larger one",
+            ),
+        )
+    for cond, what in conds:
+        for b, x in enumerate(ln):
+            n = cu[b + 1] - cu[b]
+            if cond(n, x):
+                raise ValueError(
+                    f"{op}: row {b} has q_len={n} (cu_q_lens[{b}:{b + 2}] = "
+                    f"{cu[b : b + 2]}), {lens_name}={x}; expected {what}"
+                )
+
+
+def check_packed_attention_lengths(cu_q_lens, kv_lens, N: int, S: int) -> None:
+    """Range checks of ``ragged_attention_packed``'s lengths (one host read), when length
+    checks are on and the tensors are concrete."""
+    _packed_lengths("ragged_attention_packed", cu_q_lens, kv_lens, N, S, "kv_lens")
+
+
+def check_packed_append_lengths(cu_q_lens, cache_lens, N: int, S: int) -> None:
+    """Range checks of ``kv_append_packed``'s lengths (one host read), when length checks
+    are on and the tensors are concrete."""
+    _packed_lengths("kv_append_packed", cu_q_lens, cache_lens, N, S, "cache_lens")
+
+
+def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:
+    """Validate ``ragged_attention_packed``'s arguments against its documented contract."""
+    check_packed_attention_metadata(q, k, v, cu_q_lens, kv_lens, scale)
+    check_packed_attention_lengths(cu_q_lens, kv_lens, q.shape[2], k.shape[2])
+
+
+def check_packed_append_inputs(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> None:
+    """Validate ``kv_append_packed``'s arguments against its documented contract."""
+    check_packed_append_metadata(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
+    check_packed_append_lengths(cu_q_lens, cache_lens, k_new.shape[2], k_cache.shape[2])

@@ -9,54 +9,90 @@ cache packed keys/values ``[1, Hkv, N, D]``. Importing :mod:`bass.ops` registers
 
 The contract (FlashAttention's varlen convention for the offsets)::
 
-    q:         [1, Hq, N, D]   packed queries (often a transposed view: any strides)
-    k, v:      [B, Hkv, S, D]  per-row caches, the new keys already written; Hq % Hkv == 0
-    cu_q_lens: int32 [B+1]     cu_q_lens[0] = 0, non-decreasing, cu_q_lens[B] <= N
-    kv_lens:   int32 [B]       q_len_b := cu_q_lens[b+1] - cu_q_lens[b] <= kv_lens[b] <= S
-    out:       [1, Hq, N, D]   q's dtype, stored token-major (out.transpose(1, 2) is
-                               contiguous: HF's transpose back to [1, N, Hq, D] is free)
+    q:          [1, Hq, N, D]   packed queries, any strides (usually a transposed view)
+    k, v:       [B, Hkv, S, D]  per-row caches, the new keys already written; Hq % Hkv == 0
+    cu_q_lens:  int32 [B+1]     cu_q_lens[0] = 0, non-decreasing, cu_q_lens[B] <= N
+    kv_lens:    int32 [B]       q_len_b := cu_q_lens[b+1] - cu_q_lens[b] <= kv_lens[b] <= S
+    out:        [1, Hq, N, D]   q's dtype, stored token-major (out.transpose(1, 2) is
+                                contiguous: HF's transpose back to [1, N, Hq, D] is free)
+    k_new, v_new: [1, Hkv, N, D] (kv_append_packed) packed new keys/values, any strides
+    cache_lens: int32 [B]       (kv_append_packed) cache_lens[b] + q_len_b <= S
 
 Token ``j`` with ``cu_q_lens[b] <= j < cu_q_lens[b+1]`` is row ``b``'s query
 ``i = j - cu_q_lens[b]``; it sits at absolute position ``kv_lens[b] - q_len_b + i`` and
 attends causally to keys ``0..`` that position of row ``b`` (query head ``h`` uses KV head
 ``h // (Hq // Hkv)``). Tokens ``j >= cu_q_lens[B]`` belong to no row (padding, e.g. a
-CUDA-graph bucket): their output is 0. ``kv_append_packed`` writes token ``j`` of row
-``b`` at slot ``cache_lens[b] + j - cu_q_lens[b]`` of row ``b``
-(``cache_lens[b] + q_len_b <= S``); padding tokens change nothing.
+CUDA-graph bucket): their output is 0. Rows may bring no token. ``kv_append_packed``
+writes token ``j`` of row ``b`` at slot ``cache_lens[b] + j - cu_q_lens[b]`` of row ``b``;
+padding tokens and every other slot are left alone.
 
 Worked example: rows feeding 3, 0 and 2 tokens: ``N = 5``, ``cu_q_lens = [0, 3, 3, 5]``;
-tokens 0-2 belong to row 0, tokens 3-4 to row 2. With ``kv_lens = [7, 4, 2]`` row 0's
-tokens sit at positions 4, 5, 6 and row 2's at 0, 1.
+tokens 0-2 belong to row 0, tokens 3-4 to row 2. With ``cache_lens = [4, 4, 0]`` the
+append writes row 0's slots 4, 5, 6 and row 2's slots 0, 1; attention then takes
+``kv_lens = [7, 4, 2]``: row 0's tokens sit at positions 4, 5, 6, row 2's at 0, 1. A
+CUDA-graph bucket of ``N = 8`` adds tokens 5-7, which belong to no row.
 
-Implementations (``impl=``): ``reference`` (pure PyTorch, CPU and CUDA, no host read on
-CUDA, so a CUDA graph can capture it; the oracle), ``sdpa`` (CPU: one
-``scaled_dot_product_attention`` per row on its own slices; ``auto``'s CPU pick) and
-``fused`` (Triton, CUDA; checked in Triton's interpreter only, so ``auto`` does not pick
-it). Both ops are registered with ``torch.library.Library`` kernels per device (about
-3 µs of dispatch, against ~10-20 µs for ``torch.library.custom_op``: they run twice per
-layer per pass) and shape-only fakes, so ``torch.compile(fullgraph=True)`` sees them as
-single opaque nodes.
+Implementations (``impl=``), in a registry of :class:`bass.ops.Implementation` of its own:
+
+* ``reference``: pure PyTorch, CPU and CUDA, vectorised over tokens; no host read (a CUDA
+  graph can capture it). The oracle, and ``auto``'s CUDA pick.
+* ``sdpa``: CPU, ``scaled_dot_product_attention`` on each row's own slices, lengths read
+  on the host (free on CPU); ``auto``'s CPU pick.
+* ``fused``: Triton, CUDA (:mod:`bass.ops.triton_fused`). Checked in Triton's interpreter
+  only, never yet on a GPU, so ``auto`` does not pick it (as the padded op's ``fused``):
+  it enters ``auto`` after it passed its tests on a GPU.
+
+Dispatch cost. These ops run twice per layer per pass, so they are registered at the
+lowest level, ``torch.library.Library`` kernels per device key plus shape-only fakes
+(``torch.library.custom_op``'s Python wrapper costs tens of microseconds more per call on
+a small CPU, see ``bench/results/cpu_op_overhead.md``), and each kernel checks a call's
+metadata and picks its implementation once per signature (shapes, dtypes, devices and
+``impl``), reusing the decision on later calls; the CPU kernels likewise build the
+per-pass index work once per distinct set of lengths, which every layer of a pass shares.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from . import reference
-from .checks import check_no_grad, check_packed_append_inputs, check_packed_attention_inputs
+from . import (
+    _ON_REFRESH,
+    Implementation,
+    _available_names,
+    _highest_priority,
+    _named_implementation,
+    checks,
+)
+from .checks import (
+    check_no_grad,
+    check_packed_append_inputs,
+    check_packed_append_lengths,
+    check_packed_append_metadata,
+    check_packed_attention_inputs,
+    check_packed_attention_lengths,
+    check_packed_attention_metadata,
+    check_scale,
+)
 
 __all__ = [
-    "PackedImplementation",
+    "DECODE_BATCH_MIN_FILL",
+    "GATHER_BUDGET",
+    "cpu_append_packed",
     "kv_append_packed",
     "packed_implementations",
     "ragged_attention_packed",
+    "reference_append_packed",
+    "reference_attention_packed",
     "register_packed_implementation",
     "resolve_packed_implementation",
+    "sdpa_attention_packed",
 ]
+
+OP = "ragged_attention_packed"
 
 _lib = torch.library.Library("bass", "FRAGMENT")
 _lib.define(
@@ -71,265 +107,347 @@ _lib.define(
 
 # --------------------------------------------------------------------------- registry
 
-
-@dataclass(frozen=True)
-class PackedImplementation:
-    """One implementation of ``ragged_attention_packed``: ``fn(q, k, v, cu_q_lens,
-    kv_lens, scale) -> out`` with the op's semantics (token-major output), the device
-    types it runs on, whether it can run in this process, and its rank for ``auto``."""
-
-    name: str
-    fn: Callable[..., torch.Tensor]
-    devices: tuple[str, ...]
-    available: Callable[[], bool] = lambda: True
-    priority: int = 0
-    in_auto: bool = True
-    description: str = ""
+_PACKED: dict[str, Implementation] = {}
+_DECISIONS: dict[tuple, Callable] = {}  # call signature -> implementation function
+_PLANS: dict[tuple, object] = {}  # lengths -> the CPU kernels' per-pass index work
 
 
-_PACKED: dict[str, PackedImplementation] = {}
-_AUTO: dict[str, PackedImplementation] = {}  # auto's pick per device type
+def _forget() -> None:
+    _DECISIONS.clear()
 
 
-def register_packed_implementation(impl: PackedImplementation) -> None:
-    """Add (or replace) an implementation selectable as ``impl=<name>``."""
+_ON_REFRESH.append(_forget)  # bass.ops.refresh_availability() forgets the decisions
+
+
+def register_packed_implementation(impl: Implementation) -> None:
+    """Add (or replace) an implementation selectable as ``impl=<name>`` of
+    ``ragged_attention_packed``: ``impl.op(q, k, v, cu_q_lens, kv_lens, scale) -> out``
+    with the op's semantics (including the token-major output)."""
     if impl.name == "auto":
         raise ValueError("'auto' is reserved for automatic selection")
     _PACKED[impl.name] = impl
-    _AUTO.clear()
+    _forget()
 
 
 def packed_implementations(device: str | torch.device | None = None) -> list[str]:
     """Names of the packed implementations that can run here (on ``device``'s type)."""
-    kind = None if device is None else torch.device(device).type
-    return [n for n, i in _PACKED.items() if (kind is None or kind in i.devices) and i.available()]
+    return _available_names(_PACKED, device)
 
 
-def resolve_packed_implementation(impl: str, device: torch.device) -> PackedImplementation:
+def resolve_packed_implementation(impl: str, device: torch.device) -> Implementation:
     """The implementation ``impl`` names on ``device``; ``"auto"``: the available one of
-    highest priority registered with ``in_auto`` (decided once per device type)."""
+    highest priority registered with ``in_auto`` (a static order: ``sdpa`` on CPU, the
+    reference on CUDA until a kernel is cleared for ``auto`` there)."""
     if impl == "auto":
-        found = _AUTO.get(device.type)
-        if found is None:
-            ok = [
-                i
-                for i in _PACKED.values()
-                if device.type in i.devices and i.in_auto and i.available()
-            ]
-            if not ok:
-                raise RuntimeError(f"no ragged_attention_packed implementation runs on {device}")
-            found = _AUTO[device.type] = max(ok, key=lambda i: i.priority)
-        return found
-    found = _PACKED.get(impl)
-    if found is None:
-        names = ", ".join(["auto", *_PACKED])
-        raise ValueError(
-            f"unknown ragged_attention_packed implementation {impl!r}; registered: {names}"
-        )
-    if device.type not in found.devices:
-        raise ValueError(
-            f"ragged_attention_packed implementation {impl!r} runs on "
-            f"{', '.join(found.devices)}, not {device.type}; use impl='auto' or one of "
-            f"{packed_implementations(device)}"
-        )
-    if not found.available():
-        raise RuntimeError(
-            f"ragged_attention_packed implementation {impl!r} is not available in this "
-            f"process ({found.description}); available on {device.type}: "
-            f"{packed_implementations(device)}"
-        )
-    return found
+        ok = [i for i in _PACKED.values() if device.type in i.devices and i.available()]
+        return _highest_priority(ok, OP, device)
+    return _named_implementation(_PACKED, OP, impl, device)
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _token_rows(cu_q_lens: torch.Tensor, n: int):
+def _token_rows(cu_q_lens: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """For each of ``n`` packed tokens: its row (``B`` for padding past ``cu[B]``) and its
-    index within the row. Vectorised, no host read."""
-    B = cu_q_lens.shape[0] - 1
-    j = torch.arange(n, device=cu_q_lens.device)
-    row = torch.searchsorted(cu_q_lens[1:].contiguous(), j, right=True)  # [N] in 0..B
-    start = cu_q_lens.to(torch.long).index_select(0, row.clamp(max=B))  # cu[B] for padding
-    return row, j - start
+    index within the row (int64 ``[n]`` each). Vectorised, no host read."""
+    cu = cu_q_lens.to(torch.long)
+    j = torch.arange(n, device=cu.device)
+    row = torch.searchsorted(cu[1:], j, right=True)  # ends <= j: [n] in 0..B
+    return row, j - cu.index_select(0, row)  # cu[B] for padding: any index >= 0
 
 
-def _empty_out(q: torch.Tensor) -> torch.Tensor:
-    """A zero ``[1, Hq, N, D]`` output stored token-major."""
+def _empty_out(q: torch.Tensor, zero: bool) -> torch.Tensor:
+    """A ``[1, Hq, N, D]`` output in q's dtype stored token-major."""
     _, Hq, N, D = q.shape
-    return q.new_zeros(1, N, Hq, D).transpose(1, 2)
+    out = q.new_zeros(1, N, Hq, D) if zero else q.new_empty(1, N, Hq, D)
+    return out.transpose(1, 2)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _remember(cache: dict, key: tuple, value):
+    if len(cache) >= 256:  # bounded: a long run sees many signatures and lengths
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 # --------------------------------------------------------------------------- reference
 
+# Elements of K (and as many of V) the reference gathers per chunk of tokens: the
+# memory it needs beyond its output. Shapes alone set the chunks (CUDA-graph safe).
+GATHER_BUDGET = 1 << 25
+
 
 def reference_attention_packed(q, k, v, cu_q_lens, kv_lens, scale: float) -> torch.Tensor:
-    """The oracle: the packed rows scattered into the padded layout, the padded
-    reference (:func:`bass.ops.reference.ragged_attention`), gathered back. Rows are
-    padded to the longest ``q_len`` on CPU (a free host read) and to ``N`` on CUDA (no
-    host read: a CUDA graph can capture it; memory grows with ``B * N * S``)."""
+    """The oracle: each token's row of ``k``/``v`` gathered next to it, one masked
+    softmax per (token, head) over all ``S`` slots, in float32 (float64 stays float64).
+    Vectorised over tokens and heads, in chunks of tokens that keep the gathered keys
+    under :data:`GATHER_BUDGET` elements; no host read on any device.
+
+    Shapes: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]``; cu_q_lens int32 ``[B+1]``;
+    kv_lens int32 ``[B]``; returns ``[1, Hq, N, D]`` token-major.
+    """
     _, Hq, N, D = q.shape
-    B = kv_lens.shape[0]
-    if N == 0 or B == 0:
-        return _empty_out(q)
-    q_lens = (cu_q_lens[1:] - cu_q_lens[:-1]).to(torch.int32)
-    T = max(1, int(q_lens.max())) if q.device.type == "cpu" else N
-    row, t = _token_rows(cu_q_lens, N)
-    t = t.clamp(0, T - 1)  # padding tokens go to the extra row B, any slot
-    q_pad = q.new_zeros(B + 1, T, Hq, D)
-    q_pad[row, t] = q[0].transpose(0, 1)  # [N, Hq, D]; real (row, t) pairs are distinct
-    out = reference.ragged_attention(
-        q_pad[:B].transpose(1, 2), k, v, q_lens, kv_lens, scale
-    )  # [B, Hq, T, D]
-    ext = torch.cat([out.transpose(1, 2), out.new_zeros(1, T, Hq, D)])  # row B: zeros
-    return ext[row, t].unsqueeze(0).transpose(1, 2)  # [N, Hq, D] rows: token-major
+    B, Hkv, S, _ = k.shape
+    G = Hq // Hkv  # HF's repeat_kv order: query head h uses KV head h // G
+    out = q.new_zeros(1, N, Hq, D)  # token-major; padding tokens stay 0
+    if N == 0 or B == 0 or S == 0:
+        return out.transpose(1, 2)
+    cdt = _compute_dtype(q.dtype)
+    row, i = _token_rows(cu_q_lens, N)  # [N] each
+    live = row < B  # a token of some row (not padding)
+    row = row.clamp(max=B - 1)
+    cu = cu_q_lens.to(torch.long)
+    q_len = (cu[1:] - cu[:-1]).index_select(0, row)  # [N]: the token's row's q_len
+    pos = kv_lens.to(torch.long).index_select(0, row) - q_len + i  # [N] absolute position
+    # token j sees keys 0..pos[j] of its row: within kv_len, so a NaN left in a slot past
+    # a row's length is masked out of the scores and zeroed out of the values below
+    allowed = (torch.arange(S, device=q.device) <= pos[:, None]) & live[:, None]  # [N, S]
+    qt = q[0].transpose(0, 1).reshape(N, Hkv, G, D)  # [N, Hkv, G, D]
+    chunk = max(1, GATHER_BUDGET // (Hkv * S * D))
+    zero = torch.zeros((), dtype=cdt, device=q.device)
+    for start in range(0, N, chunk):  # shapes only: the same chunks on every call
+        stop = min(start + chunk, N)
+        rows, seen = row[start:stop], allowed[start:stop, None, None, :]  # [n, 1, 1, S]
+        kt = k.index_select(0, rows).to(cdt)  # [n, Hkv, S, D]
+        vt = v.index_select(0, rows).to(cdt)
+        scores = torch.matmul(qt[start:stop].to(cdt), kt.transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~seen, float("-inf"))  # [n, Hkv, G, S]
+        # a padding token sees no key: softmax gives NaN there; the contract says 0
+        probs = torch.where(seen, torch.softmax(scores, dim=-1), zero)
+        vt = torch.where(allowed[start:stop, None, :, None], vt, zero)  # 0 * NaN is NaN
+        o = torch.matmul(probs, vt)  # [n, Hkv, G, D]
+        out[0, start:stop] = o.reshape(stop - start, Hq, D).to(q.dtype)
+    return out.transpose(1, 2)
 
 
 def reference_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> None:
-    """Vectorised, no host read: one index_put per cache. A padding token rewrites the
-    value of the last real token's slot (or, when there is none, the value already in
-    slot ``(B-1, S-1)``), so duplicate indices always carry equal values."""
+    """Vectorised, no host read: one gather and one index_put per cache. Every token
+    writes somewhere, so the index has a fixed size: a padding token (past ``cu[B]``)
+    rewrites the last real token's slot with that token's value, and when the pass has
+    no real token at all every token rewrites slot ``cache_lens[B-1]`` of row ``B-1``
+    with the value it holds. Duplicate indices therefore always carry equal values,
+    whatever order the scatter applies them in.
+
+    Shapes: k_cache, v_cache ``[B, Hkv, S, D]`` (mutated); k_new, v_new
+    ``[1, Hkv, N, D]``; cu_q_lens int32 ``[B+1]``; cache_lens int32 ``[B]``.
+    """
     B, _, S, _ = k_cache.shape
     N = k_new.shape[2]
     if N == 0 or B == 0:
         return
-    row, t = _token_rows(cu_q_lens, N)
-    real = cu_q_lens[B].to(torch.long)
-    last = (real - 1).clamp(min=0)
-    pad = row >= B
-    src = torch.where(pad, last, torch.arange(N, device=row.device))  # token to copy
+    row, i = _token_rows(cu_q_lens, N)
+    real = cu_q_lens[B].to(torch.long)  # tokens that belong to a row
+    token = torch.arange(N, device=row.device)
+    src = torch.where(row < B, token, (real - 1).clamp(min=0))  # the token each one writes
     rows = row.index_select(0, src).clamp(max=B - 1)
-    slots = cache_lens.to(torch.long).index_select(0, rows) + t.index_select(0, src)
+    slots = cache_lens.to(torch.long).index_select(0, rows) + i.index_select(0, src)
     slots = slots.clamp(0, S - 1)
-    none = (real == 0).expand(N)  # no real token: rewrite what is there
+    keep_old = (real == 0).expand(N)[:, None, None]  # no real token: write back the old
     for cache, new in ((k_cache, k_new), (v_cache, v_new)):
         vals = new[0].transpose(0, 1).index_select(0, src).to(cache.dtype)  # [N, Hkv, D]
-        old = cache[rows, :, slots]
-        cache[rows, :, slots] = torch.where(none[:, None, None], old, vals)
+        cache[rows, :, slots] = torch.where(keep_old, cache[rows, :, slots], vals)
 
 
 # --------------------------------------------------------------------------- CPU
 
-
-def _sdpa_row(q, k, v, out, a, e, b, L, scale, half, gqa) -> None:
-    """Row ``b``'s tokens ``a..e-1`` over its first ``L`` keys, into ``out``."""
-    n = e - a
-    qb, kb, vb = q[:, :, a:e], k[b : b + 1, :, :L], v[b : b + 1, :, :L]
-    if half:  # float32 math, rounded once (as the reference)
-        qb, kb, vb = qb.float(), kb.float(), vb.float()
-    mask, causal = None, False
-    if n > 1 and n == L:
-        causal = True
-    elif n > 1:  # query i sits at position L - n + i
-        i = torch.arange(n)[:, None]
-        mask = torch.arange(L)[None] <= i + (L - n)
-    ob = F.scaled_dot_product_attention(
-        qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa
-    )
-    out[:, :, a:e] = ob
-
-
-# Decode rows (one query each) go through ONE padded call when they are at least half the
-# rows and their lengths fill at least this share of the longest (the padding computed
-# costs less than a call per row: decode attention is bound by reading the cache, so
-# padding must stay small).
+# Decode rows (one query each) share ONE padded SDPA call when there are at least this
+# many, they are at least half the rows, and their lengths fill at least
+# DECODE_BATCH_MIN_FILL of the longest: decode attention is bound by reading the cache,
+# so the padding it computes must stay small to beat a call per row.
+DECODE_BATCH_MIN_ROWS = 2
 DECODE_BATCH_MIN_FILL = 0.8
 
 
+class _SdpaPlan:
+    """What ``sdpa_attention_packed`` does for one set of lengths, built once and shared
+    by every layer of a pass (FlashInfer's plan/run split, with the lengths as the key).
+
+    ``sizes``: q.split sizes (each row's tokens, then the padding tail); ``rows``: the
+    rows attended one call each, ``(b, kv_len, mask, is_causal)``; ``decode``: the rows
+    batched into one padded call, ``None`` if none; ``real``: ``cu_q_lens[B]``.
+    """
+
+    def __init__(self, cu: list[int], kv: list[int], N: int):
+        B = len(kv)
+        q_lens = [cu[b + 1] - cu[b] for b in range(B)]
+        self.sizes = [*q_lens, N - cu[B]]
+        self.real = cu[B]
+        single = [b for b in range(B) if q_lens[b] == 1 and kv[b] > 0]
+        self.decode = None
+        if len(single) >= DECODE_BATCH_MIN_ROWS and 2 * len(single) >= B:
+            top = max(kv[b] for b in single)
+            if sum(kv[b] for b in single) >= DECODE_BATCH_MIN_FILL * top * len(single):
+                self.decode = _DecodeBatch(single, cu, kv, top, all_rows=len(single) == B)
+        batched = set(single) if self.decode is not None else set()
+        self.rows = []
+        for b in range(B):
+            n, L = q_lens[b], kv[b]
+            if n == 0 or b in batched:
+                continue
+            mask = None
+            if 1 < n < L:  # query i sits at position L - n + i: bottom-right causal
+                i = torch.arange(n)[:, None]
+                mask = torch.arange(L)[None] <= i + (L - n)  # [n, L]
+            self.rows.append((b, L, mask, n > 1 and n == L))
+
+
+class _DecodeBatch:
+    """Decode rows in one SDPA call: every cache row joins (a view, no copy), padded to
+    the longest decode row ``top`` with a length mask; rows that are not decoding attend
+    to key 0 and are dropped. ``all_rows``: every row decodes and the rows' tokens are
+    ``0..B-1``, so the queries and the output are views (no gather, no scatter)."""
+
+    def __init__(self, single: list[int], cu: list[int], kv: list[int], top: int, all_rows):
+        B = len(kv)
+        chosen = set(single)
+        self.top, self.all_rows = top, all_rows
+        self.rows = single
+        self.tokens = torch.tensor([cu[b] for b in single])  # the rows' tokens
+        self.query = torch.tensor([cu[b] if b in chosen else 0 for b in range(B)])
+        lens = torch.tensor([kv[b] if b in chosen else 1 for b in range(B)])
+        self.mask = (torch.arange(top)[None] < lens[:, None])[:, None, None]  # [B,1,1,top]
+        self.picked = torch.tensor(single)
+
+
+def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
+    if q.dtype in (torch.float16, torch.bfloat16):  # float32 math, rounded once
+        q, k, v = q.float(), k.float(), v.float()
+    if causal and scale == 0.0:  # torch 2.13's CPU kernel: is_causal with scale 0 gives NaN
+        n = q.shape[2]
+        mask, causal = torch.ones(n, n, dtype=torch.bool).tril(), False
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa
+    )
+
+
+def _decode_batch(plan: _DecodeBatch, q, k, v, out, scale, gqa) -> bool:
+    """Run the batched decode rows into ``out``; False (nothing written) when the result
+    is not finite: NaN/Inf stored past a row's length reached it through a zero weight
+    (0 * NaN is NaN), and the caller redoes those rows one by one."""
+    top = plan.top
+    ks, vs = k.narrow(2, 0, top), v.narrow(2, 0, top)
+    if plan.all_rows:
+        B = k.shape[0]
+        qs = q.narrow(2, 0, B).permute(2, 1, 0, 3)  # [B, Hq, 1, D], a view
+        ob = _sdpa(qs, ks, vs, plan.mask, False, scale, gqa)  # [B, Hq, 1, D]
+        if not bool(ob.sum().isfinite()):  # one pass: NaN/Inf anywhere survive a sum
+            return False
+        out.narrow(2, 0, B).copy_(ob.permute(2, 1, 0, 3))
+        return True
+    qs = q[0].index_select(1, plan.query).transpose(0, 1)[:, :, None]  # [B, Hq, 1, D]
+    ob = _sdpa(qs, ks, vs, plan.mask, False, scale, gqa)[:, :, 0]  # [B, Hq, D]
+    picked = ob.index_select(0, plan.picked)  # [n, Hq, D]: the decode rows only
+    if not bool(picked.sum().isfinite()):
+        return False
+    out[0].transpose(0, 1).index_copy_(0, plan.tokens, picked.to(out.dtype))
+    return True
+
+
 def sdpa_attention_packed(q, k, v, cu_q_lens, kv_lens, scale: float) -> torch.Tensor:
-    """CPU: ``scaled_dot_product_attention`` on each row's own slices (nothing past
-    ``kv_len`` is read), lengths read on the host (free on CPU). Decode rows (one query)
-    need no mask and, when they are most of the batch with similar lengths, share one
-    call over the cache padded to the longest of them (a length mask; the cache buffer
-    is a view, nothing is copied; a non-finite result, from NaN stored past a length,
-    sends them back to one call each). Rows of several queries: ``is_causal`` when they
-    attend only to their own new tokens, else a bottom-right causal mask."""
-    Hq, Hkv = q.shape[1], k.shape[1]
-    out = _empty_out(q)
-    half = q.dtype in (torch.float16, torch.bfloat16)
+    """CPU: ``scaled_dot_product_attention`` on each row's own slices, so nothing past a
+    row's ``kv_len`` is read; the lengths are read on the host (free on CPU). Rows of
+    several queries use ``is_causal`` when they attend only to their own new tokens, else
+    a bottom-right causal mask; decode rows (one query) need no mask and, when most rows
+    decode with similar lengths, share one call over the cache padded to the longest of
+    them (a length mask over a view of the cache; see ``_decode_batch`` for NaN stored
+    past a length). The index work is planned once per set of lengths. fp16/bf16
+    compute in float32 and round once, as the reference.
+
+    Shapes: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]``; cu_q_lens int32 ``[B+1]``;
+    kv_lens int32 ``[B]``; returns ``[1, Hq, N, D]`` token-major.
+    """
     cu, kv = cu_q_lens.tolist(), kv_lens.tolist()
-    gqa = Hq != Hkv
-    B = len(kv)
-    single = [b for b in range(B) if cu[b + 1] - cu[b] == 1]
-    batched = False
-    if len(single) >= 2 and 2 * len(single) >= B:
-        top = max(kv[b] for b in single)
-        batched = sum(kv[b] for b in single) >= DECODE_BATCH_MIN_FILL * top * len(single)
-    if batched:
-        # every cache row joins (a view); rows that are not decoding attend to key 0 and
-        # are discarded
-        tok = torch.tensor([cu[b] if b in set(single) else 0 for b in range(B)])
-        lens = torch.tensor([kv[b] if b in set(single) else 1 for b in range(B)])
-        qs = q[0].index_select(1, tok).transpose(0, 1)[:, :, None]  # [B, Hq, 1, D]
-        ks, vs = k[:, :, :top], v[:, :, :top]
-        if half:
-            qs, ks, vs = qs.float(), ks.float(), vs.float()
-        mask = (torch.arange(top)[None] < lens[:, None])[:, None, None]  # [B, 1, 1, top]
-        ob = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa
-        )[:, :, 0]  # [B, Hq, D]
-        rows = torch.tensor(single)
-        picked = ob.index_select(0, rows)  # [n, Hq, D]
-        if bool(picked.sum().isfinite()):  # NaN/Inf anywhere survive the sum (one pass)
-            out[0].transpose(0, 1)[torch.tensor([cu[b] for b in single])] = picked.to(q.dtype)
-            done = set(single)
-        else:  # NaN/Inf past a length leaked through a zero weight: redo them one by one
-            done = set()
-    else:
-        done = set()
-    for b, L in enumerate(kv):
-        a, e = cu[b], cu[b + 1]
-        if e > a and b not in done:
-            _sdpa_row(q, k, v, out, a, e, b, L, scale, half, gqa)
+    N = q.shape[2]
+    key = (N, *cu, -1, *kv)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _remember(_PLANS, key, _SdpaPlan(cu, kv, N))
+    gqa = q.shape[1] != k.shape[1]
+    out = _empty_out(q, zero=False)
+    if plan.real < N:
+        out.narrow(2, plan.real, N - plan.real).zero_()  # padding tokens: 0
+    rows = plan.rows
+    if plan.decode is not None and not _decode_batch(plan.decode, q, k, v, out, scale, gqa):
+        rows = sorted(rows + [(b, kv[b], None, False) for b in plan.decode.rows])
+    qs, outs = q.split(plan.sizes, 2), out.split(plan.sizes, 2)
+    for b, L, mask, causal in rows:
+        kb, vb = k.narrow(0, b, 1).narrow(2, 0, L), v.narrow(0, b, 1).narrow(2, 0, L)
+        outs[b].copy_(_sdpa(qs[b], kb, vb, mask, causal, scale, gqa))
     return out
 
 
-class _RowSlots:
-    """The (row, slot) index of every real token of a pass, built once per pass: every
-    layer appends with the same lengths (compared by value, so a tensor changed in place
-    is never mistaken for the old one)."""
-
-    def __init__(self):
-        self.key: tuple | None = None
-
-    def get(self, cu_q_lens, cache_lens):
-        cu, lens = cu_q_lens.tolist(), cache_lens.tolist()
-        if self.key != (cu, lens):
-            rows = [b for b in range(len(lens)) for _ in range(cu[b + 1] - cu[b])]
-            slots = [s for b, n in enumerate(lens) for s in range(n, n + cu[b + 1] - cu[b])]
-            index = torch.tensor([rows, slots], dtype=torch.long)
-            self.key, self.value = (cu, lens), (index[0], index[1], cu[-1])
-        return self.value
-
-
-_ROW_SLOTS = _RowSlots()
-
-
 def cpu_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> None:
-    """CPU: one index_put per cache at (row, slot) pairs read on the host."""
-    rows, slots, real = _ROW_SLOTS.get(cu_q_lens, cache_lens)
+    """CPU: one index_put per cache at the real tokens' (row, slot) pairs, built on the
+    host once per set of lengths (every layer of a pass appends with the same ones).
+
+    Shapes: as :func:`reference_append_packed`.
+    """
+    cu, lens = cu_q_lens.tolist(), cache_lens.tolist()
+    key = (-2, *cu, -1, *lens)
+    index = _PLANS.get(key)
+    if index is None:
+        rows = [b for b in range(len(lens)) for _ in range(cu[b + 1] - cu[b])]
+        slots = [s for b, n in enumerate(lens) for s in range(n, n + cu[b + 1] - cu[b])]
+        pairs = torch.tensor([rows, slots], dtype=torch.long).reshape(2, -1)
+        index = _remember(_PLANS, key, (pairs[0], pairs[1]))
+    real = cu[-1]
     if real == 0:
         return
+    rows, slots = index
     for cache, new in ((k_cache, k_new), (v_cache, v_new)):
-        cache[rows, :, slots] = new[0, :, :real].transpose(0, 1).to(cache.dtype)
+        cache[rows, :, slots] = new[0].narrow(1, 0, real).transpose(0, 1).to(cache.dtype)
 
 
 # --------------------------------------------------------------------------- the ops
 
 
 def _attention(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
-    check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale)
-    check_no_grad("bass.ragged_attention_packed", q=q, k=k, v=v)
-    return resolve_packed_implementation(impl, q.device).fn(q, k, v, cu_q_lens, kv_lens, scale)
+    # the metadata checks and the implementation depend on nothing else: once per signature
+    key = (
+        impl,
+        q.shape, q.dtype, q.device,
+        k.shape, k.dtype, k.device,
+        v.shape, v.dtype, v.device,
+        cu_q_lens.shape, cu_q_lens.dtype, cu_q_lens.device,
+        kv_lens.shape, kv_lens.dtype, kv_lens.device,
+    )  # fmt: skip
+    fn = _DECISIONS.get(key)
+    if fn is None:
+        check_packed_attention_metadata(q, k, v, cu_q_lens, kv_lens, scale)
+        fn = _remember(_DECISIONS, key, resolve_packed_implementation(impl, q.device).op)
+    elif not math.isfinite(scale):
+        check_scale(scale)
+    if checks._CHECK_LENGTHS:
+        check_packed_attention_lengths(cu_q_lens, kv_lens, q.shape[2], k.shape[2])
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        check_no_grad("bass.ragged_attention_packed", q=q, k=k, v=v)
+    return fn(q, k, v, cu_q_lens, kv_lens, scale)
 
 
 def _append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
-    check_packed_append_inputs(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
-    check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
-    if k_cache.device.type == "cpu":
-        cpu_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
-    else:
-        reference_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
+    key = (
+        -1,
+        k_cache.shape, k_cache.dtype, k_cache.device,
+        v_cache.shape, v_cache.dtype, v_cache.device,
+        k_new.shape, k_new.dtype, k_new.device,
+        v_new.shape, v_new.dtype, v_new.device,
+        cu_q_lens.shape, cu_q_lens.dtype, cu_q_lens.device,
+        cache_lens.shape, cache_lens.dtype, cache_lens.device,
+    )  # fmt: skip
+    fn = _DECISIONS.get(key)
+    if fn is None:
+        check_packed_append_metadata(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
+        cpu = k_cache.device.type == "cpu"
+        fn = _remember(_DECISIONS, key, cpu_append_packed if cpu else reference_append_packed)
+    if checks._CHECK_LENGTHS:
+        check_packed_append_lengths(cu_q_lens, cache_lens, k_new.shape[2], k_cache.shape[2])
+    if torch.is_grad_enabled() and (k_new.requires_grad or v_new.requires_grad):
+        check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
+    fn(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
 
 
 for _key in ("CPU", "CUDA"):
@@ -340,8 +458,7 @@ for _key in ("CPU", "CUDA"):
 @torch.library.register_fake("bass::ragged_attention_packed", lib=_lib)
 def _attention_fake(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
     check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale)
-    _, Hq, N, D = q.shape
-    return q.new_empty(1, N, Hq, D).transpose(1, 2)
+    return _empty_out(q, zero=False)  # token-major, as every implementation's
 
 
 @torch.library.register_fake("bass::kv_append_packed", lib=_lib)
@@ -350,16 +467,16 @@ def _append_fake(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
 
 
 register_packed_implementation(
-    PackedImplementation(
+    Implementation(
         "reference",
         reference_attention_packed,
         ("cpu", "cuda"),
         priority=0,
-        description="pure PyTorch: the padded reference on the rows scattered to padding",
+        description="pure PyTorch, each token's cache row gathered, no host read",
     )
 )
 register_packed_implementation(
-    PackedImplementation(
+    Implementation(
         "sdpa",
         sdpa_attention_packed,
         ("cpu",),
@@ -383,11 +500,13 @@ def ragged_attention_packed(
 ) -> torch.Tensor:
     """Causal attention of packed new queries over per-row KV caches.
 
-    ``torch.ops.bass.ragged_attention_packed(q, k, v, cu_q_lens, kv_lens, scale)`` (this
-    function calls it). Token ``j`` with ``cu_q_lens[b] <= j < cu_q_lens[b+1]`` is row
-    ``b``'s query ``i = j - cu_q_lens[b]`` at absolute position ``kv_lens[b] - q_len_b +
-    i``; it attends to keys ``0..`` that position of row ``b``. Tokens past
-    ``cu_q_lens[B]`` belong to no row and their output is 0.
+    ``torch.ops.bass.ragged_attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl)``
+    (this function calls it). Token ``j`` with ``cu_q_lens[b] <= j < cu_q_lens[b+1]`` is
+    row ``b``'s query ``i = j - cu_q_lens[b]`` at absolute position
+    ``kv_lens[b] - q_len_b + i`` (``q_len_b = cu_q_lens[b+1] - cu_q_lens[b]``); it attends
+    to keys ``0..`` that position of row ``b``. Tokens past ``cu_q_lens[B]`` belong to no
+    row (padding) and their output is 0. Worked example: rows feeding 3, 0 and 2 tokens
+    give ``N = 5``, ``cu_q_lens = [0, 3, 3, 5]``: tokens 0-2 are row 0's, 3-4 row 2's.
 
     Args:
         q: ``[1, Hq, N, D]`` packed queries, any strides; float16, bfloat16, float32 or
@@ -399,16 +518,21 @@ def ragged_attention_packed(
         kv_lens: int32 ``[B]``, ``q_len_b <= kv_lens[b] <= S`` (the new keys are in the
             cache already).
         scale: softmax scale, usually ``D ** -0.5``.
-        impl: ``"auto"``, ``"reference"``, ``"sdpa"`` (CPU) or ``"fused"`` (CUDA).
+        impl: ``"auto"`` (``sdpa`` on CPU, ``reference`` on CUDA), ``"reference"``,
+            ``"sdpa"`` (CPU) or ``"fused"`` (Triton, CUDA; not yet run on a GPU, so
+            ``auto`` does not pick it).
 
     Returns:
         ``[1, Hq, N, D]`` in q's dtype, stored token-major (``out.transpose(1, 2)`` is
-        contiguous).
+        contiguous, so ``out.transpose(1, 2).reshape(1, N, Hq * D)`` copies nothing).
+
+    Inference only: inputs requiring grad raise. In eager mode the lengths are range-
+    checked on the host (:func:`bass.ops.length_checks` skips that in a trusted loop).
 
     Example (rows feeding 2, 0 and 1 tokens; row 0 had 3 cached, row 2 none)::
 
         >>> import torch, bass
-        >>> q = torch.randn(1, 4, 3, 8)                      # Hq=4, N=3, D=8
+        >>> q = torch.randn(1, 3, 4, 8).transpose(1, 2)     # [1, Hq=4, N=3, D=8], a view
         >>> k, v = torch.randn(3, 2, 6, 8), torch.randn(3, 2, 6, 8)  # B=3, Hkv=2, S=6
         >>> cu = torch.tensor([0, 2, 2, 3], dtype=torch.int32)
         >>> kv = torch.tensor([5, 4, 1], dtype=torch.int32)
@@ -429,10 +553,11 @@ def kv_append_packed(
 ) -> None:
     """Write a packed pass's new keys and values into per-row caches, in place.
 
-    ``torch.ops.bass.kv_append_packed(...)`` (this function calls it). Token ``j`` of row
-    ``b`` (``cu_q_lens[b] <= j < cu_q_lens[b+1]``) goes to slot
-    ``cache_lens[b] + j - cu_q_lens[b]`` of row ``b``; tokens past ``cu_q_lens[B]`` and
-    every other slot are left alone. The caller advances its lengths itself.
+    ``torch.ops.bass.kv_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens,
+    cache_lens)`` (this function calls it). Token ``j`` of row ``b``
+    (``cu_q_lens[b] <= j < cu_q_lens[b+1]``) goes to slot ``cache_lens[b] + j -
+    cu_q_lens[b]`` of row ``b``; tokens past ``cu_q_lens[B]`` (padding) and every other
+    slot are left alone. The caller advances its lengths itself.
 
     Args:
         k_cache, v_cache: ``[B, Hkv, S, D]`` preallocated caches (mutated).
@@ -440,27 +565,26 @@ def kv_append_packed(
         cu_q_lens: int32 ``[B+1]`` as in :func:`ragged_attention_packed`.
         cache_lens: int32 ``[B]``, ``cache_lens[b] + q_len_b <= S``.
 
-    Example::
+    Inference only, like :func:`ragged_attention_packed`.
+
+    Example (rows feeding 2 and 1 tokens, after 1 and 0 cached)::
 
         >>> import torch, bass
         >>> kc, vc = torch.zeros(2, 1, 4, 2), torch.zeros(2, 1, 4, 2)
         >>> new = torch.arange(1.0, 4.0)[None, None, :, None].expand(1, 1, 3, 2)
-        >>> bass.ops.kv_append_packed(kc, vc, new, new, torch.tensor([0, 2, 3], dtype=torch.int32),
-        ...                           torch.tensor([1, 0], dtype=torch.int32))
+        >>> cu = torch.tensor([0, 2, 3], dtype=torch.int32)
+        >>> bass.ops.kv_append_packed(kc, vc, new, new, cu, torch.tensor([1, 0], dtype=torch.int32))
         >>> kc[:, 0, :, 0]
         tensor([[0., 1., 2., 0.],
                 [3., 0., 0., 0.]])
     """
-    check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
     torch.ops.bass.kv_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
 
 
 def _document() -> None:
-    for name, fn in (
-        ("ragged_attention_packed", ragged_attention_packed),
-        ("kv_append_packed", kv_append_packed),
-    ):
-        packet = getattr(torch.ops.bass, name)
+    # Let help(torch.ops.bass.<op>) show the contract, not just the schema.
+    for fn in (ragged_attention_packed, kv_append_packed):
+        packet = getattr(torch.ops.bass, fn.__name__)
         try:
             packet.__doc__ = fn.__doc__
             packet.default.__doc__ = fn.__doc__
