@@ -12,6 +12,10 @@ What is here:
 * the op ``bass::ragged_attention_fused`` (a ``torch.library.triton_op``, so Inductor sees
   the kernels; a stub that raises under a CPU-only torch) and its registration as
   implementation ``fused`` (CUDA, priority 10; unavailable without triton or a GPU).
+* :func:`fused_attention_packed`: the same kernels in their ``PACKED`` mode, registered
+  as ``impl="fused"`` of ``bass::ragged_attention_packed`` (see "Packed layout" below).
+
+Neither has run on a GPU yet (only in Triton's interpreter), so neither is in ``auto``.
 
 Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //
 Hkv`` query heads sharing that KV head are flattened with the query slots into the tile's M
@@ -47,6 +51,23 @@ program writes its normalised partial output and log-sum-exp (base 2) to fp32 sc
 and weight 0). :func:`num_kv_splits` picks ``splits`` from shapes and the SM count only,
 so the choice is compile-safe and never syncs.
 
+Packed layout (``PACKED=True``). Queries and output are ``[1, Hq, N, D]`` (the output
+token-major) and row ``b`` owns tokens ``cu[b] .. cu[b+1] - 1``; the tiling within a row
+is the one above, with query slot ``t`` at token ``cu[b] + t``. Grid axis 0 walks the
+query blocks of the whole pass instead of (row, block) pairs, as vLLM's unified attention
+does: row ``b``'s blocks start at ``start_b = G * cu[b] // BLOCK_M + b``, which grows by
+at least the ``cdiv(G * q_len_b, BLOCK_M)`` blocks the row needs, so
+``G * N // BLOCK_M + B`` programs per KV head cover every row whatever the lengths (the
+grid depends on shapes only: a CUDA graph can capture the launch). A program finds its
+row as the last ``b`` with ``start_b <= block``; blocks past its row's queries, or past
+``cu[B]``, read nothing and write nothing. Worked example: ``G = 2``, ``BLOCK_M = 16``,
+``cu = [0, 3, 3, 12]``: starts ``0, 1, 2, 4`` (the last one is ``B``'s, the end), so
+block 0 is row 0 (its 6 query rows), block 1 is row 1 (no query: empty) and blocks 2-3
+are row 2 (18 query rows: two blocks); ``G * N // 16 + B = 4`` programs. The direct path
+stores only a row's own tokens (the next slots are the next row's) and the output starts
+zeroed for the padding tokens; the split path's partials are indexed by (head, token)
+and the combine kernel runs as one row of ``N`` tokens of which ``cu[B]`` are live.
+
 Dtypes: float16, bfloat16 and float32 run in the kernels (float32 dots in IEEE fp32,
 not TF32, to match the reference); float64 is delegated to the reference (no fp64
 tensor-core attention is worth having).
@@ -58,6 +79,7 @@ import torch
 from torch.library import wrap_triton
 
 from . import Implementation, reference, register_implementation
+from .packed import reference_attention_packed, register_packed_implementation
 
 try:
     import triton
@@ -65,7 +87,7 @@ try:
 except ImportError:  # the op stays registered; the implementation reports unavailable
     triton = tl = None
 
-__all__ = ["fused_attention", "num_kv_splits"]
+__all__ = ["fused_attention", "fused_attention_packed", "num_kv_splits"]
 
 LOG2E = 1.4426950408889634  # scores are kept in the log2 domain (exp2 is the fast path)
 ASSUMED_SMS = 132  # H100 SXM; used where no CUDA device can be asked (CPU/interpreter)
@@ -85,20 +107,24 @@ def _ragged_attention_fwd(
     Q,  # [B, Hq, T, D]
     K,  # [B, Hkv, S, D]
     V,  # [B, Hkv, S, D]
-    q_lens,  # int32 [B]
+    q_lens,  # int32 [B] (padded layout; unused when PACKED)
     kv_lens,  # int32 [B]
-    Out,  # [B, Hq, T, D] contiguous, q's dtype (output; direct path only)
+    cu_q_lens,  # int32 [B+1] (PACKED: row b's tokens are cu[b]..cu[b+1]-1; else unused)
+    Out,  # [B, Hq, T, D] q's dtype, strides below, last dim contiguous (output; direct path)
     PartOut,  # fp32 [splits, B, Hq, T, D] contiguous (output; split path only)
     PartLse,  # fp32 [splits, B, Hq, T] contiguous, log2 domain (output; split path only)
     qk_scale,  # float: scale * log2(e)
     B,  # int: rows
     Hkv,  # int: KV heads
-    T,  # int: query slots per row (padded)
+    T,  # int: query slots per row (padded); PACKED: N, the pass's tokens
     D,  # int: head dim
-    stride_qb, stride_qh, stride_qt, stride_qd,  # Q strides
+    stride_qb, stride_qh, stride_qt, stride_qd,  # Q strides (PACKED: stride_qb = 0)
     stride_kb, stride_kh, stride_ks, stride_kd,  # K strides
     stride_vb, stride_vh, stride_vs, stride_vd,  # V strides
+    stride_ob, stride_oh, stride_ot,  # Out strides (PACKED: 0, D, Hq * D: token-major)
     G: tl.constexpr,  # query heads per KV head
+    PACKED: tl.constexpr,  # packed layout: Q/Out are [1, Hq, N, D], rows from cu_q_lens
+    BLOCK_B: tl.constexpr,  # PACKED: next power of two >= B + 1 (else 1)
     SPLIT: tl.constexpr,  # False: write Out; True: write PartOut/PartLse (grid axis 2)
     BLOCK_M: tl.constexpr,  # query rows (m = t * G + g) per program
     BLOCK_N: tl.constexpr,  # keys per tile
@@ -106,15 +132,35 @@ def _ragged_attention_fwd(
     UPCAST_DOT: tl.constexpr,  # dots in fp32 (interpreter: Triton 3.6 mis-multiplies bf16)
     IEEE_FP32: tl.constexpr,  # fp32 inputs: exact fp32 dots, not TF32 (as the reference)
 ):  # fmt: skip
-    pid_bh = tl.program_id(0)  # b * Hkv + kv head
-    pid_m = tl.program_id(1)  # query block
     pid_s = tl.program_id(2)  # KV split (0 on the direct path)
     num_splits = tl.num_programs(2)
-    b = pid_bh // Hkv
-    q_len = tl.load(q_lens + b)
+    if PACKED:
+        # 0) axis 0 walks the query blocks of the whole pass: row b's blocks start at
+        # start_b = G * cu[b] // BLOCK_M + b (strictly increasing, and at least
+        # cdiv(G * q_len_b, BLOCK_M) apart), so the program's row is the last b with
+        # start_b <= its block; a block past row b's queries (or past every row) is
+        # all padding and reads nothing
+        pid_blk = tl.program_id(0)
+        kvh = tl.program_id(1).to(tl.int64)
+        idx = tl.arange(0, BLOCK_B)
+        in_cu = idx <= B
+        cu = tl.load(cu_q_lens + idx, mask=in_cu, other=0)
+        starts = (cu * G) // BLOCK_M + idx
+        b = tl.sum(((starts <= pid_blk) & in_cu).to(tl.int32), 0) - 1  # 0..B (B: no row)
+        has_row = b < B
+        b = tl.minimum(b, B - 1)
+        q_start = tl.load(cu_q_lens + b)
+        q_len = tl.where(has_row, tl.load(cu_q_lens + b + 1) - q_start, 0)
+        pid_m = pid_blk - ((q_start * G) // BLOCK_M + b)  # the block within row b
+    else:
+        pid_bh = tl.program_id(0)  # b * Hkv + kv head
+        pid_m = tl.program_id(1)  # query block
+        b = pid_bh // Hkv
+        kvh = (pid_bh % Hkv).to(tl.int64)
+        q_start = 0
+        q_len = tl.load(q_lens + b)
     kv_len = tl.load(kv_lens + b)
     b = b.to(tl.int64)  # offsets into large caches overflow int32
-    kvh = (pid_bh % Hkv).to(tl.int64)
     Hq = Hkv * G
 
     # 1) this block's query rows, token-major: m = t * G + g
@@ -138,7 +184,8 @@ def _ragged_attention_fwd(
     full = tl.minimum(end, kv_len - q_len + t_first + 1)
     mid = lo + tl.maximum(full - lo, 0) // BLOCK_N * BLOCK_N  # end of the unmasked tiles
 
-    q_ptrs = Q + b * stride_qb + h[:, None] * stride_qh + t[:, None] * stride_qt
+    tok = q_start + t  # the query's slot in Q and Out (its token, when PACKED)
+    q_ptrs = Q + b * stride_qb + h[:, None] * stride_qh + tok[:, None] * stride_qt
     q_mask = row_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptrs + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)
     if UPCAST_DOT:
@@ -196,34 +243,44 @@ def _ragged_attention_fwd(
     has_keys = l_i > 0.0
     l_safe = tl.where(has_keys, l_i, 1.0)
     o = tl.where(row_ok[:, None], acc / l_safe[:, None], 0.0)
-    row = (b * Hq + h) * T + t  # flat [B, Hq, T] index
     if SPLIT:
         lse = tl.where(has_keys, m_i + tl.log2(l_safe), float("-inf"))
-        part = pid_s * B * Hq * T + row
+        if PACKED:  # partials are [splits, 1, Hq, N]: one slot per (head, token)
+            part = pid_s * Hq * T + h * T + tok
+        else:  # [splits, B, Hq, T]
+            part = pid_s * B * Hq * T + (b * Hq + h) * T + t
         tl.store(PartOut + part[:, None] * D + offs_d[None, :], o, mask=row_ok[:, None] & d_ok)
         tl.store(PartLse + part, lse, mask=row_ok)
     else:
-        out_ptrs = Out + row[:, None] * D + offs_d[None, :]
-        tl.store(out_ptrs, o.to(Out.dtype.element_ty), mask=(t < T)[:, None] & d_ok[None, :])
+        out_ptrs = Out + b * stride_ob + h[:, None] * stride_oh + tok[:, None] * stride_ot
+        if PACKED:  # only this row's tokens: the slots after them are the next row's
+            store_ok = row_ok[:, None] & d_ok[None, :]
+        else:  # the row's padding slots too (they get 0)
+            store_ok = (t < T)[:, None] & d_ok[None, :]
+        tl.store(out_ptrs + offs_d[None, :], o.to(Out.dtype.element_ty), mask=store_ok)
 
 
 @_jit
 def _ragged_attention_combine(
     PartOut,  # fp32 [splits, B, Hq, T, D] contiguous
     PartLse,  # fp32 [splits, B, Hq, T] contiguous, log2 domain; -inf for an empty chunk
-    q_lens,  # int32 [B]
-    Out,  # [B, Hq, T, D] contiguous, q's dtype (output)
+    q_lens,  # int32 [B] (packed: B = 1, T = N and this points at cu_q_lens[B])
+    Out,  # [B, Hq, T, D] q's dtype, strides below, last dim contiguous (output)
     B,  # int: rows
     Hq,  # int: query heads
     T,  # int: query slots per row
     D,  # int: head dim
     num_splits,  # int: chunks per row
+    stride_ob,
+    stride_oh,
+    stride_ot,  # Out strides
     BLOCK_T: tl.constexpr,  # query slots per program
     BLOCK_D: tl.constexpr,  # next power of two >= D
 ):
     pid_bh = tl.program_id(0)  # b * Hq + query head
     pid_t = tl.program_id(1)
-    q_len = tl.load(q_lens + pid_bh // Hq)
+    b = pid_bh // Hq
+    q_len = tl.load(q_lens + b)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     row_ok = offs_t < q_len
     offs_d = tl.arange(0, BLOCK_D)
@@ -246,7 +303,8 @@ def _ragged_attention_combine(
         acc += w[:, None] * o
         w_sum += w
     out = tl.where(row_ok[:, None], acc / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None], 0.0)
-    out_ptrs = Out + row[:, None] * D + offs_d[None, :]
+    out_base = Out + b.to(tl.int64) * stride_ob + (pid_bh % Hq).to(tl.int64) * stride_oh
+    out_ptrs = out_base + offs_t[:, None].to(tl.int64) * stride_ot + offs_d[None, :]
     tl.store(out_ptrs, out.to(Out.dtype.element_ty), mask=(offs_t < T)[:, None] & d_ok[None, :])
 
 
@@ -376,10 +434,12 @@ def fused_attention(
         part_out = torch.empty(0, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
     wrap_triton(fwd)[(B * Hkv, m_blocks, splits if use_split else 1)](
-        q, k, v, q_lens, kv_lens, out, part_out, part_lse,
+        q, k, v, q_lens, kv_lens, q_lens, out, part_out, part_lse,
         scale * LOG2E, B, Hkv, T, D,
-        *q.stride(), *k.stride(), *v.stride(),
+        *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3],
         G=G,
+        PACKED=False,
+        BLOCK_B=1,
         SPLIT=use_split,
         BLOCK_M=bm,
         BLOCK_N=bn,
@@ -392,7 +452,107 @@ def fused_attention(
     if use_split:
         block_t = min(16, _next_pow2(T))
         wrap_triton(combine)[(B * Hq, triton.cdiv(T, block_t), 1)](
-            part_out, part_lse, q_lens, out, B, Hq, T, D, splits,
+            part_out, part_lse, q_lens, out, B, Hq, T, D, splits, *out.stride()[:3],
+            BLOCK_T=block_t, BLOCK_D=bd, num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+def fused_attention_packed(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    scale: float,
+    *,
+    split: int | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:
+    """``bass::ragged_attention_packed`` through the same Triton kernels (no input checks).
+
+    The kernels in their ``PACKED`` mode: grid axis 0 walks the query blocks of the whole
+    pass, ``G * N // BLOCK_M + B`` of them (an upper bound on the blocks the rows need,
+    from shapes only, so the launch never reads the lengths and a CUDA graph can capture
+    it); each block finds its row in ``cu_q_lens`` and blocks left over read nothing.
+
+    Args:
+        q: ``[1, Hq, N, D]`` float16, bfloat16 or float32 (float64 goes to the packed
+            reference), any strides; ``D <= 256``.
+        k, v: ``[B, Hkv, S, D]``, q's dtype, any strides; ``Hq % Hkv == 0``.
+        cu_q_lens: int32 ``[B+1]``; kv_lens: int32 ``[B]``, as in
+            ``bass.ops.ragged_attention_packed``.
+        scale: softmax scale.
+        split, block_m, block_n: as in :func:`fused_attention`.
+
+    Returns:
+        ``[1, Hq, N, D]`` in q's dtype, stored token-major; tokens past ``cu_q_lens[B]``
+        are 0. CUDA tensors run the compiled kernels; in a process started with
+        ``TRITON_INTERPRET=1`` Triton's interpreter runs them, on CPU tensors too. Never
+        run on a GPU yet: ``auto`` does not pick it.
+    """
+    if triton is None:
+        raise RuntimeError("ragged_attention_packed impl 'fused' needs triton: pip install triton")
+    if q.dtype == torch.float64:
+        return reference_attention_packed(q, k, v, cu_q_lens, kv_lens, scale)
+    _, Hq, N, D = q.shape
+    B, Hkv, S, _ = k.shape
+    G = int(Hq // Hkv)
+    if D > 256:
+        raise ValueError(f"impl 'fused' supports head dim D <= 256, got {D}; use impl='reference'")
+    interpret = _interpreted()
+    if q.device.type == "cpu" and not interpret:
+        raise RuntimeError(
+            f"impl 'fused' runs on CUDA tensors, got {q.device.type}; to run its kernels on "
+            "CPU (slowly) start Python with TRITON_INTERPRET=1 set before triton is imported"
+        )
+    # tiles for the average row's G * N / B query rows (shapes only)
+    rows_per_block = G * -(-N // max(B, 1))
+    bm, bn, bd, num_warps, num_stages = _tiles(
+        rows_per_block, D, q.dtype == torch.float32, interpret
+    )
+    bm, bn = block_m or bm, block_n or bn
+    cu_q_lens, kv_lens = cu_q_lens.contiguous(), kv_lens.contiguous()
+    blocks = G * N // bm + B  # >= sum over rows of cdiv(G * q_len_b, bm): see the kernel
+    if split is None:
+        splits = int(num_kv_splits(Hkv * blocks, S, _num_sms(q.device)))
+        use_split = splits > 1
+    else:
+        splits, use_split = max(int(split), 1), split >= 1
+    # token-major: [N, Hq, D] storage. The direct path writes only the rows' tokens, so
+    # padding tokens need their zeros up front; the combine kernel writes every token.
+    alloc = torch.empty if use_split else torch.zeros
+    out = alloc((1, N, Hq, D), dtype=q.dtype, device=q.device).transpose(1, 2)
+    if out.numel() == 0 or B == 0:
+        return out.zero_()
+    out_strides = (0, out.stride(1), out.stride(2))  # (row, head, token)
+    if use_split:
+        part_out = torch.empty((splits, 1, Hq, N, D), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((splits, 1, Hq, N), dtype=torch.float32, device=q.device)
+    else:
+        part_out = torch.empty(0, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
+    wrap_triton(_ragged_attention_fwd)[(blocks, Hkv, splits if use_split else 1)](
+        q, k, v, kv_lens, kv_lens, cu_q_lens, out, part_out, part_lse,
+        scale * LOG2E, B, Hkv, N, D,
+        0, *q.stride()[1:], *k.stride(), *v.stride(), *out_strides,
+        G=G,
+        PACKED=True,
+        BLOCK_B=_next_pow2(B + 1),
+        SPLIT=use_split,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_D=bd,
+        UPCAST_DOT=interpret and q.dtype == torch.bfloat16,
+        IEEE_FP32=q.dtype == torch.float32,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )  # fmt: skip
+    if use_split:  # as one row of N tokens whose length is cu_q_lens[B]
+        block_t = min(16, _next_pow2(N))
+        wrap_triton(_ragged_attention_combine)[(Hq, triton.cdiv(N, block_t), 1)](
+            part_out, part_lse, cu_q_lens[B:], out, 1, Hq, N, D, splits, *out_strides,
             BLOCK_T=block_t, BLOCK_D=bd, num_warps=4,
         )  # fmt: skip
     return out
@@ -443,6 +603,22 @@ register_implementation(
         in_auto=False,
         description=(
             "Triton flash-attention kernel over the ragged layout (GQA-aware, split-KV)"
+            if triton is not None
+            else "Triton flash-attention kernel; unavailable: triton not installed"
+        ),
+    )
+)
+register_packed_implementation(
+    Implementation(
+        name="fused",
+        op=fused_attention_packed,
+        devices=("cuda",),
+        available=_available,
+        priority=10,
+        # Checked in Triton's interpreter only: not in "auto" until it passes on a GPU.
+        in_auto=False,
+        description=(
+            "the same Triton kernels over the packed layout (a grid from shapes only)"
             if triton is not None
             else "Triton flash-attention kernel; unavailable: triton not installed"
         ),
