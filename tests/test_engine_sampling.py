@@ -6,25 +6,21 @@ N continuations (N rows of one batch, one seeded generator) with a draft that di
 with the main model, and a chi-square goodness-of-fit test compares the counts with the
 exact distribution. Each test's false-alarm rate is ALPHA = 1e-3; seeds are fixed, so the
 outcome is deterministic. ``test_the_check_has_power`` shows the same check rejecting a
-deliberately broken acceptance rule.
+deliberately broken acceptance rule. The enumeration and the test are ``bass.testing``'s,
+the ones users run on their own drafters and policies.
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
+from collections import Counter
 
 import pytest
 import torch
 from models import tiny_lm
 
 import bass.engine
-from bass import Generator
-from bass.sampling import SamplingParams, warp_probs
-
-# scipy is in the test dependency group; a machine without it (the GPU machine) skips this
-# module instead of failing the collection of every test, `pytest -m gpu` included
-chisquare = pytest.importorskip("scipy.stats").chisquare
+from bass import Generator, testing
+from bass.sampling import SamplingParams
 
 ALPHA = 1e-3
 N = 4000
@@ -44,38 +40,14 @@ def pair():
 
 def exact_distribution(model, params: SamplingParams) -> dict[tuple[int, ...], float]:
     """P(x_1..x_L | PROMPT) under the warped main model, by enumeration."""
-    ref = copy.deepcopy(model)
-    ref.set_attn_implementation("sdpa")
-    seqs = list(itertools.product(range(V), repeat=L))
-    ids = torch.tensor([PROMPT + list(s) for s in seqs])
-    with torch.no_grad():
-        logits = ref(ids).logits[:, len(PROMPT) - 1 : -1]  # [V^L, L, V]
-    probs = warp_probs(logits, params)
-    picked = probs.gather(-1, ids[:, len(PROMPT) :, None]).squeeze(-1)  # [V^L, L]
-    return dict(zip(seqs, picked.prod(-1).tolist()))
+    return testing.exact_distribution(
+        model, PROMPT, L, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p
+    )
 
 
 def goodness_of_fit(samples: list[tuple[int, ...]], exact: dict) -> float:
-    """Chi-square p-value of ``samples`` against ``exact``; cells expected < 5 pooled."""
-    counts = {s: 0 for s in exact}
-    for s in samples:
-        counts[s] += 1
-    obs, exp, pool_o, pool_e = [], [], 0, 0.0
-    for s, p in exact.items():
-        if p * len(samples) >= 5:
-            obs.append(counts[s])
-            exp.append(p * len(samples))
-        else:
-            pool_o += counts[s]
-            pool_e += p * len(samples)
-    if pool_e == 0 and pool_o > 0:
-        return 0.0  # an outcome of probability 0 was drawn
-    if pool_e > 0:
-        obs.append(pool_o)
-        exp.append(pool_e)
-    total = sum(exp)
-    exp = [e * len(samples) / total for e in exp]  # exact sums to 1 up to rounding
-    return chisquare(obs, exp).pvalue
+    """Chi-square p-value of ``samples`` against ``exact`` (bass.testing's test)."""
+    return testing.chi_square_test(Counter(samples), exact).p_value
 
 
 def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None):
@@ -142,3 +114,34 @@ def test_the_check_has_power(pair, monkeypatch):
     params = SamplingParams(True, 1.0)
     samples, _ = draw(main, draft, params, seed=1234)
     assert goodness_of_fit(samples, exact_distribution(main, params)) < ALPHA
+
+
+class RandomRows:
+    """Per-row draft lengths drawn at random each step (0 included)."""
+
+    def __init__(self, seed=0):
+        import random
+
+        self.rng = random.Random(seed)
+
+    def draft_length(self):
+        raise AssertionError("draft_lengths is the contract used")
+
+    def draft_lengths(self, ctx):
+        return [self.rng.randint(0, 3) for _ in ctx.rows]
+
+    def update(self, stats):
+        pass
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "random-rows"])
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_per_row_draft_lengths_keep_the_distribution(pair, drafter, policy):
+    """Per-row lengths (the default policy's, and random ones) with either drafter:
+    bass.testing's check against the exact distribution."""
+    main, draft = pair
+    p = RandomRows() if policy == "random-rows" else policy
+    gen = Generator(main, draft if drafter == "model" else "ngram", policy=p)
+    testing.assert_distribution_equivalent(
+        gen, main, PROMPT, L, rows=N, alpha=ALPHA, seed=7, temperature=0.9
+    )

@@ -115,22 +115,15 @@ class RaggedKVCache:
         if any(b >= a for a, b in zip(keep[1:], keep)):
             raise ValueError(f"compact needs ascending row indices, got {keep}")
         n = len(keep)
-        if keep == list(range(n)):
-            moved = False
-        else:
-            moved = True
-            index = torch.tensor(keep, dtype=torch.long, device=self.lens.device)
+        moved = keep != list(range(n))  # else: a prefix stays where it is
+        index = torch.tensor(keep, dtype=torch.long, device=self.lens.device)
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
-                if t is None:
-                    continue
-                if moved:
-                    t[:n].copy_(t.index_select(0, index))
-                store[i] = t[:n]
-        if moved:
-            self.lens = self.lens.index_select(0, index)
-        else:
-            self.lens = self.lens[:n]
+                if t is not None:  # layers not allocated yet have nothing to move
+                    if moved:
+                        t[:n].copy_(t.index_select(0, index))
+                    store[i] = t[:n]
+        self.lens = self.lens.index_select(0, index)
         self.q_lens = torch.zeros_like(self.lens)
         self.cu_q_lens = None
 

@@ -240,9 +240,10 @@ class NGramDrafter:
     (``n`` from ``max_ngram`` down to ``min_ngram``) in its prompt and text so far, and
     propose the tokens that followed it. With ``siblings=True`` (the default) rows that
     share a prompt (``n`` samples of one prompt, the multi-response case BASS exists for)
-    also search each other's generated text, finished rows included, when their own text
-    offers a shorter continuation. Its proposals are deterministic, so under sampling their
-    draft distribution is one-hot (acceptance probability = p(token)).
+    also search each other's generated text (the ``max_siblings`` nearest ones, finished
+    rows included) when their own text offers a shorter continuation. Its proposals are
+    deterministic, so under sampling their draft distribution is one-hot (acceptance
+    probability = p(token)).
 
     Matching uses a per-row index from each token to the positions where it occurs, kept
     up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of
@@ -251,10 +252,15 @@ class NGramDrafter:
 
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, siblings: bool = True):
+    def __init__(
+        self, max_ngram: int = 3, min_ngram: int = 1, siblings: bool = True, max_siblings: int = 8
+    ):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        if max_siblings < 0:
+            raise ValueError(f"max_siblings must be >= 0, got {max_siblings}")
         self.max_ngram, self.min_ngram, self.siblings = max_ngram, min_ngram, siblings
+        self.max_siblings = max_siblings
         self.vocab_size = None  # works with any vocabulary
         self.found: list[list[int]] = []
 
@@ -266,7 +272,15 @@ class NGramDrafter:
         groups: dict[tuple, list[int]] = {}
         for p, prompt in enumerate(prompts):
             groups.setdefault(tuple(prompt), []).append(p)
-        self.group = [groups[tuple(prompt)] for prompt in prompts]
+        # each row searches max_siblings siblings next to it in prompt order, so a batch of
+        # thousands of copies of one prompt stays linear, not quadratic
+        self.siblings_of: list[list[int]] = [[] for _ in prompts]
+        m = self.max_siblings if self.siblings else 0
+        for members in groups.values():
+            for i, p in enumerate(members):
+                lo = max(0, min(i - m // 2, len(members) - 1 - m))
+                window = members[lo : lo + m + 1]
+                self.siblings_of[p] = [o for o in window if o != p][:m]
         self.index: list[dict[int, list[int]]] = [{} for _ in prompts]
         self.indexed = [0] * len(prompts)
 
@@ -301,10 +315,8 @@ class NGramDrafter:
         for n in range(min(self.max_ngram, n_tok - 1), self.min_ngram - 1, -1):
             suffix = seq[n_tok - n :]
             best = self._search(p, suffix, k, 0, n_tok - n)  # an earlier occurrence
-            if self.siblings and len(best) < k:
-                for o in self.group[p]:
-                    if o == p:
-                        continue
+            if len(best) < k:
+                for o in self.siblings_of[p]:
                     # the shared prompt was searched in the row itself: only the
                     # sibling's own text (and matches reaching into it) is new
                     lo = max(0, self.prompt_len[o] - n + 1)

@@ -1,0 +1,149 @@
+"""Greedy equivalence: a generator's rows against the main model decoding each prompt
+alone, token for token.
+
+The reference is transformers' own ``generate(do_sample=False)`` on one prompt at a time
+(batch 1, no padding), never bass, run to ``max_new_tokens`` with no eos; each row is then
+cut where bass must stop it (the first eos, kept; the first stop sequence, kept; the token
+that completes the first stop string, kept). Greedy decoding is prefix-consistent, so that
+cut equals what a generation that stopped there would have produced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["assert_greedy_equivalent", "greedy_reference"]
+
+
+@contextlib.contextmanager
+def _own_attention(model):
+    """The model with a transformers attention implementation (bass's needs lengths that
+    only bass passes); restored afterwards."""
+    previous = model.config._attn_implementation
+    if previous == "bass":
+        model.set_attn_implementation("sdpa")
+    try:
+        yield model
+    finally:
+        if model.config._attn_implementation != previous:
+            model.set_attn_implementation(previous)
+
+
+def _cut(tokens: list[int], eos, stop_sequences, stop_strings, tokenizer) -> list[int]:
+    end = len(tokens)
+    eos = {eos} if isinstance(eos, int) else set(eos or ())
+    for i, t in enumerate(tokens):
+        if t in eos:
+            end = min(end, i + 1)
+            break
+    for seq in stop_sequences or ():
+        seq = list(seq)
+        for i in range(len(tokens) - len(seq) + 1):
+            if tokens[i : i + len(seq)] == seq:
+                end = min(end, i + len(seq))
+                break
+    if stop_strings:
+        stops = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)
+        for i in range(1, end + 1):  # the first prefix whose text holds a stop string
+            text = tokenizer.decode(tokens[:i], skip_special_tokens=True)
+            if any(s in text for s in stops):
+                end = i
+                break
+    return tokens[:end]
+
+
+@torch.inference_mode()
+def greedy_reference(
+    model,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    *,
+    eos_token_id=None,
+    stop_sequences=None,
+    stop_strings=None,
+    tokenizer=None,
+) -> list[int]:
+    """The main model's own greedy continuation of ``prompt`` alone, cut where a row of
+    bass must stop (see the module docstring)."""
+    from transformers import GenerationConfig
+
+    ids = torch.tensor([list(prompt)], device=model.device)
+    # transformers fills every field a GenerationConfig leaves unset from the model's own
+    # (eos, repetition_penalty, ...): swap in a blank one so this is plain greedy decoding
+    # with no eos (the cut below applies the caller's stopping rules)
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        with _own_attention(model):
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+    finally:
+        model.generation_config = saved
+    tokens = out[0, ids.shape[1] :].tolist()
+    if len(tokens) != max_new_tokens:
+        raise RuntimeError(
+            f"transformers' generate stopped after {len(tokens)} of {max_new_tokens} tokens "
+            "(a stopping rule of the model's generation config?): cannot compare"
+        )
+    return _cut(tokens, eos_token_id, stop_sequences, stop_strings, tokenizer)
+
+
+def _first_difference(got: list[int], want: list[int]) -> str:
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return f"first difference at new token {i}: generator {a}, main model alone {b}"
+    if len(got) < len(want):
+        return (
+            f"the generator stopped after {len(got)} tokens; the main model alone goes on "
+            f"with {want[len(got)]} (to {len(want)} tokens)"
+        )
+    return (
+        f"the generator went on after {len(want)} tokens with {got[len(want)]} "
+        f"(to {len(got)}); the main model alone stops there"
+    )
+
+
+def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate_kwargs):
+    """Run ``generator.generate(prompts, max_new_tokens=..., **generate_kwargs)`` greedily
+    and check every row against ``generator.main`` decoding that prompt alone.
+
+    ``eos_token_id``, ``stop_sequences``, ``stop_strings`` and ``tokenizer`` in
+    ``generate_kwargs`` shape the reference as they must shape bass's rows. Raises
+    ``AssertionError`` naming the row (prompt index), the first differing position and
+    both tokens. Returns the generator's :class:`bass.GenerationResult`.
+
+    Example (any drafter or policy of yours in place of ``"ngram"``)::
+
+        gen = bass.Generator(main, "ngram", policy=MyPolicy())
+        bass.testing.assert_greedy_equivalent(gen, [[1, 2, 3], [4, 5]], 16)
+    """
+    if generate_kwargs.get("do_sample"):
+        raise ValueError("assert_greedy_equivalent checks greedy decoding: drop do_sample")
+    res = generator.generate(prompts, max_new_tokens=max_new_tokens, **generate_kwargs)
+    if len(res.sequences) != len(prompts):
+        raise AssertionError(
+            f"the generator returned {len(res.sequences)} rows for {len(prompts)} prompts"
+        )
+    # what the generator will apply: explicit arguments, else its config file's defaults
+    defaults = getattr(generator, "generate_defaults", None) or {}
+    keys = ("eos_token_id", "stop_sequences", "stop_strings", "tokenizer")
+    ref_kw = {k: generate_kwargs.get(k, defaults.get(k)) for k in keys}
+    if defaults.get("do_sample") and "do_sample" not in generate_kwargs:
+        raise ValueError("the generator's config samples: pass do_sample=False to check it")
+    for i, (prompt, got) in enumerate(zip(prompts, res.sequences)):
+        want = greedy_reference(generator.main, prompt, max_new_tokens, **ref_kw)
+        if list(got) != want:
+            raise AssertionError(
+                f"row {i} (prompt of {len(prompt)} tokens) differs from the main model's own "
+                f"greedy decoding: {_first_difference(list(got), want)}"
+            )
+    return res

@@ -1,0 +1,268 @@
+"""Naive oracles of the bass ops' contracts: loops over rows, heads and tokens, in float64.
+
+Each function here restates one op's documented contract as directly as possible, so it
+shares no code (and no masking or indexing trick) with any implementation it judges:
+
+* :func:`naive_ragged_attention`: ``torch.ops.bass.ragged_attention``
+  (padded queries ``[B, Hq, T, D]``, ``q_lens``/``kv_lens`` int32 ``[B]``)
+* :func:`naive_ragged_attention_packed`: ``torch.ops.bass.ragged_attention_packed``
+  (packed queries ``[1, Hq, N, D]``, ``cu_q_lens`` int32 ``[B+1]``)
+* :func:`naive_kv_append` / :func:`naive_kv_append_packed`: the caches that
+  ``torch.ops.bass.kv_append`` / ``kv_append_packed`` must leave behind.
+
+Attention is one ``torch.softmax`` per (row, head, query) over the explicit slice of keys
+that query may see, so a key slot past a row's length is never read: NaN stored there
+cannot reach the oracle's output, and must not reach the op's either. Lengths may be
+int tensors or plain sequences of ints. The loops are slow by design: keep inputs small
+(a few rows, ``S`` and ``N`` up to a few dozen).
+
+Packed worked example: rows feeding 3, 0 and 2 tokens give ``N = 5`` and
+``cu_q_lens = [0, 3, 3, 5]``; tokens 0-2 are row 0's queries 0-2 and tokens 3-4 row 2's
+queries 0-1. A pass padded to ``N = 8`` adds tokens 5-7, which belong to no row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+
+__all__ = [
+    "naive_kv_append",
+    "naive_kv_append_packed",
+    "naive_ragged_attention",
+    "naive_ragged_attention_packed",
+]
+
+Lengths = torch.Tensor | Sequence[int]
+
+
+def _ints(lengths: Lengths, name: str, size: int) -> list[int]:
+    values = lengths.tolist() if isinstance(lengths, torch.Tensor) else [int(x) for x in lengths]
+    if len(values) != size:
+        raise ValueError(f"{name} must have {size} entries, got {len(values)}")
+    return values
+
+
+def _float64(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.detach().cpu().to(torch.float64) for t in tensors]
+
+
+def _kv_head_group(Hq: int, Hkv: int) -> int:
+    if Hkv <= 0 or Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv})")
+    return Hq // Hkv
+
+
+def _attend(q_row: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: int, scale):
+    """One query ``[D]`` over keys/values ``[S, D]`` of one head: keys 0..position."""
+    keys, values = k[: position + 1], v[: position + 1]  # [position + 1, D]
+    weights = torch.softmax((keys @ q_row) * scale, dim=0)
+    return weights @ values
+
+
+def naive_ragged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_lens: Lengths,
+    kv_lens: Lengths,
+    scale: float,
+) -> torch.Tensor:
+    """What ``torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale)`` returns.
+
+    Row ``b``'s query ``i < q_lens[b]`` sits at absolute position
+    ``kv_lens[b] - q_lens[b] + i`` and attends to keys ``0..`` that position of row ``b``;
+    query head ``h`` uses KV head ``h // (Hq // Hkv)``. Slots ``i >= q_lens[b]`` are 0.
+
+    Args:
+        q: ``[B, Hq, T, D]`` any float dtype, any device, any strides.
+        k, v: ``[B, Hkv, S, D]``; ``Hq`` a multiple of ``Hkv``.
+        q_lens, kv_lens: int ``[B]`` (tensors or sequences),
+            ``0 <= q_lens[b] <= min(T, kv_lens[b])``, ``kv_lens[b] <= S``.
+        scale: the softmax scale.
+
+    Returns:
+        ``[B, Hq, T, D]`` float64 on the CPU, computed from the inputs upcast to float64.
+
+    >>> import torch
+    >>> q, k, v = torch.ones(1, 2, 2, 4), torch.ones(1, 1, 3, 4), torch.arange(12.).view(1, 1, 3, 4)
+    >>> out = naive_ragged_attention(q, k, v, [1], [2], 0.5)  # one query, at position 1
+    >>> out[0, :, 0].tolist()  # equal scores: the mean of values 0 and 1, for both heads
+    [[2.0, 3.0, 4.0, 5.0], [2.0, 3.0, 4.0, 5.0]]
+    >>> bool((out[0, :, 1] == 0).all())  # slot 1 is padding
+    True
+    """
+    q, k, v = _float64(q, k, v)
+    B, Hq, T, D = q.shape
+    _, Hkv, S, _ = k.shape
+    group = _kv_head_group(Hq, Hkv)
+    q_lens, kv_lens = _ints(q_lens, "q_lens", B), _ints(kv_lens, "kv_lens", B)
+    out = torch.zeros(B, Hq, T, D, dtype=torch.float64)
+    for b in range(B):
+        q_len, kv_len = q_lens[b], kv_lens[b]
+        if not (0 <= q_len <= min(T, kv_len) and kv_len <= S):
+            raise ValueError(
+                f"row {b}: need 0 <= q_len <= min(T, kv_len) and kv_len <= S, got "
+                f"q_len={q_len}, kv_len={kv_len}, T={T}, S={S}"
+            )
+        for h in range(Hq):
+            for i in range(q_len):
+                position = kv_len - q_len + i
+                out[b, h, i] = _attend(
+                    q[b, h, i], k[b, h // group], v[b, h // group], position, scale
+                )
+    return out
+
+
+def _check_cu(cu: list[int], N: int) -> None:
+    if not cu or cu[0] != 0 or any(a > b for a, b in itertools.pairwise(cu)) or cu[-1] > N:
+        raise ValueError(
+            f"cu_q_lens must start at 0, be non-decreasing and end at <= N={N}, got {cu}"
+        )
+
+
+def naive_ragged_attention_packed(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q_lens: Lengths,
+    kv_lens: Lengths,
+    scale: float,
+) -> torch.Tensor:
+    """What ``torch.ops.bass.ragged_attention_packed(q, k, v, cu_q_lens, kv_lens, scale)``
+    returns.
+
+    Token ``j`` with ``cu_q_lens[b] <= j < cu_q_lens[b+1]`` is row ``b``'s query
+    ``i = j - cu_q_lens[b]``, at absolute position ``kv_lens[b] - q_len_b + i``
+    (``q_len_b = cu_q_lens[b+1] - cu_q_lens[b]``), attending causally to keys ``0..`` that
+    position of row ``b``; query head ``h`` uses KV head ``h // (Hq // Hkv)``. Tokens
+    ``j >= cu_q_lens[B]`` are padding: their output is 0.
+
+    Args:
+        q: ``[1, Hq, N, D]`` packed queries, any float dtype, device and strides.
+        k, v: ``[B, Hkv, S, D]`` per-row caches.
+        cu_q_lens: int ``[B+1]``: ``0 = cu_q_lens[0] <= ... <= cu_q_lens[B] <= N``.
+        kv_lens: int ``[B]``, ``q_len_b <= kv_lens[b] <= S``.
+        scale: the softmax scale.
+
+    Returns:
+        ``[1, Hq, N, D]`` float64 on the CPU.
+
+    >>> import torch
+    >>> q, k = torch.ones(1, 1, 3, 2), torch.ones(2, 1, 4, 2)
+    >>> v = torch.arange(16.).view(2, 1, 4, 2)
+    >>> out = naive_ragged_attention_packed(q, k, v, [0, 0, 2], [3, 2], 1.0)  # token 2: padding
+    >>> out[0, 0].tolist()  # row 1's queries at positions 0 and 1, then padding
+    [[8.0, 9.0], [9.0, 10.0], [0.0, 0.0]]
+    """
+    q, k, v = _float64(q, k, v)
+    one, Hq, N, D = q.shape
+    B, Hkv, S, _ = k.shape
+    if one != 1:
+        raise ValueError(f"packed q must be [1, Hq, N, D], got {list(q.shape)}")
+    group = _kv_head_group(Hq, Hkv)
+    cu, kv_lens = _ints(cu_q_lens, "cu_q_lens", B + 1), _ints(kv_lens, "kv_lens", B)
+    _check_cu(cu, N)
+    out = torch.zeros(1, Hq, N, D, dtype=torch.float64)
+    for b in range(B):
+        q_len, kv_len = cu[b + 1] - cu[b], kv_lens[b]
+        if not q_len <= kv_len <= S:
+            raise ValueError(
+                f"row {b}: need q_len <= kv_len <= S, got q_len={q_len}, kv_len={kv_len}, S={S}"
+            )
+        for h in range(Hq):
+            for i in range(q_len):
+                j, position = cu[b] + i, kv_len - q_len + i
+                out[0, h, j] = _attend(
+                    q[0, h, j], k[b, h // group], v[b, h // group], position, scale
+                )
+    return out
+
+
+def naive_kv_append(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    cache_lens: Lengths,
+    new_lens: Lengths,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caches ``torch.ops.bass.kv_append(k_cache, v_cache, k_new, v_new, cache_lens,
+    new_lens)`` must leave: copies of the inputs with ``cache[b, :, cache_lens[b] + i] =
+    new[b, :, i]`` for every ``i < new_lens[b]``, written slot by slot; nothing else changes.
+
+    Args:
+        k_cache, v_cache: ``[B, Hkv, S, D]`` (not modified).
+        k_new, v_new: ``[B, Hkv, T, D]``; slots ``i >= new_lens[b]`` are never read.
+        cache_lens, new_lens: int ``[B]``, ``new_lens[b] <= T``,
+            ``cache_lens[b] + new_lens[b] <= S``.
+
+    Returns:
+        ``(k_expected, v_expected)``: new tensors, the caches' dtype and device.
+    """
+    B, _, S, _ = k_cache.shape
+    T = k_new.shape[2]
+    cache_lens, new_lens = _ints(cache_lens, "cache_lens", B), _ints(new_lens, "new_lens", B)
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    for b in range(B):
+        start, n = cache_lens[b], new_lens[b]
+        if not (0 <= n <= T and start >= 0 and start + n <= S):
+            raise ValueError(
+                f"row {b}: need new_len <= T and cache_len + new_len <= S, got "
+                f"cache_len={start}, new_len={n}, T={T}, S={S}"
+            )
+        for i in range(n):
+            k_expected[b, :, start + i] = k_new[b, :, i]
+            v_expected[b, :, start + i] = v_new[b, :, i]
+    return k_expected, v_expected
+
+
+def naive_kv_append_packed(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    cu_q_lens: Lengths,
+    cache_lens: Lengths,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caches ``torch.ops.bass.kv_append_packed(k_cache, v_cache, k_new, v_new,
+    cu_q_lens, cache_lens)`` must leave: token ``j`` of row ``b``
+    (``cu_q_lens[b] <= j < cu_q_lens[b+1]``) at slot ``cache_lens[b] + j - cu_q_lens[b]``
+    of row ``b``; padding tokens (``j >= cu_q_lens[B]``) and every other slot change
+    nothing.
+
+    Args:
+        k_cache, v_cache: ``[B, Hkv, S, D]`` (not modified).
+        k_new, v_new: ``[1, Hkv, N, D]`` packed new entries.
+        cu_q_lens: int ``[B+1]`` as in :func:`naive_ragged_attention_packed`.
+        cache_lens: int ``[B]``, ``cache_lens[b] + q_len_b <= S``.
+
+    Returns:
+        ``(k_expected, v_expected)``: new tensors, the caches' dtype and device.
+
+    >>> import torch
+    >>> kc = torch.zeros(2, 1, 4, 1)
+    >>> new = torch.tensor([1., 2., 3., 9.]).view(1, 1, 4, 1)  # token 3 is padding
+    >>> k, _ = naive_kv_append_packed(kc, kc, new, new, [0, 2, 3], [1, 0])
+    >>> k[:, 0, :, 0].tolist()
+    [[0.0, 1.0, 2.0, 0.0], [3.0, 0.0, 0.0, 0.0]]
+    """
+    B, _, S, _ = k_cache.shape
+    N = k_new.shape[2]
+    if k_new.shape[0] != 1:
+        raise ValueError(f"packed k_new must be [1, Hkv, N, D], got {list(k_new.shape)}")
+    cu, cache_lens = _ints(cu_q_lens, "cu_q_lens", B + 1), _ints(cache_lens, "cache_lens", B)
+    _check_cu(cu, N)
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    for b in range(B):
+        start, n = cache_lens[b], cu[b + 1] - cu[b]
+        if not (start >= 0 and start + n <= S):
+            raise ValueError(
+                f"row {b}: need cache_len + q_len <= S, got cache_len={start}, q_len={n}, S={S}"
+            )
+        for j in range(cu[b], cu[b + 1]):
+            k_expected[b, :, start + j - cu[b]] = k_new[0, :, j]
+            v_expected[b, :, start + j - cu[b]] = v_new[0, :, j]
+    return k_expected, v_expected

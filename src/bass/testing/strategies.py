@@ -1,0 +1,248 @@
+"""Hypothesis strategies for bass's inputs: ragged prompt batches and op arguments.
+
+Length patterns are where batching bugs hide (a prefill that mapped logits back to the
+wrong rows passed every test until prompts of close, unsorted lengths came along), so
+the strategies draw them by name:
+
+* ``near_equal_unsorted``: lengths within a few tokens of each other, not ascending;
+* ``sorted`` / ``descending``;
+* ``long_outlier``: one long prompt among short ones;
+* ``bimodal``: short and long prompts;
+* ``duplicates``: the same prompt several times (``n`` samples of one prompt);
+* ``single_row``.
+
+:data:`EXAMPLE_LENGTHS` holds one concrete batch shape per pattern (with the 17, 17, 18,
+13, 16 batch that found that bug) for ``@example``-pinned tests, so the patterns run on
+every test run whatever hypothesis draws. Needs ``hypothesis`` (``pip install
+bass[testing]``).
+
+>>> from hypothesis import given
+>>> from bass.testing.strategies import ragged_prompts
+>>> @given(ragged_prompts(vocab_size=64))
+... def test_mine(prompts): ...
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+__all__ = [
+    "EXAMPLE_LENGTHS",
+    "LENGTH_PATTERNS",
+    "attention_inputs",
+    "example_batches",
+    "kv_append_inputs",
+    "lengths",
+    "packed_attention_inputs",
+    "packed_kv_append_inputs",
+    "ragged_prompts",
+]
+
+LENGTH_PATTERNS = (
+    "near_equal_unsorted",
+    "sorted",
+    "descending",
+    "long_outlier",
+    "bimodal",
+    "duplicates",
+    "single_row",
+)
+
+EXAMPLE_LENGTHS: dict[str, list[int]] = {
+    "near_equal_unsorted": [17, 17, 18, 13, 16],
+    "sorted": [2, 5, 9, 14],
+    "descending": [14, 9, 5, 2],
+    "long_outlier": [3, 4, 40, 2, 5],
+    "bimodal": [3, 30, 4, 28, 2, 31],
+    "duplicates": [7, 7, 7, 7],
+    "single_row": [11],
+}
+
+
+def lengths(pattern: str | None = None, *, max_rows: int = 6, max_len: int = 24):
+    """A strategy for a list of prompt lengths following ``pattern`` (any of
+    :data:`LENGTH_PATTERNS` when ``None``), each in ``1..max_len``."""
+    if pattern is not None and pattern not in LENGTH_PATTERNS:
+        raise ValueError(f"unknown length pattern {pattern!r}; known: {LENGTH_PATTERNS}")
+    return _lengths(pattern, max_rows, max_len)
+
+
+@st.composite
+def _lengths(draw, pattern: str | None, max_rows: int, max_len: int):
+    if pattern is None:
+        pattern = draw(st.sampled_from(LENGTH_PATTERNS))
+    if pattern == "single_row":
+        return [draw(st.integers(1, max_len))]
+    n = draw(st.integers(2, max(2, max_rows)))
+    if pattern == "near_equal_unsorted":
+        base = draw(st.integers(1, max_len))
+        out = [min(max_len, max(1, base + draw(st.integers(-3, 3)))) for _ in range(n)]
+        if out == sorted(out):  # make it unsorted (a descent somewhere)
+            if len(set(out)) == 1:
+                out[0] = out[0] + 1 if out[0] < max_len else out[0] - 1
+            out = sorted(out, reverse=True)
+        return out
+    if pattern in ("sorted", "descending"):
+        out = sorted(draw(st.lists(st.integers(1, max_len), min_size=n, max_size=n)))
+        return out if pattern == "sorted" else out[::-1]
+    if pattern == "long_outlier":
+        short = draw(st.lists(st.integers(1, max(1, max_len // 4)), min_size=n - 1, max_size=n - 1))
+        at = draw(st.integers(0, n - 1))
+        return [*short[:at], max_len, *short[at:]]
+    if pattern == "bimodal":
+        lo, hi = max(1, max_len // 6), max(2, max_len - max_len // 6)
+        return [
+            draw(st.integers(1, lo)) if draw(st.booleans()) else draw(st.integers(hi, max_len))
+            for _ in range(n)
+        ]
+    return [draw(st.integers(1, max_len))] * n  # duplicates
+
+
+@st.composite
+def ragged_prompts(
+    draw,
+    vocab_size: int,
+    *,
+    max_rows: int = 6,
+    max_len: int = 24,
+    patterns: tuple[str, ...] = LENGTH_PATTERNS,
+):
+    """A batch of prompts (lists of token ids in ``0..vocab_size-1``) whose lengths follow
+    one of ``patterns``; ``duplicates`` repeats one prompt."""
+    pattern = draw(st.sampled_from(patterns))
+    lens = draw(lengths(pattern, max_rows=max_rows, max_len=max_len))
+    token = st.integers(0, vocab_size - 1)
+    if pattern == "duplicates":
+        prompt = draw(st.lists(token, min_size=lens[0], max_size=lens[0]))
+        return [list(prompt) for _ in lens]
+    return [draw(st.lists(token, min_size=n, max_size=n)) for n in lens]
+
+
+def example_batches(vocab_size: int, seed: int = 0) -> dict[str, list[list[int]]]:
+    """One concrete prompt batch per pattern (:data:`EXAMPLE_LENGTHS`), random tokens from
+    ``seed``: for ``@example`` or ``parametrize``."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, lens in EXAMPLE_LENGTHS.items():
+        if name == "duplicates":
+            one = torch.randint(0, vocab_size, (lens[0],), generator=g).tolist()
+            out[name] = [list(one) for _ in lens]
+        else:
+            out[name] = [torch.randint(0, vocab_size, (n,), generator=g).tolist() for n in lens]
+    return out
+
+
+# --------------------------------------------------------------------------- op inputs
+
+
+def _tensor(draw, shape, dtype, device, nan_past=None):
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if nan_past is not None:  # NaN in cache slots past each row's length: must never leak
+        for b, n in enumerate(nan_past):
+            t[b, :, n:] = float("nan")
+    return t.to(dtype).to(device)
+
+
+@st.composite
+def _op_lengths(draw, B: int, S: int, T: int):
+    """Per row (q_len, kv_len) with q_len <= min(T, kv_len) <= S, covering zero-length
+    rows, q_len == kv_len and full caches."""
+    kind = draw(st.sampled_from(["random", "zero_rows", "q_eq_kv", "empty", "full"]))
+    rows = []
+    for _ in range(B):
+        kv = draw(st.integers(0, S))
+        q = draw(st.integers(0, min(T, kv)))
+        if kind == "zero_rows" and draw(st.booleans()):
+            q = 0
+        elif kind == "q_eq_kv":
+            kv = q = draw(st.integers(0, min(T, S)))
+        elif kind == "empty":
+            q = 0
+        elif kind == "full":
+            kv, q = S, draw(st.integers(0, min(T, S)))
+        rows.append((q, kv))
+    return rows
+
+
+def _heads(draw):
+    Hkv = draw(st.sampled_from([1, 2]))
+    return Hkv * draw(st.sampled_from([1, 2, 4])), Hkv, draw(st.sampled_from([4, 8, 16]))
+
+
+@st.composite
+def attention_inputs(draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=12):
+    """``(q, k, v, q_lens, kv_lens, scale)`` for ``ragged_attention``: ``q [B, Hq, T, D]``,
+    ``k, v [B, Hkv, S, D]`` with NaN past each row's ``kv_len``, int32 lengths."""
+    Hq, Hkv, D = _heads(draw)
+    B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
+    S = draw(st.integers(T, max_s))
+    rows = draw(_op_lengths(B, S, T))
+    kv = [r[1] for r in rows]
+    q = _tensor(draw, (B, Hq, T, D), dtype, device)
+    k = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
+    v = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
+    lens = [torch.tensor(x, dtype=torch.int32, device=device) for x in zip(*rows)]
+    return q, k, v, lens[0], lens[1], D**-0.5
+
+
+@st.composite
+def packed_attention_inputs(
+    draw, dtype=torch.float64, device="cpu", max_batch=4, max_q=5, max_s=12, max_pad=3
+):
+    """``(q, k, v, cu_q_lens, kv_lens, scale)`` for ``ragged_attention_packed``: packed
+    ``q [1, Hq, N, D]`` (a transposed view, as a decoder hands it over, with up to
+    ``max_pad`` padding tokens past ``cu_q_lens[B]``), ``k, v [B, Hkv, S, D]`` with NaN
+    past each row's ``kv_len``."""
+    Hq, Hkv, D = _heads(draw)
+    B = draw(st.integers(1, max_batch))
+    S = draw(st.integers(1, max_s))
+    rows = draw(_op_lengths(B, S, max_q))
+    cu = [0]
+    for q_len, _ in rows:
+        cu.append(cu[-1] + q_len)
+    N = cu[-1] + draw(st.integers(0, max_pad))
+    kv = [r[1] for r in rows]
+    q = _tensor(draw, (1, N, Hq, D), dtype, device).transpose(1, 2)
+    k = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
+    v = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    kv_t = torch.tensor(kv, dtype=torch.int32, device=device)
+    return q, k, v, cu_t, kv_t, D**-0.5
+
+
+@st.composite
+def kv_append_inputs(draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=12):
+    """``(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)`` for ``kv_append``."""
+    Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from([4, 8]))
+    B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
+    S = draw(st.integers(T, max_s))
+    new = [draw(st.integers(0, T)) for _ in range(B)]
+    start = [draw(st.integers(0, S - n)) for n in new]
+    kc, vc = (_tensor(draw, (B, Hkv, S, D), dtype, device) for _ in range(2))
+    kn, vn = (_tensor(draw, (B, Hkv, T, D), dtype, device) for _ in range(2))
+    lens = [torch.tensor(x, dtype=torch.int32, device=device) for x in (start, new)]
+    return kc, vc, kn, vn, lens[0], lens[1]
+
+
+@st.composite
+def packed_kv_append_inputs(
+    draw, dtype=torch.float64, device="cpu", max_batch=4, max_q=5, max_s=12, max_pad=3
+):
+    """``(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)`` for
+    ``kv_append_packed``: packed ``k_new [1, Hkv, N, D]`` (transposed views) with up to
+    ``max_pad`` padding tokens."""
+    Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from([4, 8]))
+    B, S = draw(st.integers(1, max_batch)), draw(st.integers(1, max_s))
+    q_lens = [draw(st.integers(0, min(max_q, S))) for _ in range(B)]
+    start = [draw(st.integers(0, S - n)) for n in q_lens]
+    cu = [0]
+    for n in q_lens:
+        cu.append(cu[-1] + n)
+    N = cu[-1] + draw(st.integers(0, max_pad))
+    kc, vc = (_tensor(draw, (B, Hkv, S, D), dtype, device) for _ in range(2))
+    kn, vn = (_tensor(draw, (1, N, Hkv, D), dtype, device).transpose(1, 2) for _ in range(2))
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    return kc, vc, kn, vn, cu_t, torch.tensor(start, dtype=torch.int32, device=device)

@@ -1,0 +1,64 @@
+"""RaggedKVCache: in-place compaction, packed and padded pass framing, prefill chunks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from models import tiny_lm
+
+from bass import hf
+from bass.cache import RaggedKVCache
+
+
+def filled(B=5, S=6, layers=2):
+    cache = RaggedKVCache(B, S, layers, torch.device("cpu"))
+    for i in range(layers):  # row b holds value b everywhere
+        cache.keys[i] = torch.arange(B, dtype=torch.float32).view(B, 1, 1, 1).expand(B, 2, S, 3)
+        cache.keys[i] = cache.keys[i].contiguous()
+        cache.values[i] = cache.keys[i].clone() + 100
+    cache.lens = torch.arange(B, dtype=torch.int32) + 1
+    return cache
+
+
+@pytest.mark.parametrize("keep", [[1, 3, 4], [0, 1], [2], [0, 1, 2, 3, 4]])
+def test_compact_moves_rows_in_place(keep):
+    cache = filled()
+    ptrs = [t.data_ptr() for t in cache.buffers()]
+    cache.compact(keep)
+    assert [t.data_ptr() for t in cache.buffers()] == ptrs  # no reallocation
+    assert cache.batch_size == len(keep)
+    assert cache.lens.tolist() == [b + 1 for b in keep]
+    for t in cache.keys:
+        assert t[:, 0, 0, 0].tolist() == [float(b) for b in keep]
+    for t in cache.values:
+        assert t[:, 0, 0, 0].tolist() == [b + 100.0 for b in keep]
+
+
+def test_compact_before_any_layer_is_allocated():
+    cache = RaggedKVCache(4, 8, 2, torch.device("cpu"))
+    cache.compact([1, 2])
+    assert cache.batch_size == 2 and cache.buffers() == []
+
+
+def test_compact_refuses_unordered_rows():
+    with pytest.raises(ValueError, match="ascending row indices"):
+        filled().compact([3, 1])
+    with pytest.raises(ValueError, match="ascending row indices"):
+        filled().compact([1, 1])
+
+
+def test_packed_pass_framing():
+    cache = RaggedKVCache(3, 8, 1, torch.device("cpu"))
+    cu = torch.tensor([0, 2, 2, 3], dtype=torch.int32)
+    kv = cache.begin_packed(cu, torch.tensor([1, 4, 0], dtype=torch.int32))
+    assert kv.tolist() == [3, 4, 1] and cache.q_lens.tolist() == [2, 0, 1]
+    cache.commit(cache.q_lens)
+    assert cache.lens.tolist() == [3, 4, 1] and cache.cu_q_lens is None
+
+
+def test_prefill_refuses_an_empty_chunk_budget():
+    model = tiny_lm("llama")
+    hf.prepare(model, 16)
+    cache = RaggedKVCache(1, 16, 2, torch.device("cpu"))
+    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+        hf.prefill(model, cache, [[1, 2]], chunk_tokens=0)

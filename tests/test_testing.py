@@ -1,0 +1,279 @@
+"""Tests of ``bass.testing`` itself: the oracles agree with the ops, the strategies draw
+the patterns they name, the equivalence checks pass exact generators and fail broken
+ones, and the stated power holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from models import perturbed, tiny_lm
+
+import bass
+from bass import testing
+from bass.testing import strategies as bst
+
+# --------------------------------------------------------------------------- oracles
+
+
+@settings(max_examples=30, deadline=None)
+@given(bst.attention_inputs())
+def test_naive_oracle_matches_the_reference_op(args):
+    out = torch.ops.bass.ragged_attention(*args, "reference")
+    torch.testing.assert_close(out, testing.naive_ragged_attention(*args).to(out.dtype))
+
+
+@settings(max_examples=30, deadline=None)
+@given(bst.packed_attention_inputs())
+def test_packed_oracle_is_the_padded_one_on_the_rows(args):
+    """The packed oracle against the padded oracle on the same rows padded."""
+    q, k, v, cu, kv, scale = args
+    B, Hq, D = k.shape[0], q.shape[1], q.shape[3]
+    q_lens = (cu[1:] - cu[:-1]).tolist()
+    T = max([*q_lens, 1])
+    padded = torch.zeros(B, Hq, T, D, dtype=q.dtype)
+    for b in range(B):
+        padded[b, :, : q_lens[b]] = q[0, :, cu[b] : cu[b + 1]]
+    want = testing.naive_ragged_attention(padded, k, v, q_lens, kv, scale)
+    got = testing.naive_ragged_attention_packed(*args)
+    for b in range(B):
+        torch.testing.assert_close(got[0, :, cu[b] : cu[b + 1]], want[b, :, : q_lens[b]])
+    assert not got[0, :, int(cu[-1]) :].any()  # padding tokens: 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(bst.packed_kv_append_inputs())
+def test_packed_append_oracle_writes_only_row_slots(args):
+    kc, _, _, _, cu, lens = args
+    k_out, _ = testing.naive_kv_append_packed(*args)
+    changed = (k_out != kc).any(dim=(1, 3))  # [B, S]
+    for b in range(kc.shape[0]):
+        n = int(cu[b + 1] - cu[b])
+        allowed = torch.zeros(kc.shape[2], dtype=torch.bool)
+        allowed[int(lens[b]) : int(lens[b]) + n] = True
+        assert not (changed[b] & ~allowed).any()
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+def check_pattern(name: str, lens: list[int], max_len: int = 24) -> None:
+    assert all(1 <= n <= max(max_len, 40) for n in lens)
+    if name == "single_row":
+        assert len(lens) == 1
+    elif name == "near_equal_unsorted":
+        assert lens != sorted(lens) and max(lens) - min(lens) <= 7
+    elif name == "sorted":
+        assert lens == sorted(lens)
+    elif name == "descending":
+        assert lens == sorted(lens, reverse=True)
+    elif name == "long_outlier":
+        assert sorted(lens)[-1] >= 2 * sorted(lens)[-2] or max(lens) == max_len
+    elif name == "duplicates":
+        assert len(set(lens)) == 1 and len(lens) >= 2
+
+
+@pytest.mark.parametrize("name", bst.LENGTH_PATTERNS)
+def test_examples_follow_their_pattern(name):
+    check_pattern(name, bst.EXAMPLE_LENGTHS[name], max_len=40)
+    batch = bst.example_batches(64)[name]
+    assert [len(p) for p in batch] == bst.EXAMPLE_LENGTHS[name]
+    if name == "duplicates":
+        assert all(p == batch[0] for p in batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(bst.LENGTH_PATTERNS))
+def test_drawn_lengths_follow_their_pattern(data, name):
+    check_pattern(name, data.draw(bst.lengths(name)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(bst.ragged_prompts(vocab_size=16))
+def test_ragged_prompts_are_token_lists(prompts):
+    assert prompts and all(p and all(0 <= t < 16 for t in p) for p in prompts)
+
+
+def test_unknown_pattern_is_refused():
+    with pytest.raises(ValueError, match="unknown length pattern 'zigzag'"):
+        bst.lengths("zigzag")
+
+
+# --------------------------------------------------------------------------- greedy
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_lm("llama")
+
+
+@pytest.mark.parametrize("draft", ["ngram", "perturbed", None])
+def test_greedy_equivalence_passes_bass(llama, draft):
+    d = perturbed(llama) if draft == "perturbed" else draft
+    batch = bst.example_batches(64)["near_equal_unsorted"]  # the batch that found a bug
+    res = testing.assert_greedy_equivalent(bass.Generator(llama, d), batch, 10)
+    assert len(res.sequences) == len(batch)
+
+
+@dataclass
+class Wrong:
+    """A generator that corrupts one row's output."""
+
+    main: object
+    row: int
+    at: int
+    drop: bool = False
+
+    def generate(self, prompts, **kw):
+        res = bass.Generator(self.main).generate(prompts, **kw)
+        seq = res.sequences[self.row]
+        if self.drop:
+            del seq[self.at :]
+        else:
+            seq[self.at] = (seq[self.at] + 1) % 64
+        return res
+
+
+def test_greedy_equivalence_names_the_row_position_and_tokens(llama):
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    with pytest.raises(AssertionError, match=r"row 2 .* new token 3: generator \d+, main"):
+        testing.assert_greedy_equivalent(Wrong(llama, 2, 3), prompts, 6)
+    with pytest.raises(AssertionError, match=r"row 1 .* stopped after 4 tokens"):
+        testing.assert_greedy_equivalent(Wrong(llama, 1, 4, drop=True), prompts, 6)
+
+
+def test_greedy_reference_cuts_at_eos_stop_sequences_and_strings(llama):
+    full = testing.greedy_reference(llama, [1, 2, 3], 12)
+    assert len(full) == 12
+    eos = full[5]
+    cut = full.index(eos) + 1
+    assert testing.greedy_reference(llama, [1, 2, 3], 12, eos_token_id=eos) == full[:cut]
+    stop = full[2:4]
+    assert testing.greedy_reference(llama, [1, 2, 3], 12, stop_sequences=[stop])[-2:] == stop
+
+    class Tok:  # token t decodes to chr(65 + t)
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(65 + t) for t in ids)
+
+    text = Tok().decode(full)
+    got = testing.greedy_reference(llama, [1, 2, 3], 12, stop_strings=text[3:5], tokenizer=Tok())
+    assert got == full[: text.index(text[3:5]) + 2]
+
+
+# --------------------------------------------------------------------------- sampling
+
+V = 5
+
+
+@pytest.fixture(scope="module")
+def pair():
+    main = tiny_lm("llama", vocab=V, sharpen=3.0)
+    draft = tiny_lm(
+        "llama", vocab=V, seed=11, hidden=16, heads=2, kv_heads=1, layers=1, sharpen=3.0
+    )
+    return main, draft
+
+
+def test_exact_distribution_sums_to_one_and_matches_a_direct_product(pair):
+    main, _ = pair
+    exact = testing.exact_distribution(main, [1, 2], 2, temperature=0.7, top_k=3)
+    assert len(exact) == V**2 and sum(exact.values()) == pytest.approx(1.0)
+    with torch.no_grad():
+        ref = main.__class__(main.config).eval()  # same weights, plain attention
+        ref.load_state_dict(main.state_dict())
+        ref = ref.to(torch.float64)
+        p1 = bass.sampling.warp_probs(
+            ref(torch.tensor([[1, 2]])).logits[0, -1], bass.SamplingParams(True, 0.7, 3)
+        )
+        p2 = bass.sampling.warp_probs(
+            ref(torch.tensor([[1, 2, 4]])).logits[0, -1], bass.SamplingParams(True, 0.7, 3)
+        )
+    assert exact[(4, 0)] == pytest.approx(float(p1[4] * p2[0]))
+    with pytest.raises(ValueError, match="too many to enumerate"):
+        testing.exact_distribution(tiny_lm("llama"), [1], 4)  # 64**4
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_distribution_check_passes_lossless_sampling(pair, drafter):
+    main, draft = pair
+    gen = bass.Generator(
+        main, draft if drafter == "model" else "ngram", policy="constant", policy_options={"k": 2}
+    )
+    test = testing.assert_distribution_equivalent(
+        gen, main, [1, 2, 3], 3, rows=3000, seed=5, temperature=1.0
+    )
+    assert test.df > 10
+
+
+def test_distribution_check_fails_a_generator_that_keeps_every_draft(pair):
+    main, draft = pair
+    gen = bass.Generator(
+        main, draft, policy="constant", policy_options={"k": 2}, forced_acceptance=1.0
+    )
+    with pytest.raises(AssertionError, match=r"chi-square .* degrees of freedom, p = .* < alpha"):
+        testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=3000, seed=5)
+
+
+def test_chi_square_test_basics():
+    exact = {"a": 0.5, "b": 0.5, "c": 0.0}
+    assert testing.chi_square_test({"a": 50, "b": 50}, exact).p_value == pytest.approx(1.0)
+    assert testing.chi_square_test({"a": 50, "b": 49, "c": 1}, exact).p_value == 0.0
+    scipy = pytest.importorskip("scipy.stats")
+    counts = {"a": 60, "b": 40}
+    ours = testing.chi_square_test(counts, exact)
+    theirs = scipy.chisquare([60, 40], [50, 50])
+    assert ours.statistic == pytest.approx(theirs.statistic)
+    assert ours.p_value == pytest.approx(theirs.pvalue)
+
+
+def test_stated_power():
+    """The power stated in assert_distribution_equivalent's docstring: 125 equally likely
+    outcomes, rows=4000, alpha=1e-3, half the outcomes 20% more likely (TV 0.1): > 0.99;
+    10% (TV 0.05): ~0.23 (the noncentral chi-square approximation, checked with scipy)."""
+    exact = {i: 1 / 125 for i in range(125)}
+
+    def shifted(d):
+        return {i: (1 + (d if i % 2 else -d)) / 125 for i in range(125)}
+
+    def renorm(q):
+        s = sum(q.values())
+        return {i: p / s for i, p in q.items()}
+
+    assert testing.chi_square_power(exact, renorm(shifted(0.2)), 4000, trials=200) > 0.99
+    weak = testing.chi_square_power(exact, renorm(shifted(0.1)), 4000, trials=400)
+    assert 0.15 < weak < 0.33
+    null = testing.chi_square_power(exact, exact, 4000, alpha=0.05, trials=400)
+    assert null < 0.1  # the false-alarm rate is alpha
+    ncx2 = pytest.importorskip("scipy.stats").ncx2
+    chi2 = pytest.importorskip("scipy.stats").chi2
+    crit = chi2.isf(1e-3, 124)
+    assert ncx2.sf(crit, 124, 4000 * 0.1**2) == pytest.approx(0.23, abs=0.01)
+    assert ncx2.sf(crit, 124, 4000 * 0.2**2) > 0.99
+
+
+def test_samples_and_counts(pair):
+    main, _ = pair
+    exact = testing.exact_distribution(main, [1], 1)
+    counts = Counter(
+        tuple(s)
+        for s in bass.Generator(main)
+        .generate([[1]] * 500, max_new_tokens=1, do_sample=True, seed=0)
+        .sequences
+    )
+    assert testing.chi_square_test(counts, exact).p_value > 1e-3
+
+
+def test_import_without_hypothesis():
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "import bass.testing\n"
+        "try:\n    import bass.testing.strategies\nexcept ImportError:\n    print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
