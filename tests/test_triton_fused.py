@@ -1,7 +1,9 @@
 """Tests of the ``fused`` implementation of ``bass::ragged_attention`` (Triton kernels).
 
 Two groups here (the other two, sm_90 builds and GPU checks, are in
-``test_triton_fused_gpu.py``, which shares this file's helpers):
+``test_triton_fused_gpu.py``, which shares this file's helpers), each for the padded op
+and for the packed one (``fused_attention_packed``: the same kernels in their ``PACKED``
+mode, checked against ``bass.ops.packed.reference_attention_packed``):
 
 * host side and registration: the split rule, the registry entry, ``import bass``
   without triton (a subprocess that hides it). No GPU, no interpreter.
@@ -34,10 +36,12 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_ops_packed import EDGE as PACKED_EDGE
+from test_ops_packed import PackedCase, packed_cases
 from test_ops_reference import AttentionCase
 
 import bass
-from bass.ops import reference, triton_fused
+from bass.ops import packed, reference, triton_fused
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -388,3 +392,116 @@ def test_fused_strided_and_expanded_length_tensors(split):
     expanded = [torch.tensor([n], dtype=torch.int32).expand(3) for n in (1, 5)]
     out = triton_fused.fused_attention(q, k, v, *expanded, scale, split=split)
     check_fused(out, one, (q, k, v, q_lens, kv_lens, scale), torch.float32)
+
+
+# --------------------------------------------------------------------------- packed layout
+
+PACKED_CASES = {
+    **PACKED_EDGE,
+    # G = 3 (query rows straddle blocks), rows of 7, 0, 12 and 1 tokens: several blocks
+    # per row, block starts next to a row's end, two padding tokens, three key tiles
+    "blocks_and_tiles": PackedCase(
+        Hkv=1, group=3, S=40, D=16, q_lens=(7, 0, 12, 1), kv_lens=(20, 0, 40, 33), pad=2
+    ),
+}
+
+
+def check_fused_packed(out, case: PackedCase, args, dtype) -> None:
+    """The packed reference's answer within the dtype's tolerance; padding tokens 0."""
+    q, k, v, cu_q_lens, kv_lens, scale = args
+    assert out.shape == (1, case.Hq, case.N, case.D)
+    assert out.dtype == dtype
+    assert out.transpose(1, 2).is_contiguous(), "the output is not stored token-major"
+    assert (out[:, :, sum(case.q_lens) :] == 0).all(), "padding tokens are not 0"
+    expected = packed.reference_attention_packed(
+        *(t.float() for t in (q, k, v)), cu_q_lens, kv_lens, scale
+    )
+    rtol, atol = TOLERANCES[dtype]
+    vmax = float(v.abs().max()) if v.numel() else 1.0
+    torch.testing.assert_close(out.float(), expected, rtol=rtol, atol=atol * vmax)
+
+
+def with_packed_cases(*names):
+    def decorate(test):
+        for name in reversed(names or list(PACKED_CASES)):
+            test = example(case=PACKED_CASES[name])(test)
+        return test
+
+    return decorate
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 3], ids=lambda s: f"split={s}")
+@settings(max_examples=5)
+@with_packed_cases()
+@given(case=packed_cases())
+def test_fused_packed_float32_matches_reference(case, split):
+    args = case.tensors(torch.float32)
+    out = triton_fused.fused_attention_packed(*args, split=split)
+    check_fused_packed(out, case, args, torch.float32)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 2], ids=lambda s: f"split={s}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@settings(max_examples=2)
+@with_packed_cases("worked_example", "prefill", "large_scores")
+@given(case=packed_cases())
+def test_fused_packed_low_precision_matches_reference(case, dtype, split):
+    args = case.tensors(dtype)
+    check_fused_packed(triton_fused.fused_attention_packed(*args, split=split), case, args, dtype)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("split", [None, 3], ids=lambda s: f"split={s}")
+@settings(max_examples=2)
+@with_packed_cases("worked_example", "decode_mixed", "blocks_and_tiles")
+@given(case=packed_cases())
+def test_fused_packed_never_reads_past_kv_len_or_padding_tokens(case, split):
+    """NaN/Inf past kv_len and NaN in the padding tokens' queries change nothing, bit for
+    bit: the kernels never load them."""
+    q, k, v, cu_q_lens, kv_lens, scale = case.tensors(torch.float32)
+    out = triton_fused.fused_attention_packed(q, k, v, cu_q_lens, kv_lens, scale, split=split)
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    q2[:, :, sum(case.q_lens) :] = float("nan")
+    for b, kv_len in enumerate(case.kv_lens):
+        k2[b, :, kv_len:] = float("nan")
+        v2[b, :, kv_len:] = float("inf")
+    out2 = triton_fused.fused_attention_packed(q2, k2, v2, cu_q_lens, kv_lens, scale, split=split)
+    assert not out2.isnan().any()
+    assert torch.equal(out2, out)
+
+
+@needs_interpreter
+@pytest.mark.parametrize(("block_m", "block_n"), [(16, 32), (32, 16), (64, 64)])
+@pytest.mark.parametrize("name", ["blocks_and_tiles", "decode_all"])
+def test_fused_packed_other_tile_shapes(name, block_m, block_n):
+    """Other query blocks move every row's block starts (G * cu[b] // BLOCK_M + b)."""
+    case = PACKED_CASES[name]
+    args = case.tensors(torch.float32)
+    for split in (0, 2):
+        out = triton_fused.fused_attention_packed(
+            *args, split=split, block_m=block_m, block_n=block_n
+        )
+        check_fused_packed(out, case, args, torch.float32)
+
+
+@needs_interpreter
+def test_fused_packed_float64_is_the_reference_and_lengths_may_be_views():
+    args = PACKED_CASES["worked_example"].tensors(torch.float64)
+    expected = packed.reference_attention_packed(*args)
+    assert torch.equal(triton_fused.fused_attention_packed(*args), expected)
+    case = PACKED_CASES["blocks_and_tiles"]
+    q, k, v, cu_q_lens, kv_lens, scale = case.tensors(torch.float32)
+    both = torch.stack([cu_q_lens[:-1], torch.cat([kv_lens])], 1)  # [B, 2]: stride 2
+    views = (torch.cat([both[:, 0], cu_q_lens[-1:]]), both[:, 1])  # cu is a copy, kv a view
+    out = triton_fused.fused_attention_packed(q, k, v, *views, scale)
+    check_fused_packed(out, case, (q, k, v, cu_q_lens, kv_lens, scale), torch.float32)
+
+
+def test_fused_packed_is_registered_for_cuda_only_and_not_in_auto():
+    impl = packed._PACKED["fused"]
+    assert impl.op is triton_fused.fused_attention_packed
+    assert impl.devices == ("cuda",) and not impl.in_auto
+    assert impl.available() == (HAS_TRITON and torch.cuda.is_available())
+    assert packed.resolve_packed_implementation("auto", torch.device("cuda")).name != "fused"

@@ -23,12 +23,15 @@ from bass.ops import reference, triton_fused
 
 # --------------------------------------------------------------------------- sm_90 builds
 
-# The configurations _tiles picks for typical shapes: (dtype, D, G, T, split path).
+# The configurations _tiles picks for typical shapes: (dtype, D, G, T, split path,
+# packed layout); T is the (average) tokens per row.
 SM90_BUILDS = [
-    ("bf16", 128, 4, 8, False),  # speculative decoding, GQA
-    ("bf16", 128, 8, 8, True),  # a 64 x 128 tile
-    ("fp16", 256, 8, 64, True),  # prefill tile, largest head dim
-    ("fp32", 80, 2, 5, True),  # exact fp32 dots, non-power-of-two D
+    ("bf16", 128, 4, 8, False, False),  # speculative decoding, GQA
+    ("bf16", 128, 8, 8, True, False),  # a 64 x 128 tile
+    ("fp16", 256, 8, 64, True, False),  # prefill tile, largest head dim
+    ("fp32", 80, 2, 5, True, False),  # exact fp32 dots, non-power-of-two D
+    ("bf16", 128, 4, 5, False, True),  # packed verify pass, GQA
+    ("bf16", 64, 3, 1, True, True),  # packed decode, G = 3 (SmolLM2), split-KV
 ]
 
 
@@ -68,8 +71,8 @@ def stack_bytes(compiled, tmp_path) -> int | None:
 
 
 @pytest.mark.skipif(INTERPRETED, reason="needs the compiled (not interpreted) kernels")
-@pytest.mark.parametrize(("dtype", "D", "G", "T", "split"), SM90_BUILDS, ids=str)
-def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, tmp_path):
+@pytest.mark.parametrize(("dtype", "D", "G", "T", "split", "packed"), SM90_BUILDS, ids=str)
+def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, packed, tmp_path):
     """What the interpreter cannot show: the kernels pass Triton's GPU compiler for
     Hopper with the tiles _tiles picks, fit in shared memory and do not spill."""
     pytest.importorskip("triton")
@@ -77,9 +80,10 @@ def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, tmp_path):
         G * T, D, fp32=dtype == "fp32", interpret=False
     )
     types = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}"}
-    types |= {"q_lens": "*i32", "kv_lens": "*i32", "PartOut": "*fp32", "PartLse": "*fp32"}
-    types["qk_scale"] = "fp32"
+    types |= {"q_lens": "*i32", "kv_lens": "*i32", "cu_q_lens": "*i32"}
+    types |= {"PartOut": "*fp32", "PartLse": "*fp32", "qk_scale": "fp32"}
     constexprs = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "G": G, "SPLIT": split}
+    constexprs |= {"PACKED": packed, "BLOCK_B": 16 if packed else 1}
     constexprs |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd}
     constexprs |= {"UPCAST_DOT": False, "IEEE_FP32": dtype == "fp32"}
     fwd = compile_for_sm90(
