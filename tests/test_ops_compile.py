@@ -170,6 +170,85 @@ def test_transposed_queries_compile_with_inductor(impl):
         torch.library.opcheck(op, (q.transpose(1, 2), k, v, *lens, SCALE))
 
 
+# --------------------------------------------------------------------------- packed
+
+
+def packed_layer(k_cache, v_cache, k_bnhd, v_bnhd, cu_q_lens, cache_lens, q_bnhd, impl):
+    """An HF decoder layer's attention in a packed pass: the projections hand over
+    ``[1, N, H, D]`` buffers seen as ``[1, H, N, D]``; append, attend, and transpose the
+    token-major output back to ``[1, N, Hq * D]`` (free when the strides are right)."""
+    q, k_new, v_new = (t.transpose(1, 2) for t in (q_bnhd, k_bnhd, v_bnhd))
+    torch.ops.bass.kv_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
+    kv_lens = cache_lens + (cu_q_lens[1:] - cu_q_lens[:-1])
+    out = torch.ops.bass.ragged_attention_packed(
+        q, k_cache, v_cache, cu_q_lens, kv_lens, SCALE, impl
+    )
+    return out.transpose(1, 2).reshape(1, q.shape[2], -1) * 2
+
+
+def packed_inputs(q_lens, pad: int = 0, seed: int = 0):
+    """Rows bringing ``q_lens`` tokens after ``CACHE_LENS`` cached, ``pad`` padding tokens."""
+    N = sum(q_lens) + pad
+    g = torch.Generator().manual_seed(seed)
+    k_cache = torch.randn(B, HKV, S, D, generator=g)
+    v_cache = torch.randn(B, HKV, S, D, generator=g)
+    k_new, v_new = torch.randn(1, N, HKV, D, generator=g), torch.randn(1, N, HKV, D, generator=g)
+    q = torch.randn(1, N, HQ, D, generator=g)
+    cu = torch.tensor([0, q_lens[0], q_lens[0] + q_lens[1]], dtype=torch.int32)
+    cache_lens = torch.tensor(CACHE_LENS, dtype=torch.int32)
+    return k_cache, v_cache, k_new, v_new, cu, cache_lens, q
+
+
+@pytest.mark.parametrize("impl", ["auto", "reference", "sdpa"])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_packed_append_then_attend_compiles_fullgraph_and_matches_eager(backend, impl):
+    counter = CompileCounter()
+
+    def count_then(gm, example_inputs):  # counts graphs, then the backend under test
+        counter(gm, example_inputs)
+        return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
+
+    compiled = torch.compile(packed_layer, fullgraph=True, backend=count_then)
+    with torch.no_grad():
+        for q_lens, pad, seed in (((3, 1), 0, 0), ((0, 2), 2, 1), ((2, 2), 0, 2)):
+            args = packed_inputs(q_lens, pad, seed)  # N = 4 each time: one graph
+            mine, theirs = [a.clone() for a in args], [a.clone() for a in args]
+            out = compiled(*mine, impl)
+            torch.testing.assert_close(out, packed_layer(*theirs, impl), rtol=1e-5, atol=1e-6)
+            assert torch.equal(mine[0], theirs[0]) and torch.equal(mine[1], theirs[1])
+            assert (out[0, sum(q_lens) :] == 0).all()  # padding tokens
+    assert counter.frame_count == 1  # new lengths, same shapes: no recompile
+
+
+def test_packed_explain_reports_one_graph_and_functionalized_append():
+    explanation = torch._dynamo.explain(packed_layer)(*packed_inputs((3, 1)), "auto")
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(
+        packed_layer, fullgraph=True, backend=aot_autograd(fw_compiler=keep_graph)
+    )
+    with torch.no_grad():
+        compiled(*packed_inputs((3, 1)), "auto")
+    calls = [n for n in graphs[0].graph.nodes if n.op == "call_function"]
+    targets = [n.target for n in calls]
+    assert torch.ops.bass.ragged_attention_packed.default in targets, targets
+    functionalizers = (
+        torch.ops.higher_order.auto_functionalized,
+        torch.ops.higher_order.auto_functionalized_v2,
+    )
+    functionalized = [n.args[0] for n in calls if n.target in functionalizers]
+    assert functionalized == [torch.ops.bass.kv_append_packed.default], targets
+
+
 # --------------------------------------------------------------------------- CUDA
 
 

@@ -90,12 +90,82 @@ def test_opcheck_kv_append(pattern, dtype):
     )
 
 
+# the packed ops: name -> (q_lens, kv_lens, cache_lens, padding tokens); S = 8
+PACKED_PATTERNS = {
+    "worked_example": ((3, 0, 2), (7, 4, 2), (4, 4, 0), 3),  # rows of 3, 0, 2 tokens; N = 8
+    "decode": ((1, 1, 1), (5, 6, 6), (4, 5, 7), 0),
+    "all_empty": ((0, 0, 0), (0, 3, 8), (0, 3, 8), 2),
+    "prefill": ((2, 2, 1), (2, 2, 1), (6, 0, 7), 0),
+}
+PACKED_S = 8
+
+
+def packed_attention_args(q_lens, kv_lens, pad, dtype=torch.float32):
+    """HF's layout: q a transposed view of a [1, N, Hq, D] buffer."""
+    g = torch.Generator().manual_seed(2)
+    N, B = sum(q_lens) + pad, len(q_lens)
+    q = torch.randn(1, N, HQ, D, generator=g, dtype=dtype).transpose(1, 2)
+    k = torch.randn(B, HKV, PACKED_S, D, generator=g, dtype=dtype)
+    v = torch.randn(B, HKV, PACKED_S, D, generator=g, dtype=dtype)
+    cu = lens([sum(q_lens[:b]) for b in range(B + 1)])
+    return q, k, v, cu, lens(kv_lens), SCALE
+
+
+def packed_append_args(q_lens, cache_lens, pad, dtype=torch.float32):
+    g = torch.Generator().manual_seed(3)
+    N, B = sum(q_lens) + pad, len(q_lens)
+    k_cache = torch.randn(B, HKV, PACKED_S, D, generator=g, dtype=dtype)
+    v_cache = torch.randn(B, HKV, PACKED_S, D, generator=g, dtype=dtype)
+    k_new = torch.randn(1, N, HKV, D, generator=g, dtype=dtype).transpose(1, 2)
+    v_new = torch.randn(1, N, HKV, D, generator=g, dtype=dtype).transpose(1, 2)
+    cu = lens([sum(q_lens[:b]) for b in range(B + 1)])
+    return k_cache, v_cache, k_new, v_new, cu, lens(cache_lens)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("pattern", list(PACKED_PATTERNS))
+@pytest.mark.parametrize("impl", ["auto", "reference", "sdpa"])
+def test_opcheck_ragged_attention_packed(impl, pattern, dtype):
+    q_lens, kv_lens, _, pad = PACKED_PATTERNS[pattern]
+    args = packed_attention_args(q_lens, kv_lens, pad, dtype)
+    assert_opcheck_passes(torch.ops.bass.ragged_attention_packed.default, args, {"impl": impl})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("pattern", list(PACKED_PATTERNS))
+def test_opcheck_kv_append_packed(pattern, dtype):
+    q_lens, _, cache_lens, pad = PACKED_PATTERNS[pattern]
+    args = packed_append_args(q_lens, cache_lens, pad, dtype)
+    assert_opcheck_passes(torch.ops.bass.kv_append_packed.default, args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("impl", ["auto", "reference", "fused"])
+def test_opcheck_packed_ops_on_cuda(impl):
+    if impl != "auto" and impl not in bass.ops.packed.packed_implementations("cuda"):
+        pytest.skip(f"impl {impl} is not available in this process")
+    q_lens, kv_lens, cache_lens, pad = PACKED_PATTERNS["worked_example"]
+    args = packed_attention_args(q_lens, kv_lens, pad, torch.bfloat16)
+    args = [t.cuda() if isinstance(t, torch.Tensor) else t for t in args]
+    assert_opcheck_passes(torch.ops.bass.ragged_attention_packed.default, args, {"impl": impl})
+    append = [t.cuda() for t in packed_append_args(q_lens, cache_lens, pad, torch.bfloat16)]
+    assert_opcheck_passes(torch.ops.bass.kv_append_packed.default, append)
+
+
 @pytest.mark.parametrize("pattern", list(LENGTH_PATTERNS))
 def test_length_patterns_are_valid(pattern):
     """The patterns above are inside the contract (else opcheck would test error paths)."""
     q_lens, kv_lens, cache_lens, new_lens = LENGTH_PATTERNS[pattern]
     attention(*attention_args(q_lens, kv_lens))
     bass.ops.kv_append(*append_args(cache_lens, new_lens))
+
+
+@pytest.mark.parametrize("pattern", list(PACKED_PATTERNS))
+def test_packed_patterns_are_valid(pattern):
+    q_lens, kv_lens, cache_lens, pad = PACKED_PATTERNS[pattern]
+    bass.ops.ragged_attention_packed(*packed_attention_args(q_lens, kv_lens, pad))
+    bass.ops.kv_append_packed(*packed_append_args(q_lens, cache_lens, pad))
 
 
 # --------------------------------------------------------------------------- attention errors
