@@ -134,14 +134,27 @@ class RandomRows:
         pass
 
 
-@pytest.mark.parametrize("policy", ["adaptive", "random-rows"])
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize(
+    "drafter,policy",
+    [
+        ("model", "adaptive"),
+        ("model", "adaptive-confidence"),
+        ("model", "random-rows"),
+        ("ngram", "adaptive"),
+        ("ngram", "random-rows"),
+    ],
+)
 def test_per_row_draft_lengths_keep_the_distribution(pair, drafter, policy):
-    """Per-row lengths (the default policy's, and random ones) with either drafter:
-    bass.testing's check against the exact distribution."""
+    """Per-row lengths (the default policy's, with and without its draft-confidence stop,
+    and random ones) with either drafter: bass.testing's check against the exact
+    distribution."""
     main, draft = pair
-    p = RandomRows() if policy == "random-rows" else policy
-    gen = Generator(main, draft if drafter == "model" else "ngram", policy=p)
+    p, opts = {
+        "adaptive": ("adaptive", None),
+        "adaptive-confidence": ("adaptive", {"draft_confidence": 1}),
+        "random-rows": (RandomRows(), None),
+    }[policy]
+    gen = Generator(main, draft if drafter == "model" else "ngram", policy=p, policy_options=opts)
     testing.assert_distribution_equivalent(
         gen, main, PROMPT, L, rows=N, alpha=ALPHA, seed=7, temperature=0.9
     )

@@ -23,6 +23,7 @@ can roll its state back.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 
@@ -149,6 +150,8 @@ class ModelDrafter:
         R, K = len(slots), max(k_rows)
         device = self.cache.lens.device
         keep_fn = getattr(policy, "keep_drafting", None)
+        # a keep_drafting(probs, index, rows=...) learns which active row each probs row is
+        keep_rows = keep_fn is not None and "rows" in inspect.signature(keep_fn).parameters
         tokens = torch.zeros(R, K, dtype=torch.long, device=device)
         probs_out = None  # [R, K, V] when sampling, allocated at the first pass
         bad = torch.zeros(R, dtype=torch.bool, device=device)
@@ -187,7 +190,8 @@ class ModelDrafter:
                 probs_out[index, j] = probs
             tokens[index, j] = tok
             if keep_fn is not None:  # per-row early stop: a refused token is not proposed
-                keep = keep_fn(probs, j).to(device)
+                keep = keep_fn(probs, j, rows=order) if keep_rows else keep_fn(probs, j)
+                keep = keep.to(device)
                 ok = keep.tolist()  # host read: which rows go on (only with keep_drafting)
             else:
                 ok = [True] * len(order)

@@ -50,6 +50,13 @@ Estimates, all measured online from the step statistics the engine reports:
   tokens); ``t_host``: the wall time between updates minus the measured draft and verify
   time.
 
+Draft-model confidence (option ``draft_confidence=1``): while drafting, a row stops
+once the calibrated chance that its tokens so far are all accepted falls below the gain
+of the plan's last token (the price one more token must beat). The calibration maps the
+draft's top-1 probability, per decile, to the acceptance measured for it, starting from
+the probability itself. It needs each pass's confidences on the host (a device sync per
+draft pass), so it is off by default.
+
 Caps: ``cap_r = min(k_max, ctx.max_draft[r], ctx.available[r])`` (what the n-gram lookup
 found). A row that had something to draft but was given 0 for ``probe_every`` steps
 drafts one token, so its estimate cannot go stale for good; the interval doubles (up to
@@ -157,6 +164,13 @@ class AdaptivePolicy(OptionsMixin):
     prior_alpha: float = option(
         0.5, "acceptance assumed before any is measured", kind=float, low=0, high=1
     )
+    draft_confidence: int = option(
+        0,
+        "1: with a draft model, stop a row when its draft's confidence says the next token "
+        "is not worth verifying (costs a host read per draft pass)",
+        low=0,
+        high=1,
+    )
     probe_every: int = option(
         8, "a row left at k=0 this many steps (with something to draft) drafts 1 token", low=1
     )
@@ -176,6 +190,12 @@ class AdaptivePolicy(OptionsMixin):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.cost = VerifyCost(self.ema)
+        self.price = math.inf
+        self.calibration: dict[int, list[float]] = {}  # confidence decile -> [succ, trials]
+        self.confs: dict[int, list[float]] = {}  # this step: row position -> confidences
+        self.survival: dict[int, float] = {}
+        if self.draft_confidence:  # the engine looks the hook up on the instance
+            self.keep_drafting = self._keep_drafting
 
     # ----------------------------------------------------------------- estimates
 
@@ -228,6 +248,7 @@ class AdaptivePolicy(OptionsMixin):
         if ctx.available is not None:
             caps = [min(c, a) for c, a in zip(caps, ctx.available, strict=True)]
         self.last = dict(zip(ctx.rows, signal, strict=True))
+        self.confs, self.survival, self.price = {}, {}, math.inf
         if R == 0 or not any(caps):
             return [0] * R
         if self.steps == 0:  # 1) plain decoding: C(R)
@@ -277,13 +298,41 @@ class AdaptivePolicy(OptionsMixin):
                     best_rate, best_m, best_depth = rate, m, depth
         ks = [0] * R
         taken = 0
-        for _, r, j in gains:
+        self.price = math.inf  # the smallest gain taken: what one more token must beat
+        for g, r, j in gains:
             if taken == best_m:
                 break
             if j <= best_depth:
                 ks[r] = max(ks[r], j)
                 taken += 1
+                self.price = g
         return ks
+
+    # ----------------------------------------------------------------- confidence
+
+    def _calibrated(self, conf: float) -> float:
+        """P(a draft token is accepted | the draft gave it probability ``conf``): per
+        confidence decile, successes over trials shrunk towards ``conf`` itself."""
+        s, t = self.calibration.get(min(int(conf * 10), 9), (0.0, 0.0))
+        w = self.prior_trials
+        return (s + w * conf) / (t + w)
+
+    def _keep_drafting(self, probs, index: int, rows=None):
+        """Per-row early stop from the draft model's confidence (option
+        ``draft_confidence``): a row goes on drafting while the calibrated chance that
+        all its tokens so far are accepted is still worth the price of the plan's last
+        token (``self.price``). ``rows``: each probs row's position in this step's rows."""
+        import torch
+
+        conf = probs.float().amax(dim=-1).tolist()  # host read (once per draft pass)
+        rows = list(range(len(conf))) if rows is None else list(rows)
+        keep = []
+        for r, c in zip(rows, conf, strict=True):
+            self.confs.setdefault(r, []).append(c)
+            survive = self.survival.get(r, 1.0) * self._calibrated(c)
+            self.survival[r] = survive
+            keep.append(survive >= self.price)
+        return torch.tensor(keep, device=probs.device)
 
     # ----------------------------------------------------------------- learning
 
@@ -307,7 +356,11 @@ class AdaptivePolicy(OptionsMixin):
             self.draft_fit = [_ema(o, n, w) for o, n in zip(self.draft_fit, obs, strict=True)]
         rows = stats.rows if stats.rows is not None else range(stats.num_rows)
         pairs = zip(rows, stats.accepted_list(), stats.drafted_list(), strict=True)
-        for row, x, d in pairs:
+        for r, (row, x, d) in enumerate(pairs):
+            # draft confidence calibration: tokens before x accepted, token x rejected
+            for i, c in enumerate(self.confs.get(r, ())[: min(x + 1, d)]):
+                cs, ct = self.calibration.get(min(int(c * 10), 9), (0.0, 0.0))
+                self.calibration[min(int(c * 10), 9)] = [cs + (i < x), ct + 1.0]
             if d == 0:
                 continue
             sig = self.last.get(row, 0)

@@ -190,6 +190,9 @@ class DraftLengthPolicy(Protocol):
     nothing more this step, so ``StepStats.drafted`` reports each row's count (``index``
     for a row stopped there). The call is made at every position, the last included.
     ``keep_drafting`` must not sync the device (no ``.item()``), so drafting stays async.
+    A ``keep_drafting`` with a ``rows`` keyword parameter also gets, for each row of
+    ``probs``, its position among this step's active rows (the order of
+    ``DraftContext.rows`` and ``StepStats.rows``), to keep per-row state.
 
     Optional, per-row draft lengths: a policy may define ``draft_lengths(ctx:
     DraftContext) -> Sequence[int]``, one length per active row (``0``: the row only
