@@ -9,6 +9,7 @@ valid lengths themselves (the engine's hot loop does).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -284,27 +285,34 @@ def check_packed_append_metadata(k_cache, v_cache, k_new, v_new, cu_q_lens, cach
     )
 
 
-def _packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) -> None:
-    if not (_CHECK_LENGTHS and _is_concrete(cu_q_lens) and _is_concrete(lens)):
+def _packed_lengths(
+    op: str, cu_q_lens, lens, N: int, S: int, lens_name: str, concrete: bool
+) -> None:
+    if not _CHECK_LENGTHS:
+        return
+    if not (concrete or (_is_concrete(cu_q_lens) and _is_concrete(lens))):
         return
     cu, ln = cu_q_lens.tolist(), lens.tolist()  # the one host read of the lengths
     if cu[0] != 0:
         raise ValueError(
             f"{op}: cu_q_lens[0] must be 0 (row 0's tokens start the pass), got {cu[0]}"
         )
-    for b in range(len(ln)):
-        if cu[b + 1] < cu[b]:
-            raise ValueError(
-                f"{op}: cu_q_lens must be non-decreasing, but cu_q_lens[{b + 1}] = "
-                f"{cu[b + 1]} < cu_q_lens[{b}] = {cu[b]}"
-            )
+    q_lens = [e - a for a, e in itertools.pairwise(cu)]
+    if min(q_lens, default=0) < 0:
+        b = next(b for b, n in enumerate(q_lens) if n < 0)
+        raise ValueError(
+            f"{op}: cu_q_lens must be non-decreasing, but cu_q_lens[{b + 1}] = "
+            f"{cu[b + 1]} < cu_q_lens[{b}] = {cu[b]}"
+        )
     if cu[-1] > N:
         raise ValueError(
             f"{op}: cu_q_lens[B] = {cu[-1]} tokens but the pass has N = {N} "
             f"({'q' if lens_name == 'kv_lens' else 'k_new'}.shape[2]); tokens past "
             "cu_q_lens[B] are padding, the rows' tokens must fit in N"
         )
-    if lens_name == "kv_lens":
+    if lens_name == "kv_lens":  # the common case first: one pass, no error
+        if max(ln, default=0) <= S and all(n <= x for n, x in zip(q_lens, ln)):
+            return
         conds = (
             (lambda n, x: x > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
             (
@@ -314,6 +322,8 @@ def _packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) ->
             ),
         )
     else:
+        if min(ln, default=0) >= 0 and all(n + x <= S for n, x in zip(q_lens, ln)):
+            return
         conds = (
             (lambda n, x: x < 0, "cache_lens[b] >= 0"),
             (
@@ -322,8 +332,7 @@ def _packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) ->
             ),
         )
     for cond, what in conds:
-        for b, x in enumerate(ln):
-            n = cu[b + 1] - cu[b]
+        for b, (n, x) in enumerate(zip(q_lens, ln)):
             if cond(n, x):
                 raise ValueError(
                     f"{op}: row {b} has q_len={n} (cu_q_lens[{b}:{b + 2}] = "
@@ -331,16 +340,17 @@ def _packed_lengths(op: str, cu_q_lens, lens, N: int, S: int, lens_name: str) ->
                 )
 
 
-def check_packed_attention_lengths(cu_q_lens, kv_lens, N: int, S: int) -> None:
+def check_packed_attention_lengths(cu_q_lens, kv_lens, N: int, S: int, concrete=False) -> None:
     """Range checks of ``ragged_attention_packed``'s lengths (one host read), when length
-    checks are on and the tensors are concrete."""
-    _packed_lengths("ragged_attention_packed", cu_q_lens, kv_lens, N, S, "kv_lens")
+    checks are on and the tensors are concrete (``concrete=True``: the caller knows, as a
+    backend kernel does)."""
+    _packed_lengths("ragged_attention_packed", cu_q_lens, kv_lens, N, S, "kv_lens", concrete)
 
 
-def check_packed_append_lengths(cu_q_lens, cache_lens, N: int, S: int) -> None:
-    """Range checks of ``kv_append_packed``'s lengths (one host read), when length checks
-    are on and the tensors are concrete."""
-    _packed_lengths("kv_append_packed", cu_q_lens, cache_lens, N, S, "cache_lens")
+def check_packed_append_lengths(cu_q_lens, cache_lens, N: int, S: int, concrete=False) -> None:
+    """Range checks of ``kv_append_packed``'s lengths, as
+    :func:`check_packed_attention_lengths`."""
+    _packed_lengths("kv_append_packed", cu_q_lens, cache_lens, N, S, "cache_lens", concrete)
 
 
 def check_packed_attention_inputs(q, k, v, cu_q_lens, kv_lens, scale) -> None:

@@ -184,6 +184,8 @@ GATHER_BUDGET = 1 << 25
 def reference_attention_packed(q, k, v, cu_q_lens, kv_lens, scale: float) -> torch.Tensor:
     """The oracle: each token's row of ``k``/``v`` gathered next to it, one masked
     softmax per (token, head) over all ``S`` slots, in float32 (float64 stays float64).
+    Memory and time grow with ``N * S`` (each token reads its whole cache row): an
+    oracle, and CUDA's fallback until a kernel is cleared for ``auto`` there.
     Vectorised over tokens and heads, in chunks of tokens that keep the gathered keys
     under :data:`GATHER_BUDGET` elements; no host read on any device.
 
@@ -203,22 +205,25 @@ def reference_attention_packed(q, k, v, cu_q_lens, kv_lens, scale: float) -> tor
     cu = cu_q_lens.to(torch.long)
     q_len = (cu[1:] - cu[:-1]).index_select(0, row)  # [N]: the token's row's q_len
     pos = kv_lens.to(torch.long).index_select(0, row) - q_len + i  # [N] absolute position
-    # token j sees keys 0..pos[j] of its row: within kv_len, so a NaN left in a slot past
-    # a row's length is masked out of the scores and zeroed out of the values below
-    allowed = (torch.arange(S, device=q.device) <= pos[:, None]) & live[:, None]  # [N, S]
+    # token j sees keys 0..pos[j] of its row, all within kv_len: a NaN left in a slot
+    # past a row's length is masked out of the scores, and zeroed out of the values
+    # (its zero weight would not do: 0 * NaN is NaN)
+    slot = torch.arange(S, device=q.device)
+    allowed = (slot <= pos[:, None]) & live[:, None]  # [N, S]
+    zero = torch.zeros((), dtype=cdt, device=q.device)
+    in_row = (slot < kv_lens.to(torch.long)[:, None])[:, None, :, None]  # [B, 1, S, 1]
+    v = torch.where(in_row, v.to(cdt), zero)  # [B, Hkv, S, D]
     qt = q[0].transpose(0, 1).reshape(N, Hkv, G, D)  # [N, Hkv, G, D]
     chunk = max(1, GATHER_BUDGET // (Hkv * S * D))
-    zero = torch.zeros((), dtype=cdt, device=q.device)
     for start in range(0, N, chunk):  # shapes only: the same chunks on every call
         stop = min(start + chunk, N)
         rows, seen = row[start:stop], allowed[start:stop, None, None, :]  # [n, 1, 1, S]
         kt = k.index_select(0, rows).to(cdt)  # [n, Hkv, S, D]
-        vt = v.index_select(0, rows).to(cdt)
+        vt = v.index_select(0, rows)
         scores = torch.matmul(qt[start:stop].to(cdt), kt.transpose(-1, -2)) * scale
         scores = scores.masked_fill(~seen, float("-inf"))  # [n, Hkv, G, S]
         # a padding token sees no key: softmax gives NaN there; the contract says 0
         probs = torch.where(seen, torch.softmax(scores, dim=-1), zero)
-        vt = torch.where(allowed[start:stop, None, :, None], vt, zero)  # 0 * NaN is NaN
         o = torch.matmul(probs, vt)  # [n, Hkv, G, D]
         out[0, start:stop] = o.reshape(stop - start, Hq, D).to(q.dtype)
     return out.transpose(1, 2)
@@ -439,8 +444,8 @@ def _attention(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
         fn = _remember(_DECISIONS, key, resolve_packed_implementation(impl, q.device).op)
     elif not math.isfinite(scale):
         check_scale(scale)
-    if checks._CHECK_LENGTHS:
-        check_packed_attention_lengths(cu_q_lens, kv_lens, q.shape[2], k.shape[2])
+    if checks._CHECK_LENGTHS:  # a backend kernel: the tensors hold data
+        check_packed_attention_lengths(cu_q_lens, kv_lens, q.shape[2], k.shape[2], True)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         check_no_grad("bass.ragged_attention_packed", q=q, k=k, v=v)
     return fn(q, k, v, cu_q_lens, kv_lens, scale)
@@ -462,7 +467,7 @@ def _append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
         cpu = k_cache.device.type == "cpu"
         fn = _remember(_DECISIONS, key, cpu_append_packed if cpu else reference_append_packed)
     if checks._CHECK_LENGTHS:
-        check_packed_append_lengths(cu_q_lens, cache_lens, k_new.shape[2], k_cache.shape[2])
+        check_packed_append_lengths(cu_q_lens, cache_lens, k_new.shape[2], k_cache.shape[2], True)
     if torch.is_grad_enabled() and (k_new.requires_grad or v_new.requires_grad):
         check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
     fn(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)
