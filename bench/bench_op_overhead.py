@@ -15,9 +15,19 @@ wrapper, no checks), the plain function ``bass.ops.reference.ragged_attention`` 
 dispatcher: the baseline, ratio 1) and, for scale, a plain
 ``torch.nn.functional.scaled_dot_product_attention`` on the same tensors (GQA, no mask:
 it computes less than the ragged op). For ``kv_append``: the op, its Python wrapper and
-the plain ``bass.ops.reference.kv_append`` (the baseline). Default grad mode, no
-``torch.no_grad``; inputs do not require grad; one torch thread (``--threads`` to change;
-see :data:`THREADS`).
+the plain ``bass.ops.reference.kv_append`` (the baseline).
+
+The packed forms (what the engine calls, twice per layer per pass): the same rows as one
+flat batch of ``N = sum(q_lens)`` tokens, the queries and new keys transposed views as a
+Hugging Face decoder hands them over. ``ragged_attention_packed`` is timed against the
+plain function ``impl=auto`` runs on CPU (``bass.ops.packed.sdpa_attention_packed``, the
+baseline), so ``overhead µs`` is what dispatch, checks and the implementation choice
+cost; ``kv_append_packed`` against its plain CPU function likewise. Both also on an
+empty pass (every row brings no token, ``N = 0``), where the plain functions do almost
+nothing: the op's time there is its fixed cost per call.
+
+Default grad mode, no ``torch.no_grad``; inputs do not require grad; one torch thread
+(``--threads`` to change; see :data:`THREADS`).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark as torch_benchmark
 
 import bass
-from bass.ops import reference
+from bass.ops import packed, reference
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULT_NAME = "cpu_op_overhead"
@@ -56,6 +66,14 @@ THREADS = 1
 
 ATTENTION_BASELINE = "bass.ops.reference.ragged_attention (plain Python)"
 APPEND_BASELINE = "bass.ops.reference.kv_append (plain Python)"
+PACKED_ATTENTION_BASELINE = "bass.ops.packed.sdpa_attention_packed (plain Python)"
+PACKED_APPEND_BASELINE = "bass.ops.packed.cpu_append_packed (plain Python)"
+BASELINES = {
+    "ragged_attention": ATTENTION_BASELINE,
+    "kv_append": APPEND_BASELINE,
+    "ragged_attention_packed": PACKED_ATTENTION_BASELINE,
+    "kv_append_packed": PACKED_APPEND_BASELINE,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,13 +81,14 @@ class Call:
     """One timed call: ``fn()`` runs it; ``length_checks`` is the setting it runs under."""
 
     label: str
-    group: str  # "ragged_attention" or "kv_append"
+    group: str  # a key of BASELINES
     fn: Callable[[], object]
     length_checks: bool = True
+    against: str | None = None  # the baseline's label, if not the group's
 
     @property
     def baseline(self) -> str:
-        return ATTENTION_BASELINE if self.group == "ragged_attention" else APPEND_BASELINE
+        return self.against or BASELINES[self.group]
 
 
 def make_inputs(shape: str, seed: int = 0) -> dict[str, torch.Tensor | float]:
@@ -80,6 +99,9 @@ def make_inputs(shape: str, seed: int = 0) -> dict[str, torch.Tensor | float]:
     # Row b has q_len in 1..T and a cache of between half and all of S (and >= q_len).
     q_lens = torch.tensor([1 + b % T for b in range(B)], dtype=torch.int32)
     kv_lens = torch.tensor([S - (b * S) // (2 * B) for b in range(B)], dtype=torch.int32)
+    N = int(q_lens.sum())
+    cu_q_lens = torch.zeros(B + 1, dtype=torch.int32)
+    cu_q_lens[1:] = q_lens.cumsum(0)
     return {
         "q": torch.randn(B, Hq, T, D, generator=g),
         "k": torch.randn(B, Hkv, S, D, generator=g),
@@ -91,6 +113,11 @@ def make_inputs(shape: str, seed: int = 0) -> dict[str, torch.Tensor | float]:
         "v_new": torch.randn(B, Hkv, T, D, generator=g),
         "cache_lens": kv_lens - q_lens,  # the append ends where the attention's keys end
         "new_lens": q_lens,
+        # packed: [1, N, H, D] buffers seen as [1, H, N, D], as a HF decoder passes them
+        "q_packed": torch.randn(1, N, Hq, D, generator=g).transpose(1, 2),
+        "k_new_packed": torch.randn(1, N, Hkv, D, generator=g).transpose(1, 2),
+        "v_new_packed": torch.randn(1, N, Hkv, D, generator=g).transpose(1, 2),
+        "cu_q_lens": cu_q_lens,
     }
 
 
@@ -132,6 +159,67 @@ def make_calls(x: dict) -> list[Call]:
             "bass.ops.kv_append (Python wrapper)", "kv_append", lambda: bass.ops.kv_append(*append)
         ),
         Call(APPEND_BASELINE, "kv_append", lambda: reference.kv_append(*append)),
+        *make_packed_calls(x),
+    ]
+
+
+def make_packed_calls(x: dict) -> list[Call]:
+    """The packed ops' calls on inputs ``x`` (the same rows, one flat batch)."""
+    k, v, kv_lens, scale, cu = (x[n] for n in ("k", "v", "kv_lens", "scale", "cu_q_lens"))
+    attention = (x["q_packed"], k, v, cu, kv_lens, scale)
+    append = (k, v, x["k_new_packed"], x["v_new_packed"], cu, x["cache_lens"])
+    group, append_group = "ragged_attention_packed", "kv_append_packed"
+    op, append_op = torch.ops.bass.ragged_attention_packed, torch.ops.bass.kv_append_packed
+    B = k.shape[0]  # an empty pass: no row brings a token
+    none = torch.zeros(B + 1, dtype=torch.int32)
+    empty_q = x["q_packed"][:, :, :0]
+    empty_new = x["k_new_packed"][:, :, :0]
+    attention_empty = (empty_q, k, v, none, kv_lens, scale)
+    append_empty = (k, v, empty_new, empty_new, none, x["cache_lens"])
+    fn_empty = "bass.ops.packed.sdpa_attention_packed (plain Python, empty pass)"
+    append_fn_empty = "bass.ops.packed.cpu_append_packed (plain Python, empty pass)"
+    return [
+        Call("torch.ops.bass.ragged_attention_packed (impl=auto)", group, lambda: op(*attention)),
+        Call(
+            "torch.ops.bass.ragged_attention_packed (impl=auto, length_checks off)",
+            group,
+            lambda: op(*attention),
+            length_checks=False,
+        ),
+        Call(
+            PACKED_ATTENTION_BASELINE,
+            group,
+            lambda: packed.sdpa_attention_packed(*attention),
+        ),
+        Call(
+            "bass.ops.packed.reference_attention_packed (plain Python)",
+            group,
+            lambda: packed.reference_attention_packed(*attention),
+        ),
+        Call("torch.ops.bass.kv_append_packed", append_group, lambda: append_op(*append)),
+        Call(
+            "torch.ops.bass.kv_append_packed (length_checks off)",
+            append_group,
+            lambda: append_op(*append),
+            length_checks=False,
+        ),
+        Call(PACKED_APPEND_BASELINE, append_group, lambda: packed.cpu_append_packed(*append)),
+        Call(
+            "torch.ops.bass.ragged_attention_packed (empty pass, length_checks off)",
+            group,
+            lambda: op(*attention_empty),
+            length_checks=False,
+            against=fn_empty,
+        ),
+        Call(fn_empty, group, lambda: packed.sdpa_attention_packed(*attention_empty)),
+        Call(
+            "torch.ops.bass.kv_append_packed (empty pass, length_checks off)",
+            append_group,
+            lambda: append_op(*append_empty),
+            length_checks=False,
+            against=append_fn_empty,
+        ),
+        Call(append_fn_empty, append_group, lambda: packed.cpu_append_packed(*append_empty)),
     ]
 
 
@@ -206,6 +294,7 @@ def measure(
                 "blocks": len(blocks[call.label]),
                 "baseline": call.baseline,
                 "ratio_vs_baseline": medians[call.label] / medians[call.baseline],
+                "overhead_us": (medians[call.label] - medians[call.baseline]) * 1e6,
             }
             for call in calls
         ]
@@ -252,9 +341,14 @@ def to_markdown(rows: list[dict], info: dict, command: str) -> str:
         "",
         "Median wall time per call (`torch.utils.benchmark.Timer`, float32, default grad "
         "mode; the calls are timed round-robin in several rounds and the median is over all "
-        "timed blocks). Ratio: against the plain-Python reference function of the same op "
-        "(`bass.ops.reference.ragged_attention` or `bass.ops.reference.kv_append`) on the same "
-        "shape. SDPA computes unmasked GQA attention over the whole cache, for scale only.",
+        "timed blocks). Ratio and overhead: against the plain-Python function of the same "
+        "op on the same shape (`bass.ops.reference.ragged_attention` or "
+        "`bass.ops.reference.kv_append`; for the packed ops the function their CPU kernel "
+        "runs, `bass.ops.packed.sdpa_attention_packed` or `bass.ops.packed.cpu_append_packed`, "
+        "so the overhead is dispatch, checks and the implementation choice). The packed "
+        "calls take the same rows as one flat batch of N = sum(q_lens) tokens, queries and "
+        "new keys as transposed views. SDPA computes unmasked GQA attention over the whole "
+        "cache, for scale only.",
     ]
     for shape in dict.fromkeys(r["shape"] for r in rows):
         shape_rows = [r for r in rows if r["shape"] == shape]
@@ -262,11 +356,12 @@ def to_markdown(rows: list[dict], info: dict, command: str) -> str:
             "",
             f"## {shape}: {_dims(shape_rows[0]['dims'])}",
             "",
-            "| call | median µs | ratio vs plain-python reference |",
-            "|---|---:|---:|",
+            "| call | median µs | ratio vs plain-python reference | overhead µs |",
+            "|---|---:|---:|---:|",
         ]
         lines += [
-            f"| `{r['call']}` | {r['median_us']:.1f} | {r['ratio_vs_baseline']:.2f} |"
+            f"| `{r['call']}` | {r['median_us']:.1f} | {r['ratio_vs_baseline']:.2f} "
+            f"| {r['overhead_us']:+.1f} |"
             for r in shape_rows
         ]
     return "\n".join(lines) + "\n"
