@@ -422,7 +422,9 @@ def cpu_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens) -> 
         return
     rows, slots = index
     for cache, new in ((k_cache, k_new), (v_cache, v_new)):
-        cache[rows, :, slots] = new[0].narrow(1, 0, real).transpose(0, 1).to(cache.dtype)
+        vals = new[0] if real == new.shape[2] else new[0].narrow(1, 0, real)  # [Hkv, real, D]
+        vals = vals.transpose(0, 1)  # [real, Hkv, D]: the shape cache[rows, :, slots] has
+        cache[rows, :, slots] = vals if vals.dtype == cache.dtype else vals.to(cache.dtype)
 
 
 # --------------------------------------------------------------------------- the ops
