@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from test_ops_reference import TOLERANCES
 
 import bass
-from bass.ops import packed
+from bass.ops import packed, sdpa
 
 CUDA = pytest.param(
     "cuda",
@@ -343,7 +343,7 @@ def test_sdpa_batches_the_rows_it_should():
 
     def plan(name):
         case = EDGE[name]
-        return packed._SdpaPlan(offsets(case.q_lens), list(case.kv_lens), case.N)
+        return sdpa._SdpaPlan(offsets(case.q_lens), list(case.kv_lens), case.N)
 
     assert plan("decode_all").batch.uniform and not plan("decode_all").rows
     assert plan("verify_uniform").batch.uniform and plan("verify_uniform").batch.n == 3
@@ -352,7 +352,7 @@ def test_sdpa_batches_the_rows_it_should():
     assert not mixed.batch.uniform and mixed.batch.chosen == {0, 2, 4}
     assert [row[0] for row in mixed.rows] == [1]
     assert plan("worked_example").batch is None
-    spread = packed._SdpaPlan([0, 1, 2], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
+    spread = sdpa._SdpaPlan([0, 1, 2], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
     assert spread.batch is None and len(spread.rows) == 2
 
 
