@@ -367,6 +367,31 @@ def _interpreted() -> bool:
     return isinstance(_ragged_attention_fwd, InterpretedFunction)
 
 
+def _launchable(q: torch.Tensor) -> bool:
+    """Whether the kernels run in Triton's interpreter; raise if they cannot run on q."""
+    if q.shape[-1] > 256:
+        raise ValueError(
+            f"impl 'fused' supports head dim D <= 256, got {q.shape[-1]}; use impl='reference'"
+        )
+    interpret = _interpreted()
+    if q.device.type == "cpu" and not interpret:
+        raise RuntimeError(
+            f"impl 'fused' runs on CUDA tensors, got {q.device.type}; to run its kernels on "
+            "CPU (slowly) start Python with TRITON_INTERPRET=1 set before triton is imported"
+        )
+    return interpret
+
+
+def _scratch(use_split: bool, lse_shape: tuple, D: int, device) -> tuple[torch.Tensor, ...]:
+    """The split path's fp32 partial outputs ``[*lse_shape, D]`` and log-sum-exps
+    ``lse_shape``; on the direct path (the kernel writes out itself) empty placeholders."""
+    if not use_split:
+        empty = torch.empty(0, dtype=torch.float32, device=device)
+        return empty, empty
+    part_out = torch.empty((*lse_shape, D), dtype=torch.float32, device=device)
+    return part_out, torch.empty(lse_shape, dtype=torch.float32, device=device)
+
+
 def fused_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -404,14 +429,7 @@ def fused_attention(
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = int(Hq // Hkv)  # a constexpr: specialise it under torch.compile
-    if D > 256:
-        raise ValueError(f"impl 'fused' supports head dim D <= 256, got {D}; use impl='reference'")
-    interpret = _interpreted()
-    if q.device.type == "cpu" and not interpret:
-        raise RuntimeError(
-            f"impl 'fused' runs on CUDA tensors, got {q.device.type}; to run its kernels on "
-            "CPU (slowly) start Python with TRITON_INTERPRET=1 set before triton is imported"
-        )
+    interpret = _launchable(q)
     bm, bn, bd, num_warps, num_stages = _tiles(G * T, D, q.dtype == torch.float32, interpret)
     bm, bn = block_m or bm, block_n or bn
     # the kernels index the lengths as flat [B] arrays: a strided or expanded view (e.g.
@@ -427,12 +445,7 @@ def fused_attention(
     else:
         splits, use_split = max(int(split), 1), split >= 1
     fwd, combine = _ragged_attention_fwd, _ragged_attention_combine
-    if use_split:
-        part_out = torch.empty((splits, B, Hq, T, D), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((splits, B, Hq, T), dtype=torch.float32, device=q.device)
-    else:  # the kernel writes out itself; the scratch arguments are unused placeholders
-        part_out = torch.empty(0, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
+    part_out, part_lse = _scratch(use_split, (splits, B, Hq, T), D, q.device)
     wrap_triton(fwd)[(B * Hkv, m_blocks, splits if use_split else 1)](
         q, k, v, q_lens, kv_lens, q_lens, out, part_out, part_lse,
         scale * LOG2E, B, Hkv, T, D,
@@ -499,14 +512,7 @@ def fused_attention_packed(
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
     G = int(Hq // Hkv)
-    if D > 256:
-        raise ValueError(f"impl 'fused' supports head dim D <= 256, got {D}; use impl='reference'")
-    interpret = _interpreted()
-    if q.device.type == "cpu" and not interpret:
-        raise RuntimeError(
-            f"impl 'fused' runs on CUDA tensors, got {q.device.type}; to run its kernels on "
-            "CPU (slowly) start Python with TRITON_INTERPRET=1 set before triton is imported"
-        )
+    interpret = _launchable(q)
     # tiles for the average row's G * N / B query rows (shapes only)
     rows_per_block = G * -(-N // max(B, 1))
     bm, bn, bd, num_warps, num_stages = _tiles(
@@ -527,12 +533,7 @@ def fused_attention_packed(
     if out.numel() == 0 or B == 0:
         return out.zero_()
     out_strides = (0, out.stride(1), out.stride(2))  # (row, head, token)
-    if use_split:
-        part_out = torch.empty((splits, 1, Hq, N, D), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((splits, 1, Hq, N), dtype=torch.float32, device=q.device)
-    else:
-        part_out = torch.empty(0, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(0, dtype=torch.float32, device=q.device)
+    part_out, part_lse = _scratch(use_split, (splits, 1, Hq, N), D, q.device)
     wrap_triton(_ragged_attention_fwd)[(blocks, Hkv, splits if use_split else 1)](
         q, k, v, kv_lens, kv_lens, cu_q_lens, out, part_out, part_lse,
         scale * LOG2E, B, Hkv, N, D,
