@@ -21,9 +21,15 @@ pass computes exactly its real tokens), ``D(k)`` the draft cost (a draft model:
 ``a_d * passes + b_d * draft tokens``, passes = max_r k_r; n-grams: a host lookup, part of
 ``t_host``) and ``t_host`` bass's own per-step work. The policy picks
 
-    k* = argmax_k  sum_r E_r(k_r) / T(k),   0 <= k_r <= cap_r
+    k* = argmax_k  sum_r w_r E_r(k_r) / T(k),   0 <= k_r <= cap_r
 
-The ``j``-th draft token of row ``r`` adds ``a_r c_r^(j-1)`` expected tokens,
+where ``w_r`` is row ``r``'s remaining token budget over the largest in the batch: a
+batch finishes with its slowest row, so a token of a row that is nearly done is worth
+less than one on the critical path (and in the batch's tail, when few rows are left and
+a step costs almost as much as with all of them, drafting for the lagging rows pays even
+at low acceptance).
+
+The ``j``-th draft token of row ``r`` adds ``w_r a_r c_r^(j-1)`` expected tokens,
 non-increasing in ``j``, so for a given number ``M`` of draft tokens (and draft depth) the
 best allocation takes the ``M`` largest of those gains; the policy scores every ``M``
 (and, for a draft model, every depth) and keeps the best rate. ``k = 0`` everywhere
@@ -42,7 +48,9 @@ Estimates, all measured online from the step statistics the engine reports:
   ``d`` drafted tokens had one first-token trial, a success iff ``x >= 1``, and, when
   ``x >= 1``, ``x - 1`` continuation successes in ``x - 1 + [x < d]`` trials). Each is
   estimated at two levels, each shrunk towards the level above with weight
-  ``prior_trials`` (as a Beta prior would): drafter-wide, keyed by the drafter's own
+  ``prior_trials`` (as a Beta prior would), plus ``optimism`` standard errors (rows with
+  thin evidence get tried): drafter-wide (each row's observation one trial at its own
+  rate, so one long copy cannot speak for every row), keyed by the drafter's own
   signal (for n-grams the length of the suffix that matched; a draft model has none),
   decayed slowly, shrunk towards ``prior_alpha``; and per row (first-token estimates per
   row and signal), decayed by ``1 - ema`` per observation.
@@ -57,10 +65,12 @@ draft's top-1 probability, per decile, to the acceptance measured for it, starti
 the probability itself. It needs each pass's confidences on the host (a device sync per
 draft pass), so it is off by default.
 
-Caps: ``cap_r = min(k_max, ctx.max_draft[r], ctx.available[r])`` (what the n-gram lookup
-found). A row that had something to draft but was given 0 for ``probe_every`` steps
-drafts one token, so its estimate cannot go stale for good; the interval doubles (up to
-8 times) while its probes do not make the allocation choose it.
+Caps: ``cap_r = min(k_max, ctx.max_draft[r], ctx.available[r], k0 + 2 m_r)``: what the
+n-gram lookup found, and a depth that grows with evidence (``m_r``: what the row accepted
+at its last drafting step, halved at each one since), as the paper's rule grows its length
+only after drafts were accepted. A row that had something to draft but was given 0 for
+``probe_every`` steps drafts one token, so its estimate cannot go stale for good; the
+interval doubles (up to 8 times) while its probes do not make the allocation choose it.
 """
 
 from __future__ import annotations
@@ -156,7 +166,7 @@ class AdaptivePolicy(OptionsMixin):
         low_exclusive=True,
     )
     optimism: float = option(
-        0.5,
+        0.25,
         "standard errors added to each acceptance estimate (exploration)",
         kind=float,
         low=0,
@@ -184,6 +194,7 @@ class AdaptivePolicy(OptionsMixin):
     steps: int = field(init=False, default=0)
     # row -> (steps at k = 0, probes since the allocation last chose the row)
     idle: dict[int, tuple[int, int]] = field(init=False, default_factory=dict)
+    reach: dict[int, float] = field(init=False, default_factory=dict)  # row -> recent accepted
     last: dict[int, int] = field(init=False, default_factory=dict)  # row -> match length
     clock: float | None = field(init=False, default=None)
 
@@ -256,7 +267,15 @@ class AdaptivePolicy(OptionsMixin):
         if self.steps == 1 or self.cost(R) is None:  # 2) a second point of C
             return [min(self.k0, c) for c in caps]
         rates = [self.acceptance(r, s) for r, s in zip(ctx.rows, signal, strict=True)]
-        ks = self.allocate(rates, caps, model=ctx.drafter == "model")
+        # depth grows with evidence: at most k0 + 2x what the row last accepted (decayed)
+        caps = [
+            min(c, self.k0 + 2 * int(self.reach.get(row, 0.0))) for c, row in zip(caps, ctx.rows)
+        ]
+        # a batch finishes with its slowest row: a row's tokens count in proportion to
+        # how much it still has to generate (its budget against the largest)
+        left = [m + 1 for m in ctx.max_draft]
+        weights = [n / max(left) for n in left]
+        ks = self.allocate(rates, caps, model=ctx.drafter == "model", weights=weights)
         for r, row in enumerate(ctx.rows):  # a row left out for long drafts one token:
             idle, probes = self.idle.get(row, (0, 0))  # its estimate cannot go stale
             if ks[r]:
@@ -269,23 +288,31 @@ class AdaptivePolicy(OptionsMixin):
             self.idle[row] = (idle, probes)
         return ks
 
-    def allocate(self, rates: list[tuple[float, float]], caps: list[int], model: bool) -> list[int]:
-        """The per-row lengths maximising expected tokens per second (module docstring),
-        ``rates[r] = (a_r, c_r)``."""
+    def allocate(
+        self,
+        rates: list[tuple[float, float]],
+        caps: list[int],
+        model: bool,
+        weights: list[float] | None = None,
+    ) -> list[int]:
+        """The per-row lengths maximising expected (weighted) tokens per second (module
+        docstring), ``rates[r] = (a_r, c_r)``, ``weights[r]`` row ``r``'s tokens' worth."""
         R = len(rates)
+        weights = weights or [1.0] * R
         gains = sorted(
             (
-                (rates[r][0] * rates[r][1] ** (j - 1), r, j)
+                (weights[r] * rates[r][0] * rates[r][1] ** (j - 1), r, j)
                 for r in range(R)
                 for j in range(1, caps[r] + 1)
             ),
             key=lambda g: (-g[0], g[2]),  # ties: a row's earlier tokens first
         )
         host = self.t_host or 0.0
-        best_rate, best_m, best_depth = R / (host + self.cost(R)), 0, 0
-        depths = range(1, max(caps) + 1) if model else [max(caps)]
+        base = sum(weights)
+        best_rate, best_m, best_depth = base / (host + self.cost(R)), 0, 0
+        depths = range(1, max(caps) + 1) if model else [max(caps, default=0)]
         for depth in depths:
-            expected, m, deepest = float(R), 0, 0
+            expected, m, deepest = base, 0, 0
             for g, _, j in gains:
                 if j > depth:
                     continue
@@ -368,8 +395,11 @@ class AdaptivePolicy(OptionsMixin):
             if x >= 1 and (x > 1 or x < d):  # continuation trials after a first success
                 obs.append((("cont", 0), ("cont", row), x - 1.0, x - 1.0 + (x < d)))
             for shared, own, succ, trials in obs:
+                # drafter-wide: each row's observation weighs one trial (its own rate), so
+                # one row's long copy cannot speak for every row; per row: every token
                 ps, pt = self.shared.get(shared, (0.0, 0.0))
-                self.shared[shared] = [(1 - w / 4) * ps + succ, (1 - w / 4) * pt + trials]
+                self.shared[shared] = [(1 - w / 4) * ps + succ / trials, (1 - w / 4) * pt + 1.0]
                 rs, rt = self.rows.get(own, (0.0, 0.0))
                 self.rows[own] = [(1 - w / 3) * rs + succ, (1 - w / 3) * rt + trials]
+            self.reach[row] = max(float(x), self.reach.get(row, 0.0) / 2)
         self.steps += 1
