@@ -166,7 +166,7 @@ class AdaptivePolicy(OptionsMixin):
         low_exclusive=True,
     )
     optimism: float = option(
-        0.25,
+        0.5,
         "standard errors added to each acceptance estimate (exploration)",
         kind=float,
         low=0,
