@@ -70,7 +70,7 @@ n-gram lookup found, and a depth that grows with evidence (``m_r``: what the row
 at its last drafting step, halved at each one since), as the paper's rule grows its length
 only after drafts were accepted. A row that had something to draft but was given 0 for
 ``probe_every`` steps drafts one token, so its estimate cannot go stale for good; the
-interval doubles (up to 8 times) while its probes do not make the allocation choose it.
+interval doubles while its probes do not make the allocation choose it.
 """
 
 from __future__ import annotations
@@ -282,8 +282,8 @@ class AdaptivePolicy(OptionsMixin):
                 idle, probes = 0, 0
             elif caps[r] > 0:
                 idle += 1
-                # every probe_every steps, backing off (x2 up to x8) while probes fail
-                if idle >= self.probe_every << min(probes, 3):
+                # every probe_every steps, then every 2x that while its probes fail
+                if idle >= self.probe_every << min(probes, 1):
                     ks[r], idle, probes = 1, 0, probes + 1
             self.idle[row] = (idle, probes)
         return ks
