@@ -21,7 +21,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bass"
 FUNCTIONS = {
     "hf.py": ["prefill"],
     "drafters.py": ["ModelDrafter.start", "ModelDrafter.compact"],
-    "engine.py": ["Generator._compact", "_BatchState.compact"],
+    "engine.py": ["Generator._compact"],
+    "batch_state.py": ["BatchState.compact"],
     "cache.py": ["RaggedKVCache.compact"],
 }
 

@@ -37,14 +37,15 @@ from collections.abc import Sequence
 import torch
 
 from . import hf, policies
+from .batch_state import BatchState, NonFiniteLogitsError, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import ModelDrafter, NGramDrafter, choose, nonfinite, one_hot_probs
 from .ops import length_checks
 from .packing import TOKEN_BUCKETS, pack
 from .policies import DraftContext
 from .sampling import (
-    Acceptance,
     SamplingParams,
+    forced_accept,
     greedy_accept_ids,
     speculative_accept,
     warp_probs,
@@ -52,18 +53,9 @@ from .sampling import (
 from .stats import GenerationResult, GenerationStats, StepRecord
 from .stopping import StopStrings, cut_at_stop
 
+__all__ = ["Generator", "NonFiniteLogitsError"]
+
 MAX_LOOKUP = 32  # the most tokens an n-gram lookup proposes per row and step
-
-
-def forced_accept(counts: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
-    """Benchmark-only acceptance: each drafted token is accepted with probability ``p``
-    (stopping at the first failure), whatever the models say; the next token is the main
-    model's argmax there. counts int64 [B], best int64 [B, K+1] (the main argmax ids)."""
-    B, K1 = best.shape
-    u = torch.rand(B, K1 - 1, generator=gen, device=best.device)  # [B, K]
-    ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < counts[:, None])
-    accepted = ok.long().cumprod(dim=1).sum(dim=1)  # [B]
-    return Acceptance(accepted, best.gather(1, accepted[:, None]).squeeze(1))
 
 
 _GENERATE_DEFAULTS = dict(
@@ -93,10 +85,6 @@ def _with_recompile_limit(compiled, limit: int):
 
 def _vocab_size(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
-
-
-def _max_positions(model) -> int | None:
-    return getattr(model.config.get_text_config(), "max_position_embeddings", None)
 
 
 class Generator:
@@ -252,34 +240,6 @@ class Generator:
 
     # ----------------------------------------------------------------- checks
 
-    def _check(self, prompts, max_new_tokens: int) -> int:
-        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError(
-                "prompts must be a list of token-id lists (use generate_text for strings)"
-            )
-        if len(prompts) == 0:
-            raise ValueError("prompts is empty: pass at least one token-id list")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        vocab = _vocab_size(self.main)
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-            bad = [t for t in p if not (isinstance(t, int) and 0 <= t < vocab)]
-            if bad:
-                raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {bad[:5]}")
-        need = max(len(p) for p in prompts) + max_new_tokens
-        for model in (self.main, getattr(self.drafter, "model", None)):
-            limit = _max_positions(model) if model is not None else None
-            if limit is not None and need > limit:
-                longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
-                raise ValueError(
-                    f"prompt {longest} ({len(prompts[longest])} tokens) + max_new_tokens "
-                    f"({max_new_tokens}) = {need} exceeds {hf.model_name(model)}'s context "
-                    f"of {limit} positions; shorten the prompt or lower max_new_tokens"
-                )
-        return need
-
     # ----------------------------------------------------------------- generation
 
     @torch.inference_mode()
@@ -339,7 +299,8 @@ class Generator:
         if max_new_tokens is None:
             raise ValueError("max_new_tokens is required (as an argument or in the config)")
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
-        need = self._check(prompts, max_new_tokens)
+        models = [self.main, getattr(self.drafter, "model", None)]
+        need = check_prompts(prompts, max_new_tokens, [m for m in models if m is not None])
         eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
         stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]
         if any(len(seq) == 0 for seq in stops):
@@ -380,7 +341,7 @@ class Generator:
         policy = self.new_policy()
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
-        state = _BatchState([list(p) for p in prompts], max_new_tokens, *eos)
+        state = BatchState([list(p) for p in prompts], max_new_tokens, *eos)
 
         # 1) prefill: main over all prompt tokens (first new token), then the draft; every
         #    prompt token goes through one packed pass, eager (its widths vary)
@@ -393,7 +354,7 @@ class Generator:
         first, _ = choose(logits, params, gen, False)
         host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
         B = len(prompts)
-        _raise_if_nonfinite(host[B:], self.main, "main", state.rows, "the prefill")
+        raise_if_nonfinite(host[B:], self.main, "main", state.rows, "the prefill")
         stats.main_passes += passes
         stats.prefill_passes = passes
         stats.prefill_tokens = sum(map(len, prompts))
@@ -537,9 +498,9 @@ class Generator:
         accepted, next_tokens = host[:R], host[R : 2 * R]
         step, where = len(stats.steps), f"step {len(stats.steps)}"
         rows = [state.rows[s] for s in act]
-        _raise_if_nonfinite(host[2 * R : 3 * R], self.main, "main", rows, where)
+        raise_if_nonfinite(host[2 * R : 3 * R], self.main, "main", rows, where)
         if model_drafts:
-            _raise_if_nonfinite(host[3 * R : 4 * R], self.drafter.model, "draft", rows, where)
+            raise_if_nonfinite(host[3 * R : 4 * R], self.drafter.model, "draft", rows, where)
             flat = host[4 * R :]
             host_drafts = [flat[r * K : r * K + counts[r]] for r in range(R)]
         t_end = time.perf_counter()
@@ -624,87 +585,3 @@ class Generator:
             text = tokenizer.decode(seq, skip_special_tokens=True)
             out.append(cut_at_stop(text, stops) if stops and why == "stop" else text)
         return out
-
-
-class NonFiniteLogitsError(RuntimeError):
-    """A model produced NaN or infinite logits: its output cannot be trusted."""
-
-
-def _raise_if_nonfinite(flags: list[int], model, which: str, rows: list[int], where: str):
-    bad = [rows[r] for r, f in enumerate(flags) if f]
-    if bad:
-        raise NonFiniteLogitsError(
-            f"the {which} model ({hf.model_name(model)}) produced non-finite logits (NaN or "
-            f"Inf) for prompt {bad[0]}"
-            + (f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else "")
-            + f" at {where}; this is usually a float16 overflow or a broken checkpoint: "
-            "load the model in bfloat16 or float32, or check its weights"
-        )
-
-
-class _BatchState:
-    """Host-side view of the batch, by cache row (slot): row ``s`` is prompt ``rows[s]``.
-
-    ``seqs[s]`` (prompt + committed tokens) is the same list object as
-    ``by_prompt[rows[s]]``, which outlives compaction (the n-gram drafter searches
-    finished siblings' text too). ``main_len[s]`` is the main cache's committed length
-    of row ``s`` (kept on the host: the host knows it, so no pass reads it back).
-    """
-
-    def __init__(
-        self,
-        prompts: list[list[int]],
-        max_new: int,
-        eos: set[int],
-        stops: list[tuple] = (),
-        texts: StopStrings | None = None,
-    ):
-        self.by_prompt = prompts  # prompt + committed tokens, per prompt
-        self.seqs = list(prompts)  # the same lists, per cache row
-        self.rows = list(range(len(prompts)))
-        self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
-        self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
-        self.done = [False] * len(prompts)
-        self.main_len: list[int] = []
-        self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
-
-    def active(self) -> list[int]:
-        """Cache rows still generating, ascending."""
-        return [s for s, d in enumerate(self.done) if not d]
-
-    def _stopped(self, out: list[int]) -> bool:
-        return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)
-
-    def remaining(self, s: int) -> int:
-        return self.max_new - len(self.outputs[self.rows[s]])
-
-    def append(self, slots: list[int], new: list[list[int]]) -> None:
-        """Append each given row's accepted tokens, cutting after the first that ends it
-        (eos, a stop sequence, a stop string, ``max_new``)."""
-        for s, toks in zip(slots, new, strict=True):
-            p = self.rows[s]
-            out = self.outputs[p]
-            before = len(out)
-            for t in toks[: self.remaining(s)]:
-                out.append(t)
-                self.seqs[s].append(t)
-                if t in self.eos or (self.stops and self._stopped(out)):
-                    self.reasons[p] = "eos" if t in self.eos else "stop"
-                    break
-            if self.texts is not None:
-                keep = self.texts.check(p, out, len(out) - before)
-                if keep is not None:  # a stop string: drop what the step accepted after it
-                    drop = len(out) - before - keep
-                    if drop:
-                        del out[-drop:], self.seqs[s][-drop:]
-                    self.reasons[p] = "stop"
-            if self.reasons[p] is None and len(out) >= self.max_new:
-                self.reasons[p] = "length"
-            self.done[s] = self.reasons[p] is not None
-
-    def compact(self, keep: list[int]) -> None:
-        """Cache rows ``keep`` became rows ``0..len(keep)-1``."""
-        self.seqs = [self.seqs[s] for s in keep]
-        self.rows = [self.rows[s] for s in keep]
-        self.done = [self.done[s] for s in keep]
-        self.main_len = [self.main_len[s] for s in keep]

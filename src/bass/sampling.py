@@ -44,6 +44,7 @@ import torch
 __all__ = [
     "Acceptance",
     "SamplingParams",
+    "forced_accept",
     "greedy_accept",
     "greedy_accept_ids",
     "output_tokens",
@@ -302,3 +303,14 @@ def output_tokens(draft_tokens: torch.Tensor, acc: Acceptance) -> list[list[int]
     accepted = acc.accepted.tolist()
     nexts = acc.next_tokens.tolist()
     return [[*d[:n], t] for d, n, t in zip(drafts, accepted, nexts, strict=True)]
+
+
+def forced_accept(counts: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
+    """Benchmark-only acceptance: each drafted token is accepted with probability ``p``
+    (stopping at the first failure), whatever the models say; the next token is the main
+    model's argmax there. counts int64 [B], best int64 [B, K+1] (the main argmax ids)."""
+    B, K1 = best.shape
+    u = torch.rand(B, K1 - 1, generator=gen, device=best.device)  # [B, K]
+    ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < counts[:, None])
+    accepted = ok.long().cumprod(dim=1).sum(dim=1)  # [B]
+    return Acceptance(accepted, best.gather(1, accepted[:, None]).squeeze(1))

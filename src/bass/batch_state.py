@@ -1,0 +1,125 @@
+"""The host-side state of a generation's rows (:class:`BatchState`), and what happens when
+a model's logits cannot be trusted (:class:`NonFiniteLogitsError`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import hf
+from .stopping import StopStrings
+
+__all__ = ["BatchState", "NonFiniteLogitsError", "check_prompts", "raise_if_nonfinite"]
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """A model produced NaN or infinite logits: its output cannot be trusted."""
+
+
+def raise_if_nonfinite(flags: list[int], model, which: str, rows: list[int], where: str):
+    bad = [rows[r] for r, f in enumerate(flags) if f]
+    if bad:
+        raise NonFiniteLogitsError(
+            f"the {which} model ({hf.model_name(model)}) produced non-finite logits (NaN or "
+            f"Inf) for prompt {bad[0]}"
+            + (f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else "")
+            + f" at {where}; this is usually a float16 overflow or a broken checkpoint: "
+            "load the model in bfloat16 or float32, or check its weights"
+        )
+
+
+class BatchState:
+    """Host-side view of the batch, by cache row (slot): row ``s`` is prompt ``rows[s]``.
+
+    ``seqs[s]`` (prompt + committed tokens) is the same list object as
+    ``by_prompt[rows[s]]``, which outlives compaction (the n-gram drafter searches
+    finished siblings' text too). ``main_len[s]`` is the main cache's committed length
+    of row ``s`` (kept on the host: the host knows it, so no pass reads it back).
+    """
+
+    def __init__(
+        self,
+        prompts: list[list[int]],
+        max_new: int,
+        eos: set[int],
+        stops: list[tuple] = (),
+        texts: StopStrings | None = None,
+    ):
+        self.by_prompt = prompts  # prompt + committed tokens, per prompt
+        self.seqs = list(prompts)  # the same lists, per cache row
+        self.rows = list(range(len(prompts)))
+        self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
+        self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
+        self.done = [False] * len(prompts)
+        self.main_len: list[int] = []
+        self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
+
+    def active(self) -> list[int]:
+        """Cache rows still generating, ascending."""
+        return [s for s, d in enumerate(self.done) if not d]
+
+    def _stopped(self, out: list[int]) -> bool:
+        return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)
+
+    def remaining(self, s: int) -> int:
+        return self.max_new - len(self.outputs[self.rows[s]])
+
+    def append(self, slots: list[int], new: list[list[int]]) -> None:
+        """Append each given row's accepted tokens, cutting after the first that ends it
+        (eos, a stop sequence, a stop string, ``max_new``)."""
+        for s, toks in zip(slots, new, strict=True):
+            p = self.rows[s]
+            out = self.outputs[p]
+            before = len(out)
+            for t in toks[: self.remaining(s)]:
+                out.append(t)
+                self.seqs[s].append(t)
+                if t in self.eos or (self.stops and self._stopped(out)):
+                    self.reasons[p] = "eos" if t in self.eos else "stop"
+                    break
+            if self.texts is not None:
+                keep = self.texts.check(p, out, len(out) - before)
+                if keep is not None:  # a stop string: drop what the step accepted after it
+                    drop = len(out) - before - keep
+                    if drop:
+                        del out[-drop:], self.seqs[s][-drop:]
+                    self.reasons[p] = "stop"
+            if self.reasons[p] is None and len(out) >= self.max_new:
+                self.reasons[p] = "length"
+            self.done[s] = self.reasons[p] is not None
+
+    def compact(self, keep: list[int]) -> None:
+        """Cache rows ``keep`` became rows ``0..len(keep)-1``."""
+        self.seqs = [self.seqs[s] for s in keep]
+        self.rows = [self.rows[s] for s in keep]
+        self.done = [self.done[s] for s in keep]
+        self.main_len = [self.main_len[s] for s in keep]
+
+
+def check_prompts(prompts, max_new_tokens: int, models) -> int:
+    """Refuse bad input before any work: prompts that are not token-id lists, empty ones,
+    ids outside the vocabulary, ``max_new_tokens < 1``, prompt + ``max_new_tokens`` past a
+    model's context. Returns the longest prompt + ``max_new_tokens``."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError("prompts must be a list of token-id lists (use generate_text for strings)")
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty: pass at least one token-id list")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    vocab = models[0].get_output_embeddings().weight.shape[0]
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        bad = [t for t in p if not (isinstance(t, int) and 0 <= t < vocab)]
+        if bad:
+            raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {bad[:5]}")
+    need = max(len(p) for p in prompts) + max_new_tokens
+    for model in models:
+        limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        if limit is not None and need > limit:
+            longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+            raise ValueError(
+                f"prompt {longest} ({len(prompts[longest])} tokens) + max_new_tokens "
+                f"({max_new_tokens}) = {need} exceeds {hf.model_name(model)}'s context "
+                f"of {limit} positions; shorten the prompt or lower max_new_tokens"
+            )
+    return need
