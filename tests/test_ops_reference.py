@@ -26,6 +26,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import bass
+from bass import testing
 from bass.ops import reference
 
 CUDA = pytest.param(
@@ -61,36 +62,10 @@ def tolerances_for(impl: str, device: str) -> dict:
 
 # --------------------------------------------------------------------------- naive oracles
 
-
-def naive_ragged_attention(q, k, v, q_lens, kv_lens, scale):
-    """One softmax per (row, head, query) over the explicit slice of visible keys."""
-    q, k, v = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
-    B, Hq, T, D = q.shape
-    Hkv = k.shape[1]
-    group = Hq // Hkv
-    out = torch.zeros(B, Hq, T, D, dtype=torch.float64)
-    for b in range(B):
-        q_len, kv_len = int(q_lens[b]), int(kv_lens[b])
-        for h in range(Hq):
-            kv_head = h // group
-            for i in range(q_len):
-                position = kv_len - q_len + i
-                keys = k[b, kv_head, : position + 1]  # [position + 1, D]
-                values = v[b, kv_head, : position + 1]
-                weights = torch.softmax((keys @ q[b, h, i]) * scale, dim=0)
-                out[b, h, i] = weights @ values
-    return out
-
-
-def naive_kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
-    """The expected caches after ``kv_append``, written slot by slot."""
-    k_expected, v_expected = k_cache.clone(), v_cache.clone()
-    for b in range(k_cache.shape[0]):
-        start = int(cache_lens[b])
-        for i in range(int(new_lens[b])):
-            k_expected[b, :, start + i] = k_new[b, :, i]
-            v_expected[b, :, start + i] = v_new[b, :, i]
-    return k_expected, v_expected
+# bass.testing's: a loop over rows, heads and query slots in float64, one softmax per
+# query over the explicit slice of keys it may see
+naive_ragged_attention = testing.naive_ragged_attention
+naive_kv_append = testing.naive_kv_append
 
 
 # --------------------------------------------------------------------------- attention cases

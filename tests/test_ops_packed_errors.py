@@ -1,0 +1,253 @@
+"""The packed ops refuse bad input with errors that say what was wrong and what to do,
+and their implementation registry (unknown names, devices, ``auto``, invalidation)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import pytest
+import torch
+from test_ops_packed import APPEND_EDGE, EDGE
+
+import bass
+from bass.ops import packed
+
+# --------------------------------------------------------------------------- errors
+
+ARGS = EDGE["worked_example"].tensors(torch.float32)  # N = 8, B = 3, S = 8, Hq = 4
+q, k, v, cu, kv, SCALE = ARGS
+
+
+def lens(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def replace(**changes):
+    names = ("q", "k", "v", "cu_q_lens", "kv_lens", "scale")
+    values = dict(zip(names, ARGS, strict=True)) | changes
+    return tuple(values[n] for n in names)
+
+
+ATTENTION_ERRORS = {
+    "q-rank-3": ({"q": q[0]}, ValueError, r"q must be 4-D \[1, Hq, N, D\] \(packed\)"),
+    "q-batch-2": (
+        {"q": q.expand(2, -1, -1, -1)},
+        ValueError,
+        r"packed q must be \[1, Hq, N, D\] .* got \[2, 4, 8, 4\]; padded .* ragged_attention",
+    ),
+    "k-int": ({"k": k.int(), "v": v.int()}, TypeError, r"k must be float16, .* torch.int32"),
+    "dtype-mismatch": ({"v": v.double()}, TypeError, r"q, k, v must share a dtype"),
+    "k-v-shape": ({"v": v[:, :, :-1]}, ValueError, r"k and v must have the same shape"),
+    "head-dim": ({"k": k[..., :2], "v": v[..., :2]}, ValueError, r"q has head dim 4 but k/v"),
+    "heads": (
+        {"q": torch.zeros(1, 3, 8, 4)},
+        ValueError,
+        r"query heads \(3\) must be a positive multiple of KV heads \(2\)",
+    ),
+    "cu-int64": (
+        {"cu_q_lens": cu.long()},
+        TypeError,
+        r"cu_q_lens must be int32 \(got torch.int64\); convert with cu_q_lens.to\(torch.int32\)",
+    ),
+    "cu-shape-B": (
+        {"cu_q_lens": cu[1:]},
+        ValueError,
+        r"cu_q_lens must have shape \[B\+1\] = \[4\] .* got \[3\]",
+    ),
+    "kv-shape": ({"kv_lens": kv[:2]}, ValueError, r"kv_lens must have shape \[B\] = \[3\]"),
+    "cu-list": (
+        {"cu_q_lens": [0, 3, 3, 5]},
+        RuntimeError,
+        r"Expected a value of type 'Tensor' for argument 'cu_q_lens'",
+    ),
+    "cu-on-meta": ({"cu_q_lens": cu.to("meta")}, ValueError, r"one device, .*cu_q_lens on meta"),
+    "scale-nan": ({"scale": math.nan}, ValueError, r"scale must be a finite float, got nan"),
+    "cu0-not-zero": (
+        {"cu_q_lens": lens((1, 3, 3, 5))},
+        ValueError,
+        r"cu_q_lens\[0\] must be 0 .* got 1",
+    ),
+    "cu-decreasing": (
+        {"cu_q_lens": lens((0, 3, 2, 5))},
+        ValueError,
+        r"non-decreasing, but cu_q_lens\[2\] = 2 < cu_q_lens\[1\] = 3",
+    ),
+    "cu-past-N": (
+        {"cu_q_lens": lens((0, 3, 3, 9)), "kv_lens": lens((7, 4, 6))},
+        ValueError,
+        r"cu_q_lens\[B\] = 9 tokens but the pass has N = 8",
+    ),
+    "kv-over-S": (
+        {"kv_lens": lens((9, 4, 2))},
+        ValueError,
+        r"row 0 has q_len=3 \(cu_q_lens\[0:2\] = \[0, 3\]\), kv_lens=9; expected kv_lens\[b\] "
+        r"<= S = 8",
+    ),
+    "q_len-over-kv": (
+        {"kv_lens": lens((7, 4, 1))},
+        ValueError,
+        r"row 2 has q_len=2 .* kv_lens=1; expected q_len\[b\] <= kv_lens\[b\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ATTENTION_ERRORS))
+def test_attention_rejects_invalid_inputs(name):
+    changes, error, message = ATTENTION_ERRORS[name]
+    with pytest.raises(error, match=message):
+        torch.ops.bass.ragged_attention_packed(*replace(**changes))
+
+
+def test_a_cached_signature_still_checks_scale_and_lengths():
+    """The kernel skips the metadata checks of a signature it has seen, never the rest."""
+    torch.ops.bass.ragged_attention_packed(*ARGS)  # the signature is now known
+    for name in ("scale-nan", "q_len-over-kv", "kv-over-S"):
+        changes, error, message = ATTENTION_ERRORS[name]
+        with pytest.raises(error, match=message):
+            torch.ops.bass.ragged_attention_packed(*replace(**changes))
+
+
+def test_length_checks_false_skips_only_the_range_checks():
+    bad = replace(kv_lens=lens((7, 4, 1)))
+    with bass.ops.length_checks(False):
+        torch.ops.bass.ragged_attention_packed(*bad)  # no host read, no error
+        with pytest.raises(TypeError, match="cu_q_lens must be int32"):
+            torch.ops.bass.ragged_attention_packed(*replace(cu_q_lens=cu.long()))
+    with pytest.raises(ValueError, match=r"expected q_len\[b\] <= kv_lens\[b\]"):
+        torch.ops.bass.ragged_attention_packed(*bad)
+
+
+def test_unknown_and_misplaced_implementations():
+    with pytest.raises(ValueError, match=r"unknown ragged_attention_packed implementation 'x'"):
+        torch.ops.bass.ragged_attention_packed(*ARGS, "x")
+    with pytest.raises(ValueError, match=r"'fused' runs on cuda, not cpu; use impl='auto'"):
+        torch.ops.bass.ragged_attention_packed(*ARGS, "fused")
+
+
+def test_registry_and_auto():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert packed.resolve_packed_implementation("auto", cpu).name == "sdpa"
+    fused = packed._PACKED["fused"]
+    assert fused.devices == ("cuda",) and not fused.in_auto  # not run on a GPU yet
+    assert packed.resolve_packed_implementation("auto", cuda).name == "reference"
+    assert set(packed.packed_implementations("cpu")) == {"reference", "sdpa"}
+    with pytest.raises(ValueError, match="'auto' is reserved"):
+        packed.register_packed_implementation(dataclasses.replace(fused, name="auto"))
+
+
+def test_registering_an_implementation_invalidates_cached_decisions(monkeypatch):
+    monkeypatch.setattr(packed, "_PACKED", dict(packed._PACKED))
+    torch.ops.bass.ragged_attention_packed(*ARGS)
+    calls = []
+
+    def spy(*args):
+        calls.append(1)
+        return packed.reference_attention_packed(*args)
+
+    packed.register_packed_implementation(bass.ops.Implementation("spy", spy, ("cpu",), priority=9))
+    try:
+        torch.ops.bass.ragged_attention_packed(*ARGS)
+        assert calls == [1]
+    finally:
+        packed._PACKED.pop("spy")
+        bass.ops.refresh_availability()
+    torch.ops.bass.ragged_attention_packed(*ARGS)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("names", [("q",), ("k", "v")], ids="+".join)
+def test_attention_is_inference_only(names):
+    args = dict(zip(("q", "k", "v"), ARGS[:3]))
+    grads = {n: args[n].detach().clone().requires_grad_() for n in names}
+    message = (
+        "bass.ragged_attention_packed is inference-only and has no backward, but "
+        f"{', '.join(names)} require grad"
+    )
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        torch.ops.bass.ragged_attention_packed(*replace(**grads))
+    with torch.inference_mode():
+        out = torch.ops.bass.ragged_attention_packed(*replace(**grads))
+    assert torch.equal(out, torch.ops.bass.ragged_attention_packed(*ARGS))
+
+
+APPEND = APPEND_EDGE[0].tensors(torch.float32)  # B = 3, S = 8, N = 8
+
+
+def replace_append(**changes):
+    names = ("k_cache", "v_cache", "k_new", "v_new", "cu_q_lens", "cache_lens")
+    values = dict(zip(names, APPEND, strict=True)) | changes
+    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in map(values.get, names))
+
+
+APPEND_ERRORS = {
+    "cache-rank": ({"k_cache": APPEND[0][0]}, ValueError, r"k_cache must be 4-D \[B, Hkv, S, D\]"),
+    "new-batch-3": (
+        {"k_new": APPEND[0], "v_new": APPEND[1]},
+        ValueError,
+        r"packed new keys \[3, 2, 8, 4\] must be \[1, Hkv=2, N, D=4\]",
+    ),
+    "caches-differ": ({"v_cache": APPEND[1].double()}, ValueError, r"k_cache and v_cache must"),
+    "cu-int64": ({"cu_q_lens": APPEND[4].long()}, TypeError, r"cu_q_lens must be int32"),
+    "cache_lens-shape": (
+        {"cache_lens": APPEND[5][:2]},
+        ValueError,
+        r"cache_lens must have shape \[B\] = \[3\]",
+    ),
+    "cache_lens-negative": (
+        {"cache_lens": lens((4, -1, 0))},
+        ValueError,
+        r"row 1 has q_len=0 .* cache_lens=-1; expected cache_lens\[b\] >= 0",
+    ),
+    "cache-full": (
+        {"cache_lens": lens((6, 4, 0))},
+        ValueError,
+        r"row 0 has q_len=3 .* cache_lens=6; expected cache_lens\[b\] \+ q_len\[b\] <= S = 8: "
+        r"the cache is full; allocate a larger one",
+    ),
+    "cu-past-N": (
+        {"cu_q_lens": lens((0, 3, 3, 9))},
+        ValueError,
+        r"kv_append_packed: cu_q_lens\[B\] = 9 tokens but the pass has N = 8 \(k_new",
+    ),
+}
+
+
+@pytest.mark.parametrize("call", [torch.ops.bass.kv_append_packed, bass.ops.kv_append_packed])
+@pytest.mark.parametrize("name", list(APPEND_ERRORS))
+def test_append_rejects_invalid_inputs_and_writes_nothing(name, call):
+    changes, error, message = APPEND_ERRORS[name]
+    args = replace_append(**changes)
+    before = [t.clone() for t in args[:2]]
+    with pytest.raises(error, match=message):
+        call(*args)
+    assert all(torch.equal(a, b) for a, b in zip(args[:2], before))
+
+
+def test_append_is_inference_only():
+    args = list(replace_append())
+    args[2] = args[2].requires_grad_()
+    with pytest.raises(RuntimeError, match=r"bass.kv_append_packed is inference-only"):
+        torch.ops.bass.kv_append_packed(*args)
+    with torch.no_grad():
+        torch.ops.bass.kv_append_packed(*args)
+
+
+def test_fakes_report_shapes_and_token_major_strides():
+    meta = [t.to("meta") for t in ARGS[:5]]
+    out = torch.ops.bass.ragged_attention_packed(*meta, SCALE)
+    assert out.device.type == "meta" and out.shape == q.shape
+    assert out.stride() == torch.ops.bass.ragged_attention_packed(*ARGS).stride()
+    torch.ops.bass.kv_append_packed(*(t.to("meta") for t in APPEND))  # returns nothing
+
+
+def test_docstrings_reach_torch_ops():
+    for name in ("ragged_attention_packed", "kv_append_packed"):
+        wrapper = getattr(bass.ops, name)
+        assert getattr(torch.ops.bass, name).__doc__ == wrapper.__doc__
+        assert getattr(torch.ops.bass, name).default.__doc__ == wrapper.__doc__
+    doc = torch.ops.bass.ragged_attention_packed.__doc__
+    for phrase in ("kv_lens[b] - q_len_b + i", "output is 0", "[1, Hq, N, D]", "token-major"):
+        assert phrase in doc
+    assert "cache_lens[b] + j -" in torch.ops.bass.kv_append_packed.__doc__
