@@ -103,8 +103,12 @@ def test_adaptive_default_is_exact(llama, draft):
     res = gen.generate(prompts, max_new_tokens=24)
     for p, seq in zip(prompts, res.sequences):
         assert seq == reference_greedy(llama, p, 24)
-    if draft == "same":  # a perfect draft: the policy learns to draft long
-        assert res.stats.mean_accepted > 1.0
+    # the exactness above went through drafts (a draft that is the main model itself
+    # costs as much as verifying, so the policy need not draft long: it measures, then
+    # keeps probing)
+    assert sum(sum(s.drafted) for s in res.stats.steps) > 0
+    if draft == "same":  # every drafted token is accepted
+        assert all(s.accepted == s.drafted for s in res.stats.steps)
 
 
 def test_adaptive_draft_confidence_stops_rows_and_stays_exact(llama):

@@ -1,49 +1,63 @@
 """The ``adaptive`` draft-length policy (bass's default): each row's draft length chosen to
-maximise the whole batch's expected committed tokens per second, 0 included.
+finish the whole batch soonest, 0 included.
 
 The model. Row ``r``'s first draft token is accepted with probability ``a_r`` and each
 later one, given that the previous was, with probability ``c_r``; verification stops at
-the first rejection. Drafting ``k_r`` tokens then commits in expectation
+the first rejection. The ``j``-th draft token of row ``r`` is therefore committed with
+probability ``g_rj = a_r c_r^(j-1)``, and drafting ``k_r`` tokens commits in expectation
 
-    E_r(k_r) = 1 + a_r (1 + c_r + c_r^2 + ... + c_r^(k_r - 1))
+    E_r(k_r) = 1 + g_r1 + ... + g_rk   (the main model always adds one token)
 
-tokens (the main model always adds one). Two parameters, not one, because drafts are
-either right from the start and then keep being right (text being copied, a draft
-model in agreement) or wrong at once: with HumanEval prompts and n-grams, a 3-token match
-gets its first token accepted ~80% of the time and a 1-token match ~20%, while a draft
-whose first token was right goes on being right ~70% of the time either way. A step of
-the batch costs
+Two parameters, not one, because drafts are either right from the start and then keep
+being right (text being copied, a draft model in agreement) or wrong at once: with
+HumanEval prompts and n-grams, a 3-token match gets its first token accepted ~80% of the
+time and a 1-token match ~20%, while a draft whose first token was right goes on being
+right ~70% of the time either way.
 
-    T(k) = t_host + D(k) + C(N),   N = sum_r (1 + k_r)
+What a step costs: ``C(N)`` seconds for a verify pass of ``N = sum_r (1 + k_r)`` tokens
+(a packed pass computes exactly its real tokens), plus, with a draft model,
+``D = a_d * passes + b_d * draft tokens`` (passes = max_r k_r; n-gram lookups are host
+work). Locally ``C(N) = c0 + c1 N``: ``c0`` is what every pass costs (reading the
+weights, bass's host work ``t_host``), ``c1`` what each token adds.
 
-with ``C(N)`` the verify pass's seconds as a function of the tokens it computes (a packed
-pass computes exactly its real tokens), ``D(k)`` the draft cost (a draft model:
-``a_d * passes + b_d * draft tokens``, passes = max_r k_r; n-grams: a host lookup, part of
-``t_host``) and ``t_host`` bass's own per-step work. The policy picks
+What a committed token is worth. ``generate`` returns when its slowest row is done, so
+the time left is about ``c0 * max_r s_r`` (every pass until the last row finishes) plus
+``c1`` per token still to compute, where ``s_r = left_r / p_r`` is the steps row ``r``
+still needs (its remaining token budget over ``p_r``, the tokens it commits per step, a
+running average). One more token committed for row ``r`` now saves
 
-    k* = argmax_k  sum_r w_r E_r(k_r) / T(k),   0 <= k_r <= cap_r
+    V_r = c0 w_r / p_r + c1
 
-where ``w_r`` is row ``r``'s remaining token budget over the largest in the batch: a
-batch finishes with its slowest row, so a token of a row that is nearly done is worth
-less than one on the critical path (and in the batch's tail, when few rows are left and
-a step costs almost as much as with all of them, drafting for the lagging rows pays even
-at low acceptance).
+seconds: ``c1`` for the token it will not have to compute later, and its share of the
+passes (``c0`` with a draft model includes its passes per step, running average),
+``w_r`` being the chance that row ``r`` is the last to finish (a softmax of
+``s_r`` with temperature ``1 + sd``, ``sd`` the spread of the rows' remaining steps:
+``left_r var_r / p_r^3`` from the variance of their per-step counts). In a batch of
+equal rows ``w_r = 1/R`` and the rule is the familiar tokens-per-second trade-off; a
+row well ahead of the slowest gets ``w_r ~ 0``: its drafts would only cost (the batch
+waits for the slowest anyway), while in the batch's tail, when few rows are left and a
+pass costs almost as much as with all of them, drafting for the lagging rows pays even
+at low acceptance.
 
-The ``j``-th draft token of row ``r`` adds ``w_r a_r c_r^(j-1)`` expected tokens,
-non-increasing in ``j``, so for a given number ``M`` of draft tokens (and draft depth) the
-best allocation takes the ``M`` largest of those gains; the policy scores every ``M``
-(and, for a draft model, every depth) and keeps the best rate. ``k = 0`` everywhere
-(plain decoding) is always a candidate, so drafting happens only when it is predicted to
-pay.
+The policy picks the lengths that save the most:
+
+    k* = argmax_k  sum_r sum_{j <= k_r} V_r g_rj  -  (C(R + M) - C(R))  -  D,
+         M = sum_r k_r,  0 <= k_r <= cap_r
+
+Each row's gains are non-increasing in ``j``, so for a given number ``M`` of draft tokens
+(and draft depth) the best allocation takes the ``M`` largest ``V_r g_rj``; the policy
+scores every ``M`` (and, for a draft model, every depth) and keeps the best. ``k = 0``
+everywhere (plain decoding) is always a candidate, and a plan that drafts must be
+predicted to save ``margin`` (2%) of a plain step: choosing the best of many noisy
+estimates overrates it.
 
 Estimates, all measured online from the step statistics the engine reports:
 
-* ``C(N)``: a running average (EMA weight ``ema``) of ``verify_seconds`` for each token
-  count ``N`` seen; between seen counts it interpolates, above them it extrapolates
-  with the slope of a least-squares line through them (0 if that slope is negative),
-  below them it takes the smallest seen count's cost. The first step decodes plainly
-  (``C(R)``) and the second drafts up to ``k0`` per row (a second point), so the line
-  exists before any decision depends on it.
+* ``C(N) = c0 + c1 N``: the slope from consecutive steps of different sizes (their
+  differences cancel the machine's drift), the level from a running average of recent
+  steps (:class:`VerifyCost`). The first step decodes plainly and the second drafts one
+  token for each row that has one to offer (a second size), so the line exists before
+  any decision depends on it.
 * ``a_r`` and ``c_r``: successes over Bernoulli trials (a row that accepted ``x`` of
   ``d`` drafted tokens had one first-token trial, a success iff ``x >= 1``, and, when
   ``x >= 1``, ``x - 1`` continuation successes in ``x - 1 + [x < d]`` trials). Each is
@@ -57,23 +71,31 @@ Estimates, all measured online from the step statistics the engine reports:
 * ``D``: ``a_d, b_d`` from a running least-squares fit of draft seconds on (passes,
   tokens); ``t_host``: the wall time between updates minus the measured draft and verify
   time.
+* ``p_r`` and ``var_r``: running mean and variance of row ``r``'s committed tokens per
+  step (1 plus what it accepted).
 
 Draft-model confidence (option ``draft_confidence=1``): while drafting, a row stops
-once the calibrated chance that its tokens so far are all accepted falls below the gain
-of the plan's last token (the price one more token must beat). The calibration maps the
-draft's top-1 probability, per decile, to the acceptance measured for it, starting from
-the probability itself. It needs each pass's confidences on the host (a device sync per
-draft pass), so it is off by default.
+once the calibrated chance that its tokens so far are all accepted, times ``V_r``, falls
+below the gain of the plan's last token (the price one more token must beat). The
+calibration maps the draft's top-1 probability, per decile, to the acceptance measured
+for it, starting from the probability itself. It needs each pass's confidences on the
+host (a device sync per draft pass), so it is off by default.
 
 Caps: ``cap_r = min(k_max, ctx.max_draft[r], ctx.available[r], k0 + 2 m_r)``: what the
 n-gram lookup found, and a depth that grows with evidence (``m_r``: what the row accepted
 at its last drafting step, halved at each one since), as the paper's rule grows its length
-only after drafts were accepted. A row that had something to draft but was given 0 for
-``probe_every`` steps drafts one token, so its estimate cannot go stale for good; the
-interval doubles while its probes do not make the allocation choose it. Likewise in
-depth: a row drafting fewer tokens than its cap for ``probe_every`` steps without a
-continuation trial (a 1-token draft gives none) drafts one token more, so one early
-rejection cannot pin ``c_r`` low for good.
+only after drafts were accepted. Exploration: a row that had something to draft but was
+given 0 for ``probe_every`` steps waits to draft one token, so its estimate cannot go
+stale for good (the interval doubles while its probes do not make the allocation choose
+it); likewise in depth, a row drafting fewer tokens than its cap for ``probe_every``
+steps without a continuation trial (a 1-token draft gives none) waits to draft one more,
+so one early rejection cannot pin ``c_r`` low for good. The longest waiting goes first,
+as long as exploration has cost at most ``probe_budget`` (3%) of the time.
+
+The tests check the policy in a simulator of ``generate`` (rows with budgets, the batch
+running until the last is done, noisy step times): across GPU-like, CPU-like and
+compute-bound costs, batch sizes 1-16 and acceptance from 0.1 to 0.85, it stays within
+5% of plain decoding's time and gains where drafting pays.
 """
 
 from __future__ import annotations
@@ -94,47 +116,103 @@ def _ema(old: float | None, new: float, weight: float) -> float:
 
 @dataclass
 class VerifyCost:
-    """``C(N)``: seconds of a verify pass computing ``N`` tokens, from measurements.
+    """``C(N)``: seconds of a verify pass computing ``N`` tokens, from measurements:
+    ``c0 + c1 N``, plus ``J`` when the pass verifies drafts (any row brings more than
+    one token).
+
+    ``J`` is there because a pass of one token per row and a longer one may run
+    different kernels: on a CPU a batch of one row decodes through matrix-vector
+    products, and its first draft token turns them into matrix-matrix ones (+50-60% for
+    the embedded model on 2 cores), while each further token adds ~2%.
+
+    ``c1`` and ``J`` come from consecutive steps: a least-squares fit, through the
+    origin, of each step's change in seconds on its change in tokens and in drafting
+    (older pairs decaying by ``decay``). A machine's speed drifts (on a shared 2-core
+    CPU a step's time wanders 10-15% over tens of steps while a token adds ~4%), and
+    differences of neighbouring steps cancel the drift that a fit through all points
+    would mistake for a slope, or for none. Each is used plus one standard error (from
+    the pairs' residuals): a cost that noise hides is not taken for free; on steady
+    steps (a GPU) the error is small. The level ``c0`` follows a running average of
+    recent steps (weight ``ema``), so the line follows the drift.
 
     >>> c = VerifyCost(ema=1.0)
-    >>> c.observe(4, 0.010); c.observe(12, 0.014)
-    >>> round(c(8), 4), round(c(20), 4), c(2)
-    (0.012, 0.018, 0.01)
+    >>> c.observe(4, 0.010); c.observe(12, 0.014)  # plain passes of 4 and 12 tokens
+    >>> round(c(8), 3), round(c(20), 3), round(c.slope(), 4)
+    (0.012, 0.018, 0.0005)
     """
 
     ema: float = 0.3
-    table: dict[int, float] = field(default_factory=dict)
+    decay: float = 0.9  # per informative pair (two steps that differ)
+    ridge: float = 0.1  # pseudo-pairs saying "no jump" and "no slope" (tokens^2 for c1)
+    level: tuple[float, float, float] | None = None  # running averages: N, drafting, s
+    last: tuple[int, float, float] | None = None  # the previous step: N, drafting, s
+    sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # dI^2 dIdN dN^2 dIdy dNdy
+    pairs: int = 0  # consecutive steps that differ in size or in drafting
+    noise: float | None = None  # mean squared residual of a pair against the fit
 
-    def observe(self, tokens: int, seconds: float) -> None:
-        if tokens > 0 and seconds > 0.0:
-            self.table[tokens] = _ema(self.table.get(tokens), seconds, self.ema)
+    def observe(self, tokens: int, seconds: float, drafting: bool = False) -> None:
+        if tokens <= 0 or seconds <= 0.0:
+            return
+        d = float(drafting)
+        if self.last is not None and (tokens, d) != self.last[:2]:
+            di, dn, dy = d - self.last[1], tokens - self.last[0], seconds - self.last[2]
+            if self.pairs:  # how far a pair lands from the fit: the noise
+                jump, slope = self._fit()
+                err = (dy - jump * di - slope * dn) ** 2
+                self.noise = err if self.noise is None else _ema(self.noise, err, 0.2)
+            new = (di * di, di * dn, dn * dn, di * dy, dn * dy)
+            self.sums = [self.decay * a + b for a, b in zip(self.sums, new, strict=True)]
+            self.pairs += 1
+        self.last = (tokens, d, seconds)
+        if self.level is None:
+            self.level = (float(tokens), d, seconds)
+        else:
+            self.level = tuple(
+                _ema(old, x, self.ema) for old, x in zip(self.level, (tokens, d, seconds))
+            )
+
+    def _inverse(self) -> tuple[float, float, float]:
+        sii, sin, snn = self.sums[0] + self.ridge, self.sums[1], self.sums[2] + self.ridge
+        det = sii * snn - sin * sin
+        return snn / det, -sin / det, sii / det  # (X'X + ridge)^-1: [0,0], [0,1], [1,1]
+
+    def _fit(self) -> tuple[float, float]:
+        """``(J, c1)`` by least squares, unclipped."""
+        a, b, c = self._inverse()
+        siy, sny = self.sums[3], self.sums[4]
+        return a * siy + b * sny, b * siy + c * sny
+
+    def _errors(self) -> tuple[float, float]:
+        a, _, c = self._inverse()
+        noise = self.noise or 0.0
+        return math.sqrt(noise * a), math.sqrt(noise * c)
+
+    def jump(self) -> float:
+        """``J``: what verifying drafts adds to a pass besides the tokens (>= 0)."""
+        if not self.pairs:
+            return 0.0
+        return max(0.0, self._fit()[0]) + self._errors()[0]
 
     def slope(self) -> float:
-        """Seconds per extra token beyond the measured counts (least squares, >= 0)."""
-        xs, ys = list(self.table), list(self.table.values())
-        n = len(xs)
-        if n < 2:
+        """``c1``: seconds per extra token (>= 0; 0 before two steps that differ)."""
+        if not self.pairs:
             return 0.0
-        xm, ym = sum(xs) / n, sum(ys) / n
-        sxx = sum((x - xm) ** 2 for x in xs)
-        b = sum((x - xm) * (y - ym) for x, y in zip(xs, ys, strict=True)) / sxx
-        return max(0.0, b)
+        return max(0.0, self._fit()[1]) + self._errors()[1]
 
-    def __call__(self, tokens: int) -> float | None:
-        if not self.table:
+    def line(self) -> tuple[float, float]:
+        """``(c0, c1)``: intercept and slope (seconds, seconds per token) of plain passes."""
+        if self.level is None:
+            return 0.0, 0.0
+        n, d, y = self.level
+        c1 = self.slope()
+        return y - c1 * n - self.jump() * d, c1
+
+    def __call__(self, tokens: int, drafting: bool = False) -> float | None:
+        if self.level is None:
             return None
-        if tokens in self.table:
-            return self.table[tokens]
-        below = [n for n in self.table if n < tokens]
-        above = [n for n in self.table if n > tokens]
-        if not below:
-            return self.table[min(above)]
-        lo = max(below)
-        if not above:
-            return self.table[lo] + self.slope() * (tokens - lo)
-        hi = min(above)
-        f = (tokens - lo) / (hi - lo)
-        return (1 - f) * self.table[lo] + f * self.table[hi]
+        c0, c1 = self.line()
+        y = c0 + c1 * tokens + (self.jump() if drafting else 0.0)
+        return max(y, 0.25 * self.level[2])  # a pass never costs nothing
 
 
 @dataclass
@@ -169,13 +247,25 @@ class AdaptivePolicy(OptionsMixin):
         low_exclusive=True,
     )
     optimism: float = option(
-        0.5,
+        0.25,
         "standard errors added to each acceptance estimate (exploration)",
         kind=float,
         low=0,
     )
     prior_alpha: float = option(
         0.5, "acceptance assumed before any is measured", kind=float, low=0, high=1
+    )
+    margin: float = option(
+        0.02,
+        "drafting must be predicted to save this share of a plain step",
+        kind=float,
+        low=0,
+    )
+    probe_budget: float = option(
+        0.03,
+        "share of the time exploration tokens may cost",
+        kind=float,
+        low=0,
     )
     draft_confidence: int = option(
         0,
@@ -192,6 +282,10 @@ class AdaptivePolicy(OptionsMixin):
     # signal) and ("cont", row)
     shared: dict[tuple, list[float]] = field(init=False, default_factory=dict)
     rows: dict[tuple, list[float]] = field(init=False, default_factory=dict)
+    # each row's part of the drafter-wide sums (taken out when it is shrunk towards them):
+    # (shared key, row) -> (successes, trials, index of its last observation under the key)
+    own: dict[tuple, tuple[float, float, int]] = field(init=False, default_factory=dict)
+    seen: dict[tuple, int] = field(init=False, default_factory=dict)  # observations per key
     draft_fit: list[float] = field(init=False, default_factory=lambda: [0.0] * 6)
     t_host: float | None = field(init=False, default=None)
     steps: int = field(init=False, default=0)
@@ -201,6 +295,11 @@ class AdaptivePolicy(OptionsMixin):
     shallow: dict[int, int] = field(init=False, default_factory=dict)
     reach: dict[int, float] = field(init=False, default_factory=dict)  # row -> recent accepted
     last: dict[int, int] = field(init=False, default_factory=dict)  # row -> match length
+    # per row, running averages: committed tokens per step and its variance
+    credit: float = field(init=False, default=0.0)  # seconds exploration may still cost
+    draft_step: float = field(init=False, default=0.0)  # draft-model seconds per step
+    pace: dict[int, float] = field(init=False, default_factory=dict)
+    spread: dict[int, float] = field(init=False, default_factory=dict)
     clock: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -221,6 +320,11 @@ class AdaptivePolicy(OptionsMixin):
         written off by the prior."""
         w = self.prior_trials
         ps, pt = self.shared.get(shared_key, (0.0, 0.0))
+        # the row shrinks towards what the OTHER rows say (its own part taken out of the
+        # drafter-wide sums: counting one observation at both levels would make a single
+        # rejection look like two)
+        ms, mt = self._own_part(shared_key, row_key[1])
+        ps, pt = max(0.0, ps - ms), max(0.0, pt - mt)
         # each level shrinks towards the one above (a Beta prior of weight w): one row's
         # bad luck cannot zero the drafter-wide estimate, nor that a row's
         prior = (ps + w * self.prior_alpha) / (pt + w)
@@ -228,6 +332,13 @@ class AdaptivePolicy(OptionsMixin):
         mean = (s + w * prior) / (t + w)
         bonus = self.optimism * math.sqrt(mean * (1.0 - mean) / (t + w + 1.0))
         return min(1.0, mean + bonus)
+
+    def _own_part(self, shared_key: tuple, row: int) -> tuple[float, float]:
+        """Row ``row``'s share of the drafter-wide sums ``self.shared[shared_key]``,
+        decayed as they were since it was added."""
+        ms, mt, at = self.own.get((shared_key, row), (0.0, 0.0, 0))
+        f = (1 - self.ema / 4) ** (self.seen.get(shared_key, 0) - 1 - at)
+        return ms * f, mt * f
 
     def acceptance(self, row: int, signal: int = 0) -> tuple[float, float]:
         """Row ``row``'s estimated ``(a, c)``: first-token and continuation acceptance,
@@ -264,78 +375,128 @@ class AdaptivePolicy(OptionsMixin):
         if ctx.available is not None:
             caps = [min(c, a) for c, a in zip(caps, ctx.available, strict=True)]
         self.last = dict(zip(ctx.rows, signal, strict=True))
-        self.confs, self.survival, self.price = {}, {}, math.inf
+        self.confs, self.survival, self.price, self.values = {}, {}, math.inf, [1.0] * R
         if R == 0 or not any(caps):
             return [0] * R
         if self.steps == 0:  # 1) plain decoding: C(R)
             return [0] * R
-        if self.steps == 1 or self.cost(R) is None:  # 2) a second point of C
-            return [min(self.k0, c) for c in caps]
+        if not self.cost.pairs:  # 2) a second size of pass, for C's slope: a token
+            return [min(1, c) for c in caps]  # for each row that has one to offer
         rates = [self.acceptance(r, s) for r, s in zip(ctx.rows, signal, strict=True)]
         # depth grows with evidence: at most k0 + 2x what the row last accepted (decayed)
+        # (a row's first draft is one token: what the other rows accept says little)
         caps = [
-            min(c, self.k0 + 2 * int(self.reach.get(row, 0.0))) for c, row in zip(caps, ctx.rows)
+            min(c, self.k0 + 2 * int(self.reach[row]) if row in self.reach else 1)
+            for c, row in zip(caps, ctx.rows)
         ]
-        # a batch finishes with its slowest row: a row's tokens count in proportion to
-        # how much it still has to generate (its budget against the largest)
-        left = [m + 1 for m in ctx.max_draft]
-        weights = [n / max(left) for n in left]
-        ks = self.allocate(rates, caps, model=ctx.drafter == "model", weights=weights)
-        for r, row in enumerate(ctx.rows):  # a row left out for long drafts one token:
-            idle, probes = self.idle.get(row, (0, 0))  # its estimate cannot go stale
+        self.values = self.token_values(ctx.rows, [m + 1 for m in ctx.max_draft])
+        ks = self.allocate(rates, caps, model=ctx.drafter == "model", values=self.values)
+        self.explore(ctx.rows, ks, caps)
+        return ks
+
+    def explore(self, rows, ks, caps) -> None:
+        """Exploration tokens, added to ``ks`` in place: estimates the allocation stopped
+        testing would otherwise never change. A row left at 0 though it had something to
+        draft for ``probe_every`` steps (then twice that while its probes fail) waits to
+        draft one token; a row drafting short of its cap without a continuation trial
+        (a 1-token draft gives none) for ``probe_every`` steps waits to draft one more.
+        The longest waiting goes first, and only while exploration has cost at most
+        ``probe_budget`` of the time (a token costs ``C(R + 1) - C(R)``)."""
+        R = len(rows)
+        plain = self.cost(R) or 0.0
+        # an exploration token costs its slope, and the jump too on a step that would
+        # otherwise not draft
+        token = self.cost.slope() + (0.0 if any(ks) else self.cost.jump())
+        self.credit = min(self.credit + self.probe_budget * plain, 2 * token)
+        waiting = []
+        for r, row in enumerate(rows):
+            idle, probes = self.idle.get(row, (0, 0))
             if ks[r]:
                 idle, probes = 0, 0
             elif caps[r] > 0:
                 idle += 1
-                # every probe_every steps, then every 2x that while its probes fail
-                if idle >= self.probe_every << min(probes, 1):
-                    ks[r], idle, probes = 1, 0, probes + 1
             self.idle[row] = (idle, probes)
-            # the same in depth: a row drafting short of its cap never tests its
-            # continuation estimate (drafting 1 token gives no continuation trial), so
-            # after probe_every such steps it drafts one token more
+            if not ks[r] and caps[r] > 0 and idle >= self.probe_every << min(probes, 1):
+                waiting.append((idle, r, True))
             if 1 <= ks[r] < caps[r]:
                 shallow = self.shallow.get(row, 0) + 1
-                if shallow >= self.probe_every:
-                    ks[r], shallow = ks[r] + 1, 0
                 self.shallow[row] = shallow
-        return ks
+                if shallow >= self.probe_every:
+                    waiting.append((shallow, r, False))
+            else:
+                self.shallow[row] = 0
+        for _, r, idle in sorted(waiting, reverse=True):
+            if self.credit < token:
+                break
+            self.credit -= token
+            ks[r] += 1
+            if idle:
+                self.idle[rows[r]] = (0, self.idle[rows[r]][1] + 1)
+            else:
+                self.shallow[rows[r]] = 0
+
+    def token_values(self, rows, left) -> list[float]:
+        """``V_r``: the seconds one more committed token of each row saves the batch (module
+        docstring): ``(c0 w_r + c1 v_r) / p_r``, ``w_r`` the chance that row ``r`` is the
+        last to finish, ``left``: each row's remaining token budget."""
+        R = len(rows)
+        c0, c1 = self.cost.line()
+        # what every step costs: the verify pass's fixed part (with the jump, as often
+        # as steps drafted lately), bass's host work and, with a draft model, its passes
+        # as drafted lately (future steps will draft too)
+        share = self.cost.level[1] if self.cost.level else 0.0
+        c0 = max(0.0, c0) + share * self.cost.jump() + (self.t_host or 0.0) + self.draft_step
+        pace = [self.pace.get(row, 1.0) for row in rows]
+        steps = [n / p for n, p in zip(left, pace, strict=True)]  # expected steps to go
+        # uncertainty of a row's remaining steps: left * var / pace^3 (renewal theory)
+        var = [self.spread.get(row, 0.0) * n / p**3 for row, n, p in zip(rows, left, pace)]
+        tau = 1.0 + math.sqrt(sum(var) / R)
+        top = max(steps)
+        w = [math.exp((s - top) / tau) for s in steps]
+        z = sum(w)
+        # a quarter of each row's share is kept whatever its rank: which row ends last is
+        # less certain than the softmax says (a row that stops drafting slows down), and
+        # where tokens are nearly free the allocation should not turn on noise
+        return [c0 * (0.75 * wr / z + 0.25 / R) / p + c1 for wr, p in zip(w, pace, strict=True)]
 
     def allocate(
         self,
         rates: list[tuple[float, float]],
         caps: list[int],
         model: bool,
-        weights: list[float] | None = None,
+        values: list[float] | None = None,
     ) -> list[int]:
-        """The per-row lengths maximising expected (weighted) tokens per second (module
-        docstring), ``rates[r] = (a_r, c_r)``, ``weights[r]`` row ``r``'s tokens' worth."""
+        """The per-row lengths that save the batch the most time (module docstring),
+        ``rates[r] = (a_r, c_r)``, ``values[r]`` the seconds a committed token of row ``r``
+        saves (1 each when not given: then the unit is a token)."""
         R = len(rates)
-        weights = weights or [1.0] * R
+        values = values or [1.0] * R
         gains = sorted(
             (
-                (weights[r] * rates[r][0] * rates[r][1] ** (j - 1), r, j)
+                (values[r] * rates[r][0] * rates[r][1] ** (j - 1), r, j)
                 for r in range(R)
                 for j in range(1, caps[r] + 1)
             ),
             key=lambda g: (-g[0], g[2]),  # ties: a row's earlier tokens first
         )
-        host = self.t_host or 0.0
-        base = sum(weights)
-        best_rate, best_m, best_depth = base / (host + self.cost(R)), 0, 0
+        plain = self.cost(R)
+        # drafting must be predicted to save a margin of a step: the best of many noisy
+        # estimates is biased upwards, and a step mispredicted costs for real
+        best_net, best_m, best_depth = self.margin * plain, 0, 0
         depths = range(1, max(caps) + 1) if model else [max(caps, default=0)]
         for depth in depths:
-            expected, m, deepest = base, 0, 0
+            saved, m, deepest = 0.0, 0, 0
             for g, _, j in gains:
                 if j > depth:
                     continue
-                expected += g
+                saved += g
                 m += 1
                 deepest = max(deepest, j)
-                seconds = host + self.cost(R + m) + (self.draft_cost(deepest, m) if model else 0)
-                rate = expected / max(seconds, 1e-12)
-                if rate > best_rate * (1 + 1e-9):  # ties keep fewer tokens
-                    best_rate, best_m, best_depth = rate, m, depth
+                extra = self.cost(R + m, drafting=True) - plain
+                if model:
+                    extra += self.draft_cost(deepest, m)
+                if saved - extra > best_net * (1 + 1e-9):  # ties keep fewer tokens
+                    best_net, best_m, best_depth = saved - extra, m, depth
         ks = [0] * R
         taken = 0
         self.price = math.inf  # the smallest gain taken: what one more token must beat
@@ -360,8 +521,9 @@ class AdaptivePolicy(OptionsMixin):
     def _keep_drafting(self, probs, index: int, rows=None):
         """Per-row early stop from the draft model's confidence (option
         ``draft_confidence``): a row goes on drafting while the calibrated chance that
-        all its tokens so far are accepted is still worth the price of the plan's last
-        token (``self.price``). ``rows``: each probs row's position in this step's rows."""
+        all its tokens so far are accepted, times what a token of the row is worth, still
+        beats the plan's last token (``self.price``). ``rows``: each probs row's position
+        in this step's rows."""
         import torch
 
         conf = probs.float().amax(dim=-1).tolist()  # host read (once per draft pass)
@@ -371,7 +533,8 @@ class AdaptivePolicy(OptionsMixin):
             self.confs.setdefault(r, []).append(c)
             survive = self.survival.get(r, 1.0) * self._calibrated(c)
             self.survival[r] = survive
-            keep.append(survive >= self.price)
+            value = self.values[r] if r < len(self.values) else 1.0
+            keep.append(survive * value >= self.price)
         return torch.tensor(keep, device=probs.device)
 
     # ----------------------------------------------------------------- learning
@@ -382,7 +545,7 @@ class AdaptivePolicy(OptionsMixin):
         if stats.num_rows == 0:
             return
         tokens = stats.verify_tokens or stats.num_rows + sum(stats.drafted_list())
-        self.cost.observe(tokens, stats.verify_seconds)
+        self.cost.observe(tokens, stats.verify_seconds, any(stats.drafted_list()))
         passes = len(stats.draft_pass_tokens)
         if self.clock is not None:  # the whole step minus the model passes' share
             host = now - self.clock - stats.verify_seconds
@@ -390,6 +553,8 @@ class AdaptivePolicy(OptionsMixin):
                 host -= stats.draft_seconds
             self.t_host = _ema(self.t_host, max(0.0, host), w)
         self.clock = now
+        if passes:
+            self.draft_step = _ema(self.draft_step, stats.draft_seconds, w)
         if passes and stats.draft_seconds > 0.0:  # draft-model passes: D's fit
             x1, x2, y = float(passes), float(sum(stats.draft_pass_tokens)), stats.draft_seconds
             obs = [x1 * x1, x1 * x2, x2 * x2, x1 * y, x2 * y, 1.0]
@@ -413,7 +578,16 @@ class AdaptivePolicy(OptionsMixin):
                 # one row's long copy cannot speak for every row; per row: every token
                 ps, pt = self.shared.get(shared, (0.0, 0.0))
                 self.shared[shared] = [(1 - w / 4) * ps + succ / trials, (1 - w / 4) * pt + 1.0]
+                n = self.seen.get(shared, 0)  # this observation's index under the key
+                ms, mt = self._own_part(shared, row)
+                f = 1 - w / 4  # one more decay: this observation's
+                self.own[(shared, row)] = (f * ms + succ / trials, f * mt + 1.0, n)
+                self.seen[shared] = n + 1
                 rs, rt = self.rows.get(own, (0.0, 0.0))
-                self.rows[own] = [(1 - w / 3) * rs + succ, (1 - w / 3) * rt + trials]
+                self.rows[own] = [(1 - w / 6) * rs + succ, (1 - w / 6) * rt + trials]
             self.reach[row] = max(float(x), self.reach.get(row, 0.0) / 2)
+        for row, x in zip(rows, stats.accepted_list(), strict=True):  # pace and its spread
+            pace = self.pace.get(row, 1.0)
+            self.spread[row] = _ema(self.spread.get(row), (1.0 + x - pace) ** 2, w)
+            self.pace[row] = _ema(pace, 1.0 + x, w)
         self.steps += 1
