@@ -4,8 +4,10 @@
 (SmolLM2-135M-Instruct) with n-gram drafting, greedy, on two prompt sets (HumanEval code
 completions and chat prompts) at batch 1, 4, 8 and 16. Every cell (prompt set, batch)
 times transformers ``generate``, bass with drafting off, and bass with each built-in
-policy, round-robin within each of ``--repeats`` rounds (so the machine's slow spells
-spread over all methods), and keeps each method's median wall time. Every row generates
+policy, round-robin within each of ``--repeats`` rounds (the order rotating, so the
+machine's slow spells spread over all methods), and keeps each method's median wall time
+and, against drafting off, ``generate`` and the best policy, the median of the per-round
+wall-time ratios. Every row generates
 exactly ``--max-new`` tokens (eos ignored), so all methods do equal work.
 
 Per cell it reports tokens/s, the speed against drafting off and against ``generate``,
@@ -142,12 +144,21 @@ def methods(main, max_new):
     return out
 
 
+def paired(walls_a: list[float], walls_b: list[float]) -> float:
+    """Speed of b against a: the median over rounds of a's wall over b's in the same round
+    (a round's methods run back to back, so the machine's slow spells, which last tens of
+    seconds here, hit both alike)."""
+    return statistics.median(a / b for a, b in zip(walls_a, walls_b, strict=True))
+
+
 def run_cell(main, prompts, max_new, repeats) -> dict:
     ms = methods(main, max_new)
+    names = list(ms)
     runs: dict[str, list[dict]] = {m: [] for m in ms}
-    for _ in range(repeats):
-        for m, fn in ms.items():  # round-robin: slow spells hit every method alike
-            runs[m].append(fn(prompts))
+    for i in range(repeats):
+        # round-robin, starting one method later each round: no method always runs first
+        for m in names[i % len(names) :] + names[: i % len(names)]:
+            runs[m].append(ms[m](prompts))
     tokens = len(prompts) * max_new
     cell = {}
     for m, rs in runs.items():
@@ -159,13 +170,12 @@ def run_cell(main, prompts, max_new, repeats) -> dict:
             "walls": [r["wall_s"] for r in rs],
         }
         cell[m].update(rec)
-    best = max(cell[p]["tokens_per_s"] for p in POLICIES)
-    off, hf = cell["drafting off"]["tokens_per_s"], cell["hf-generate"]["tokens_per_s"]
+    best = max(POLICIES, key=lambda p: cell[p]["tokens_per_s"])
     for m, r in cell.items():
-        r["vs_off"] = r["tokens_per_s"] / off
-        r["vs_hf"] = r["tokens_per_s"] / hf
+        r["vs_off"] = paired(cell["drafting off"]["walls"], r["walls"])
+        r["vs_hf"] = paired(cell["hf-generate"]["walls"], r["walls"])
         if m in POLICIES:
-            r["regret"] = 1 - r["tokens_per_s"] / best
+            r["regret"] = max(0.0, 1 - paired(cell[best]["walls"], r["walls"]))
     return cell
 
 
@@ -211,10 +221,15 @@ def to_markdown(result: dict) -> str:
         f"Date: {meta['date']}  ",
         f"Machine: {meta['machine']}  ",
         f"Software: {meta['software']}  ",
-        f"Workload: {meta['max_new']} new tokens per row, greedy, eos ignored; median of "
-        f"{meta['repeats']} round-robin repeats per method.",
+        f"Workload: {meta['max_new']} new tokens per row, greedy, eos ignored; "
+        f"{meta['repeats']} rounds, each running every method once, back to back (the "
+        "order rotating from round to round). tokens/s: from the median wall time; "
+        "`vs drafting off` and `vs hf-generate`: the median over rounds of the two "
+        "methods' wall-time ratio in the same round (paired: the machine's slow spells "
+        "hit both).",
         "",
-        "Regret: `1 - tokens/s / best built-in policy's tokens/s` in the same cell.",
+        "Regret: `1 - speed / the best built-in policy's speed` (paired as above; the best: "
+        "highest median tokens/s in the cell).",
         "",
     ]
     checks = []
@@ -317,7 +332,7 @@ def main(argv=None) -> int:
     ap.add_argument("--setup", choices=("smollm", "tiny"), default="smollm")
     ap.add_argument("--batches", default="1,4,8,16")
     ap.add_argument("--max-new", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--siblings", action="store_true", help="also measure sibling lookup")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
