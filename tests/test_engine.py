@@ -168,8 +168,21 @@ def test_stats(llama):
     assert res.stats.wall_seconds > 0
 
 
-def test_sampling_is_seeded(llama):
-    gen = Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 3})
+@pytest.mark.parametrize(
+    "draft, policy, options",
+    [
+        ("model", "constant", {"k": 3}),
+        ("model", "bass", None),
+        ("model", "confidence", None),
+        ("ngram", "hf-heuristic", None),
+        ("ngram", "bass", None),
+    ],
+)
+def test_sampling_is_seeded(llama, draft, policy, options):
+    """Policies that decide from token counts only draft the same lengths every run, so
+    a seed repeats the sample exactly (the README says which policies those are)."""
+    d = perturbed(llama) if draft == "model" else draft
+    gen = Generator(llama, d, policy=policy, policy_options=options)
     kw = dict(max_new_tokens=10, do_sample=True, temperature=0.9, top_k=20, top_p=0.95)
     a = gen.generate(PROMPTS, seed=3, **kw).sequences
     b = gen.generate(PROMPTS, seed=3, **kw).sequences

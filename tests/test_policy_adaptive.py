@@ -75,16 +75,17 @@ def simulate(policy, alphas, caps, cost, steps=60, seed=0, available=None):
 
 
 def test_verify_cost_slope_from_neighbouring_steps():
-    approx = pytest.approx  # the fit's ridge moves it a little
+    approx = pytest.approx  # the fit's ridge (3 tokens^2 of "no slope") moves it a little
     c = VerifyCost(ema=1.0)
     assert c(5) is None
     c.observe(4, 0.010)
     assert c(2) == c(4) == c(9) == 0.010 and c.slope() == 0.0  # one size: flat
     c.observe(12, 0.014)  # two sizes: the line through them, both ways
     assert c(8) == approx(0.012, rel=0.02) and c(20) == approx(0.018, rel=0.02)
-    assert c.slope() == approx(0.0005, rel=0.02) and c.jump() == 0.0
-    c.observe(12, 0.030)  # ema=1: the level follows the newest step; same size, same slope
-    assert c(12) == approx(0.030) and c.slope() == approx(0.0005, rel=0.02)
+    assert c.slope() == approx(0.0005, rel=0.06) and c.jump() == 0.0
+    c.observe(12, 0.030)  # ema=1: the level follows the newest step; the same size twice
+    assert c(12) == approx(0.030)  # 16 ms apart is noise: the slope gets more cautious
+    assert c.slope() > 0.001
     noisy = VerifyCost(ema=1.0)
     noisy.observe(4, 0.02)
     noisy.observe(8, 0.01)  # more tokens measured faster: noise, no negative slope
@@ -132,7 +133,7 @@ def test_verify_cost_is_pessimistic_when_steps_are_noisy():
         n = 1 + t % 3
         steady.observe(n, 0.06 + 0.0025 * n)
         noisy.observe(n, (0.06 + 0.0025 * n) * (1 + 0.1 * rng.gauss(0, 1)))
-    assert steady.slope() == pytest.approx(0.0025, rel=0.02)
+    assert steady.slope() == pytest.approx(0.0025, rel=0.1)
     assert noisy.slope() > 0.0025
 
 

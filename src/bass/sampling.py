@@ -31,7 +31,9 @@ ends the row and its correction is drawn from ``normalize(max(0, p - q))``.
 Everything here is batched over rows with no Python loop over rows or positions and no
 host synchronisation (except :func:`output_tokens`, the host-side helper). All
 randomness comes from one ``torch.Generator``, and each call consumes a number of draws
-fixed by the tensor shapes only, so a seeded run repeats exactly.
+fixed by the tensor shapes only, so a seeded run repeats exactly as long as its draft
+lengths do (a policy that decides from measured times, like ``adaptive``, may draft
+differently from run to run: the same distribution, other samples).
 """
 
 from __future__ import annotations

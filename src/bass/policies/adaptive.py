@@ -142,8 +142,12 @@ class VerifyCost:
     """
 
     ema: float = 0.3
-    decay: float = 0.9  # per informative pair (two steps that differ)
-    ridge: float = 0.1  # pseudo-pairs saying "no jump" and "no slope" (tokens^2 for c1)
+    decay: float = 0.95  # per informative pair (two steps that differ)
+    # pseudo-pairs saying "no jump" (0.1) and "no slope" (3 tokens^2): when the sizes of
+    # the drafting steps hardly vary, a cost that comes with drafting is taken for the
+    # jump rather than for its few tokens (or longer drafts would look dear for good)
+    ridge: float = 0.1
+    ridge_slope: float = 3.0
     level: tuple[float, float, float] | None = None  # running averages: N, drafting, s
     last: tuple[int, float, float] | None = None  # the previous step: N, drafting, s
     sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # dI^2 dIdN dN^2 dIdy dNdy
@@ -154,12 +158,15 @@ class VerifyCost:
         if tokens <= 0 or seconds <= 0.0:
             return
         d = float(drafting)
-        if self.last is not None and (tokens, d) != self.last[:2]:
+        if self.last is not None:
             di, dn, dy = d - self.last[1], tokens - self.last[0], seconds - self.last[2]
-            if self.pairs:  # how far a pair lands from the fit: the noise
+            # the noise: how far neighbouring steps land from the fit (equal steps: their
+            # difference; steps that differ once a fit exists: its residual)
+            if (di, dn) == (0.0, 0) or self.pairs >= 2:
                 jump, slope = self._fit()
                 err = (dy - jump * di - slope * dn) ** 2
                 self.noise = err if self.noise is None else _ema(self.noise, err, 0.2)
+        if self.last is not None and (tokens, d) != self.last[:2]:
             new = (di * di, di * dn, dn * dn, di * dy, dn * dy)
             self.sums = [self.decay * a + b for a, b in zip(self.sums, new, strict=True)]
             self.pairs += 1
@@ -172,7 +179,7 @@ class VerifyCost:
             )
 
     def _inverse(self) -> tuple[float, float, float]:
-        sii, sin, snn = self.sums[0] + self.ridge, self.sums[1], self.sums[2] + self.ridge
+        sii, sin, snn = self.sums[0] + self.ridge, self.sums[1], self.sums[2] + self.ridge_slope
         det = sii * snn - sin * sin
         return snn / det, -sin / det, sii / det  # (X'X + ridge)^-1: [0,0], [0,1], [1,1]
 
