@@ -17,7 +17,10 @@ off, and within 10% of the best built-in policy, in every cell.
 
 ``--siblings``: sibling lookup (the n-gram drafter also searching the other samples of
 the same prompt) on and off, with ``n`` samples per HumanEval prompt, greedy and sampled
-(temperature 0.8): mean accepted draft tokens per step per row and tokens/s.
+(temperature 0.8): the lookup's drafted and accepted tokens per step per row with
+``constant`` k=4 (the drafter's own quality, whatever the policy) and tokens/s with it and
+with the default policy; ``--siblings-only`` measures just that table
+(``bench/results/cpu_siblings.{md,json}``).
 
 ``--setup tiny`` runs the same tables on tiny random models in seconds (the smoke test).
 Writes ``bench/results/<setup>_policies.{md,json}``.
@@ -131,6 +134,8 @@ def bass_run(main, prompts, max_new, policy, options, draft="ngram", **kw) -> di
         "verify_tokens": st.verify_tokens,
         "steps": len(st.steps),
         "host_share": st.host_share,
+        "drafted": sum(sum(x.drafted) for x in st.steps),
+        "accepted": sum(sum(x.accepted) for x in st.steps),
     }
 
 
@@ -181,32 +186,68 @@ def run_cell(main, prompts, max_new, repeats) -> dict:
 
 def siblings(main, tok, sets, max_new, repeats, n_values=(4, 8), prompts_per_n=2):
     """Sibling lookup on and off: ``n`` samples of each of ``prompts_per_n`` HumanEval
-    prompts in one batch, greedy and sampled."""
+    prompts in one batch, greedy and sampled. The drafter's own quality is measured with
+    ``constant`` k=4 (every row drafts what the lookup finds, up to 4, whatever it
+    costs: accepted tokens per step and per drafted token), the speed a user gets with
+    the default policy."""
     rows = []
     base = sets["humaneval"][:prompts_per_n]
     for n in n_values:
         batch = [p for p in base for _ in range(n)]
         for mode, kw in (("greedy", {}), ("t=0.8", {"do_sample": True, "temperature": 0.8})):
             for on in (False, True):
-                rs = []
+                fixed, default = [], []
+                plan = (("constant", {"k": 4}, fixed), (DEFAULT, {}, default))
                 for rep in range(repeats):
-                    drafter = NGramDrafter(siblings=on)
-                    rs.append(
-                        bass_run(main, batch, max_new, DEFAULT, {}, draft=drafter, seed=rep, **kw)
-                    )
+                    for policy, opts, out in plan:
+                        drafter = NGramDrafter(siblings=on)
+                        out.append(
+                            bass_run(main, batch, max_new, policy, opts, drafter, seed=rep, **kw)
+                        )
                 rows.append(
                     {
                         "n": n,
                         "batch": len(batch),
                         "mode": mode,
                         "siblings": on,
-                        "mean_accepted": statistics.mean(r["mean_accepted"] for r in rs),
+                        "mean_accepted": statistics.mean(r["mean_accepted"] for r in fixed),
+                        "acceptance": sum(r["accepted"] for r in fixed)
+                        / max(1, sum(r["drafted"] for r in fixed)),
+                        "drafted_per_step": statistics.mean(
+                            r["drafted"] / max(1, r["steps"]) / len(batch) for r in fixed
+                        ),
                         "tokens_per_s": statistics.median(
-                            len(batch) * max_new / r["wall_s"] for r in rs
+                            len(batch) * max_new / r["wall_s"] for r in default
+                        ),
+                        "tokens_per_s_constant": statistics.median(
+                            len(batch) * max_new / r["wall_s"] for r in fixed
                         ),
                     }
                 )
+                print(rows[-1], flush=True)
     return rows
+
+
+def siblings_markdown(rows, meta) -> list[str]:
+    out = [
+        "## Sibling lookup (n samples per HumanEval prompt, 2 prompts per batch)",
+        "",
+        f"Median of {meta['repeats']} runs (seeds 0..{meta['repeats'] - 1}). The lookup's "
+        "quality with `constant` k=4 (every row drafts what the lookup finds, up to 4): "
+        "drafted and accepted tokens per step per row, and the share of drafted tokens "
+        "accepted; the speed with `constant` k=4 and with the default policy.",
+        "",
+        "| n | batch | decoding | sibling lookup | drafted / step / row | accepted / step / row "
+        "| accepted / drafted | tokens/s (k=4) | tokens/s (default) |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['n']} | {r['batch']} | {r['mode']} | {'on' if r['siblings'] else 'off'} "
+            f"| {r['drafted_per_step']:.2f} | {r['mean_accepted']:.2f} | {r['acceptance']:.0%} "
+            f"| {r['tokens_per_s_constant']:.1f} | {r['tokens_per_s']:.1f} |"
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- report
@@ -270,18 +311,7 @@ def to_markdown(result: dict) -> str:
     missed = [c for c in checks if c[2] < 0.95 or c[3] > 0.10]
     out += [f"  - missed at {n} batch {b}: {o:.2f}x off, regret {r:.1%}" for n, b, o, r in missed]
     if result.get("siblings"):
-        out += [
-            "",
-            "## Sibling lookup (n samples per HumanEval prompt, policy adaptive)",
-            "",
-            "| n | batch | decoding | sibling lookup | mean accepted / step / row | tokens/s |",
-            "|---:|---:|---|---|---:|---:|",
-        ]
-        for r in result["siblings"]:
-            out.append(
-                f"| {r['n']} | {r['batch']} | {r['mode']} | {'on' if r['siblings'] else 'off'} "
-                f"| {r['mean_accepted']:.2f} | {r['tokens_per_s']:.1f} |"
-            )
+        out += ["", *siblings_markdown(result["siblings"], meta)]
     return "\n".join(out) + "\n"
 
 
@@ -334,8 +364,15 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--siblings", action="store_true", help="also measure sibling lookup")
+    ap.add_argument(
+        "--siblings-only",
+        action="store_true",
+        help="only the sibling-lookup table (writes <setup>_siblings.{md,json})",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    if args.siblings_only:
+        return siblings_main(args, argv)
     batches = [int(b) for b in args.batches.split(",")]
     result = run(args.setup, batches, args.max_new, args.repeats, args.siblings, argv)
     tag = "cpu" if args.setup == "smollm" else "tiny"
@@ -343,6 +380,41 @@ def main(argv=None) -> int:
     text = to_markdown(result)
     (args.out / f"{tag}_policies.md").write_text(text)
     (args.out / f"{tag}_policies.json").write_text(json.dumps(result, indent=1))
+    print(text)
+    return 0
+
+
+def siblings_main(args, argv) -> int:
+    main_model, tok, sets, label = smollm_setup()
+    repeats = min(args.repeats, 3)
+    meta = {
+        "setup": label,
+        "command": "python bench/bench_policies.py " + " ".join(argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} torch threads",
+        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
+        "max_new": args.max_new,
+        "repeats": repeats,
+    }
+    bass_run(main_model, sets["humaneval"][:1], 2, DEFAULT, {})  # warm-up, discarded
+    rows = siblings(main_model, tok, sets, args.max_new, repeats)
+    text = "\n".join(
+        [
+            f"# Sibling lookup: {label}",
+            "",
+            f"Command: `{meta['command']}`  ",
+            f"Date: {meta['date']}  ",
+            f"Machine: {meta['machine']}  ",
+            f"Software: {meta['software']}  ",
+            f"Workload: {meta['max_new']} new tokens per row, eos ignored.",
+            "",
+            *siblings_markdown(rows, meta),
+        ]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cpu_siblings.md").write_text(text + "\n")
+    (args.out / "cpu_siblings.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(text)
     return 0
 

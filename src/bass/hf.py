@@ -265,7 +265,7 @@ def prefill(
                 last.append(n - 1)
         ids = [t for toks in feed for t in toks]
         batch = pack([len(t) for t in feed], done, device, ids=ids, logits_at=last)
-        logits = run_packed(forward, model, cache, batch, impl)  # [len(ends), V]
+        logits = run_packed(forward, model, cache, batch, impl)[: len(ends)]  # [len(ends), V]
         cache.commit(cache.q_lens)
         passes += 1
         for b, n in enumerate(batch.q_lens):

@@ -32,7 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["TOKEN_BUCKETS", "PackedPass", "bucket_tokens", "pack"]
+__all__ = ["LOGITS_MULTIPLE_CPU", "TOKEN_BUCKETS", "PackedPass", "bucket_tokens", "pack"]
+
+# On CPU the rows whose logits a pass computes are padded to a multiple of this (repeats of
+# the first): see pack().
+LOGITS_MULTIPLE_CPU = 4
 
 # Token counts a static-shape pass (CUDA graphs) is padded to: at most ~1.5x the real
 # count, few enough that one graph per bucket is cheap to capture.
@@ -110,7 +114,9 @@ def pack(
         ids: the ``sum(q_lens)`` token ids, row after row; ``None`` when the caller
             sets ``input_ids`` itself from device tensors (then ``input_ids`` is ``None``).
         logits_at: token indices (into the flat pass) whose logits are needed; ``None``
-            keeps all ``N``.
+            keeps all ``N``. On CPU the logits computed are padded to a multiple of
+            :data:`LOGITS_MULTIPLE_CPU` rows (repeats of the first; callers read the first
+            ``len(logits_at)``, or ``N``): MKL computes 4 rows faster than 2 or 3.
         bucket: a bucket set: pad ``N`` up to a bucket with tokens of no row.
         logits_slots: pad ``logits_at`` to this many entries (repeating index 0) so its
             shape is fixed too (static shapes).
@@ -136,6 +142,14 @@ def pack(
     keep = list(logits_at) if logits_at is not None else []
     if logits_slots is not None and logits_at is not None:
         keep += [0] * (logits_slots - len(keep))
+    elif torch.device(device).type == "cpu" and (len(keep) if logits_at is not None else n_tok) > 1:
+        # the lm head on a CPU: MKL's matrix product of L rows by the vocabulary is 1.3-2x
+        # slower for L = 2, 3 (mod 4) below 12 than for the next multiple of 4 (e.g. a
+        # 135M model's 49152-token head: 21.5 ms for 2 rows, 16.5 ms for 4; see
+        # bench/results/cpu_pass_cost.md): compute the logits of a few repeated rows more
+        if logits_at is None:
+            keep, logits_at = list(range(n_tok)), ()
+        keep += [keep[0]] * (-len(keep) % LOGITS_MULTIPLE_CPU)
     B = len(q_lens)
     if separate:
 

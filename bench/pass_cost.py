@@ -1,0 +1,139 @@
+"""What a verify pass costs as a function of the tokens it computes.
+
+``python bench/pass_cost.py``: the embedded default model (SmolLM2-135M-Instruct, CPU),
+batches of 1 and 8 HumanEval prompts prefilled, then packed passes in which every row
+brings one token (plain decoding) or some rows bring more (verifying drafts), timed
+round-robin (median of ``--repeats`` rounds; logits at every position, as a verify pass
+needs). Writes ``bench/results/cpu_pass_cost.{md,json}``. It shows the cost model a
+draft-length policy must live with on this machine: the first draft token of a step
+costs far more than the next ones (a batch of one row turns matrix-vector products into
+matrix-matrix ones; at batch 8 the matrix products step up with every 8 rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _prompts import humaneval_prompts
+
+RESULTS = Path(__file__).parent / "results"
+
+# name -> tokens each row brings, for a batch of B rows
+SHAPES = {
+    "plain": lambda B: [1] * B,
+    "one row +1": lambda B: [2] + [1] * (B - 1),
+    "one row +4": lambda B: [5] + [1] * (B - 1),
+    "every row +1": lambda B: [2] * B,
+    "every row +4": lambda B: [5] * B,
+    "every row +8": lambda B: [9] * B,
+}
+
+
+def measure(main, prompts, repeats: int) -> dict[str, dict]:
+    from bass import hf
+    from bass.cache import RaggedKVCache
+    from bass.packing import pack
+
+    B = len(prompts)
+    max_len = max(map(len, prompts)) + 16
+    hf.prepare(main, max_len)
+    cache = RaggedKVCache(B, max_len, main.config.num_hidden_layers, torch.device("cpu"))
+    times: dict[str, list[float]] = {name: [] for name in SHAPES}
+    with torch.inference_mode():
+        hf.prefill(main, cache, prompts)
+        lens = [len(p) for p in prompts]
+        for _ in range(repeats):
+            for name, shape in SHAPES.items():
+                q = shape(B)
+                n = sum(q)
+                batch = pack(q, lens, torch.device("cpu"), ids=[5] * n, logits_at=list(range(n)))
+                t0 = time.perf_counter()
+                hf.run_packed(hf.forward_packed, main, cache, batch)
+                times[name].append(time.perf_counter() - t0)
+    plain = statistics.median(times["plain"])
+    return {
+        name: {
+            "tokens": sum(SHAPES[name](B)),
+            "ms": 1000 * statistics.median(t),
+            "vs_plain": statistics.median(t) / plain,
+        }
+        for name, t in times.items()
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--tiny", action="store_true", help="a tiny random Llama (smoke test)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.tiny:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        cfg = LlamaConfig(
+            vocab_size=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+        model = LlamaForCausalLM(cfg).eval()
+        prompts = [list(range(1, 10 + b)) for b in range(16)]
+    else:
+        from bass import load_default_pair
+
+        model, tok = load_default_pair()
+        prompts = humaneval_prompts(tok, 16)
+    name = "tiny random Llama" if args.tiny else "SmolLM2-135M-Instruct (embedded)"
+    result = {
+        "meta": {
+            "command": "python bench/pass_cost.py " + " ".join(argv or sys.argv[1:]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+            f"{torch.get_num_threads()} torch threads",
+            "software": f"torch {torch.__version__}, Python {platform.python_version()}",
+            "repeats": args.repeats,
+        },
+        "batches": {},
+    }
+    lines = [
+        f"# What a verify pass costs: {name}, CPU",
+        "",
+        f"Command: `{result['meta']['command']}`  ",
+        f"Date: {result['meta']['date']}  ",
+        f"Machine: {result['meta']['machine']}  ",
+        f"Software: {result['meta']['software']}  ",
+        f"Median of {args.repeats} round-robin rounds per shape; logits at every position.",
+        "",
+        "| batch | pass | tokens | ms | vs plain |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for B in (int(b) for b in args.batches.split(",")):
+        rows = measure(model, prompts[:B], args.repeats)
+        result["batches"][B] = rows
+        for name, r in rows.items():
+            lines.append(f"| {B} | {name} | {r['tokens']} | {r['ms']:.1f} | {r['vs_plain']:.2f}x |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    tag = "tiny" if args.tiny else "cpu"
+    (args.out / f"{tag}_pass_cost.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{tag}_pass_cost.json").write_text(json.dumps(result, indent=1))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
