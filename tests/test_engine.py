@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import FAMILIES, perturbed, reference_greedy, tiny_lm
 
-from bass import Generator
+from bass import Generator, policies, testing
 from bass.hf import UnsupportedModelError
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
@@ -176,11 +176,15 @@ def test_stats(llama):
         ("model", "confidence", None),
         ("ngram", "hf-heuristic", None),
         ("ngram", "bass", None),
+        ("ngram", "adaptive", None),
+        ("ngram", "goodput", None),
+        (None, "adaptive", None),
     ],
 )
 def test_sampling_is_seeded(llama, draft, policy, options):
-    """Policies that decide from token counts only draft the same lengths every run, so
-    a seed repeats the sample exactly (the README says which policies those are)."""
+    """A seed repeats the sample exactly: with a draft model under policies that decide
+    from token counts only (the same lengths every run; the README says which), and with
+    n-gram drafts or none under any policy, timing-based ones included (keyed draws)."""
     d = perturbed(llama) if draft == "model" else draft
     gen = Generator(llama, d, policy=policy, policy_options=options)
     kw = dict(max_new_tokens=10, do_sample=True, temperature=0.9, top_k=20, top_p=0.95)
@@ -188,6 +192,51 @@ def test_sampling_is_seeded(llama, draft, policy, options):
     b = gen.generate(PROMPTS, seed=3, **kw).sequences
     c = gen.generate(PROMPTS, seed=4, **kw).sequences
     assert a == b and a != c
+
+
+REPETITIVE = [[1, 2, 3, 4] * 5, [7, 8, 9] * 6, [5, 9, 5, 9, 5], [2], [3, 1, 4, 1, 5, 9, 2, 6]]
+
+
+@pytest.mark.parametrize("policy", sorted(policies.available()))
+def test_sampled_ngram_output_is_plain_sampled_decoding(llama, policy):
+    """n-gram drafts are verified with keyed draws: under every policy the sampled tokens
+    are plain sampled decoding's with the same seed, token for token, stops included."""
+    gen = Generator(llama, "ngram", policy=policy)
+    kw = dict(temperature=0.9, top_k=20, top_p=0.95, eos_token_id=3)
+    res = testing.assert_sampled_equivalent(gen, REPETITIVE + PROMPTS, 16, seed=11, **kw)
+    if policy in ("bass", "constant", "hf-heuristic"):  # not vacuous: drafts were kept
+        assert sum(map(sum, (s.accepted for s in res.stats.steps))) > 0
+
+
+def test_sampled_equivalence_check_fails_on_a_change_and_refuses_draft_models(llama):
+    gen = Generator(llama, "ngram")
+    res = testing.assert_sampled_equivalent(gen, PROMPTS, 6, seed=1)
+    with pytest.raises(AssertionError, match="row 0 differs from plain sampled decoding"):
+
+        class Shifted(Generator):  # a broken generator: its first row's tokens shift by one
+            def generate(self, *a, **k):
+                out = super().generate(*a, **k)
+                out.sequences[0] = [(t + 1) % 64 for t in out.sequences[0]]
+                return out
+
+        testing.assert_sampled_equivalent(Shifted(llama, "ngram"), PROMPTS, 6, seed=1)
+    assert (
+        res.sequences
+        != Generator(llama, "ngram")
+        .generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=2)
+        .sequences
+    )
+    with pytest.raises(ValueError, match="deterministic drafts"):
+        testing.assert_sampled_equivalent(Generator(llama, perturbed(llama)), PROMPTS, 4)
+
+
+def test_unseeded_sampling_follows_torch_manual_seed(llama):
+    gen = Generator(llama, "ngram")
+    kw = dict(max_new_tokens=8, do_sample=True)
+    torch.manual_seed(123)
+    a = gen.generate(PROMPTS, **kw).sequences
+    torch.manual_seed(123)
+    assert gen.generate(PROMPTS, **kw).sequences == a
 
 
 def test_time_budget_returns_partial_rows(llama):

@@ -344,9 +344,3 @@ class NGramDrafter:
         out = [f[:k] for f, k in zip(self.found, k_rows)]
         self.found = []
         return Proposal(counts=[len(o) for o in out], host_tokens=out)
-
-
-def one_hot_probs(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
-    """The draft distribution of deterministic proposals ``tokens`` ``[R, K]``:
-    ``[R, K, V]`` float32 one-hot."""
-    return torch.nn.functional.one_hot(tokens, vocab).to(torch.float32)

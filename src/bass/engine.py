@@ -39,7 +39,7 @@ import torch
 from . import hf, policies
 from .batch_state import BatchState, NonFiniteLogitsError, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
-from .drafters import ModelDrafter, NGramDrafter, choose, nonfinite, one_hot_probs
+from .drafters import ModelDrafter, NGramDrafter, nonfinite
 from .ops import length_checks
 from .packing import TOKEN_BUCKETS, pack
 from .policies import DraftContext
@@ -47,6 +47,9 @@ from .sampling import (
     SamplingParams,
     forced_accept,
     greedy_accept_ids,
+    keyed_accept,
+    position_keys,
+    sample_keyed,
     speculative_accept,
     warp_probs,
 )
@@ -336,8 +339,10 @@ class Generator:
         self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len
     ) -> GenerationResult:
         device = self.main.device
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed if seed is not None else torch.seed())
+        if seed is None:  # from torch's global generator: torch.manual_seed governs it
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        gen = torch.Generator(device=device)  # the draft model's sampling and verification
+        gen.manual_seed(seed)  # the seed also keys every sampled position (position_keys)
         policy = self.new_policy()
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
@@ -351,7 +356,12 @@ class Generator:
         logits, passes = hf.prefill(
             self.main, self.cache, state.seqs, self.attention, chunk_tokens=chunk
         )
-        first, _ = choose(logits, params, gen, False)
+        if params.do_sample:  # each row's new token 0, keyed by (seed, prompt, 0)
+            keys = position_keys(seed, range(len(prompts)), [0] * len(prompts), 1)
+            keys_t = torch.tensor(keys, dtype=torch.int64).to(device, non_blocking=True)
+            first = sample_keyed(warp_probs(logits, params), keys_t)
+        else:
+            first = logits.argmax(dim=-1)
         host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
         B = len(prompts)
         raise_if_nonfinite(host[B:], self.main, "main", state.rows, "the prefill")
@@ -378,7 +388,7 @@ class Generator:
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 stats.stopped_by_time_budget = True
                 break
-            self._step(state, policy, params, gen, stats)
+            self._step(state, policy, params, (gen, seed), stats)
             self._compact(state)
             if on_step is not None:
                 on_step(self, state)
@@ -419,7 +429,8 @@ class Generator:
             )
         return [max(0, min(int(k), c)) for k, c in zip(ks, cap)]
 
-    def _step(self, state, policy, params, gen, stats) -> None:
+    def _step(self, state, policy, params, rng, stats) -> None:
+        gen, seed = rng  # the draft model's generator; the key of sampled positions
         device = self.cache.lens.device
         t_start = time.perf_counter()
         act = state.active()  # cache rows of the active rows, ascending
@@ -448,11 +459,17 @@ class Generator:
             idx += [start + min(i, n - 1) for i in range(K + 1)]
             start += n
         last = [state.seqs[s][-1] for s in act]
+        rows = [state.rows[s] for s in act]
         host_drafts = prop.host_tokens if prop is not None else [[]] * R
+        # sampling with deterministic drafts (n-grams, or none): keyed draws per position
+        keyed = params.do_sample and self.forced_acceptance is None and host_drafts is not None
         if host_drafts is not None:  # drafts on the host (n-grams, or none)
             ids = [t for r in range(R) for t in (last[r], *host_drafts[r])]
             padded = [t for d in host_drafts for t in (*d, *[0] * (K - len(d)))]
             extra = [*idx, *counts, *padded]
+            if keyed:
+                starts = [len(state.outputs[p]) for p in rows]
+                extra += position_keys(seed, rows, starts, K + 1)
         else:  # drafts on the device: gather them into the packed order there
             gidx = [r * (K + 1) + i for r in range(R) for i in range(1 + counts[r])]
             ids, extra = None, [*idx, *counts, *last, *gidx]
@@ -472,7 +489,7 @@ class Generator:
             table = torch.cat([e[o + R : o + 2 * R, None], drafts], dim=1)  # [R, K+1]
             batch.set_input_ids(table.view(-1)[e[o + 2 * R :]])
         else:
-            drafts = e[o + R :].view(R, K)
+            drafts = e[o + R : o + R + R * K].view(R, K)
         t_fwd = time.perf_counter()
         logits = hf.run_packed(self.forward, self.main, self.cache, batch, self.attention)
         forward_seconds = time.perf_counter() - t_fwd
@@ -482,12 +499,13 @@ class Generator:
         bad_main = nonfinite(logits)[index].any(dim=1)  # [R]
         if self.forced_acceptance is not None:
             acc = forced_accept(counts_t, best, self.forced_acceptance, gen)
-        elif params.do_sample:
+        elif keyed:  # the main model's keyed draw at each position; drafts kept while equal
             p = warp_probs(logits[index], params)  # [R, K+1, V]
-            q = prop.probs[:, :K] if prop is not None and prop.probs is not None else None
-            if q is None:  # deterministic (n-gram) drafts, or none: one-hot
-                q = one_hot_probs(drafts, logits.shape[-1])
-            acc = speculative_accept(drafts, q, p, counts_t, gen)
+            keys = e[o + R + R * K :].view(R, K + 1)
+            acc = keyed_accept(drafts, p, counts_t, keys)
+        elif params.do_sample:  # a draft model's sampled drafts: rejection sampling
+            p = warp_probs(logits[index], params)  # [R, K+1, V]
+            acc = speculative_accept(drafts, prop.probs[:, :K], p, counts_t, gen)
         else:
             acc = greedy_accept_ids(drafts, best, counts_t)
         read = [acc.accepted, acc.next_tokens, bad_main.long()]
@@ -497,7 +515,6 @@ class Generator:
         host = torch.cat(read).tolist()  # host read: the one per-step sync
         accepted, next_tokens = host[:R], host[R : 2 * R]
         step, where = len(stats.steps), f"step {len(stats.steps)}"
-        rows = [state.rows[s] for s in act]
         raise_if_nonfinite(host[2 * R : 3 * R], self.main, "main", rows, where)
         if model_drafts:
             raise_if_nonfinite(host[3 * R : 4 * R], self.drafter.model, "draft", rows, where)

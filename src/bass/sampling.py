@@ -28,12 +28,24 @@ distribution ``q_{i-1}``) is accepted with probability ``min(1, p(d_i) / q(d_i))
 (``p`` the main model's warped distribution at the same position); the first rejection
 ends the row and its correction is drawn from ``normalize(max(0, p - q))``.
 
+Deterministic drafts (n-gram lookup) and plain decoding take a shortcut with the same
+exactness: the main model's token at each new position ``t`` of a row is drawn by
+inverse-CDF sampling (:func:`sample_keyed`) with a uniform number keyed by
+``(seed, row, t)`` (:func:`position_keys`, a counter-based hash), and a drafted token is
+accepted when it equals that draw. For a one-hot draft this is exactly the rejection
+rule above (the draft is accepted with probability ``p(d)``, and the draw given
+``!= d`` is the residual), and every committed token is the draw at its position, so
+**sampled output does not depend on the draft lengths**: with the same seed, n-gram
+speculation under any policy (timing-based ones included), and plain decoding, emit the
+same tokens (up to the rounding that differs between passes of different widths).
+
 Everything here is batched over rows with no Python loop over rows or positions and no
-host synchronisation (except :func:`output_tokens`, the host-side helper). All
-randomness comes from one ``torch.Generator``, and each call consumes a number of draws
-fixed by the tensor shapes only, so a seeded run repeats exactly as long as its draft
-lengths do (a policy that decides from measured times, like ``adaptive``, may draft
-differently from run to run: the same distribution, other samples).
+host synchronisation (except the host-side helpers :func:`output_tokens` and
+:func:`position_keys`). The draft model's sampling and its verification draw from one
+``torch.Generator``, and each call consumes a number of draws fixed by the tensor shapes
+only, so a seeded run with a draft model repeats exactly as long as its draft lengths
+do (a policy that decides from measured times, like ``adaptive``, may draft differently
+from run to run: the same distribution, other samples).
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -49,8 +62,11 @@ __all__ = [
     "forced_accept",
     "greedy_accept",
     "greedy_accept_ids",
+    "keyed_accept",
     "output_tokens",
+    "position_keys",
     "sample",
+    "sample_keyed",
     "speculative_accept",
     "warp_probs",
 ]
@@ -152,6 +168,68 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     # An Exp(1) draw of exactly 0 would make 0 / 0 = NaN, which argmax would pick.
     noise.clamp_min_(torch.finfo(noise.dtype).tiny)
     return torch.argmax(probs / noise, dim=-1)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_ROW_MULT = np.uint64(0xD1B54A32D192ED03)
+_POS_MULT = np.uint64(0xAEF17502108EF2D9)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays (arithmetic wraps modulo 2**64)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def position_keys(seed: int, rows, starts, width: int) -> list[int]:
+    """Random keys of new-token positions: 53-bit integers, a hash of ``(seed, row, t)``.
+
+    Row ``rows[r]`` (a prompt index) gets the keys of its new-token positions
+    ``starts[r] .. starts[r] + width - 1`` (``t = 0`` is the prefill's token), row-major:
+    ``len(rows) * width`` Python ints. ``key * 2**-53`` is uniform on ``[0, 1)``
+    (:func:`sample_keyed`); distinct ``(seed, row, t)`` give independent-looking keys
+    (splitmix64 applied three times), and the same ones the same key on every machine.
+    Host-side and vectorised (numpy): no device work, no Python loop over positions.
+    """
+    with np.errstate(over="ignore"):
+        s = np.array([seed & (2**64 - 1)], dtype=np.uint64)
+        r = np.asarray(rows, dtype=np.uint64).reshape(-1, 1)
+        t = np.asarray(starts, dtype=np.uint64).reshape(-1, 1) + np.arange(width, dtype=np.uint64)
+        h = _mix64(s ^ _GOLDEN)
+        h = _mix64(h ^ (r * _ROW_MULT))
+        h = _mix64(h ^ (t * _POS_MULT))
+    return (h >> np.uint64(11)).astype(np.int64).reshape(-1).tolist()
+
+
+def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling with given randomness: one token per row of ``probs``.
+
+    Row ``i`` picks the first token whose cumulative weight exceeds ``u_i * total``
+    with ``u_i = keys[i] * 2**-53`` (uniform on ``[0, 1)`` for the keys of
+    :func:`position_keys`), so token ``j`` comes with probability
+    ``probs[j] / probs.sum()`` and a token of weight 0 never. Float64 prefix sums; no
+    host sync.
+
+    Args:
+        probs: ``[..., V]`` non-negative weights, each row with a positive entry (need
+            not be normalised).
+        keys: int64 ``[...]`` in ``[0, 2**53)``.
+
+    Returns:
+        int64 ``[...]`` token ids.
+    """
+    if keys.shape != probs.shape[:-1]:
+        raise ValueError(
+            f"keys must be {list(probs.shape[:-1])} for probs {list(probs.shape)}, "
+            f"got {list(keys.shape)}"
+        )
+    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [..., V], non-decreasing
+    total = cdf[..., -1:]  # [..., 1]
+    x = keys.to(torch.float64)[..., None] * 2.0**-53 * total  # [..., 1], in [0, total]
+    # u * total may round up to total: stay below it, so the pick has positive weight
+    x = torch.minimum(x, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1)
 
 
 @dataclass
@@ -288,6 +366,33 @@ def speculative_accept(
     residual = torch.where(residual.sum(dim=1, keepdim=True) > 0, residual, p_at)
     next_tokens = sample(residual, generator)  # the race needs no normalization
     return Acceptance(accepted=accepted, next_tokens=next_tokens)
+
+
+def keyed_accept(
+    draft_tokens: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_lens: torch.Tensor,
+    keys: torch.Tensor,
+) -> Acceptance:
+    """Lossless verification of deterministic drafts (n-gram lookup) with keyed randomness.
+
+    The main model's own sample at every position, ``y_i = sample_keyed(p_i, keys[b, i])``
+    (``p_i = target_probs[b, i]``), is drawn first; drafts are accepted while they equal
+    it, and the row's next token is ``y`` at the first mismatch (or the bonus position).
+    A drafted token is thus accepted with probability ``p_i(d)``, and the token emitted
+    on rejection is ``p_i`` conditioned on not being ``d``: :func:`speculative_accept`'s
+    rule for a one-hot draft. Since each committed token is the draw at its position,
+    the output is the same whatever the drafts were, with the keys of
+    :func:`position_keys`.
+
+    Args:
+        draft_tokens: int64 ``[B, K]``; slots ``>= draft_lens[b]`` are padding.
+        target_probs: ``[B, K+1, V]`` warped main-model distributions.
+        draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked).
+        keys: int64 ``[B, K+1]``: row ``b``'s keys of the positions its step may emit.
+    """
+    _check_draft_inputs(draft_tokens, target_probs, draft_lens, "target_probs")
+    return greedy_accept_ids(draft_tokens, sample_keyed(target_probs, keys), draft_lens)
 
 
 def output_tokens(draft_tokens: torch.Tensor, acc: Acceptance) -> list[list[int]]:

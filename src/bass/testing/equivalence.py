@@ -1,5 +1,6 @@
 """Greedy equivalence: a generator's rows against the main model decoding each prompt
-alone, token for token.
+alone, token for token; and seeded sampling with deterministic drafts against plain
+sampled decoding with the same seed (:func:`assert_sampled_equivalent`).
 
 The reference is transformers' own ``generate(do_sample=False)`` on one prompt at a time
 (batch 1, no padding), never bass, run to ``max_new_tokens`` with no eos; each row is then
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["assert_greedy_equivalent", "greedy_reference"]
+__all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_reference"]
 
 
 @contextlib.contextmanager
@@ -145,5 +146,57 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
             raise AssertionError(
                 f"row {i} (prompt of {len(prompt)} tokens) differs from the main model's own "
                 f"greedy decoding: {_first_difference(list(got), want)}"
+            )
+    return res
+
+
+def assert_sampled_equivalent(
+    generator, prompts, max_new_tokens: int, *, seed: int = 0, **generate_kwargs
+):
+    """Sampled generation with deterministic drafts (n-gram lookup) equals plain sampled
+    decoding (``draft=None``) of the same main model with the same seed, token for token.
+
+    bass draws the main model's token at each new position of a row from a uniform number
+    keyed by ``(seed, prompt index, position)`` and accepts a deterministic draft when it
+    equals that draw (:func:`bass.sampling.keyed_accept`), so neither the drafts nor the
+    policy's lengths (timing-based ones included) may change a single sampled token: a
+    policy or n-gram variant that does broke the sampling. Use float64 models: a verify
+    pass and a one-token pass round differently, and a draw landing within that rounding
+    of a boundary between two tokens may flip it in lower precision.
+
+    Runs ``generator.generate(prompts, max_new_tokens=..., do_sample=True, seed=seed,
+    **generate_kwargs)`` and the plain decoding; raises ``AssertionError`` naming the row,
+    the first differing position and both tokens. A generator with a draft *model*
+    raises ``ValueError``: its sampled drafts are verified by rejection sampling, exact in
+    distribution (:func:`bass.testing.assert_distribution_equivalent`) but not draw for
+    draw. Returns the generator's :class:`bass.GenerationResult`.
+    """
+    from ..drafters import ModelDrafter
+    from ..engine import Generator
+
+    if isinstance(generator.drafter, ModelDrafter):
+        raise ValueError(
+            "assert_sampled_equivalent needs deterministic drafts (draft='ngram' or None); "
+            "a draft model's samples are exact in distribution only: use "
+            "assert_distribution_equivalent"
+        )
+    if generate_kwargs.get("do_sample") is False:
+        raise ValueError("assert_sampled_equivalent checks sampling: drop do_sample=False")
+    kw = {**generate_kwargs, "do_sample": True, "seed": seed}
+    res = generator.generate(prompts, max_new_tokens=max_new_tokens, **kw)
+    plain = Generator(generator.main, None, attention=generator.attention)
+    plain.generate_defaults = dict(getattr(generator, "generate_defaults", None) or {})
+    want = plain.generate(prompts, max_new_tokens=max_new_tokens, **kw).sequences
+    if len(res.sequences) != len(prompts):
+        raise AssertionError(
+            f"the generator returned {len(res.sequences)} rows for {len(prompts)} prompts"
+        )
+    for i, (got, ref) in enumerate(zip(res.sequences, want)):
+        if list(got) != list(ref):
+            diff = _first_difference(list(got), list(ref)).replace(
+                "main model alone", "plain sampled decoding"
+            )
+            raise AssertionError(
+                f"row {i} differs from plain sampled decoding with seed {seed}: {diff}"
             )
     return res
