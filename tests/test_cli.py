@@ -523,15 +523,25 @@ def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
     assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True
 
 
-def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch):
+@pytest.mark.parametrize("seed", ["--seed 5", ""])
+def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_path, seed):
+    """Both methods sample each problem with one seed (given, or drawn once for the run):
+    with n-gram drafts their samples are the same texts; problems get different seeds."""
     monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in PROBLEMS})
+    out_file = tmp_path / "he.jsonl"
     rc, out, err = run(
         capsys,
-        f"eval humaneval --main {model_dir} --problems 0 --n 2 --sample --seed 0 "
-        "--max-new-tokens 6",
+        f"eval humaneval --main {model_dir} --problems 0:2 --n 3 --sample {seed} "
+        f"--max-new-tokens 12 -o {out_file}",
     )
     assert rc == 0, err
-    assert "1 problems, 2 samples each" in out and "0.0%" in out  # random words never pass
+    assert "2 problems, 3 samples each" in out and "0.0%" in out  # random words never pass
+    assert ("sampling, seed 5" in out) == bool(seed) and "sampling, seed " in out
+    for rec in read_jsonl(out_file):
+        regular, bass_ = ([s["completion"] for s in m["samples"]] for m in rec["methods"].values())
+        assert regular == bass_ and len(set(regular)) > 1
+    assert humaneval.problem_seed(5, "Toy/0") != humaneval.problem_seed(5, "Toy/1")
+    assert humaneval.problem_seed(None, "Toy/0") is None
 
 
 def test_real_humaneval_data():

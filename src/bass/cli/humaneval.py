@@ -31,6 +31,12 @@ def cmd_humaneval(args) -> int:
     chat = use_chat(tokenizer, config, config.model.main or "the default model")
     kwargs = config.generate_kwargs()
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    if kwargs.get("do_sample") and kwargs.get("seed") is None:
+        import torch
+
+        # one seed for the run (from torch's global generator), shared by every method:
+        # with n-gram drafts regular decoding and BASS then sample the same texts
+        kwargs["seed"] = int(torch.randint(0, 2**31, (1,)).item())
     methods = {"regular": make_generator(main, None, config)}
     if draft is not None:
         label = "ngram" if draft == "ngram" else config.model.draft
@@ -61,7 +67,7 @@ def cmd_humaneval(args) -> int:
     print(
         f"HumanEval: {len(problems)} problems, {n} samples each, "
         f"max_new_tokens={kwargs['max_new_tokens']}, "
-        f"{'sampling' if kwargs['do_sample'] else 'greedy'}"
+        f"{'sampling, seed ' + str(kwargs['seed']) if kwargs['do_sample'] else 'greedy'}"
         + (f", time budget {budget:g} s per problem" if budget else "")
     )
     print(he.format_table(reports))

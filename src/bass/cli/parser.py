@@ -47,7 +47,9 @@ _GENERATION_FLAGS = [
     ("--temperature", {"type": float, "metavar": "T", "help": "with --sample (default 1)"}),
     ("--top-k", {"type": int, "metavar": "K", "help": "keep the K likeliest tokens (no limit)"}),
     ("--top-p", {"type": float, "metavar": "P", "help": "nucleus mass, 0 < P <= 1 (no limit)"}),
-    ("--seed", {"type": int, "metavar": "S", "help": "random seed (generate: batch b uses S+b)"}),
+    ("--seed", {"type": int, "metavar": "S",
+                "help": "random seed (generate: batch b uses S+b; eval: per problem, "
+                        "the same for every method)"}),
     ("--n", {"type": int, "metavar": "N", "help": "samples per prompt (default 1)"}),
     ("--time-budget", {"type": float, "metavar": "SECONDS",
                        "help": "stop generating after this long (per batch / per problem)"}),

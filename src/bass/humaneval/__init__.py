@@ -48,7 +48,7 @@ from .problems import (
     select_problems,
     truncate,
 )
-from .samples import Sample, SampleFn, _to_sample, make_sampler
+from .samples import Sample, SampleFn, _to_sample, make_sampler, problem_seed
 from .scoring import (
     MethodReport,
     ProblemScore,
@@ -71,6 +71,7 @@ __all__ = [
     "load_problems",
     "make_sampler",
     "package_check",
+    "problem_seed",
     "run_check",
     "score_problem",
     "select_problems",

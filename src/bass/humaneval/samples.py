@@ -3,6 +3,7 @@ the stop sequences."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from ..models import encode_prompt
 from .problems import STOP_SEQUENCES, truncate
 
-__all__ = ["Sample", "SampleFn", "make_sampler"]
+__all__ = ["Sample", "SampleFn", "make_sampler", "problem_seed"]
 
 
 @dataclass
@@ -28,20 +29,36 @@ class Sample:
 SampleFn = Callable[[dict, int], tuple[list[Sample], Any]]
 
 
+def problem_seed(seed: int | None, task_id: str) -> int | None:
+    """The seed of one problem's batch: ``seed`` mixed with the task id, so problems draw
+    independent samples while every method sampling the same problem uses the same seed
+    (with n-gram drafts or none, bass's keyed sampling then gives every method the very
+    same samples: only the speed differs)."""
+    if seed is None:
+        return None
+    return (seed * 0x9E3779B1 + zlib.crc32(task_id.encode())) % 2**62
+
+
 def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs) -> SampleFn:
     """A :data:`SampleFn` that generates ``n`` samples of a problem's prompt in one batch
     with ``generator`` (a :class:`bass.Generator`). Rows stop at the stop sequences
     (:data:`STOP_SEQUENCES`, plus any ``stop_strings`` in ``generate_kwargs``) and the
-    completions are cut before them."""
+    completions are cut before them; a ``seed`` in ``generate_kwargs`` seeds each
+    problem's batch with :func:`problem_seed`."""
     extra = generate_kwargs.pop("stop_strings", None) or ()
     extra = [extra] if isinstance(extra, str) else list(extra)
     stops = tuple(dict.fromkeys([*STOP_SEQUENCES, *extra]))
+    seed = generate_kwargs.pop("seed", None)
 
     def sample(problem: dict, n: int) -> tuple[list[Sample], Any]:
         text = problem["prompt"]
         ids = encode_prompt(tokenizer, text, chat)
         res = generator.generate(
-            [ids] * n, stop_strings=stops, tokenizer=tokenizer, **generate_kwargs
+            [ids] * n,
+            stop_strings=stops,
+            tokenizer=tokenizer,
+            seed=problem_seed(seed, problem.get("task_id", "")),
+            **generate_kwargs,
         )
         eos = generate_kwargs.get("eos_token_id")
         eos = set([eos] if isinstance(eos, int) else (eos or []))
