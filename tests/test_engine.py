@@ -230,6 +230,22 @@ def test_sampled_equivalence_check_fails_on_a_change_and_refuses_draft_models(ll
         testing.assert_sampled_equivalent(Generator(llama, perturbed(llama)), PROMPTS, 4)
 
 
+@pytest.mark.parametrize("mode", ["compiled", "static shapes"])
+def test_keyed_sampling_through_compiled_and_static_passes(llama, mode):
+    """The keys ride in the pass's packed tensors: compiled passes (a dynamo backend that
+    counts graphs) and bucket-padded static-shape passes sample what eager plain decoding
+    does."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    kw = {"compile": CompileCounter()} if mode == "compiled" else {"static_shapes": True}
+    gen = Generator(llama, "ngram", policy="constant", policy_options={"k": 3}, **kw)
+    res = testing.assert_sampled_equivalent(gen, REPETITIVE + PROMPTS, 12, seed=4, top_k=30)
+    assert sum(map(sum, (s.accepted for s in res.stats.steps))) > 0
+    if mode == "static shapes":
+        assert res.stats.padding_share > 0  # bucket padding was there, and harmless
+
+
 def test_unseeded_sampling_follows_torch_manual_seed(llama):
     gen = Generator(llama, "ngram")
     kw = dict(max_new_tokens=8, do_sample=True)
