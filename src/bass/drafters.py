@@ -10,7 +10,8 @@ A drafter proposes up to ``k_rows[r]`` tokens for every active row ``r`` of the 
   inputs);
 * ``probs`` ``[R, K, V]``: the (warped) distribution each token was drawn from, needed by
   lossless speculative sampling; ``None`` when decoding greedily (and for n-grams, whose
-  deterministic proposals have a one-hot distribution the engine builds);
+  deterministic proposals the engine verifies against its own keyed draws:
+  :func:`bass.sampling.keyed_accept`);
 * ``bad`` bool ``[R]`` on the device: rows whose draft logits were not finite (read with
   the step's one host read).
 
@@ -246,8 +247,9 @@ class NGramDrafter:
     share a prompt (``n`` samples of one prompt, the multi-response case BASS exists for)
     also search each other's generated text (the ``max_siblings`` nearest ones, finished
     rows included) when their own text offers a shorter continuation. Its proposals are
-    deterministic, so under sampling their draft distribution is one-hot (acceptance
-    probability = p(token)).
+    deterministic (a one-hot draft distribution: a token is accepted with probability
+    ``p(token)``), and under sampling the engine verifies them against the main model's
+    keyed draws (:func:`bass.sampling.keyed_accept`), so they never change a sample.
 
     Matching uses a per-row index from each token to the positions where it occurs, kept
     up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of
