@@ -224,7 +224,7 @@ class VerifyCost:
 
 @dataclass
 class AdaptivePolicy(OptionsMixin):
-    """Per-row draft lengths maximising the batch's expected tokens per second (see the
+    """Per-row draft lengths that get the whole batch done soonest, 0 included (see the
     module docstring for the model and its estimates).
 
     >>> from bass.policies import DraftContext, StepStats
