@@ -404,15 +404,9 @@ class Generator:
         the lookup found."""
         rows = [state.rows[s] for s in act]
         cap = [state.remaining(s) - 1 for s in act]  # the main model adds one token
-        per_row = getattr(policy, "draft_lengths", None)
-        if per_row is None:
-            k = max(0, int(policy.draft_length()))
-            cap = [min(k, c) for c in cap]
         signals = None
         if isinstance(self.drafter, NGramDrafter):
             signals = self.drafter.signals(rows, [min(c, MAX_LOOKUP) for c in cap])
-        if per_row is None:
-            return cap
         ctx = DraftContext(
             rows=rows,
             max_draft=cap,
@@ -421,13 +415,7 @@ class Generator:
             match_len=signals.match_len if signals else None,
             step=len(stats.steps),
         )
-        ks = list(per_row(ctx))
-        if len(ks) != len(act):
-            raise ValueError(
-                f"policy {type(policy).__name__}.draft_lengths returned {len(ks)} lengths "
-                f"for {len(act)} active rows"
-            )
-        return [max(0, min(int(k), c)) for k, c in zip(ks, cap)]
+        return policies.lengths_for(policy, ctx)
 
     def _step(self, state, policy, params, rng, stats) -> None:
         gen, seed = rng  # the draft model's generator; the key of sampled positions

@@ -27,7 +27,7 @@ single function reading installed metadata (monkeypatch it in tests).
 
 from __future__ import annotations
 
-from .base import DraftContext, DraftLengthPolicy, StepStats
+from .base import DraftContext, DraftLengthPolicy, StepStats, lengths_for
 from .registry import (
     GROUP,
     REQUIRED,
@@ -53,6 +53,7 @@ __all__ = [
     "StepStats",
     "available",
     "describe",
+    "lengths_for",
     "load",
     "parse_options",
 ]

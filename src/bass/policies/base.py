@@ -22,7 +22,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["DraftContext", "DraftLengthPolicy", "StepStats", "option", "validate_options"]
+__all__ = [
+    "DraftContext",
+    "DraftLengthPolicy",
+    "StepStats",
+    "lengths_for",
+    "option",
+    "validate_options",
+]
 
 
 def _as_list(counts: Sequence[int] | torch.Tensor) -> list[int]:
@@ -166,6 +173,24 @@ class DraftContext:
     @property
     def num_rows(self) -> int:
         return len(self.rows)
+
+
+def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
+    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``:
+    its ``draft_lengths(ctx)``, or for a policy with only ``draft_length()`` (the older
+    contract) that one length for every row. A wrong number of lengths is an error that
+    names the policy."""
+    per_row = getattr(policy, "draft_lengths", None)
+    if per_row is None:
+        ks = [int(policy.draft_length())] * ctx.num_rows
+    else:
+        ks = list(per_row(ctx))
+        if len(ks) != ctx.num_rows:
+            raise ValueError(
+                f"policy {type(policy).__name__}.draft_lengths returned {len(ks)} lengths "
+                f"for {ctx.num_rows} active rows"
+            )
+    return [max(0, min(int(k), c)) for k, c in zip(ks, ctx.max_draft)]
 
 
 @runtime_checkable
