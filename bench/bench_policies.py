@@ -42,7 +42,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _prompts import CHAT, humaneval_prompts
+from _prompts import CHAT, humaneval_prompts, tiny_llama
 
 from bass import Generator
 from bass.drafters import NGramDrafter
@@ -75,20 +75,14 @@ def smollm_setup():
 
 
 def tiny_setup():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
+    main = tiny_llama(
         vocab_size=128,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=512,
         tie_word_embeddings=False,
     )
-    main = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         main.lm_head.weight.mul_(25.0)  # decisive, repetitive greedy text: n-grams match
     g = torch.Generator().manual_seed(0)
@@ -315,6 +309,20 @@ def to_markdown(result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def run_meta(label: str, argv, max_new: int, repeats: int) -> dict:
+    """What a result file says about its run: setup, command, date, machine, software."""
+    return {
+        "setup": label,
+        "command": "python bench/bench_policies.py " + " ".join(argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} torch threads",
+        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
+        "max_new": max_new,
+        "repeats": repeats,
+    }
+
+
 def run(setup: str, batches, max_new, repeats, with_siblings, argv) -> dict:
     main, tok, sets, label = (smollm_setup if setup == "smollm" else tiny_setup)()
     # warm-up, discarded: first-use costs would land on whichever method runs first
@@ -331,16 +339,7 @@ def run(setup: str, batches, max_new, repeats, with_siblings, argv) -> dict:
                 f"{m} {r['tokens_per_s']:.1f}" for m, r in cells[name][B].items()
             ), flush=True)  # fmt: skip
     result = {
-        "meta": {
-            "setup": label,
-            "command": "python bench/bench_policies.py " + " ".join(argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-            f"{torch.get_num_threads()} torch threads",
-            "software": f"torch {torch.__version__}, Python {platform.python_version()}",
-            "max_new": max_new,
-            "repeats": repeats,
-        },
+        "meta": run_meta(label, argv, max_new, repeats),
         "cells": cells,
     }
     if with_siblings and tok is not None:
@@ -387,16 +386,7 @@ def main(argv=None) -> int:
 def siblings_main(args, argv) -> int:
     main_model, tok, sets, label = smollm_setup()
     repeats = min(args.repeats, 3)
-    meta = {
-        "setup": label,
-        "command": "python bench/bench_policies.py " + " ".join(argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-        f"{torch.get_num_threads()} torch threads",
-        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
-        "max_new": args.max_new,
-        "repeats": repeats,
-    }
+    meta = run_meta(label, argv, args.max_new, repeats)
     bass_run(main_model, sets["humaneval"][:1], 2, DEFAULT, {})  # warm-up, discarded
     rows = siblings(main_model, tok, sets, args.max_new, repeats)
     text = "\n".join(

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _prompts import humaneval_prompts
+from _prompts import humaneval_prompts, tiny_llama
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -80,18 +80,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if args.tiny:
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        torch.manual_seed(0)
-        cfg = LlamaConfig(
-            vocab_size=128,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+        model = tiny_llama(
+            vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2
         )
-        model = LlamaForCausalLM(cfg).eval()
         prompts = [list(range(1, 10 + b)) for b in range(16)]
     else:
         from bass import load_default_pair

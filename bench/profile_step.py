@@ -28,18 +28,11 @@ RESULTS = Path(__file__).parent / "results"
 
 def setup(tiny: bool, batch: int):
     if tiny:
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from _prompts import tiny_llama
 
-        torch.manual_seed(0)
-        cfg = LlamaConfig(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+        main = tiny_llama(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4
         )
-        main = LlamaForCausalLM(cfg).eval()
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(0, 256, (20 + 3 * b,), generator=g).tolist() for b in range(batch)]
         return main, prompts, "tiny random Llama (4 layers, hidden 64)"
