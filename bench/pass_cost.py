@@ -5,9 +5,10 @@ batches of 1 and 8 HumanEval prompts prefilled, then packed passes in which ever
 brings one token (plain decoding) or some rows bring more (verifying drafts), timed
 round-robin (median of ``--repeats`` rounds; logits at every position, as a verify pass
 needs). Writes ``bench/results/cpu_pass_cost.{md,json}``. It shows the cost model a
-draft-length policy must live with on this machine: the first draft token of a step
-costs far more than the next ones (a batch of one row turns matrix-vector products into
-matrix-matrix ones; at batch 8 the matrix products step up with every 8 rows).
+draft-length policy must live with on this machine, side by side for the two ways bass
+can run the linear layers on a CPU: torch's ``F.linear`` (``cpu_linear="torch"``) and the
+layouts calibrated per row count (``cpu_linear="auto"``, the default; see
+:mod:`bass.cpu_linear`), each pass timed with both in the same round.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ RESULTS = Path(__file__).parent / "results"
 SHAPES = {
     "plain": lambda B: [1] * B,
     "one row +1": lambda B: [2] + [1] * (B - 1),
+    "one row +2": lambda B: [3] + [1] * (B - 1),
     "one row +4": lambda B: [5] + [1] * (B - 1),
     "every row +1": lambda B: [2] * B,
     "every row +4": lambda B: [5] * B,
@@ -40,8 +42,11 @@ SHAPES = {
 }
 
 
-def measure(main, prompts, repeats: int) -> dict[str, dict]:
-    from bass import hf
+LAYOUTS = ("torch", "auto")  # cpu_linear modes, timed side by side
+
+
+def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
+    from bass import cpu_linear, hf
     from bass.cache import RaggedKVCache
     from bass.packing import pack
 
@@ -49,7 +54,7 @@ def measure(main, prompts, repeats: int) -> dict[str, dict]:
     max_len = max(map(len, prompts)) + 16
     hf.prepare(main, max_len)
     cache = RaggedKVCache(B, max_len, main.config.num_hidden_layers, torch.device("cpu"))
-    times: dict[str, list[float]] = {name: [] for name in SHAPES}
+    times = {(name, lay): [] for name in SHAPES for lay in LAYOUTS}
     with torch.inference_mode():
         hf.prefill(main, cache, prompts)
         lens = [len(p) for p in prompts]
@@ -57,24 +62,38 @@ def measure(main, prompts, repeats: int) -> dict[str, dict]:
             for name, shape in SHAPES.items():
                 q = shape(B)
                 n = sum(q)
-                batch = pack(q, lens, torch.device("cpu"), ids=[5] * n, logits_at=list(range(n)))
-                t0 = time.perf_counter()
-                hf.run_packed(hf.forward_packed, main, cache, batch)
-                times[name].append(time.perf_counter() - t0)
-    plain = statistics.median(times["plain"])
+                for lay in LAYOUTS:  # as the engine runs each: the logits rows padded or not
+                    if lay == "auto":
+                        cpu_linear.install(main, plan)
+                    else:
+                        cpu_linear.uninstall(main)
+                    batch = pack(
+                        q,
+                        lens,
+                        torch.device("cpu"),
+                        ids=[5] * n,
+                        logits_at=list(range(n)),
+                        logits_multiple=1 if lay == "auto" else None,
+                    )
+                    t0 = time.perf_counter()
+                    hf.run_packed(hf.forward_packed, main, cache, batch)
+                    times[(name, lay)].append(time.perf_counter() - t0)
+    cpu_linear.uninstall(main)
+    med = {k: statistics.median(t) for k, t in times.items()}
     return {
         name: {
             "tokens": sum(SHAPES[name](B)),
-            "ms": 1000 * statistics.median(t),
-            "vs_plain": statistics.median(t) / plain,
+            **{f"ms_{lay}": 1000 * med[(name, lay)] for lay in LAYOUTS},
+            **{f"vs_plain_{lay}": med[(name, lay)] / med[("plain", lay)] for lay in LAYOUTS},
+            "auto_vs_torch": med[(name, "auto")] / med[(name, "torch")],
         }
-        for name, t in times.items()
+        for name in SHAPES
     }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--batches", default="1,4,8")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--tiny", action="store_true", help="a tiny random Llama (smoke test)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -90,6 +109,11 @@ def main(argv=None) -> int:
         model, tok = load_default_pair()
         prompts = humaneval_prompts(tok, 16)
     name = "tiny random Llama" if args.tiny else "SmolLM2-135M-Instruct (embedded)"
+    from bass import cpu_linear
+
+    t0 = time.perf_counter()
+    plan = cpu_linear.calibrate(model)
+    calibration_s = time.perf_counter() - t0
     result = {
         "meta": {
             "command": "python bench/pass_cost.py " + " ".join(argv or sys.argv[1:]),
@@ -98,6 +122,8 @@ def main(argv=None) -> int:
             f"{torch.get_num_threads()} torch threads",
             "software": f"torch {torch.__version__}, Python {platform.python_version()}",
             "repeats": args.repeats,
+            "calibration_s": calibration_s,
+            "plan": plan.describe().splitlines(),
         },
         "batches": {},
     }
@@ -108,16 +134,28 @@ def main(argv=None) -> int:
         f"Date: {result['meta']['date']}  ",
         f"Machine: {result['meta']['machine']}  ",
         f"Software: {result['meta']['software']}  ",
-        f"Median of {args.repeats} round-robin rounds per shape; logits at every position.",
+        f"Median of {args.repeats} round-robin rounds per shape; logits at every position. "
+        'Each pass timed with torch\'s `F.linear` (`cpu_linear="torch"`: logits rows padded '
+        'to a multiple of 4) and with the calibrated layouts (`cpu_linear="auto"`, the '
+        "default: no padding) in the same round.",
         "",
-        "| batch | pass | tokens | ms | vs plain |",
-        "|---:|---|---:|---:|---:|",
+        f"Calibration ({calibration_s:.1f} s): row counts computed as (W x^T)^T, per weight:",
+        "",
+        *[f"- {line}" for line in plan.describe().splitlines()],
+        "",
+        "| batch | pass | tokens | torch ms | auto ms | auto/torch | vs plain (torch) "
+        "| vs plain (auto) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for B in (int(b) for b in args.batches.split(",")):
-        rows = measure(model, prompts[:B], args.repeats)
+        rows = measure(model, prompts[:B], args.repeats, plan)
         result["batches"][B] = rows
         for name, r in rows.items():
-            lines.append(f"| {B} | {name} | {r['tokens']} | {r['ms']:.1f} | {r['vs_plain']:.2f}x |")
+            lines.append(
+                f"| {B} | {name} | {r['tokens']} | {r['ms_torch']:.1f} | {r['ms_auto']:.1f} "
+                f"| {r['auto_vs_torch']:.2f}x | {r['vs_plain_torch']:.2f}x "
+                f"| {r['vs_plain_auto']:.2f}x |"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "tiny" if args.tiny else "cpu"
     (args.out / f"{tag}_pass_cost.md").write_text("\n".join(lines) + "\n")

@@ -9,6 +9,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     draft = "ngram"        # a model (name/dir/.gguf), "ngram" (prompt lookup) or "none"
     attention = "auto"     # attention implementation: "auto", "reference", "sdpa" (CPU), ...
     compile = false        # true: torch.compile each pass; "reduce-overhead": CUDA graphs
+    cpu_linear = "auto"    # CPU: each linear layer's GEMM layout measured ("torch": F.linear)
     dtype = "float32"      # float32, float16, bfloat16 or float64
     chat = true            # apply the chat template (leave out: when the tokenizer has one)
 
@@ -113,6 +114,7 @@ class ModelConfig:
     dtype: str = "float32"
     chat: bool | None = None  # None: when the tokenizer has a chat template
     compile: bool | str = False  # true: torch.compile the passes; "reduce-overhead": CUDA graphs
+    cpu_linear: str = "auto"  # "auto": calibrated GEMM layout per row count on CPU; "torch"
 
 
 _TABLES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
@@ -262,6 +264,13 @@ def _model(c: _Checker, raw: dict) -> ModelConfig:
         if v not in (True, False, "reduce-overhead"):
             raise c.fail(t, "compile", v, 'true, false or "reduce-overhead" (CUDA graphs)')
         m.compile = v
+    if raw.get("cpu_linear") is not None:
+        from .cpu_linear import MODES
+
+        v = raw["cpu_linear"]
+        if v not in MODES:
+            raise c.fail(t, "cpu_linear", v, " or ".join(f'"{x}"' for x in MODES))
+        m.cpu_linear = v
     return m
 
 
@@ -338,6 +347,7 @@ class Config:
             "policy_options": dict(self.policy.options),
             "attention": self.model.attention,
             "compile": self.model.compile,
+            "cpu_linear": self.model.cpu_linear,
         }
 
     def generate_kwargs(self) -> dict:

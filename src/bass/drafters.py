@@ -106,6 +106,7 @@ class ModelDrafter:
         self.bucket = None  # a token bucket set: static shapes (CUDA graphs)
         self.logits_slots: int | None = None
         self.separate = False  # standalone tensors per pass (compiled forward)
+        self.logits_multiple: int | None = None  # pack()'s; 1 with a calibrated lm head
 
     @property
     def vocab_size(self) -> int:
@@ -131,6 +132,7 @@ class ModelDrafter:
             self.cache.lens.device,
             ids=ids if host else None,
             logits_at=logits_at,
+            logits_multiple=self.logits_multiple,
             bucket=self.bucket,
             logits_slots=self.logits_slots,
             separate=self.separate,

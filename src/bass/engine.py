@@ -39,6 +39,8 @@ import torch
 from . import hf, policies
 from .batch_state import BatchState, NonFiniteLogitsError, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
+from .cpu_linear import MODES as CPU_LINEAR_MODES
+from .cpu_linear import prepare as prepare_linears
 from .drafters import ModelDrafter, NGramDrafter, nonfinite
 from .ops import length_checks
 from .packing import TOKEN_BUCKETS, pack
@@ -122,6 +124,10 @@ class Generator:
             only).
         prefill_chunk_tokens: the most tokens one prefill pass feeds (longer batches are
             prefilled in chunks; a prompt may span chunks).
+        cpu_linear: ``"auto"`` (default): on a CPU, each linear layer computes its matrix
+            product in the layout measured fastest for the pass's row count
+            (:mod:`bass.cpu_linear`; calibrated once per model, eager passes only);
+            ``"torch"``: ``F.linear`` as is.
 
     Example::
 
@@ -143,6 +149,7 @@ class Generator:
         forced_acceptance: float | None = None,
         static_shapes: bool | None = None,
         prefill_chunk_tokens: int = 8192,
+        cpu_linear: str | None = None,
     ):
         # Precedence: explicit arguments > the config file > built-in defaults.
         cfg_gen, self.generate_defaults = ({}, {})
@@ -217,6 +224,23 @@ class Generator:
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.forward = self.forward
             self.drafter.separate = self.separate
+        self.cpu_linear = cpu_linear or cfg_gen.get("cpu_linear", "auto")
+        if self.cpu_linear not in CPU_LINEAR_MODES:
+            raise ValueError(
+                f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, got "
+                f"{self.cpu_linear!r}"
+            )
+        # per model (main, then the draft model): its CPU GEMM layouts, or None (compiled
+        # passes trace F.linear; off the CPU nothing is routed)
+        self.linear_plans = [
+            prepare_linears(m, self.cpu_linear) if not compile else None
+            for m in (main, self.drafter.model if isinstance(self.drafter, ModelDrafter) else None)
+            if m is not None
+        ]
+        # a calibrated lm head computes a few rows fast: no padding of the logits rows
+        self.logits_multiple = 1 if self.linear_plans[0] is not None else None
+        if isinstance(self.drafter, ModelDrafter) and self.linear_plans[-1] is not None:
+            self.drafter.logits_multiple = 1
 
     @classmethod
     def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
@@ -467,6 +491,7 @@ class Generator:
             device,
             ids=ids,
             bucket=self.bucket,
+            logits_multiple=self.logits_multiple,
             extra=extra,
             separate=self.separate,
         )

@@ -18,6 +18,8 @@ import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
+from . import cpu_linear
+
 ATTN_NAME = "bass"
 
 
@@ -207,17 +209,19 @@ def forward_packed(
 
 def run_packed(forward, model, cache, batch, impl: str = "auto") -> torch.Tensor:
     """``forward`` (:func:`forward_packed` or its compiled form) on a
-    :class:`bass.packing.PackedPass`; returns ``[N or L, V]`` logits."""
-    logits = forward(
-        model,
-        cache,
-        batch.input_ids,
-        batch.positions,
-        batch.cu_q_lens,
-        batch.lens,
-        impl,
-        batch.logits_index,
-    )
+    :class:`bass.packing.PackedPass`; returns ``[N or L, V]`` logits. Linear layers
+    routed by :mod:`bass.cpu_linear` take their calibrated layouts here."""
+    with cpu_linear.active():
+        logits = forward(
+            model,
+            cache,
+            batch.input_ids,
+            batch.positions,
+            batch.cu_q_lens,
+            batch.lens,
+            impl,
+            batch.logits_index,
+        )
     return logits[0]
 
 

@@ -103,6 +103,7 @@ def pack(
     logits_at: Sequence[int] | None = None,
     bucket: Sequence[int] | None = None,
     logits_slots: int | None = None,
+    logits_multiple: int | None = None,
     extra: Sequence[int] = (),
     separate: bool = False,
 ) -> PackedPass:
@@ -117,6 +118,8 @@ def pack(
             keeps all ``N``. On CPU the logits computed are padded to a multiple of
             :data:`LOGITS_MULTIPLE_CPU` rows (repeats of the first; callers read the first
             ``len(logits_at)``, or ``N``): MKL computes 4 rows faster than 2 or 3.
+        logits_multiple: that multiple instead (1: no padding), e.g. when the lm head's
+            layout was calibrated (:mod:`bass.cpu_linear`) and a few rows are cheap.
         bucket: a bucket set: pad ``N`` up to a bucket with tokens of no row.
         logits_slots: pad ``logits_at`` to this many entries (repeating index 0) so its
             shape is fixed too (static shapes).
@@ -139,17 +142,20 @@ def pack(
         if ids is not None:
             head += [0] * pad
     kv = [s + n for s, n in zip(lens, q_lens)]
+    if logits_multiple is None:
+        logits_multiple = LOGITS_MULTIPLE_CPU if torch.device(device).type == "cpu" else 1
+    multiple = logits_multiple
     keep = list(logits_at) if logits_at is not None else []
     if logits_slots is not None and logits_at is not None:
         keep += [0] * (logits_slots - len(keep))
-    elif torch.device(device).type == "cpu" and (len(keep) if logits_at is not None else n_tok) > 1:
+    elif multiple > 1 and (len(keep) if logits_at is not None else n_tok) > 1:
         # the lm head on a CPU: MKL's matrix product of L rows by the vocabulary is 1.3-2x
         # slower for L = 2, 3 (mod 4) below 12 than for the next multiple of 4 (e.g. a
         # 135M model's 49152-token head: 21.5 ms for 2 rows, 16.5 ms for 4; see
         # bench/results/cpu_pass_cost.md): compute the logits of a few repeated rows more
         if logits_at is None:
             keep, logits_at = list(range(n_tok)), ()
-        keep += [keep[0]] * (-len(keep) % LOGITS_MULTIPLE_CPU)
+        keep += [keep[0]] * (-len(keep) % multiple)
     B = len(q_lens)
     if separate:
 

@@ -15,6 +15,7 @@ FLAG_KEYS = {
     "draft": ("model.draft", "--draft"),
     "attention": ("model.attention", "--attention"),
     "compile": ("model.compile", "--compile"),
+    "cpu_linear": ("model.cpu_linear", "--cpu-linear"),
     "dtype": ("model.dtype", "--dtype"),
     "chat": ("model.chat", "--chat/--no-chat"),
     "max_new_tokens": ("generation.max_new_tokens", "--max-new-tokens"),
