@@ -5,17 +5,16 @@ A linear layer computes ``y = x W^T`` for ``x [M, in]`` and ``W [out, in]``; tor
 ``(W x^T)^T``: ``W`` times the ``M`` columns of ``x^T``, transposed back. Which of the
 two runs faster depends on ``M``, the weight's shape, the BLAS and the CPU: on the 2-core
 AMD EPYC with MKL this was measured on, a whole pass of the embedded SmolLM2-135M
-computing 2-4 tokens took 0.56-0.65x the time with the second layout, and the two were
-equal for one token (both are matrix-vector products) and mixed above 8 (see
-``bench/results/cpu_linear.md``). Decode and verify passes compute few tokens per row,
-so speculative decoding lives exactly in that range: verifying 1-3 drafted tokens at
-batch 1 cost about as much as decoding one.
+computing 2-4 tokens took 0.4-0.55x the time with the second layout, one token (its row
+fed twice: see :func:`transposed_linear`) about 0.6x, and the two were mixed above 8
+(``bench/results/cpu_pass_cost.md``). Decode and verify passes compute few tokens per
+row, which is exactly that range.
 
 :func:`calibrate` times both layouts on the model's own layers, for every row count
 ``M`` in :data:`ROWS` (interleaved, best of ``rounds``, each sweep over at least
 ``budget_bytes`` of weights of one shape, more than a CPU's last-level cache holds, so
-they come from memory as in a real pass),
-and keeps the second layout only where it is faster by :data:`MARGIN`. :func:`install`
+they come from memory as in a real pass), and keeps the second layout only where it is
+faster by :data:`MARGIN`. :func:`install`
 routes each ``nn.Linear`` accordingly: a Python membership test per call, nothing under
 ``torch.compile`` (traced passes keep ``F.linear``), nothing off the CPU, and nothing
 outside bass's own passes (:func:`active`, entered by :func:`bass.hf.run_packed`): the
@@ -50,7 +49,7 @@ __all__ = [
     "uninstall",
 ]
 
-ROWS = tuple(range(2, 17))  # row counts calibrated (1 row: both layouts are the same GEMV)
+ROWS = tuple(range(1, 17))  # row counts calibrated; larger passes keep torch's layout
 MARGIN = 0.9  # the transposed layout is kept where it takes at most this share of the time
 MODES = ("auto", "torch")  # Generator(cpu_linear=...)
 _PLAN = "_bass_cpu_linear_plan"
@@ -105,12 +104,20 @@ def _shape(m: torch.nn.Linear) -> Shape:
 
 
 def transposed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
-    """``F.linear(x, weight, bias)`` computed as ``(weight @ x^T)^T`` (contiguous)."""
+    """``F.linear(x, weight, bias)`` computed as ``(weight @ x^T)^T`` (contiguous). A single
+    row goes in twice: ``weight`` times one column is a matrix-vector product, which some
+    BLAS builds run far slower than a matrix product of two columns (MKL on the machine of
+    the module docstring: 3x slower)."""
     x2 = x.reshape(-1, x.shape[-1])
+    one = x2.shape[0] == 1
+    if one:
+        x2 = torch.cat([x2, x2])
     if bias is None:
         y = torch.mm(weight, x2.t())
     else:
         y = torch.addmm(bias.unsqueeze(1), weight, x2.t())
+    if one:
+        y = y[:, :1]
     return y.t().contiguous().view(*x.shape[:-1], weight.shape[0])
 
 
