@@ -7,6 +7,8 @@ tokens: eos is ignored so all methods do equal work):
 * ``bass-regular``: bass with drafting off (``draft=None``);
 * ``bass-regular compiled`` (CPU mode): the same with ``compile=True``, timed after a
   warm-up generation whose time (compilation included) is reported beside it;
+* ``bass-regular F.linear`` (CPU mode): drafting off with ``cpu_linear="torch"``: the
+  linear layers in torch's own layout, not the calibrated ones (:mod:`bass.cpu_linear`);
 * ``bass[<policy>]``: BASS with each draft-length policy (``adaptive`` is the default);
 * ``hf-assisted (1 at a time)``: transformers' single-sequence speculative decoding
   (on GPU only up to batch 8, and with real, i.e. near-zero, acceptance on random weights)
@@ -184,7 +186,17 @@ def hf_assisted(main, draft, prompts, max_new, pad_id=0):
     }
 
 
-def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=None, compile=False):
+def bass_run(
+    main,
+    draft,
+    prompts,
+    max_new,
+    policy=None,
+    options=None,
+    forced=None,
+    compile=False,
+    cpu_linear="auto",
+):
     from bass import Generator
 
     gen = Generator(
@@ -194,6 +206,7 @@ def bass_run(main, draft, prompts, max_new, policy=None, options=None, forced=No
         policy_options=options if policy else {"k": 0},
         forced_acceptance=forced,
         compile=compile,
+        cpu_linear=cpu_linear,
     )
     warmup = None
     if compile:  # compile (and autotune) before timing; report what it cost
@@ -243,7 +256,8 @@ def run_grid(
     graphs_upto=0,
 ):
     """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance);
-    ``compiled``: also time bass-regular with ``compile=True`` (after a warm-up);
+    ``compiled``: also time bass-regular with ``compile=True`` (after a warm-up) and with
+    ``cpu_linear="torch"`` (CPU);
     ``graphs_upto``: up to that batch size, also bass-regular with CUDA graphs
     (``compile="reduce-overhead"``, after a warm-up that compiles and captures)."""
     # warm-up, discarded: first-use costs (kernel loading, cuBLAS handles, allocator growth)
@@ -257,6 +271,7 @@ def run_grid(
         results["bass-regular"] = bass_run(main, None, ps, max_new)
         if compiled:
             results["bass-regular compiled"] = bass_run(main, None, ps, max_new, compile=True)
+            results["bass-regular F.linear"] = bass_run(main, None, ps, max_new, cpu_linear="torch")
         if len(ps) <= graphs_upto:
             results["bass-regular (CUDA graphs)"] = bass_run(
                 main, None, ps, max_new, compile="reduce-overhead"

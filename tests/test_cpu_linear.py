@@ -143,15 +143,21 @@ def test_generation_through_routed_layers_is_exact(draft):
     assert_greedy_equivalent(gen, prompts, max_new_tokens=12)
 
 
-def test_generator_calibrates_once_per_model_and_torch_mode_removes_it():
+def test_generator_calibrates_once_per_model_and_torch_mode_does_not_route(monkeypatch):
     main = tiny_lm(dtype=torch.float32)
     gen = Generator(main, "ngram")
     plan = routing(main)
     assert plan is not None and gen.linear_plans == [plan]
     Generator(main, None)
     assert routing(main) is plan  # kept on the model: not measured again
-    Generator(main, None, cpu_linear="torch")
-    assert routing(main) is None
+    install(main, _plan(main, range(1, 64)))  # every row count routed
+    calls = []
+    real = cpu_linear.transposed_linear
+    monkeypatch.setattr(cpu_linear, "transposed_linear", lambda *a: calls.append(1) or real(*a))
+    Generator(main, None, cpu_linear="torch").generate([[1, 2, 3]], max_new_tokens=3)
+    assert not calls and routing(main) is not None  # not routed; the model keeps its plan
+    Generator(main, None).generate([[1, 2, 3]], max_new_tokens=3)
+    assert calls
     assert Generator(main, None, compile=True).linear_plans == [None]
 
 

@@ -178,11 +178,11 @@ def choose(timings: dict[int, tuple[float, float]], margin: float = MARGIN) -> f
 
 
 @contextlib.contextmanager
-def active() -> Iterator[None]:
-    """Route installed layers while inside (bass's passes); elsewhere they run
-    ``F.linear``."""
+def active(on: bool = True) -> Iterator[None]:
+    """Inside, installed layers take their planned layouts (``on=False``: ``F.linear``,
+    as everywhere outside)."""
     global _ACTIVE
-    previous, _ACTIVE = _ACTIVE, True
+    previous, _ACTIVE = _ACTIVE, on
     try:
         yield
     finally:
@@ -243,13 +243,12 @@ def routing(model: torch.nn.Module) -> LinearPlan | None:
 
 def prepare(model: torch.nn.Module, mode: str = "auto") -> LinearPlan | None:
     """What the Generator calls: ``"auto"`` calibrates ``model`` (once: the plan is kept
-    on it) and installs the plan when its weights are on the CPU; ``"torch"`` leaves (or
-    puts back) torch's own layout."""
+    on it) and installs the plan when its weights are on the CPU; ``"torch"`` does
+    nothing (that Generator's passes do not route: see :func:`bass.hf.run_packed`, so
+    other Generators of the model keep theirs)."""
     if mode not in MODES:
         raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     if mode == "torch":
-        if _PLAN in model.__dict__:
-            uninstall(model)
         return None
     if not _cpu_linears(model):
         return None

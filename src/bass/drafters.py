@@ -107,6 +107,7 @@ class ModelDrafter:
         self.logits_slots: int | None = None
         self.separate = False  # standalone tensors per pass (compiled forward)
         self.logits_multiple: int | None = None  # pack()'s; 1 with a calibrated lm head
+        self.route = True  # linear layers in their bass.cpu_linear layouts (if installed)
 
     @property
     def vocab_size(self) -> int:
@@ -117,7 +118,7 @@ class ModelDrafter:
         n_layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
         _, passes = hf.prefill(
-            self.model, self.cache, prompts, self.impl, chunk_tokens=chunk_tokens
+            self.model, self.cache, prompts, self.impl, chunk_tokens=chunk_tokens, route=self.route
         )
         self.d_len = [len(p) for p in prompts]
         self.prefill_passes = passes
@@ -139,7 +140,7 @@ class ModelDrafter:
         )
         if not host:
             batch.set_input_ids(ids)
-        logits = hf.run_packed(self.forward, self.model, self.cache, batch, self.impl)
+        logits = hf.run_packed(self.forward, self.model, self.cache, batch, self.impl, self.route)
         for b, n in enumerate(q_lens):  # the pass's tokens are committed (host lengths)
             self.d_len[b] += n
         return logits[: len(logits_at)], batch.tokens

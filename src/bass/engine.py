@@ -238,9 +238,12 @@ class Generator:
             if m is not None
         ]
         # a calibrated lm head computes a few rows fast: no padding of the logits rows
+        self.route = self.cpu_linear == "auto"
         self.logits_multiple = 1 if self.linear_plans[0] is not None else None
-        if isinstance(self.drafter, ModelDrafter) and self.linear_plans[-1] is not None:
-            self.drafter.logits_multiple = 1
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.route = self.route
+            if self.linear_plans[-1] is not None:
+                self.drafter.logits_multiple = 1
 
     @classmethod
     def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
@@ -378,7 +381,7 @@ class Generator:
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
         chunk = self.prefill_chunk_tokens
         logits, passes = hf.prefill(
-            self.main, self.cache, state.seqs, self.attention, chunk_tokens=chunk
+            self.main, self.cache, state.seqs, self.attention, chunk_tokens=chunk, route=self.route
         )
         if params.do_sample:  # each row's new token 0, keyed by (seed, prompt, 0)
             keys = position_keys(seed, range(len(prompts)), [0] * len(prompts), 1)
@@ -504,7 +507,9 @@ class Generator:
         else:
             drafts = e[o + R : o + R + R * K].view(R, K)
         t_fwd = time.perf_counter()
-        logits = hf.run_packed(self.forward, self.main, self.cache, batch, self.attention)
+        logits = hf.run_packed(
+            self.forward, self.main, self.cache, batch, self.attention, self.route
+        )
         forward_seconds = time.perf_counter() - t_fwd
         stats.main_passes += 1
         # 4) accept (batched over rows, on the device)

@@ -207,11 +207,14 @@ def forward_packed(
     return out.logits
 
 
-def run_packed(forward, model, cache, batch, impl: str = "auto") -> torch.Tensor:
+def run_packed(
+    forward, model, cache, batch, impl: str = "auto", route: bool = True
+) -> torch.Tensor:
     """``forward`` (:func:`forward_packed` or its compiled form) on a
     :class:`bass.packing.PackedPass`; returns ``[N or L, V]`` logits. Linear layers
-    routed by :mod:`bass.cpu_linear` take their calibrated layouts here."""
-    with cpu_linear.active():
+    routed by :mod:`bass.cpu_linear` take their calibrated layouts here (``route=False``:
+    ``F.linear``)."""
+    with cpu_linear.active(route):
         logits = forward(
             model,
             cache,
@@ -233,6 +236,7 @@ def prefill(
     *,
     chunk_tokens: int = 8192,
     forward=None,
+    route: bool = True,
 ) -> tuple[torch.Tensor, int]:
     """Prefill ``cache`` (empty, one row per prompt) with ragged ``prompts`` in packed
     passes; return each row's last logits ``[B, V]`` and the number of passes.
@@ -241,6 +245,7 @@ def prefill(
     tokens is split into several passes of at most that many (chunked prefill: a long
     prompt may span passes, its later chunks attending to the earlier ones in the cache).
     Only each prompt's last token goes through the lm head. Commits the prompts.
+    ``route``: as :func:`run_packed`'s.
     """
     from .packing import pack
 
@@ -269,7 +274,9 @@ def prefill(
                 last.append(n - 1)
         ids = [t for toks in feed for t in toks]
         batch = pack([len(t) for t in feed], done, device, ids=ids, logits_at=last)
-        logits = run_packed(forward, model, cache, batch, impl)[: len(ends)]  # [len(ends), V]
+        logits = run_packed(forward, model, cache, batch, impl, route)[
+            : len(ends)
+        ]  # [len(ends), V]
         cache.commit(cache.q_lens)
         passes += 1
         for b, n in enumerate(batch.q_lens):

@@ -121,9 +121,10 @@ class VerifyCost:
     one token).
 
     ``J`` is there because a pass of one token per row and a longer one may run
-    different kernels: on a CPU a batch of one row decodes through matrix-vector
-    products, and its first draft token turns them into matrix-matrix ones (+50-60% for
-    the embedded model on 2 cores), while each further token adds ~2%.
+    different kernels: on a CPU with torch's ``F.linear`` a batch of one row decodes
+    through matrix-vector products, and its first draft token turns them into
+    matrix-matrix ones (+45% for the embedded model on 2 cores; with
+    :mod:`bass.cpu_linear`'s layouts, the default, +3%, and each further token ~+8%).
 
     ``c1`` and ``J`` come from consecutive steps: a least-squares fit, through the
     origin, of each step's change in seconds on its change in tokens and in drafting
