@@ -198,6 +198,15 @@ def test_stop_escapes():
     assert cli.resolve_config(args).generation.stop_strings == ["\n\n", "#"]
 
 
+def test_cpu_linear_flag():
+    parse = cli.build_parser().parse_args
+    assert cli.resolve_config(parse(["generate", "p"])).model.cpu_linear == "auto"
+    args = parse(["generate", "--cpu-linear", "torch", "p"])
+    config = cli.resolve_config(args)
+    assert config.model.cpu_linear == "torch"
+    assert config.generator_kwargs()["cpu_linear"] == "torch"
+
+
 def test_prompts_files(model_dir, tmp_path, capsys):
     txt = tmp_path / "p.txt"
     txt.write_text("hello\n\nthe sea\n")

@@ -119,13 +119,33 @@ def test_install_skips_subclasses_with_their_own_forward_and_restores_instance_f
     assert model[0].forward is own
 
 
-def test_compiled_calls_trace_f_linear():
+def test_the_compiled_form_is_one_graph_for_every_row_count(monkeypatch):
+    from torch._dynamo.testing import CompileCounter
+
     layer = torch.nn.Linear(8, 6)
-    install(layer, _plan(layer, {2}))
-    x = torch.randn(2, 8)
-    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    install(layer, _plan(layer, {2, 3}))
+    calls = []
+    real = cpu_linear.transposed_linear
+    monkeypatch.setattr(cpu_linear, "transposed_linear", lambda *a: calls.append(1) or real(*a))
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
     with cpu_linear.active():
-        torch.testing.assert_close(compiled(x), F.linear(x, layer.weight, layer.bias))
+        for m in (2, 5, 3, 7):
+            x = torch.randn(1, m, 8)
+            torch.testing.assert_close(compiled(x), F.linear(x, layer.weight, layer.bias))
+    assert counter.frame_count == 1  # the row count is read inside the op, not guarded on
+    assert len(calls) == 2  # rows 2 and 3 went through the transposed layout
+
+
+def test_cpu_linear_op_contract():
+    x, w, b = torch.randn(3, 8), torch.randn(6, 8), torch.randn(6)
+    for bias in (b, None):
+        for rows in ([3], [1, 2]):
+            torch.library.opcheck(torch.ops.bass.cpu_linear.default, (x, w, bias, rows))
+            torch.testing.assert_close(
+                torch.ops.bass.cpu_linear(x, w, bias, rows), F.linear(x, w, bias)
+            )
 
 
 @pytest.mark.parametrize("draft", [None, "ngram", "model"])
@@ -158,7 +178,7 @@ def test_generator_calibrates_once_per_model_and_torch_mode_does_not_route(monke
     assert not calls and routing(main) is not None  # not routed; the model keeps its plan
     Generator(main, None).generate([[1, 2, 3]], max_new_tokens=3)
     assert calls
-    assert Generator(main, None, compile=True).linear_plans == [None]
+    assert Generator(main, None, compile=True).linear_plans == [routing(main)]
 
 
 def test_bad_cpu_linear_values_are_refused(tmp_path):

@@ -15,8 +15,9 @@ row, which is exactly that range.
 ``budget_bytes`` of weights of one shape, more than a CPU's last-level cache holds, so
 they come from memory as in a real pass), and keeps the second layout only where it is
 faster by :data:`MARGIN`. :func:`install`
-routes each ``nn.Linear`` accordingly: a Python membership test per call, nothing under
-``torch.compile`` (traced passes keep ``F.linear``), nothing off the CPU, and nothing
+routes each ``nn.Linear`` accordingly: a Python membership test per call (a
+``torch.compile``d pass calls the custom op ``bass::cpu_linear``, which reads the row
+count at run time: one graph for every token count), nothing off the CPU, and nothing
 outside bass's own passes (:func:`active`, entered by :func:`bass.hf.run_packed`): the
 model's other callers, ``model.generate`` included, run ``F.linear`` as before. The
 :class:`bass.Generator` does both for CPU models unless ``cpu_linear="torch"``; the
@@ -42,6 +43,7 @@ __all__ = [
     "active",
     "calibrate",
     "choose",
+    "cpu_linear_op",
     "install",
     "prepare",
     "routing",
@@ -62,7 +64,8 @@ Shape = tuple[int, int, torch.dtype]  # (out, in, dtype) of a weight
 @dataclass(frozen=True)
 class LinearPlan:
     """Per weight shape ``(out, in, dtype)``: the row counts computed as ``(W x^T)^T``;
-    ``timings`` the medians measured (``{shape: {M: (torch_s, transposed_s)}}``)."""
+    ``timings`` what was measured, best of the rounds (``{shape: {M: (torch_s,
+    transposed_s)}}``, seconds per sweep)."""
 
     transposed: dict[Shape, frozenset[int]]
     timings: dict[Shape, dict[int, tuple[float, float]]] = field(default_factory=dict)
@@ -189,19 +192,35 @@ def active(on: bool = True) -> Iterator[None]:
         _ACTIVE = previous
 
 
+@torch.library.custom_op("bass::cpu_linear", mutates_args=())
+def cpu_linear_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: list[int]
+) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, through :func:`transposed_linear` when ``x``'s row
+    count is in ``rows``: the form a ``torch.compile``d pass calls (one opaque op, so the
+    row count, a dynamic dimension there, is read at run time, not guarded on)."""
+    if x.shape[-1] and x.numel() // x.shape[-1] in rows:
+        return transposed_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+@cpu_linear_op.register_fake
+def _(x, weight, bias, rows):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
 def _routed_forward(module: torch.nn.Linear, rows: frozenset[int]):
+    ordered = sorted(rows)
+
     def forward(x: torch.Tensor) -> torch.Tensor:
-        w = module.weight
-        if (
-            _ACTIVE
-            and x.dim() >= 1
-            and x.shape[-1]
-            and x.numel() // x.shape[-1] in rows
-            and x.device.type == "cpu"
-            and not torch.compiler.is_compiling()
-        ):
-            return transposed_linear(x, w, module.bias)
-        return F.linear(x, w, module.bias)
+        w, b = module.weight, module.bias
+        if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
+            return F.linear(x, w, b)
+        if torch.compiler.is_compiling():
+            return torch.ops.bass.cpu_linear(x, w, b, ordered)
+        if x.shape[-1] and x.numel() // x.shape[-1] in rows:
+            return transposed_linear(x, w, b)
+        return F.linear(x, w, b)
 
     return forward
 

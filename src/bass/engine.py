@@ -126,7 +126,7 @@ class Generator:
             prefilled in chunks; a prompt may span chunks).
         cpu_linear: ``"auto"`` (default): on a CPU, each linear layer computes its matrix
             product in the layout measured fastest for the pass's row count
-            (:mod:`bass.cpu_linear`; calibrated once per model, eager passes only);
+            (:mod:`bass.cpu_linear`; calibrated once per model);
             ``"torch"``: ``F.linear`` as is.
 
     Example::
@@ -230,10 +230,10 @@ class Generator:
                 f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, got "
                 f"{self.cpu_linear!r}"
             )
-        # per model (main, then the draft model): its CPU GEMM layouts, or None (compiled
-        # passes trace F.linear; off the CPU nothing is routed)
+        # per model (main, then the draft model): its CPU GEMM layouts, or None (off the
+        # CPU nothing is routed; compiled passes call them through bass::cpu_linear)
         self.linear_plans = [
-            prepare_linears(m, self.cpu_linear) if not compile else None
+            prepare_linears(m, self.cpu_linear)
             for m in (main, self.drafter.model if isinstance(self.drafter, ModelDrafter) else None)
             if m is not None
         ]
