@@ -46,6 +46,7 @@ __all__ = [
     "cpu_linear_op",
     "install",
     "prepare",
+    "prepare_all",
     "routing",
     "transposed_linear",
     "uninstall",
@@ -253,6 +254,14 @@ def uninstall(model: torch.nn.Module) -> None:
             else:
                 m.forward = had
     model.__dict__.pop(_PLAN, None)
+
+
+def prepare_all(mode: str, *models: torch.nn.Module | None) -> list[LinearPlan | None]:
+    """:func:`prepare` for each model given (``None`` entries skipped), after checking
+    ``mode`` (a :class:`bass.Generator`'s ``cpu_linear``)."""
+    if mode not in MODES:
+        raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    return [prepare(m, mode) for m in models if m is not None]
 
 
 def routing(model: torch.nn.Module) -> LinearPlan | None:

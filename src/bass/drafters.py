@@ -349,3 +349,32 @@ class NGramDrafter:
         out = [f[:k] for f, k in zip(self.found, k_rows)]
         self.found = []
         return Proposal(counts=[len(o) for o in out], host_tokens=out)
+
+
+def make_drafter(draft, main, impl: str):
+    """The drafter that a :class:`bass.Generator`'s ``draft`` argument names: ``None``,
+    ``"ngram"`` (an :class:`NGramDrafter`, or one configured by the caller) or a draft
+    model sharing ``main``'s vocabulary (a :class:`ModelDrafter` running ``impl``)."""
+    if draft is None:
+        return None
+    if isinstance(draft, NGramDrafter):  # one configured by the caller
+        return draft
+    if isinstance(draft, str):
+        if draft != "ngram":
+            raise ValueError(
+                f"draft must be a model, 'ngram' or None, got the string {draft!r}; "
+                "load models by name with Generator.from_pretrained"
+            )
+        return NGramDrafter()
+    v_main, v_draft = _vocab_size(main), _vocab_size(draft)
+    if v_main != v_draft:
+        raise ValueError(
+            f"draft and main vocabularies differ: {hf.model_name(draft)} has "
+            f"{v_draft} logits, {hf.model_name(main)} has {v_main}; speculative "
+            "decoding needs a draft that shares the main model's tokenizer"
+        )
+    return ModelDrafter(draft, impl=impl)
+
+
+def _vocab_size(model) -> int:
+    return model.get_output_embeddings().weight.shape[0]

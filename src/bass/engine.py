@@ -39,9 +39,8 @@ import torch
 from . import hf, policies
 from .batch_state import BatchState, NonFiniteLogitsError, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
-from .cpu_linear import MODES as CPU_LINEAR_MODES
-from .cpu_linear import prepare as prepare_linears
-from .drafters import ModelDrafter, NGramDrafter, nonfinite
+from .cpu_linear import prepare_all as prepare_linears
+from .drafters import ModelDrafter, NGramDrafter, make_drafter, nonfinite
 from .ops import length_checks
 from .packing import TOKEN_BUCKETS, pack
 from .policies import DraftContext
@@ -86,10 +85,6 @@ def _with_recompile_limit(compiled, limit: int):
             return compiled(*args)
 
     return forward
-
-
-def _vocab_size(model) -> int:
-    return model.get_output_embeddings().weight.shape[0]
 
 
 class Generator:
@@ -177,26 +172,7 @@ class Generator:
             compile = cfg_gen.get("compile", False)
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
-        if draft is None:
-            self.drafter = None
-        elif isinstance(draft, NGramDrafter):  # one configured by the caller
-            self.drafter = draft
-        elif isinstance(draft, str):
-            if draft != "ngram":
-                raise ValueError(
-                    f"draft must be a model, 'ngram' or None, got the string {draft!r}; "
-                    "load models by name with Generator.from_pretrained"
-                )
-            self.drafter = NGramDrafter()
-        else:
-            v_main, v_draft = _vocab_size(main), _vocab_size(draft)
-            if v_main != v_draft:
-                raise ValueError(
-                    f"draft and main vocabularies differ: {hf.model_name(draft)} has "
-                    f"{v_draft} logits, {hf.model_name(main)} has {v_main}; speculative "
-                    "decoding needs a draft that shares the main model's tokenizer"
-                )
-            self.drafter = ModelDrafter(draft, impl=self.attention)
+        self.drafter = make_drafter(draft, main, self.attention)
         if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
             raise ValueError(
                 f"prefill_chunk_tokens must be an int >= 1, got {prefill_chunk_tokens!r}"
@@ -225,18 +201,10 @@ class Generator:
             self.drafter.forward = self.forward
             self.drafter.separate = self.separate
         self.cpu_linear = cpu_linear or cfg_gen.get("cpu_linear", "auto")
-        if self.cpu_linear not in CPU_LINEAR_MODES:
-            raise ValueError(
-                f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, got "
-                f"{self.cpu_linear!r}"
-            )
         # per model (main, then the draft model): its CPU GEMM layouts, or None (off the
         # CPU nothing is routed; compiled passes call them through bass::cpu_linear)
-        self.linear_plans = [
-            prepare_linears(m, self.cpu_linear)
-            for m in (main, self.drafter.model if isinstance(self.drafter, ModelDrafter) else None)
-            if m is not None
-        ]
+        drafter_model = self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
+        self.linear_plans = prepare_linears(self.cpu_linear, main, drafter_model)
         # a calibrated lm head computes a few rows fast: no padding of the logits rows
         self.route = self.cpu_linear == "auto"
         self.logits_multiple = 1 if self.linear_plans[0] is not None else None
