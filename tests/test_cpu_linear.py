@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models import tiny_lm
+from models import FAMILIES, tiny_lm
 
 from bass import Generator, cpu_linear
 from bass.config import ConfigError, load_config
@@ -103,6 +103,20 @@ def test_install_routes_exactly_the_planned_row_counts(monkeypatch):
     uninstall(model)
     assert routing(model) is None
     assert not any("forward" in m.__dict__ for m in _linears(model))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_routed_models_of_every_family_compute_the_same_logits(family):
+    """Qwen2's attention projections have biases: the addmm path inside a real model."""
+    model = tiny_lm(family, dtype=torch.float64)
+    ids = torch.randint(0, 64, (1, 6))
+    install(model, _plan(model, range(1, 17)))
+    with torch.inference_mode():
+        for n in (1, 2, 5):
+            want = model(ids[:, :n]).logits
+            with cpu_linear.active():
+                got = model(ids[:, :n]).logits
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
 def test_install_skips_subclasses_with_their_own_forward_and_restores_instance_forwards():
