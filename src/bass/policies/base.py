@@ -28,6 +28,7 @@ __all__ = [
     "StepStats",
     "lengths_for",
     "option",
+    "running_mean",
     "validate_options",
 ]
 
@@ -343,3 +344,8 @@ class OptionsMixin:
 
     def __post_init__(self) -> None:
         validate_options(self)
+
+
+def running_mean(old: float | None, new: float, weight: float) -> float:
+    """An exponential moving average: ``new`` weighted ``weight`` (the first value as is)."""
+    return new if old is None else (1.0 - weight) * old + weight * new

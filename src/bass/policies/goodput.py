@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import OptionsMixin, StepStats, option
+from .base import OptionsMixin, StepStats, option, running_mean
 
 __all__ = ["GoodputPolicy", "expected_tokens"]
 
@@ -32,10 +32,6 @@ def expected_tokens(k: int, alpha: float) -> float:
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def _ema(old: float | None, new: float, weight: float) -> float:
-    return new if old is None else (1.0 - weight) * old + weight * new
 
 
 @dataclass
@@ -152,16 +148,16 @@ class GoodputPolicy(OptionsMixin):
             return
         k, w = stats.draft_length, self.ema
         if stats.verify_seconds > 0.0:
-            self.t_verify[k] = _ema(self.t_verify.get(k), stats.verify_seconds, w)
+            self.t_verify[k] = running_mean(self.t_verify.get(k), stats.verify_seconds, w)
         if k > 0:
             accepted, drafted = stats.accepted_list(), stats.drafted_list()
             trials = sum(x + (x < d) for x, d in zip(accepted, drafted, strict=True))
             if trials > 0:
-                self.successes = _ema(self.successes, float(sum(accepted)), w)
-                self.trials = _ema(self.trials, float(trials), w)
+                self.successes = running_mean(self.successes, float(sum(accepted)), w)
+                self.trials = running_mean(self.trials, float(trials), w)
             passes = max(drafted)
             if stats.draft_seconds > 0.0 and passes > 0:
-                self.t_draft = _ema(self.t_draft, stats.draft_seconds / passes, w)
+                self.t_draft = running_mean(self.t_draft, stats.draft_seconds / passes, w)
             self.zero_run = 0
         else:
             self.zero_run += 1

@@ -1,0 +1,121 @@
+"""``C(N)``, the verify-pass cost model of the ``adaptive`` policy (see
+:mod:`bass.policies.adaptive`): a line in the tokens a pass computes plus a jump for
+verifying drafts, fitted on neighbouring steps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .base import running_mean
+
+__all__ = ["VerifyCost"]
+
+
+@dataclass
+class VerifyCost:
+    """``C(N)``: seconds of a verify pass computing ``N`` tokens, from measurements:
+    ``c0 + c1 N``, plus ``J`` when the pass verifies drafts (any row brings more than
+    one token).
+
+    ``J`` is there because a pass of one token per row and a longer one may run
+    different kernels: on a CPU with torch's ``F.linear`` a batch of one row decodes
+    through matrix-vector products, and its first draft token turns them into
+    matrix-matrix ones (+45% for the embedded model on 2 cores; with
+    :mod:`bass.cpu_linear`'s layouts, the default, +3%, and each further token ~+8%).
+
+    ``c1`` and ``J`` come from consecutive steps: a least-squares fit, through the
+    origin, of each step's change in seconds on its change in tokens and in drafting
+    (older pairs decaying by ``decay``). A machine's speed drifts (on a shared 2-core
+    CPU a step's time wanders 10-15% over tens of steps while a token adds ~4%), and
+    differences of neighbouring steps cancel the drift that a fit through all points
+    would mistake for a slope, or for none. Each is used plus one standard error (from
+    the pairs' residuals): a cost that noise hides is not taken for free; on steady
+    steps (a GPU) the error is small. The level ``c0`` follows a running average of
+    recent steps (weight ``ema``), so the line follows the drift.
+
+    >>> c = VerifyCost(ema=1.0)
+    >>> c.observe(4, 0.010); c.observe(12, 0.014)  # plain passes of 4 and 12 tokens
+    >>> round(c(8), 3), round(c(20), 3), round(c.slope(), 4)
+    (0.012, 0.018, 0.0005)
+    """
+
+    ema: float = 0.3
+    decay: float = 0.95  # per informative pair (two steps that differ)
+    # pseudo-pairs saying "no jump" (0.1) and "no slope" (3 tokens^2): when the sizes of
+    # the drafting steps hardly vary, a cost that comes with drafting is taken for the
+    # jump rather than for its few tokens (or longer drafts would look dear for good)
+    ridge: float = 0.1
+    ridge_slope: float = 3.0
+    level: tuple[float, float, float] | None = None  # running averages: N, drafting, s
+    last: tuple[int, float, float] | None = None  # the previous step: N, drafting, s
+    sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # dI^2 dIdN dN^2 dIdy dNdy
+    pairs: int = 0  # consecutive steps that differ in size or in drafting
+    noise: float | None = None  # mean squared residual of a pair against the fit
+
+    def observe(self, tokens: int, seconds: float, drafting: bool = False) -> None:
+        if tokens <= 0 or seconds <= 0.0:
+            return
+        d = float(drafting)
+        if self.last is not None:
+            di, dn, dy = d - self.last[1], tokens - self.last[0], seconds - self.last[2]
+            # the noise: how far neighbouring steps land from the fit (equal steps: their
+            # difference; steps that differ once a fit exists: its residual)
+            if (di, dn) == (0.0, 0) or self.pairs >= 2:
+                jump, slope = self._fit()
+                err = (dy - jump * di - slope * dn) ** 2
+                self.noise = err if self.noise is None else running_mean(self.noise, err, 0.2)
+        if self.last is not None and (tokens, d) != self.last[:2]:
+            new = (di * di, di * dn, dn * dn, di * dy, dn * dy)
+            self.sums = [self.decay * a + b for a, b in zip(self.sums, new, strict=True)]
+            self.pairs += 1
+        self.last = (tokens, d, seconds)
+        if self.level is None:
+            self.level = (float(tokens), d, seconds)
+        else:
+            self.level = tuple(
+                running_mean(old, x, self.ema) for old, x in zip(self.level, (tokens, d, seconds))
+            )
+
+    def _inverse(self) -> tuple[float, float, float]:
+        sii, sin, snn = self.sums[0] + self.ridge, self.sums[1], self.sums[2] + self.ridge_slope
+        det = sii * snn - sin * sin
+        return snn / det, -sin / det, sii / det  # (X'X + ridge)^-1: [0,0], [0,1], [1,1]
+
+    def _fit(self) -> tuple[float, float]:
+        """``(J, c1)`` by least squares, unclipped."""
+        a, b, c = self._inverse()
+        siy, sny = self.sums[3], self.sums[4]
+        return a * siy + b * sny, b * siy + c * sny
+
+    def _errors(self) -> tuple[float, float]:
+        a, _, c = self._inverse()
+        noise = self.noise or 0.0
+        return math.sqrt(noise * a), math.sqrt(noise * c)
+
+    def jump(self) -> float:
+        """``J``: what verifying drafts adds to a pass besides the tokens (>= 0)."""
+        if not self.pairs:
+            return 0.0
+        return max(0.0, self._fit()[0]) + self._errors()[0]
+
+    def slope(self) -> float:
+        """``c1``: seconds per extra token (>= 0; 0 before two steps that differ)."""
+        if not self.pairs:
+            return 0.0
+        return max(0.0, self._fit()[1]) + self._errors()[1]
+
+    def line(self) -> tuple[float, float]:
+        """``(c0, c1)``: intercept and slope (seconds, seconds per token) of plain passes."""
+        if self.level is None:
+            return 0.0, 0.0
+        n, d, y = self.level
+        c1 = self.slope()
+        return y - c1 * n - self.jump() * d, c1
+
+    def __call__(self, tokens: int, drafting: bool = False) -> float | None:
+        if self.level is None:
+            return None
+        c0, c1 = self.line()
+        y = c0 + c1 * tokens + (self.jump() if drafting else 0.0)
+        return max(y, 0.25 * self.level[2])  # a pass never costs nothing
