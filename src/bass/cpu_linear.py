@@ -257,10 +257,8 @@ def uninstall(model: torch.nn.Module) -> None:
 
 
 def prepare_all(mode: str, *models: torch.nn.Module | None) -> list[LinearPlan | None]:
-    """:func:`prepare` for each model given (``None`` entries skipped), after checking
-    ``mode`` (a :class:`bass.Generator`'s ``cpu_linear``)."""
-    if mode not in MODES:
-        raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    """:func:`prepare` (which checks ``mode``) for each model given, ``None`` entries
+    skipped."""
     return [prepare(m, mode) for m in models if m is not None]
 
 
