@@ -111,6 +111,45 @@ def test_verify_cost_separates_the_jump_of_drafting_from_the_tokens():
     assert c(9, drafting=True) == pytest.approx(0.1035, rel=0.02)
 
 
+def test_verify_cost_learns_a_staircase():
+    """A batch of one row with bass's calibrated CPU layouts: the first draft token costs
+    +4% over a plain pass, the second +31%, later ones +8% each. No line draws that; each
+    size's own residual, once it has been seen a few times, does."""
+
+    def stair(n):
+        return 0.031 if n == 1 else 0.0324 if n == 2 else 0.0406 + 0.0025 * (n - 3)
+
+    c = VerifyCost()
+    for n in [1, 2, 1, 3, 2, 2, 5, 1, 2, 4, 2, 3] * 4:
+        c.observe(n, stair(n), drafting=n > 1)
+    one, two, three = c(1), c(2, drafting=True), c(3, drafting=True)
+    assert two - one < 0.5 * (three - two)  # the shape: a cheap step, then a dear one
+    assert one == pytest.approx(stair(1), rel=0.06)  # (the line's caution pivots at the
+    for n in (2, 3, 4):  # level: below it, the cautious line runs a little low)
+        assert c(n, drafting=True) == pytest.approx(stair(n), rel=0.05), n
+    # a size never seen stays on the line, no correction borrowed from its neighbours
+    assert c.steps.get((9, True)) is None
+
+
+def test_a_cheap_first_draft_token_is_used_at_batch_one():
+    """With that staircase, one draft token accepted a third of the time pays (+4% cost
+    for +35% tokens) though two do not: the policy finds it despite noisy steps."""
+
+    def stair(n):
+        return 0.031 if n == 1 else 0.0324 if n == 2 else 0.0406 + 0.008 * (n - 3)
+
+    gains = [
+        makespan(None, [0.35], 200, stair, seed=s, noise=0.1)
+        / makespan(load("adaptive"), [0.35], 200, stair, seed=s, noise=0.1, avail=0.6)
+        for s in range(4)
+    ]
+    assert sum(gains) / len(gains) > 1.08, gains
+    poor = makespan(None, [0.1], 200, stair, noise=0.1) / makespan(
+        load("adaptive"), [0.1], 200, stair, noise=0.1, avail=0.6
+    )
+    assert poor > 0.95
+
+
 def test_verify_cost_sees_through_drift():
     """The machine slows down by 1% a step while the policy alternates 8- and 9-token
     passes (a token costs 2.5 ms): neighbouring steps still show the token's cost, where
@@ -152,6 +191,19 @@ def test_first_steps_measure_then_decide():
         )
     )
     assert p.draft_lengths(ctx) == [1, 0]  # 2) a token where the lookup found something
+    # ... for one row only, the one whose match is longest: the first draft token's
+    # price is what the measuring step is for
+    p = AdaptivePolicy()
+    three = DraftContext(
+        rows=[0, 1, 2],
+        max_draft=[9] * 3,
+        drafter="ngram",
+        available=[5, 5, 0],
+        match_len=[1, 3, 4],
+    )
+    p.draft_lengths(three)
+    p.update(StepStats(0, [0] * 3, [0] * 3, verify_seconds=0.1, rows=[0, 1, 2], verify_tokens=3))
+    assert p.draft_lengths(three) == [0, 1, 0]
 
 
 def test_cheap_verification_drafts_everything_useful():

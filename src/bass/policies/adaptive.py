@@ -55,9 +55,12 @@ Estimates, all measured online from the step statistics the engine reports:
 
 * ``C(N) = c0 + c1 N``: the slope from consecutive steps of different sizes (their
   differences cancel the machine's drift), the level from a running average of recent
-  steps (:class:`VerifyCost`). The first step decodes plainly and the second drafts one
-  token for each row that has one to offer (a second size), so the line exists before
-  any decision depends on it.
+  steps (:class:`VerifyCost`), plus each size's own correction (the running mean of its
+  residuals against the line, shrunk by how often it was seen): on a CPU the first draft
+  token of a batch-1 pass costs +4% and the second +30% (matrix-vector products turning
+  into matrix-matrix ones), a staircase no line draws. The first step decodes plainly and
+  the second drafts one token for the row whose match is longest (a second size), so the
+  line exists before any decision depends on it.
 * ``a_r`` and ``c_r``: successes over Bernoulli trials (a row that accepted ``x`` of
   ``d`` drafted tokens had one first-token trial, a success iff ``x >= 1``, and, when
   ``x >= 1``, ``x - 1`` continuation successes in ``x - 1 + [x < d]`` trials). Each is
@@ -276,8 +279,12 @@ class AdaptivePolicy(OptionsMixin):
             return [0] * R
         if self.steps == 0:  # 1) plain decoding: C(R)
             return [0] * R
-        if not self.cost.pairs:  # 2) a second size of pass, for C's slope: a token
-            return [min(1, c) for c in caps]  # for each row that has one to offer
+        if not self.cost.pairs:  # 2) a second size of pass, for C's slope: one token,
+            # for the row whose match is longest (the likeliest to be accepted): what the
+            # first draft token of a pass costs is what decides whether to draft at all,
+            # and at batch 4-16 on a CPU it is dear (+17-34% of a plain pass)
+            best = max((r for r in range(R) if caps[r]), key=lambda r: signal[r])
+            return [int(r == best) for r in range(R)]
         rates = [self.acceptance(r, s) for r, s in zip(ctx.rows, signal, strict=True)]
         # depth grows with evidence: at most k0 + 2x what the row last accepted (decayed)
         # (a row's first draft is one token: what the other rows accept says little)
@@ -300,9 +307,14 @@ class AdaptivePolicy(OptionsMixin):
         ``probe_budget`` of the time (a token costs ``C(R + 1) - C(R)``)."""
         R = len(rows)
         plain = self.cost(R) or 0.0
-        # an exploration token costs its slope, and the jump too on a step that would
-        # otherwise not draft
-        token = self.cost.slope() + (0.0 if any(ks) else self.cost.jump())
+        # an exploration token costs what one more token adds to the planned pass (on a
+        # step that would otherwise not draft: the first draft token's price, the dearest
+        # on a CPU)
+        n = R + sum(ks)
+        token = self.cost.slope()
+        if self.cost.level is not None:
+            now = self.cost(n, drafting=True) if any(ks) else plain
+            token = max(token, self.cost(n + 1, drafting=True) - now)
         self.credit = min(self.credit + self.probe_budget * plain, 2 * token)
         waiting = []
         for r, row in enumerate(rows):

@@ -52,11 +52,19 @@ class VerifyCost:
     sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # dI^2 dIdN dN^2 dIdy dNdy
     pairs: int = 0  # consecutive steps that differ in size or in drafting
     noise: float | None = None  # mean squared residual of a pair against the fit
+    # (tokens, drafting) -> (running mean of that size's residual against the fitted
+    # line, steps seen): the staircase a line cannot draw (see ``__call__``)
+    steps: dict[tuple[int, bool], tuple[float, int]] = field(default_factory=dict)
+    step_ema: float = 0.3
 
     def observe(self, tokens: int, seconds: float, drafting: bool = False) -> None:
         if tokens <= 0 or seconds <= 0.0:
             return
         d = float(drafting)
+        if self.pairs >= 2:  # a fitted line to measure against (before this step moves it)
+            err = seconds - self._at(tokens, drafting, caution=False)
+            m, n = self.steps.get((tokens, drafting), (err, 0))
+            self.steps[(tokens, drafting)] = (running_mean(m, err, self.step_ema), n + 1)
         if self.last is not None:
             di, dn, dy = d - self.last[1], tokens - self.last[0], seconds - self.last[2]
             # the noise: how far neighbouring steps land from the fit (equal steps: their
@@ -93,29 +101,39 @@ class VerifyCost:
         noise = self.noise or 0.0
         return math.sqrt(noise * a), math.sqrt(noise * c)
 
-    def jump(self) -> float:
-        """``J``: what verifying drafts adds to a pass besides the tokens (>= 0)."""
+    def jump(self, caution: bool = True) -> float:
+        """``J``: what verifying drafts adds to a pass besides the tokens (>= 0; plus its
+        standard error unless ``caution=False``)."""
         if not self.pairs:
             return 0.0
-        return max(0.0, self._fit()[0]) + self._errors()[0]
+        return max(0.0, self._fit()[0]) + (self._errors()[0] if caution else 0.0)
 
-    def slope(self) -> float:
-        """``c1``: seconds per extra token (>= 0; 0 before two steps that differ)."""
+    def slope(self, caution: bool = True) -> float:
+        """``c1``: seconds per extra token (>= 0; 0 before two steps that differ; plus
+        its standard error unless ``caution=False``)."""
         if not self.pairs:
             return 0.0
-        return max(0.0, self._fit()[1]) + self._errors()[1]
+        return max(0.0, self._fit()[1]) + (self._errors()[1] if caution else 0.0)
 
-    def line(self) -> tuple[float, float]:
+    def line(self, caution: bool = True) -> tuple[float, float]:
         """``(c0, c1)``: intercept and slope (seconds, seconds per token) of plain passes."""
         if self.level is None:
             return 0.0, 0.0
         n, d, y = self.level
-        c1 = self.slope()
-        return y - c1 * n - self.jump() * d, c1
+        c1 = self.slope(caution)
+        return y - c1 * n - self.jump(caution) * d, c1
+
+    def _at(self, tokens: int, drafting: bool, caution: bool = True) -> float:
+        c0, c1 = self.line(caution)
+        return c0 + c1 * tokens + (self.jump(caution) if drafting else 0.0)
 
     def __call__(self, tokens: int, drafting: bool = False) -> float | None:
+        """The line (with its caution) plus the size's own correction: the running mean
+        ``r`` of its residuals against the fitted line, weighted ``n / (n + 2)`` after
+        ``n`` steps of that size (a size seen once or twice is mostly noise)."""
         if self.level is None:
             return None
-        c0, c1 = self.line()
-        y = c0 + c1 * tokens + (self.jump() if drafting else 0.0)
+        y = self._at(tokens, drafting)
+        r, n = self.steps.get((tokens, drafting), (0.0, 0))
+        y += r * n / (n + 2.0)
         return max(y, 0.25 * self.level[2])  # a pass never costs nothing
