@@ -44,3 +44,30 @@ def test_gpu_mode_reporting_runs_on_cpu(tmp_path):
     text = mod.to_markdown(rows, meta)
     assert "Beside the paper's headline" in text and "| bass[bass] p=0.9 |" in text
     assert "Bandwidth floor per main pass" in text
+
+
+def test_rounds_are_paired_and_cpu_targets_reported():
+    """Several rounds: each method's wall is the median of its rounds, its speedup the
+    median of per-round ratios against hf-generate; the CPU table ends with the targets."""
+    spec = importlib.util.spec_from_file_location("bench_e2e", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    main, draft, prompts, _ = mod.smoke_setup(2)
+    policies = {"adaptive": {}}
+    rows = mod.run_grid(main, draft, prompts, [2], 3, policies, assisted_upto=0, repeats=3)
+    by = {r["method"]: r for r in rows}
+    assert set(by) == {"hf-generate", "bass-regular", "bass[adaptive]"}
+    base = by["hf-generate"]["walls"]
+    for r in rows:
+        assert len(r["walls"]) == 3
+        assert r["wall_s"] == sorted(r["walls"])[1]
+        ratios = sorted(b / w for b, w in zip(base, r["walls"]))
+        assert r["speedup"] == ratios[1]
+    assert mod.paired([2.0, 4.0], [1.0]) == 3.0  # timed once: against the median
+    meta = dict(
+        setup="tiny", mode="cpu", max_new=3, repeats=3, command="-", date="-", machine="-",
+        software="-",
+    )  # fmt: skip
+    text = mod.to_markdown(rows, meta)
+    assert "3 rounds" in text and "## Targets (CPU" in text
+    assert f"| 2 | {by['bass-regular']['speedup']:.2f}x |" in text

@@ -206,6 +206,26 @@ def test_first_steps_measure_then_decide():
     assert p.draft_lengths(three) == [0, 1, 0]
 
 
+def test_plans_grow_at_most_twice_the_widest_pass_measured():
+    """Beyond the sizes measured, C(N) is an extrapolation: the plan's draft tokens at
+    most double from step to step (1 measuring token, then 2, 4, ...), and still reach
+    everything useful within a few steps when verification is nearly free."""
+    p = load("adaptive")
+    widths = []
+    orig = p.update
+
+    def update(stats):
+        widths.append(sum(stats.drafted_list()))
+        orig(stats)
+
+    p.update = update
+    simulate(p, [0.9] * 4, [8] * 4, lambda n: 0.02 + 0.0001 * n, steps=12)
+    assert widths[:2] == [0, 1]
+    for t in range(2, len(widths)):
+        assert widths[t] <= 2 * max(1, *widths[:t]) + 1, widths  # (+1: an exploration token)
+    assert widths[2] <= 3 and max(widths) >= 24, widths
+
+
 def test_cheap_verification_drafts_everything_useful():
     """A GPU-like cost (flat in N) and good acceptance: draft up to what each row has."""
     p = load("adaptive")

@@ -196,6 +196,7 @@ class AdaptivePolicy(OptionsMixin):
     last: dict[int, int] = field(init=False, default_factory=dict)  # row -> match length
     # per row, running averages: committed tokens per step and its variance
     credit: float = field(init=False, default=0.0)  # seconds exploration may still cost
+    widest: int = field(init=False, default=0)  # most draft tokens of any step so far
     draft_step: float = field(init=False, default=0.0)  # draft-model seconds per step
     pace: dict[int, float] = field(init=False, default_factory=dict)
     spread: dict[int, float] = field(init=False, default_factory=dict)
@@ -293,7 +294,16 @@ class AdaptivePolicy(OptionsMixin):
             for c, row in zip(caps, ctx.rows)
         ]
         self.values = self.token_values(ctx.rows, [m + 1 for m in ctx.max_draft])
-        ks = self.allocate(rates, caps, model=ctx.drafter == "model", values=self.values)
+        # a plan at most twice as wide as the widest pass measured: C beyond the sizes
+        # seen is an extrapolation (from one measuring token, a line can miss a +100%
+        # step by 4x), and at batch 4-16 on a CPU a wrong bet costs a whole step
+        ks = self.allocate(
+            rates,
+            caps,
+            model=ctx.drafter == "model",
+            values=self.values,
+            limit=2 * max(1, self.widest),
+        )
         self.explore(ctx.rows, ks, caps)
         return ks
 
@@ -373,10 +383,12 @@ class AdaptivePolicy(OptionsMixin):
         caps: list[int],
         model: bool,
         values: list[float] | None = None,
+        limit: int | None = None,
     ) -> list[int]:
         """The per-row lengths that save the batch the most time (module docstring),
         ``rates[r] = (a_r, c_r)``, ``values[r]`` the seconds a committed token of row ``r``
-        saves (1 each when not given: then the unit is a token)."""
+        saves (1 each when not given: then the unit is a token), at most ``limit`` draft
+        tokens in all."""
         R = len(rates)
         values = values or [1.0] * R
         gains = sorted(
@@ -397,6 +409,8 @@ class AdaptivePolicy(OptionsMixin):
             for g, _, j in gains:
                 if j > depth:
                     continue
+                if limit is not None and m >= limit:
+                    break
                 saved += g
                 m += 1
                 deepest = max(deepest, j)
@@ -453,6 +467,7 @@ class AdaptivePolicy(OptionsMixin):
         if stats.num_rows == 0:
             return
         tokens = stats.verify_tokens or stats.num_rows + sum(stats.drafted_list())
+        self.widest = max(self.widest, sum(stats.drafted_list()))
         self.cost.observe(tokens, stats.verify_seconds, any(stats.drafted_list()))
         passes = len(stats.draft_pass_tokens)
         if self.clock is not None:  # the whole step minus the model passes' share

@@ -1,6 +1,6 @@
 """``C(N)``, the verify-pass cost model of the ``adaptive`` policy (see
 :mod:`bass.policies.adaptive`): a line in the tokens a pass computes plus a jump for
-verifying drafts, fitted on neighbouring steps."""
+verifying drafts, fitted on neighbouring steps, plus each size's own offset."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ class VerifyCost:
     the pairs' residuals): a cost that noise hides is not taken for free; on steady
     steps (a GPU) the error is small. The level ``c0`` follows a running average of
     recent steps (weight ``ema``), so the line follows the drift.
+
+    A line cannot draw a staircase, and a CPU's costs are one: with
+    :mod:`bass.cpu_linear`'s layouts a batch-1 pass of 2 tokens costs +4% over 1 token and
+    one of 3 tokens +31%; at batch 8, 9 tokens cost what 16 do. So each size ``(N,
+    drafting)`` keeps its own correction: a running mean ``r`` (weight ``step_ema``) of
+    its residuals against the fitted line (without the standard errors: a size's offset,
+    not the line's caution), added as ``r n / (n + 2)`` after ``n`` steps of that size.
+    A size never seen stays on the line; residuals are only taken once two pairs exist
+    (before that the line is a guess).
 
     >>> c = VerifyCost(ema=1.0)
     >>> c.observe(4, 0.010); c.observe(12, 0.014)  # plain passes of 4 and 12 tokens
