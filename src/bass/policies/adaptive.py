@@ -197,6 +197,8 @@ class AdaptivePolicy(OptionsMixin):
     # per row, running averages: committed tokens per step and its variance
     credit: float = field(init=False, default=0.0)  # seconds exploration may still cost
     widest: int = field(init=False, default=0)  # most draft tokens of any step so far
+    ends: tuple | None = field(init=False, default=None)  # token_values' (steps, pace, ...)
+    tie_steps: ClassVar[float] = 0.5  # how uncertain a row's end is, whatever its history
     draft_step: float = field(init=False, default=0.0)  # draft-model seconds per step
     pace: dict[int, float] = field(init=False, default_factory=dict)
     spread: dict[int, float] = field(init=False, default_factory=dict)
@@ -303,6 +305,7 @@ class AdaptivePolicy(OptionsMixin):
             model=ctx.drafter == "model",
             values=self.values,
             limit=2 * max(1, self.widest),
+            ends=self.ends,
         )
         self.explore(ctx.rows, ks, caps)
         return ks
@@ -368,7 +371,8 @@ class AdaptivePolicy(OptionsMixin):
         steps = [n / p for n, p in zip(left, pace, strict=True)]  # expected steps to go
         # uncertainty of a row's remaining steps: left * var / pace^3 (renewal theory)
         var = [self.spread.get(row, 0.0) * n / p**3 for row, n, p in zip(rows, left, pace)]
-        tau = 1.0 + math.sqrt(sum(var) / R)
+        tau = self.tie_steps + math.sqrt(sum(var) / R)
+        self.ends = (steps, pace, tau, c0, c1)
         top = max(steps)
         w = [math.exp((s - top) / tau) for s in steps]
         z = sum(w)
@@ -384,11 +388,18 @@ class AdaptivePolicy(OptionsMixin):
         model: bool,
         values: list[float] | None = None,
         limit: int | None = None,
+        ends: tuple | None = None,
     ) -> list[int]:
         """The per-row lengths that save the batch the most time (module docstring),
         ``rates[r] = (a_r, c_r)``, ``values[r]`` the seconds a committed token of row ``r``
         saves (1 each when not given: then the unit is a token), at most ``limit`` draft
-        tokens in all."""
+        tokens in all. With ``ends = (steps, pace, tau, c0, c1)`` (:meth:`token_values`)
+        a plan's saving is evaluated jointly: ``c0`` times the drop of the batch's end,
+        a smooth maximum ``tau log sum_r exp(s_r / tau)`` of the rows' remaining steps
+        ``s_r`` (each moved forward by its expected committed tokens over ``p_r``), plus
+        ``c1`` per token. A lone row's token in a batch of rows that end together saves
+        little, every row's token together a whole step: values added row by row
+        (``values``) cannot tell the two apart."""
         R = len(rates)
         values = values or [1.0] * R
         gains = sorted(
@@ -399,6 +410,11 @@ class AdaptivePolicy(OptionsMixin):
             ),
             key=lambda g: (-g[0], g[2]),  # ties: a row's earlier tokens first
         )
+        if ends is not None:
+            steps, pace, tau, c0, c1 = ends
+            top = max(steps)
+            terms0 = [math.exp((s - top) / tau) for s in steps]
+            z0 = sum(terms0)
         plain = self.cost(R)
         # drafting must be predicted to save a margin of a step: the best of many noisy
         # estimates is biased upwards, and a step mispredicted costs for real
@@ -406,12 +422,23 @@ class AdaptivePolicy(OptionsMixin):
         depths = range(1, max(caps) + 1) if model else [max(caps, default=0)]
         for depth in depths:
             saved, m, deepest = 0.0, 0, 0
-            for g, _, j in gains:
+            if ends is not None:
+                terms, z, committed, total = list(terms0), z0, [0.0] * R, 0.0
+            for g, r, j in gains:
                 if j > depth:
                     continue
                 if limit is not None and m >= limit:
                     break
-                saved += g
+                if ends is None:
+                    saved += g
+                else:  # the smooth maximum's drop, updated one row's term at a time
+                    prob = g / values[r]
+                    committed[r] += prob
+                    total += prob
+                    new = math.exp((steps[r] - committed[r] / pace[r] - top) / tau)
+                    z += new - terms[r]
+                    terms[r] = new
+                    saved = c0 * tau * math.log(z0 / z) + c1 * total
                 m += 1
                 deepest = max(deepest, j)
                 extra = self.cost(R + m, drafting=True) - plain
