@@ -22,6 +22,10 @@ the same prompt) on and off, with ``n`` samples per HumanEval prompt, greedy and
 with the default policy; ``--siblings-only`` measures just that table
 (``bench/results/cpu_siblings.{md,json}``).
 
+``--control`` adds an A/A pair (drafting off timed twice per round): the cell's noise
+floor, beside the policies' ratios. ``--sets`` picks prompt sets, ``--tag`` the output
+file stem.
+
 ``--setup tiny`` runs the same tables on tiny random models in seconds (the smoke test).
 Writes ``bench/results/<setup>_policies.{md,json}``.
 """
@@ -133,11 +137,16 @@ def bass_run(main, prompts, max_new, policy, options, draft="ngram", **kw) -> di
     }
 
 
-def methods(main, max_new):
+CONTROL = "drafting off, again"
+
+
+def methods(main, max_new, control=False):
     out = {
         "hf-generate": lambda ps: {"wall_s": hf_generate(main, ps, max_new)},
         "drafting off": lambda ps: bass_run(main, ps, max_new, "constant", {"k": 0}, draft=None),
     }
+    if control:  # an A/A pair: its ratio to drafting off is the cell's noise, nothing else
+        out[CONTROL] = out["drafting off"]
     for name, opts in POLICIES.items():
         out[name] = lambda ps, n=name, o=opts: bass_run(main, ps, max_new, n, o)
     return out
@@ -150,8 +159,8 @@ def paired(walls_a: list[float], walls_b: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(walls_a, walls_b, strict=True))
 
 
-def run_cell(main, prompts, max_new, repeats) -> dict:
-    ms = methods(main, max_new)
+def run_cell(main, prompts, max_new, repeats, control=False) -> dict:
+    ms = methods(main, max_new, control)
     names = list(ms)
     runs: dict[str, list[dict]] = {m: [] for m in ms}
     for i in range(repeats):
@@ -304,6 +313,26 @@ def to_markdown(result: dict) -> str:
     ]
     missed = [c for c in checks if c[2] < 0.95 or c[3] > 0.10]
     out += [f"  - missed at {n} batch {b}: {o:.2f}x off, regret {r:.1%}" for n, b, o, r in missed]
+    floors = [
+        (name, batch, cell[CONTROL])
+        for name, cells in result["cells"].items()
+        for batch, cell in cells.items()
+        if CONTROL in cell
+    ]
+    if floors:
+        out += [
+            "",
+            f"Noise floor (`{CONTROL}`: drafting off timed twice per round, an A/A pair; its "
+            "paired ratio to drafting off would be 1.00x on a quiet machine):",
+            "",
+        ]
+        for name, batch, r in floors:
+            off = result["cells"][name][batch]["drafting off"]["walls"]
+            ratios = sorted(a / b for a, b in zip(off, r["walls"], strict=True))
+            out.append(
+                f"- {name} batch {batch}: {r['vs_off']:.2f}x (rounds {ratios[0]:.2f}-"
+                f"{ratios[-1]:.2f})"
+            )
     if result.get("siblings"):
         out += ["", *siblings_markdown(result["siblings"], meta)]
     return "\n".join(out) + "\n"
@@ -323,8 +352,10 @@ def run_meta(label: str, argv, max_new: int, repeats: int) -> dict:
     }
 
 
-def run(setup: str, batches, max_new, repeats, with_siblings, argv) -> dict:
+def run(setup: str, batches, max_new, repeats, with_siblings, argv, control=False, only=None):
     main, tok, sets, label = (smollm_setup if setup == "smollm" else tiny_setup)()
+    if only:
+        sets = {k: v for k, v in sets.items() if k in only}
     # warm-up, discarded: first-use costs would land on whichever method runs first
     first = next(iter(sets.values()))[:1]
     hf_generate(main, first, 2)
@@ -334,7 +365,7 @@ def run(setup: str, batches, max_new, repeats, with_siblings, argv) -> dict:
         cells[name] = {}
         for B in batches:
             batch = (prompts * B)[:B]
-            cells[name][B] = run_cell(main, batch, max_new, repeats)
+            cells[name][B] = run_cell(main, batch, max_new, repeats, control)
             print(f"{name} batch {B}: " + ", ".join(
                 f"{m} {r['tokens_per_s']:.1f}" for m, r in cells[name][B].items()
             ), flush=True)  # fmt: skip
@@ -368,17 +399,27 @@ def main(argv=None) -> int:
         action="store_true",
         help="only the sibling-lookup table (writes <setup>_siblings.{md,json})",
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help=f"also time drafting off twice per round ({CONTROL!r}): the cell's noise floor",
+    )
+    ap.add_argument("--sets", default=None, help="comma-separated prompt sets (default: all)")
+    ap.add_argument("--tag", default=None, help="output file stem (default <setup>_policies)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if args.siblings_only:
         return siblings_main(args, argv)
     batches = [int(b) for b in args.batches.split(",")]
-    result = run(args.setup, batches, args.max_new, args.repeats, args.siblings, argv)
-    tag = "cpu" if args.setup == "smollm" else "tiny"
+    only = args.sets.split(",") if args.sets else None
+    result = run(
+        args.setup, batches, args.max_new, args.repeats, args.siblings, argv, args.control, only
+    )
+    stem = args.tag or ("cpu" if args.setup == "smollm" else "tiny") + "_policies"
     args.out.mkdir(parents=True, exist_ok=True)
     text = to_markdown(result)
-    (args.out / f"{tag}_policies.md").write_text(text)
-    (args.out / f"{tag}_policies.json").write_text(json.dumps(result, indent=1))
+    (args.out / f"{stem}.md").write_text(text)
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     print(text)
     return 0
 

@@ -24,32 +24,39 @@ What a committed token is worth. ``generate`` returns when its slowest row is do
 the time left is about ``c0 * max_r s_r`` (every pass until the last row finishes) plus
 ``c1`` per token still to compute, where ``s_r = left_r / p_r`` is the steps row ``r``
 still needs (its remaining token budget over ``p_r``, the tokens it commits per step, a
-running average). One more token committed for row ``r`` now saves
+running average). Which row ends last is uncertain, so the maximum is a smooth one,
 
-    V_r = c0 w_r / p_r + c1
+    T(s) = tau log sum_r exp(s_r / tau),
 
-seconds: ``c1`` for the token it will not have to compute later, and its share of the
-passes (``c0`` with a draft model includes its passes per step, running average),
-``w_r`` being the chance that row ``r`` is the last to finish (a softmax of
-``s_r`` with temperature ``1 + sd``, ``sd`` the spread of the rows' remaining steps:
-``left_r var_r / p_r^3`` from the variance of their per-step counts). In a batch of
-equal rows ``w_r = 1/R`` and the rule is the familiar tokens-per-second trade-off; a
-row well ahead of the slowest gets ``w_r ~ 0``: its drafts would only cost (the batch
-waits for the slowest anyway), while in the batch's tail, when few rows are left and a
-pass costs almost as much as with all of them, drafting for the lagging rows pays even
-at low acceptance.
+``tau = 0.5 + sd`` steps, ``sd`` the spread of the rows' remaining steps
+(``left_r var_r / p_r^3`` from the variance of their per-step counts). A plan that
+commits ``E_r`` more tokens of row ``r`` in expectation saves
+
+    S(k) = c0 (T(s) - T(s - E / p)) + c1 sum_r E_r,
+    E_r = g_r1 + ... + g_rk_r
+
+seconds: ``c1`` for each token no longer to compute later, and ``c0`` for each pass the
+batch's end moves forward (``c0`` with a draft model includes its passes per step). In
+a batch of rows that end together, one row's token moves the end by little (the others
+still need their steps) while a token for every row moves it by a whole step: the
+saving is not a sum over rows. A row well ahead of the slowest moves nothing (its
+drafts would only cost: the batch waits for the slowest anyway), while in the batch's
+tail, when few rows are left and a pass costs almost as much as with all of them,
+drafting for the lagging rows pays even at low acceptance. With one row, ``S`` is
+``(c0 / p + c1) E``: the familiar tokens-per-second trade-off.
 
 The policy picks the lengths that save the most:
 
-    k* = argmax_k  sum_r sum_{j <= k_r} V_r g_rj  -  (C(R + M) - C(R))  -  D,
+    k* = argmax_k  S(k)  -  (C(R + M) - C(R))  -  D,
          M = sum_r k_r,  0 <= k_r <= cap_r
 
-Each row's gains are non-increasing in ``j``, so for a given number ``M`` of draft tokens
-(and draft depth) the best allocation takes the ``M`` largest ``V_r g_rj``; the policy
-scores every ``M`` (and, for a draft model, every depth) and keeps the best. ``k = 0``
-everywhere (plain decoding) is always a candidate, and a plan that drafts must be
-predicted to save ``margin`` (2%) of a plain step: choosing the best of many noisy
-estimates overrates it.
+Candidates are the prefixes of the draft tokens ranked by ``V_r g_rj``, ``V_r = c0 w_r
+/ p_r + c1`` the first-order value of row ``r``'s token (``w_r``: the softmax of ``s_r``
+at temperature ``tau``, ``T``'s gradient); the policy scores every prefix length ``M``
+(and, for a draft model, every depth), at most twice the widest pass measured so far
+(``C`` beyond is an extrapolation), and keeps the best. ``k = 0`` everywhere (plain
+decoding) is always a candidate, and a plan that drafts must be predicted to save
+``margin`` (2%) of a plain step: choosing the best of many noisy estimates overrates it.
 
 Estimates, all measured online from the step statistics the engine reports:
 
@@ -357,9 +364,11 @@ class AdaptivePolicy(OptionsMixin):
                 self.shallow[rows[r]] = 0
 
     def token_values(self, rows, left) -> list[float]:
-        """``V_r``: the seconds one more committed token of each row saves the batch (module
-        docstring): ``(c0 w_r + c1 v_r) / p_r``, ``w_r`` the chance that row ``r`` is the
-        last to finish, ``left``: each row's remaining token budget."""
+        """``V_r``: the first-order seconds one more committed token of each row saves the
+        batch (module docstring): ``c0 w_r / p_r + c1``, ``w_r`` the chance that row ``r``
+        is the last to finish, ``left``: each row's remaining token budget. They rank the
+        draft tokens (and price them for the draft-confidence stop); :meth:`allocate`
+        scores plans jointly from ``self.ends``, set here."""
         R = len(rows)
         c0, c1 = self.cost.line()
         # what every step costs: the verify pass's fixed part (with the jump, as often
