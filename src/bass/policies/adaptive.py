@@ -204,7 +204,6 @@ class AdaptivePolicy(OptionsMixin):
     # per row, running averages: committed tokens per step and its variance
     credit: float = field(init=False, default=0.0)  # seconds exploration may still cost
     widest: int = field(init=False, default=0)  # most draft tokens of any step so far
-    ends: tuple | None = field(init=False, default=None)  # token_values' (steps, pace, ...)
     tie_steps: ClassVar[float] = 0.5  # how uncertain a row's end is, whatever its history
     draft_step: float = field(init=False, default=0.0)  # draft-model seconds per step
     pace: dict[int, float] = field(init=False, default_factory=dict)
@@ -302,7 +301,8 @@ class AdaptivePolicy(OptionsMixin):
             min(c, self.k0 + 2 * int(self.reach[row]) if row in self.reach else 1)
             for c, row in zip(caps, ctx.rows)
         ]
-        self.values = self.token_values(ctx.rows, [m + 1 for m in ctx.max_draft])
+        ends = self.ends(ctx.rows, [m + 1 for m in ctx.max_draft])
+        self.values = self.values_at(ends)
         # a plan at most twice as wide as the widest pass measured: C beyond the sizes
         # seen is an extrapolation (from one measuring token, a line can miss a +100%
         # step by 4x), and at batch 4-16 on a CPU a wrong bet costs a whole step
@@ -312,7 +312,7 @@ class AdaptivePolicy(OptionsMixin):
             model=ctx.drafter == "model",
             values=self.values,
             limit=2 * max(1, self.widest),
-            ends=self.ends,
+            ends=ends,
         )
         self.explore(ctx.rows, ks, caps)
         return ks
@@ -368,7 +368,13 @@ class AdaptivePolicy(OptionsMixin):
         batch (module docstring): ``c0 w_r / p_r + c1``, ``w_r`` the chance that row ``r``
         is the last to finish, ``left``: each row's remaining token budget. They rank the
         draft tokens (and price them for the draft-confidence stop); :meth:`allocate`
-        scores plans jointly from ``self.ends``, set here."""
+        scores plans jointly from :meth:`ends`."""
+        return self.values_at(self.ends(rows, left))
+
+    def ends(self, rows, left) -> tuple:
+        """``(steps, pace, tau, c0, c1)``: each row's expected steps to go and tokens per
+        step, the smooth maximum's temperature, and what a pass and a token cost (module
+        docstring), ``left``: each row's remaining token budget."""
         R = len(rows)
         c0, c1 = self.cost.line()
         # what every step costs: the verify pass's fixed part (with the jump, as often
@@ -381,7 +387,12 @@ class AdaptivePolicy(OptionsMixin):
         # uncertainty of a row's remaining steps: left * var / pace^3 (renewal theory)
         var = [self.spread.get(row, 0.0) * n / p**3 for row, n, p in zip(rows, left, pace)]
         tau = self.tie_steps + math.sqrt(sum(var) / R)
-        self.ends = (steps, pace, tau, c0, c1)
+        return steps, pace, tau, c0, c1
+
+    def values_at(self, ends: tuple) -> list[float]:
+        """:meth:`token_values` from :meth:`ends`."""
+        steps, pace, tau, c0, c1 = ends
+        R = len(steps)
         top = max(steps)
         w = [math.exp((s - top) / tau) for s in steps]
         z = sum(w)
@@ -402,7 +413,7 @@ class AdaptivePolicy(OptionsMixin):
         """The per-row lengths that save the batch the most time (module docstring),
         ``rates[r] = (a_r, c_r)``, ``values[r]`` the seconds a committed token of row ``r``
         saves (1 each when not given: then the unit is a token), at most ``limit`` draft
-        tokens in all. With ``ends = (steps, pace, tau, c0, c1)`` (:meth:`token_values`)
+        tokens in all. With ``ends = (steps, pace, tau, c0, c1)`` (:meth:`ends`)
         a plan's saving is evaluated jointly: ``c0`` times the drop of the batch's end,
         a smooth maximum ``tau log sum_r exp(s_r / tau)`` of the rows' remaining steps
         ``s_r`` (each moved forward by its expected committed tokens over ``p_r``), plus
@@ -411,11 +422,12 @@ class AdaptivePolicy(OptionsMixin):
         (``values``) cannot tell the two apart."""
         R = len(rates)
         values = values or [1.0] * R
-        gains = sorted(
+        gains = sorted(  # (value, row, position, probability it is committed)
             (
-                (values[r] * rates[r][0] * rates[r][1] ** (j - 1), r, j)
+                (values[r] * prob, r, j, prob)
                 for r in range(R)
                 for j in range(1, caps[r] + 1)
+                for prob in (rates[r][0] * rates[r][1] ** (j - 1),)
             ),
             key=lambda g: (-g[0], g[2]),  # ties: a row's earlier tokens first
         )
@@ -433,7 +445,7 @@ class AdaptivePolicy(OptionsMixin):
             saved, m, deepest = 0.0, 0, 0
             if ends is not None:
                 terms, z, committed, total = list(terms0), z0, [0.0] * R, 0.0
-            for g, r, j in gains:
+            for g, r, j, prob in gains:
                 if j > depth:
                     continue
                 if limit is not None and m >= limit:
@@ -441,7 +453,6 @@ class AdaptivePolicy(OptionsMixin):
                 if ends is None:
                     saved += g
                 else:  # the smooth maximum's drop, updated one row's term at a time
-                    prob = g / values[r]
                     committed[r] += prob
                     total += prob
                     new = math.exp((steps[r] - committed[r] / pace[r] - top) / tau)
@@ -458,7 +469,7 @@ class AdaptivePolicy(OptionsMixin):
         ks = [0] * R
         taken = 0
         self.price = math.inf  # the smallest gain taken: what one more token must beat
-        for g, r, j in gains:
+        for g, r, j, _ in gains:
             if taken == best_m:
                 break
             if j <= best_depth:
@@ -502,9 +513,10 @@ class AdaptivePolicy(OptionsMixin):
         w = self.ema
         if stats.num_rows == 0:
             return
-        tokens = stats.verify_tokens or stats.num_rows + sum(stats.drafted_list())
-        self.widest = max(self.widest, sum(stats.drafted_list()))
-        self.cost.observe(tokens, stats.verify_seconds, any(stats.drafted_list()))
+        drafted = stats.drafted_list()
+        tokens = stats.verify_tokens or stats.num_rows + sum(drafted)
+        self.widest = max(self.widest, sum(drafted))
+        self.cost.observe(tokens, stats.verify_seconds, any(drafted))
         passes = len(stats.draft_pass_tokens)
         if self.clock is not None:  # the whole step minus the model passes' share
             host = now - self.clock - stats.verify_seconds
@@ -521,7 +533,7 @@ class AdaptivePolicy(OptionsMixin):
                 running_mean(o, n, w) for o, n in zip(self.draft_fit, obs, strict=True)
             ]
         rows = stats.rows if stats.rows is not None else range(stats.num_rows)
-        pairs = zip(rows, stats.accepted_list(), stats.drafted_list(), strict=True)
+        pairs = zip(rows, stats.accepted_list(), drafted, strict=True)
         for r, (row, x, d) in enumerate(pairs):
             # draft confidence calibration: tokens before x accepted, token x rejected
             for i, c in enumerate(self.confs.get(r, ())[: min(x + 1, d)]):

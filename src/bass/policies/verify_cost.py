@@ -110,31 +110,37 @@ class VerifyCost:
         noise = self.noise or 0.0
         return math.sqrt(noise * a), math.sqrt(noise * c)
 
+    def _params(self, caution: bool = True) -> tuple[float, float, float]:
+        """``(c0, c1, J)`` from one fit (the standard errors added unless
+        ``caution=False``); all zeros before the first step."""
+        if self.level is None:
+            return 0.0, 0.0, 0.0
+        jump = slope = 0.0
+        if self.pairs:
+            jump, slope = (max(0.0, x) for x in self._fit())
+            if caution:
+                err_jump, err_slope = self._errors()
+                jump, slope = jump + err_jump, slope + err_slope
+        n, d, y = self.level
+        return y - slope * n - jump * d, slope, jump
+
     def jump(self, caution: bool = True) -> float:
         """``J``: what verifying drafts adds to a pass besides the tokens (>= 0; plus its
         standard error unless ``caution=False``)."""
-        if not self.pairs:
-            return 0.0
-        return max(0.0, self._fit()[0]) + (self._errors()[0] if caution else 0.0)
+        return self._params(caution)[2]
 
     def slope(self, caution: bool = True) -> float:
         """``c1``: seconds per extra token (>= 0; 0 before two steps that differ; plus
         its standard error unless ``caution=False``)."""
-        if not self.pairs:
-            return 0.0
-        return max(0.0, self._fit()[1]) + (self._errors()[1] if caution else 0.0)
+        return self._params(caution)[1]
 
     def line(self, caution: bool = True) -> tuple[float, float]:
         """``(c0, c1)``: intercept and slope (seconds, seconds per token) of plain passes."""
-        if self.level is None:
-            return 0.0, 0.0
-        n, d, y = self.level
-        c1 = self.slope(caution)
-        return y - c1 * n - self.jump(caution) * d, c1
+        return self._params(caution)[:2]
 
     def _at(self, tokens: int, drafting: bool, caution: bool = True) -> float:
-        c0, c1 = self.line(caution)
-        return c0 + c1 * tokens + (self.jump(caution) if drafting else 0.0)
+        c0, c1, jump = self._params(caution)
+        return c0 + c1 * tokens + (jump if drafting else 0.0)
 
     def __call__(self, tokens: int, drafting: bool = False) -> float | None:
         """The line (with its caution) plus the size's own correction: the running mean
