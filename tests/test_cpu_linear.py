@@ -155,10 +155,11 @@ def test_the_compiled_form_is_one_graph_for_every_row_count(monkeypatch):
 def test_cpu_linear_op_contract():
     x, w, b = torch.randn(3, 8), torch.randn(6, 8), torch.randn(6)
     for bias in (b, None):
-        for rows in ([3], [1, 2]):
-            torch.library.opcheck(torch.ops.bass.cpu_linear.default, (x, w, bias, rows))
+        for rows in ([3], [1, 2], [], [3, 200]):
+            mask = cpu_linear.row_mask(rows)
+            torch.library.opcheck(torch.ops.bass.cpu_linear.default, (x, w, bias, mask))
             torch.testing.assert_close(
-                torch.ops.bass.cpu_linear(x, w, bias, rows), F.linear(x, w, bias)
+                torch.ops.bass.cpu_linear(x, w, bias, mask), F.linear(x, w, bias)
             )
 
 

@@ -291,6 +291,37 @@ def test_compiled_step_has_no_graph_breaks_and_few_graphs(llama):
     assert counter.frame_count <= 8 < steps, (counter.frame_count, steps)
 
 
+def test_compiled_models_of_one_class_keep_their_own_graphs():
+    """The main and draft models are both LlamaForCausalLM but differ in depth: with the
+    module guards dropped (torch >= 2.13), each must still run its own graphs (same
+    tokens and the same acceptances as eager); a weight changed in place after compiling
+    is seen (weights are graph inputs)."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    main = tiny_lm("llama", layers=3, dtype=torch.float32)
+    draft = copy.deepcopy(main)  # main's first layer only: another graph, drafts worth taking
+    del draft.model.layers[1:]
+    draft.config.num_hidden_layers = 1
+    with torch.no_grad():  # main's deeper layers add little: most drafts are accepted
+        for layer in main.model.layers[1:]:
+            layer.self_attn.o_proj.weight.mul_(0.05)
+            layer.mlp.down_proj.weight.mul_(0.05)
+    counter = CompileCounter()
+    opts = dict(policy="constant", policy_options={"k": 3})
+    gen = Generator(main, draft, compile=counter, **opts)
+    for _ in range(2):
+        res = gen.generate(PROMPTS, max_new_tokens=12)
+        eager = Generator(main, draft, **opts).generate(PROMPTS, max_new_tokens=12)
+        assert res.sequences == eager.sequences
+        assert [s.accepted for s in res.stats.steps] == [s.accepted for s in eager.stats.steps]
+        assert res.stats.mean_accepted > 0.5
+        with torch.no_grad():  # the second round: other weights, the same graphs
+            main.model.layers[1].mlp.down_proj.weight.mul_(4.0)
+    assert gen.forward.per_model == (len(gen.forward._regions) == 2)
+    assert counter.frame_count <= 16
+
+
 # ----------------------------------------------------------------------------- errors
 
 

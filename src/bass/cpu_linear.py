@@ -48,6 +48,7 @@ __all__ = [
     "prepare",
     "prepare_all",
     "routing",
+    "row_mask",
     "transposed_linear",
     "uninstall",
 ]
@@ -193,32 +194,53 @@ def active(on: bool = True) -> Iterator[None]:
         _ACTIVE = previous
 
 
-@torch.library.custom_op("bass::cpu_linear", mutates_args=())
+_lib = torch.library.Library("bass", "FRAGMENT")
+_lib.define("cpu_linear(Tensor x, Tensor weight, Tensor? bias, int rows) -> Tensor")
+
+
+def row_mask(rows: Iterable[int]) -> int:
+    """The bit mask :func:`cpu_linear_op` takes: bit ``M`` set for each row count ``M`` in
+    ``rows`` (counts >= 63 cannot be marked: they keep torch's layout).
+
+    >>> row_mask([1, 3])
+    10
+    """
+    return sum(1 << int(m) for m in set(rows) if 0 < int(m) < 63)
+
+
 def cpu_linear_op(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: list[int]
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: int
 ) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, through :func:`transposed_linear` when ``x``'s row
-    count is in ``rows``: the form a ``torch.compile``d pass calls (one opaque op, so the
-    row count, a dynamic dimension there, is read at run time, not guarded on)."""
-    if x.shape[-1] and x.numel() // x.shape[-1] in rows:
+    count ``M`` has its bit set in ``rows`` (:func:`row_mask`): the CPU kernel of the op
+    ``bass::cpu_linear`` a ``torch.compile``d pass calls (one opaque op, so the row count,
+    a dynamic dimension there, is read at run time, not guarded on). Registered with
+    ``torch.library.Library`` (a plain kernel and a fake), not ``custom_op``, whose Python
+    wrapper costs more than the layout saves on a small matrix (a pass calls the op seven
+    times per layer)."""
+    m = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if 0 < m < 63 and (rows >> m) & 1:
         return transposed_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
-@cpu_linear_op.register_fake
+_lib.impl("cpu_linear", cpu_linear_op, "CPU")
+
+
+@torch.library.register_fake("bass::cpu_linear", lib=_lib)
 def _(x, weight, bias, rows):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 def _routed_forward(module: torch.nn.Linear, rows: frozenset[int]):
-    ordered = sorted(rows)
+    mask = row_mask(rows)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         w, b = module.weight, module.bias
         if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
             return F.linear(x, w, b)
         if torch.compiler.is_compiling():
-            return torch.ops.bass.cpu_linear(x, w, b, ordered)
+            return torch.ops.bass.cpu_linear(x, w, b, mask)
         if x.shape[-1] and x.numel() // x.shape[-1] in rows:
             return transposed_linear(x, w, b)
         return F.linear(x, w, b)

@@ -75,18 +75,6 @@ _GENERATE_DEFAULTS = dict(
 )
 
 
-def _with_recompile_limit(compiled, limit: int):
-    """``compiled`` with Dynamo's per-function graph limit raised to ``limit`` during its
-    calls: the main and draft models, their pass kinds and token buckets each need a
-    graph of the same function (Dynamo's default of 8 would fail a fullgraph compile)."""
-
-    def forward(*args):
-        with torch._dynamo.config.patch(recompile_limit=limit):
-            return compiled(*args)
-
-    return forward
-
-
 class Generator:
     """Batched speculative decoding with a main model and a draft model (or n-grams).
 
@@ -188,14 +176,12 @@ class Generator:
             # Only the per-step forward is compiled (gpt-fast); the loop stays eager. The
             # token count N of a pass varies every step: it is a dynamic dimension (eager
             # shapes) or padded to a bucket (static shapes: one graph per bucket).
-            if graphs:
-                opts = dict(mode="reduce-overhead", dynamic=False)
-            else:
-                opts = dict(backend="inductor" if compile is True else compile, dynamic=True)
-            self.forward = _with_recompile_limit(
-                torch.compile(hf.forward_packed, fullgraph=True, **opts),
-                # one graph per model, pass kind and bucket (static), or a few (dynamic)
-                4 * len(TOKEN_BUCKETS) + 8,
+            self.forward = hf.CompiledForward(
+                "inductor" if compile in (True, "reduce-overhead") else compile,
+                mode="reduce-overhead" if graphs else None,
+                dynamic=not graphs,
+                # one graph per pass kind and bucket (static shapes), or a few (dynamic)
+                limit=4 * len(TOKEN_BUCKETS) + 8,
             )
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.forward = self.forward
