@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from _machine import copy_bandwidth_gbs
+from _machine import copy_bandwidth_gbs, header
 
 NOMINAL_PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, datasheet
 
@@ -93,14 +93,7 @@ def paper_comparison(rows, meta) -> list[str]:
 
 
 def to_markdown(rows, meta) -> str:
-    out = [
-        f"# End to end: {meta['setup']}",
-        "",
-        f"Command: `{meta['command']}`  ",
-        f"Date: {meta['date']}  ",
-        f"Machine: {meta['machine']}  ",
-        f"Software: {meta['software']}  ",
-    ]
+    out = header(f"End to end: {meta['setup']}", meta)
     if meta.get("forced_acceptance") is not None:
         out.append(
             f"**Forced-acceptance mode, p in {meta['forced_acceptance']}** (random weights: "

@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
+import datetime
+import os
+import platform
 import time
 
 import torch
+
+
+def run_meta(script: str, argv, *, cuda: bool = False, **extra) -> dict:
+    """What a result file records about its run: the command (``python bench/<script>``
+    with ``argv``), the date (UTC), the machine (the CUDA device's name with ``cuda``,
+    else the CPU's architecture, its CPU count and torch's thread count), the software;
+    ``extra`` entries are added as given."""
+    machine = (
+        torch.cuda.get_device_name()
+        if cuda
+        else f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads"
+    )
+    return {
+        "command": " ".join(["python", f"bench/{script}", *argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
+        **extra,
+    }
+
+
+def header(title: str, meta: dict, machine: str = "Machine") -> list[str]:
+    """A result file's first lines: its title, then the command, date, machine (under
+    the label ``machine``, read from ``meta[machine.lower()]``) and software of
+    :func:`run_meta`, one per line (markdown line breaks)."""
+    return [
+        f"# {title}",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Date: {meta['date']}  ",
+        f"{machine}: {meta[machine.lower()]}  ",
+        f"Software: {meta['software']}  ",
+    ]
 
 
 def copy_bandwidth_gbs(device="cuda", nbytes: int = 1 << 30) -> float:

@@ -42,10 +42,7 @@ batch size per method; draft length over steps per policy); the reporting is in
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -63,6 +60,7 @@ from _e2e_report import (  # noqa: F401 (re-exported: the tests use them from he
     to_markdown,
     weight_bytes,
 )
+from _machine import run_meta
 from _prompts import humaneval_prompts
 
 RESULTS = Path(__file__).parent / "results"
@@ -397,21 +395,16 @@ def main(argv=None) -> int:
         graphs_upto=8 if mode == "gpu" else 0,
         repeats=repeats,
     )
-    meta = {
-        "setup": label,
-        "mode": mode,
-        "max_new": max_new,
-        "repeats": repeats,
-        "forced_acceptance": None if forced == (None,) else list(forced),
-        "command": "python bench/bench_e2e.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": (
-            torch.cuda.get_device_name()
-            if mode == "gpu"
-            else f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} threads"
-        ),
-        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
-    }
+    meta = run_meta(
+        "bench_e2e.py",
+        sys.argv[1:] if argv is None else argv,
+        cuda=mode == "gpu",
+        setup=label,
+        mode=mode,
+        max_new=max_new,
+        repeats=repeats,
+        forced_acceptance=None if forced == (None,) else list(forced),
+    )
     if mode == "gpu":
         meta.update(device_meta(rows, main_model, draft, meta["machine"], "cuda"))
     tag = {"cpu": "cpu", "gpu": "gpu", "smoke": "smoke"}[mode]

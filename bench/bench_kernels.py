@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark as tb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import copy_bandwidth_gbs
+from _machine import copy_bandwidth_gbs, header
 
 import bass  # noqa: F401  (registers the ops)
 from bass import ops
@@ -354,12 +354,7 @@ GRIDS = {
 
 def to_markdown(rows, meta) -> str:
     out = [
-        f"# Ragged attention kernels ({meta['mode']})",
-        "",
-        f"Command: `{meta['command']}`  ",
-        f"Date: {meta['date']}  ",
-        f"Device: {meta['device']}  ",
-        f"Software: {meta['software']}  ",
+        *header(f"Ragged attention kernels ({meta['mode']})", meta, "Device"),
         "",
         "heads = Hq/Hkv/D. GB/s counts the live K/V of every row plus q and out; "
         "`vs best baseline` = best of the two SDPA baselines / this (higher is better).",

@@ -33,10 +33,7 @@ Writes ``bench/results/<setup>_policies.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -46,6 +43,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _machine
 from _prompts import CHAT, humaneval_prompts, tiny_llama
 
 from bass import Generator
@@ -259,12 +257,7 @@ def siblings_markdown(rows, meta) -> list[str]:
 def to_markdown(result: dict) -> str:
     meta = result["meta"]
     out = [
-        f"# Draft-length policies: {meta['setup']}",
-        "",
-        f"Command: `{meta['command']}`  ",
-        f"Date: {meta['date']}  ",
-        f"Machine: {meta['machine']}  ",
-        f"Software: {meta['software']}  ",
+        *_machine.header(f"Draft-length policies: {meta['setup']}", meta),
         f"Workload: {meta['max_new']} new tokens per row, greedy, eos ignored; "
         f"{meta['repeats']} rounds, each running every method once, back to back (the "
         "order rotating from round to round). tokens/s: from the median wall time; "
@@ -340,16 +333,9 @@ def to_markdown(result: dict) -> str:
 
 def run_meta(label: str, argv, max_new: int, repeats: int) -> dict:
     """What a result file says about its run: setup, command, date, machine, software."""
-    return {
-        "setup": label,
-        "command": "python bench/bench_policies.py " + " ".join(argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-        f"{torch.get_num_threads()} torch threads",
-        "software": f"torch {torch.__version__}, Python {platform.python_version()}",
-        "max_new": max_new,
-        "repeats": repeats,
-    }
+    return _machine.run_meta(
+        "bench_policies.py", argv, setup=label, max_new=max_new, repeats=repeats
+    )
 
 
 def run(setup: str, batches, max_new, repeats, with_siblings, argv, control=False, only=None):
@@ -432,12 +418,7 @@ def siblings_main(args, argv) -> int:
     rows = siblings(main_model, tok, sets, args.max_new, repeats)
     text = "\n".join(
         [
-            f"# Sibling lookup: {label}",
-            "",
-            f"Command: `{meta['command']}`  ",
-            f"Date: {meta['date']}  ",
-            f"Machine: {meta['machine']}  ",
-            f"Software: {meta['software']}  ",
+            *_machine.header(f"Sibling lookup: {label}", meta),
             f"Workload: {meta['max_new']} new tokens per row, eos ignored.",
             "",
             *siblings_markdown(rows, meta),

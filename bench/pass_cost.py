@@ -14,10 +14,7 @@ layouts calibrated per row count (``cpu_linear="auto"``, the default; see
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -26,6 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _machine import header, run_meta
 from _prompts import humaneval_prompts, tiny_llama
 
 RESULTS = Path(__file__).parent / "results"
@@ -115,25 +113,17 @@ def main(argv=None) -> int:
     plan = cpu_linear.calibrate(model)
     calibration_s = time.perf_counter() - t0
     result = {
-        "meta": {
-            "command": "python bench/pass_cost.py " + " ".join(argv or sys.argv[1:]),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-            f"{torch.get_num_threads()} torch threads",
-            "software": f"torch {torch.__version__}, Python {platform.python_version()}",
-            "repeats": args.repeats,
-            "calibration_s": calibration_s,
-            "plan": plan.describe().splitlines(),
-        },
+        "meta": run_meta(
+            "pass_cost.py",
+            argv or sys.argv[1:],
+            repeats=args.repeats,
+            calibration_s=calibration_s,
+            plan=plan.describe().splitlines(),
+        ),
         "batches": {},
     }
     lines = [
-        f"# What a verify pass costs: {name}, CPU",
-        "",
-        f"Command: `{result['meta']['command']}`  ",
-        f"Date: {result['meta']['date']}  ",
-        f"Machine: {result['meta']['machine']}  ",
-        f"Software: {result['meta']['software']}  ",
+        *header(f"What a verify pass costs: {name}, CPU", result["meta"]),
         f"Median of {args.repeats} round-robin rounds per shape; logits at every position. "
         'Each pass timed with torch\'s `F.linear` (`cpu_linear="torch"`: logits rows padded '
         'to a multiple of 4) and with the calibrated layouts (`cpu_linear="auto"`, the '
