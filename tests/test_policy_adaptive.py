@@ -277,6 +277,21 @@ def test_rows_ahead_of_the_slowest_draft_less():
     assert ks[1] > ks[0]
 
 
+def test_no_probes_where_no_acceptance_could_pay():
+    """Batch 8 on the CPU's staircase (a 9-token pass costs +28% of an 8-token one, 16
+    tokens what 9 do), rows ending together, the n-gram lookup finding something for a
+    row one step in five: one row's token cannot pay whatever its acceptance (here 0.9),
+    so the policy must not spend its probe budget learning it (it did: 1-3% lost)."""
+
+    def stair(n):
+        return 0.060 if n <= 8 else 0.077 if n <= 16 else 0.077 + 0.004 * (n - 16)
+
+    for seed in range(3):
+        plain = makespan(None, [0.9] * 8, 64, stair, seed=seed, noise=0.05)
+        ours = makespan(load("adaptive"), [0.9] * 8, 64, stair, seed=seed, noise=0.05, avail=0.2)
+        assert plain / ours > 0.993, (seed, plain / ours)
+
+
 def makespan(policy, alphas, budget, cost, seed=0, avail=1.0, noise=0.0) -> float:
     """A static batch as ``generate`` runs it: every row needs ``budget`` tokens, the batch
     runs until the last is done, a step of ``N`` tokens costs ``cost(N)`` seconds times
