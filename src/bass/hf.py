@@ -228,7 +228,7 @@ class CompiledForward:
     place are seen (they are graph inputs). On older torch every model shares one region
     with every guard kept (``limit`` graphs in all).
 
-    ``backend``, ``mode`` and ``dynamic`` are ``torch.compile``'s; ``limit``: the most
+    ``backend``, ``mode`` (Inductor's) and ``dynamic`` are ``torch.compile``'s; ``limit``: the most
     graphs per region (one per pass kind and token bucket; Dynamo's default of 8 would fail
     a ``fullgraph`` compile).
     """
@@ -242,19 +242,14 @@ class CompiledForward:
         kw = dict(backend=self.backend, fullgraph=True, dynamic=self.dynamic)
         if not self.per_model:
             return torch.compile(forward_packed, mode=self.mode, **kw)
-        options = {}
+        options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
         if self.mode is not None:  # torch.compile takes a mode or options, not both
-            if self.backend == "inductor":
-                from torch._inductor import list_mode_options
+            from torch._inductor import list_mode_options
 
-                options.update(list_mode_options(self.mode, self.dynamic))
-            else:
-                kw["mode"] = self.mode
-        if "mode" not in kw:
-            options["guard_filter_fn"] = torch.compiler.skip_guard_on_all_nn_modules_unsafe
+            options.update(list_mode_options(self.mode, self.dynamic))
         return torch.compile(
             forward_packed,
-            options=options or None,
+            options=options,
             recompile_limit=self.limit,
             isolate_recompiles=True,
             **kw,
