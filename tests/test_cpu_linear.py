@@ -1,5 +1,6 @@
-"""bass.cpu_linear: the transposed GEMM layout computes F.linear's numbers, the plan routes
-exactly the row counts it names, and generation through routed layers stays exact."""
+"""bass.cpu_linear: the transposed and packed GEMM layouts compute F.linear's numbers, the
+plan routes exactly the row counts it names, packed copies follow their weights, and
+generation through routed layers stays exact."""
 
 from __future__ import annotations
 
@@ -13,22 +14,26 @@ from models import FAMILIES, tiny_lm
 
 from bass import Generator, cpu_linear
 from bass.config import ConfigError, load_config
-from bass.cpu_linear import LinearPlan, calibrate, choose, install, routing, uninstall
+from bass.cpu_linear import LAYOUTS, LinearPlan, calibrate, choose, install, routing, uninstall
 from bass.testing import assert_greedy_equivalent
 
 DTYPES = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2}
 
 
-@settings(deadline=None, max_examples=examples(40))
-@given(
-    lead=st.sampled_from([(), (1,), (3,), (1, 5), (2, 3)]),
-    dims=st.tuples(st.integers(1, 40), st.integers(1, 40)),
-    bias=st.booleans(),
-    dtype=st.sampled_from(list(DTYPES)),
-    strided=st.booleans(),
-    seed=st.integers(0, 2**16),
+def _can_pack(dtype) -> bool:
+    try:
+        cpu_linear.pack(torch.ones(2, 2, dtype=dtype))
+        return True
+    except (RuntimeError, AttributeError):
+        return False
+
+
+needs_packing = pytest.mark.skipif(
+    not _can_pack(torch.float32), reason="this torch build has no oneDNN packed linear"
 )
-def test_transposed_layout_computes_f_linear(lead, dims, bias, dtype, strided, seed):
+
+
+def _layout_case(lead, dims, bias, dtype, strided, seed):
     g = torch.Generator().manual_seed(seed)
     out_f, in_f = dims
     w = torch.randn(out_f, in_f, generator=g).to(dtype)
@@ -36,73 +41,165 @@ def test_transposed_layout_computes_f_linear(lead, dims, bias, dtype, strided, s
     x = torch.randn(*lead, 2 * in_f if strided else in_f, generator=g).to(dtype)
     if strided:  # a non-contiguous input (every other feature)
         x = x[..., ::2]
+    return x, w, b, DTYPES[dtype] * max(1.0, in_f**0.5)
+
+
+_CASES = dict(
+    lead=st.sampled_from([(), (1,), (3,), (1, 5), (2, 3), (1, 20)]),
+    dims=st.tuples(st.integers(1, 40), st.integers(1, 40)),
+    bias=st.booleans(),
+    strided=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+
+
+@settings(deadline=None, max_examples=examples(40))
+@given(dtype=st.sampled_from(list(DTYPES)), **_CASES)
+def test_transposed_layout_computes_f_linear(lead, dims, bias, dtype, strided, seed):
+    x, w, b, tol = _layout_case(lead, dims, bias, dtype, strided, seed)
     want = F.linear(x, w, b)
     got = cpu_linear.transposed_linear(x, w, b)
     assert got.shape == want.shape and got.dtype == want.dtype and got.is_contiguous()
-    tol = DTYPES[dtype] * max(1.0, in_f**0.5)
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
-def test_choose_keeps_the_transposed_layout_only_where_it_is_clearly_faster():
-    timings = {2: (1.0, 0.5), 3: (1.0, 0.9), 4: (1.0, 0.91), 5: (1.0, 1.5)}
-    assert choose(timings) == {2, 3}
-    assert choose(timings, margin=1.0) == {2, 3, 4}
-    assert choose({}) == frozenset()
+@needs_packing
+@settings(deadline=None, max_examples=examples(40))
+@given(
+    dtype=st.sampled_from([d for d in (torch.float32, torch.bfloat16) if _can_pack(d)]), **_CASES
+)
+def test_packed_layout_computes_f_linear(lead, dims, bias, dtype, strided, seed):
+    x, w, b, tol = _layout_case(lead, dims, bias, dtype, strided, seed)
+    want = F.linear(x, w, b)
+    got = cpu_linear.packed_linear(x, cpu_linear.pack(w), b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_choose_keeps_another_layout_only_where_it_is_clearly_faster():
+    assert choose({"torch": 1.0, "transposed": 0.5, "packed": 0.6}) == "transposed"
+    assert choose({"torch": 1.0, "transposed": 0.7, "packed": 0.6}) == "packed"
+    assert choose({"torch": 1.0, "transposed": 0.91}) == "torch"
+    assert choose({"torch": 1.0, "transposed": 0.91}, margin=1.0) == "transposed"
+    assert choose({"torch": 1.0}) == "torch"
 
 
 def test_calibrate_measures_every_linear_shape_and_row_count():
     model = tiny_lm(dtype=torch.float32)
-    plan = calibrate(model, rows=[1, 2, 5], rounds=1)
+    plan = calibrate(model, rows=[1, 2, 5], above=[3, 9], rounds=1)
     shapes = {(m.weight.shape[0], m.weight.shape[1], m.weight.dtype) for m in _linears(model)}
-    assert set(plan.transposed) == shapes == set(plan.timings)
+    assert set(plan.timings) == shapes and plan.last == 5
+    packs = _can_pack(torch.float32)
     for shape, t in plan.timings.items():
-        assert set(t) == {1, 2, 5}
-        assert all(a > 0 and b > 0 for a, b in t.values())
-        assert plan.transposed[shape] == choose(t)
+        assert set(t) == {1, 2, 5, 9}  # 3 is not past the calibrated counts
+        for m, by in t.items():
+            assert set(by) == set(LAYOUTS if packs else LAYOUTS[:2])
+            assert all(s > 0 for s in by.values())
+            assert plan.layout(shape, m) == choose(by)
+        assert plan.layout(shape, 3) == "torch"  # inside the calibrated range, not measured
+        assert plan.layout(shape, 700) == choose(t[9])
     assert plan.describe().count("\n") == len(shapes) - 1
+    unpacked = calibrate(model, rows=[1, 2], rounds=1, packed=False)
+    assert all(set(by) == set(LAYOUTS[:2]) for t in unpacked.timings.values() for by in t.values())
+    assert all(not unpacked.packs(s) for s in shapes)
+    assert all(not plan.without_packed().packs(s) for s in shapes)
     with pytest.raises(ValueError, match="margin"):
         calibrate(model, margin=0.0)
     with pytest.raises(ValueError, match="rounds"):
         calibrate(model, rounds=0)
 
 
+def test_float64_weights_are_never_packed():
+    """oneDNN has no float64 product: calibration leaves that layout out."""
+    plan = calibrate(tiny_lm(dtype=torch.float64), rows=[1, 4], rounds=1)
+    assert all("packed" not in by for t in plan.timings.values() for by in t.values())
+
+
 def _linears(model):
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def _plan(model, rows) -> LinearPlan:
+def _plan(model, rows, layout="transposed", above=None) -> LinearPlan:
     shapes = {(m.weight.shape[0], m.weight.shape[1], m.weight.dtype) for m in _linears(model)}
-    return LinearPlan({s: frozenset(rows) for s in shapes})
+    return LinearPlan(
+        {s: {m: layout for m in rows} for s in shapes},
+        {s: above for s in shapes} if above else {},
+    )
+
+
+class _Spy:
+    """Counts the rows of every call that took the transposed or the packed layout."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        for name in ("transposed_linear", "packed_linear"):
+            real = getattr(cpu_linear, name)
+            monkeypatch.setattr(cpu_linear, name, self._wrap(name, real))
+
+    def _wrap(self, name, real):
+        def spy(x, w, b):
+            self.calls.append((name.split("_")[0], x.numel() // x.shape[-1]))
+            return real(x, w, b)
+
+        return spy
 
 
 def test_install_routes_exactly_the_planned_row_counts(monkeypatch):
     model = tiny_lm(dtype=torch.float64)
-    ids = torch.randint(0, 64, (1, 12))
+    ids = torch.randint(0, 64, (1, 40))
     with torch.inference_mode():
-        want = {n: model(ids[:, :n]).logits for n in (1, 2, 3, 7)}
+        want = {n: model(ids[:, :n]).logits for n in (1, 2, 3, 7, 17, 33)}
     n_layers = len(_linears(model))
-    assert install(model, _plan(model, {2, 3})) == n_layers
+    assert install(model, _plan(model, {2, 3}, above="transposed")) == n_layers
     assert routing(model) is not None
-    calls = []
-    real = cpu_linear.transposed_linear
-
-    def spy(x, w, b):
-        calls.append(x.numel() // x.shape[-1])
-        return real(x, w, b)
-
-    monkeypatch.setattr(cpu_linear, "transposed_linear", spy)
+    spy = _Spy(monkeypatch)
     with torch.inference_mode():
         for n, logits in want.items():
-            calls.clear()
+            spy.calls.clear()
             with cpu_linear.active():  # as inside bass's passes
                 got = model(ids[:, :n]).logits
             torch.testing.assert_close(got, logits, rtol=1e-10, atol=1e-10)
-            assert calls == ([n] * n_layers if n in (2, 3) else [])
+            routed = n in (2, 3) or n > 16  # 16: the plan's last calibrated count
+            assert spy.calls == ([("transposed", n)] * n_layers if routed else [])
             model(ids[:, :n])  # the model's other callers: F.linear, untouched
-            assert calls == ([n] * n_layers if n in (2, 3) else [])
+            assert spy.calls == ([("transposed", n)] * n_layers if routed else [])
     uninstall(model)
     assert routing(model) is None
     assert not any("forward" in m.__dict__ for m in _linears(model))
+
+
+@settings(deadline=None, max_examples=examples(30))
+@given(
+    rows=st.dictionaries(st.integers(1, 16), st.sampled_from(LAYOUTS), max_size=16),
+    above=st.sampled_from(LAYOUTS),
+    m=st.integers(1, 80),
+)
+def test_the_op_takes_the_layout_the_plan_names_for_every_row_count(rows, above, m):
+    layer = torch.nn.Linear(8, 6)
+    shape = (6, 8, torch.float32)
+    plan = LinearPlan({shape: rows}, {shape: above})
+    code, seen = plan.code(shape), []
+    real = {k: getattr(cpu_linear, f"{k}_linear") for k in LAYOUTS[1:]}
+    try:
+        for k in LAYOUTS[1:]:
+            setattr(cpu_linear, f"{k}_linear", lambda *a, k=k: seen.append(k) or real[k](*a))
+        install(layer, plan)
+        x = torch.randn(m, 8)
+        with torch.inference_mode(), cpu_linear.active():
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+        handle = layer.__dict__.get(cpu_linear._HANDLE, -1)
+        want = plan.layout(shape, m)
+        if want == "packed" and not _can_pack(torch.float32):
+            want = "torch"
+        assert seen == ([] if want == "torch" else [want])
+        assert (code >> (2 * m) & 3 if m <= 30 else code & 3) == LAYOUTS.index(
+            plan.layout(shape, m)
+        )
+        assert (handle >= 0) == (plan.packs(shape) and _can_pack(torch.float32))
+    finally:
+        for k in LAYOUTS[1:]:
+            setattr(cpu_linear, f"{k}_linear", real[k])
+        uninstall(layer)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -119,6 +216,51 @@ def test_routed_models_of_every_family_compute_the_same_logits(family):
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
+@needs_packing
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_packed_models_of_every_family_compute_the_same_logits(family):
+    model = tiny_lm(family, dtype=torch.float32)
+    ids = torch.randint(0, 64, (1, 40))
+    install(model, _plan(model, range(1, 17), "packed", above="packed"))
+    assert cpu_linear.packed_bytes(model) == sum(4 * m.weight.numel() for m in _linears(model))
+    with torch.inference_mode():
+        for n in (1, 3, 8, 40):
+            want = model(ids[:, :n]).logits
+            with cpu_linear.active():
+                got = model(ids[:, :n]).logits
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    uninstall(model)
+    assert cpu_linear.packed_bytes(model) == 0
+
+
+@needs_packing
+def test_packed_copies_follow_their_weights_and_are_freed():
+    layer = torch.nn.Linear(8, 6)
+    twin = torch.nn.Linear(8, 6)
+    twin.weight = layer.weight  # a shared weight: one packed copy
+    model = torch.nn.Sequential(layer, twin)
+    install(model, _plan(model, range(1, 17), "packed"))
+    handles = {m.__dict__[cpu_linear._HANDLE] for m in model}
+    assert len(handles) == 1 and handles <= set(cpu_linear._PACKS)
+    x = torch.randn(4, 8)
+
+    def check():
+        with torch.inference_mode(), cpu_linear.active():
+            for m in model:
+                torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias))
+
+    check()
+    with torch.no_grad():
+        layer.weight.mul_(3.0)  # in place: the version counter moves
+    check()
+    model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()})
+    check()
+    layer.weight = torch.nn.Parameter(torch.randn(6, 8))  # replaced: another storage
+    check()
+    uninstall(model)
+    assert not handles & set(cpu_linear._PACKS)
+
+
 def test_install_skips_subclasses_with_their_own_forward_and_restores_instance_forwards():
     class Scaled(torch.nn.Linear):
         def forward(self, x):
@@ -133,75 +275,100 @@ def test_install_skips_subclasses_with_their_own_forward_and_restores_instance_f
     assert model[0].forward is own
 
 
-def test_the_compiled_form_is_one_graph_for_every_row_count(monkeypatch):
+def test_autograd_goes_through_torch_s_own_op():
+    layer = torch.nn.Linear(8, 6)
+    install(layer, _plan(layer, range(1, 17), "packed"))
+    x = torch.randn(3, 8, requires_grad=True)
+    with cpu_linear.active():
+        layer(x).sum().backward()
+    torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(3, 8))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[1:])
+def test_the_compiled_form_is_one_graph_for_every_row_count(monkeypatch, layout):
     from torch._dynamo.testing import CompileCounter
 
+    if layout == "packed" and not _can_pack(torch.float32):
+        pytest.skip("this torch build has no oneDNN packed linear")
     layer = torch.nn.Linear(8, 6)
-    install(layer, _plan(layer, {2, 3}))
-    calls = []
-    real = cpu_linear.transposed_linear
-    monkeypatch.setattr(cpu_linear, "transposed_linear", lambda *a: calls.append(1) or real(*a))
+    install(layer, _plan(layer, {2, 3}, layout, above=layout))
+    spy = _Spy(monkeypatch)
     torch._dynamo.reset()
     counter = CompileCounter()
     compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
-    with cpu_linear.active():
-        for m in (2, 5, 3, 7):
+    with torch.inference_mode(), cpu_linear.active():
+        for m in (2, 5, 3, 7, 40):
             x = torch.randn(1, m, 8)
             torch.testing.assert_close(compiled(x), F.linear(x, layer.weight, layer.bias))
     assert counter.frame_count == 1  # the row count is read inside the op, not guarded on
-    assert len(calls) == 2  # rows 2 and 3 went through the transposed layout
+    assert spy.calls == [(layout, m) for m in (2, 3, 40)]
 
 
 def test_cpu_linear_op_contract():
     x, w, b = torch.randn(3, 8), torch.randn(6, 8), torch.randn(6)
-    for bias in (b, None):
-        for rows in ([3], [1, 2], [], [3, 200]):
-            mask = cpu_linear.row_mask(rows)
-            torch.library.opcheck(torch.ops.bass.cpu_linear.default, (x, w, bias, mask))
-            torch.testing.assert_close(
-                torch.ops.bass.cpu_linear(x, w, bias, mask), F.linear(x, w, bias)
-            )
+    shape = (6, 8, torch.float32)
+    layer = torch.nn.Linear(8, 6)
+    for layout in LAYOUTS:
+        plan = LinearPlan({shape: {3: layout}}, {shape: layout})
+        install(layer, plan)
+        handle = layer.__dict__.get(cpu_linear._HANDLE, -1)
+        for bias in (b, None):
+            for xi in (x, torch.randn(40, 8), torch.randn(0, 8)):
+                args = (xi, layer.weight.detach(), bias, plan.code(shape), handle)
+                torch.library.opcheck(torch.ops.bass.cpu_linear.default, args)
+                torch.testing.assert_close(
+                    torch.ops.bass.cpu_linear(*args), F.linear(xi, layer.weight, bias)
+                )
+        uninstall(layer)
+    # an unknown handle (its copies freed): F.linear's numbers
+    out = torch.ops.bass.cpu_linear(x, w, b, 0b10 << 6, 10**9)
+    torch.testing.assert_close(out, F.linear(x, w, b))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS[1:])
 @pytest.mark.parametrize("draft", [None, "ngram", "model"])
-def test_generation_through_routed_layers_is_exact(draft):
+def test_generation_through_routed_layers_is_exact(draft, layout):
     main = tiny_lm(dtype=torch.float32)
-    install(main, _plan(main, range(1, 64)))  # every pass through the transposed layout
+    install(main, _plan(main, range(1, 17), layout, above=layout))  # every pass routed
     d = None
     if draft == "model":
         d = tiny_lm(dtype=torch.float32, seed=1)
-        install(d, _plan(d, range(1, 64)))
+        install(d, _plan(d, range(1, 17), layout, above=layout))
     elif draft == "ngram":
         d = "ngram"
     gen = Generator(main, d, policy="constant", policy_options={"k": 3})
+    assert routing(main).rows == _plan(main, range(1, 17), layout, above=layout).rows  # kept
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9]]
     assert_greedy_equivalent(gen, prompts, max_new_tokens=12)
 
 
-def test_generator_calibrates_once_per_model_and_torch_mode_does_not_route(monkeypatch):
+def test_generator_calibrates_once_per_model_and_modes_route_as_named(monkeypatch):
     main = tiny_lm(dtype=torch.float32)
     gen = Generator(main, "ngram")
     plan = routing(main)
     assert plan is not None and gen.linear_plans == [plan]
     Generator(main, None)
     assert routing(main) is plan  # kept on the model: not measured again
-    install(main, _plan(main, range(1, 64)))  # every row count routed
-    calls = []
-    real = cpu_linear.transposed_linear
-    monkeypatch.setattr(cpu_linear, "transposed_linear", lambda *a: calls.append(1) or real(*a))
+    unpacked = Generator(main, None, cpu_linear="unpacked").linear_plans[0]
+    assert unpacked == plan.without_packed() and routing(main) == unpacked
+    assert cpu_linear.packed_bytes(main) == 0
+    assert Generator(main, None).linear_plans == [plan]  # the same measurement, packed again
+    install(main, _plan(main, range(1, 64)))  # by hand: every row count routed
+    spy = _Spy(monkeypatch)
     Generator(main, None, cpu_linear="torch").generate([[1, 2, 3]], max_new_tokens=3)
-    assert not calls and routing(main) is not None  # not routed; the model keeps its plan
+    assert not spy.calls and routing(main) is not None  # not routed; the model keeps its plan
     Generator(main, None).generate([[1, 2, 3]], max_new_tokens=3)
-    assert calls
+    assert spy.calls  # the plan installed by hand is kept
     assert Generator(main, None, compile=True).linear_plans == [routing(main)]
 
 
 def test_bad_cpu_linear_values_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="cpu_linear must be one of 'auto', 'torch'"):
+    with pytest.raises(ValueError, match="cpu_linear must be one of 'auto', 'unpacked', 'torch'"):
         Generator(tiny_lm(), None, cpu_linear="fast")
     cfg = tmp_path / "bass.toml"
     cfg.write_text('[model]\ncpu_linear = "fast"\n')
     with pytest.raises(ConfigError, match="cpu_linear"):
         load_config(cfg)
-    cfg.write_text('[model]\ncpu_linear = "torch"\n')
-    assert load_config(cfg).generator_kwargs()["cpu_linear"] == "torch"
+    for mode in ("torch", "unpacked"):
+        cfg.write_text(f'[model]\ncpu_linear = "{mode}"\n')
+        assert load_config(cfg).generator_kwargs()["cpu_linear"] == mode

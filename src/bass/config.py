@@ -9,7 +9,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     draft = "ngram"        # a model (name/dir/.gguf), "ngram" (prompt lookup) or "none"
     attention = "auto"     # attention implementation: "auto", "reference", "sdpa" (CPU), ...
     compile = false        # true: torch.compile each pass; "reduce-overhead": CUDA graphs
-    cpu_linear = "auto"    # CPU: each linear layer's GEMM layout measured ("torch": F.linear)
+    cpu_linear = "auto"    # CPU: GEMM layout per row count, measured ("unpacked", "torch")
     dtype = "float32"      # float32, float16, bfloat16 or float64
     chat = true            # apply the chat template (leave out: when the tokenizer has one)
 
@@ -114,7 +114,7 @@ class ModelConfig:
     dtype: str = "float32"
     chat: bool | None = None  # None: when the tokenizer has a chat template
     compile: bool | str = False  # true: torch.compile the passes; "reduce-overhead": CUDA graphs
-    cpu_linear: str = "auto"  # "auto": calibrated GEMM layout per row count on CPU; "torch"
+    cpu_linear: str = "auto"  # CPU GEMM layouts: "auto", "unpacked" or "torch"
 
 
 _TABLES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}

@@ -1,41 +1,56 @@
-"""The linear layers' matrix products on a CPU, in the faster of two layouts per row count.
+"""The linear layers' matrix products on a CPU, in the fastest of three layouts per row count.
 
-A linear layer computes ``y = x W^T`` for ``x [M, in]`` and ``W [out, in]``; torch's
-``F.linear`` hands the BLAS ``x`` times ``W^T``. The same numbers come out of
-``(W x^T)^T``: ``W`` times the ``M`` columns of ``x^T``, transposed back. Which of the
-two runs faster depends on ``M``, the weight's shape, the BLAS and the CPU: on the 2-core
-AMD EPYC with MKL this was measured on, a whole pass of the embedded SmolLM2-135M
-computing 2-4 tokens took 0.4-0.55x the time with the second layout, one token (its row
-fed twice: see :func:`transposed_linear`) about 0.6x, and the two were mixed above 8
-(``bench/results/cpu_pass_cost.md``). Decode and verify passes compute few tokens per
-row, which is exactly that range.
+A linear layer computes ``y = x W^T`` for ``x [M, in]`` and ``W [out, in]``. Three ways to
+get those numbers, whose speeds depend on ``M``, the weight's shape, the BLAS and the CPU:
 
-:func:`calibrate` times both layouts on the model's own layers, for every row count
-``M`` in :data:`ROWS` (interleaved, best of ``rounds``, each sweep over at least
-``budget_bytes`` of weights of one shape, more than a CPU's last-level cache holds, so
-they come from memory as in a real pass), and keeps the second layout only where it is
-faster by :data:`MARGIN`. :func:`install`
-routes each ``nn.Linear`` accordingly: a Python membership test per call (a
-``torch.compile``d pass calls the custom op ``bass::cpu_linear``, which reads the row
-count at run time: one graph for every token count), nothing off the CPU, and nothing
-outside bass's own passes (:func:`active`, entered by :func:`bass.hf.run_packed`): the
-model's other callers, ``model.generate`` included, run ``F.linear`` as before. The
-:class:`bass.Generator` does both for CPU models unless ``cpu_linear="torch"``; the
-plan is kept on the model (one calibration per model and process; about 2 s for the
+- ``"torch"``: ``F.linear``, which hands the BLAS ``x`` times ``W^T``;
+- ``"transposed"``: ``(W x^T)^T``, ``W`` times the ``M`` columns of ``x^T``, transposed
+  back (:func:`transposed_linear`; no extra memory);
+- ``"packed"``: oneDNN's matrix product on a copy of ``W`` reordered into its blocked
+  layout (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointwise``, what
+  Inductor's weight prepacking calls): a second copy of the weight, made once.
+
+On the 2-core AMD EPYC (Zen 4) with MKL this was measured on, for the embedded
+SmolLM2-135M's weights, the transposed layout moved 2-3x the bytes per second of
+``F.linear`` at 1-4 rows, and the packed one 2-4x at 4-16 rows (25-40 GB/s against
+5-10) and 1.1-1.9x at 32-512 rows (``bench/results/cpu_pass_cost.md``). Decode and verify
+passes compute a few tokens per row, exactly that range; prefill the larger counts.
+
+:func:`calibrate` times the layouts on the model's own layers, for every row count ``M``
+in :data:`ROWS` and at :data:`ABOVE` (which stand for every count past ``ROWS``),
+interleaved, best of ``rounds``, each sweep over at least ``budget_bytes`` of weights of
+one shape (more than a CPU's last-level cache holds, so they come from memory as in a
+real pass), and keeps another layout than torch's only where it takes at most
+:data:`MARGIN` of torch's time. A packed layout that computes other numbers than
+``F.linear`` (beyond rounding) or that the build lacks (no oneDNN; float64; float16
+without hardware support) is never chosen. :func:`install` routes each ``nn.Linear``
+accordingly and makes the packed copies its plan needs, only inside bass's own passes
+(:func:`active`, entered by :func:`bass.hf.run_packed`): the model's other callers,
+``model.generate`` included, run ``F.linear`` as before. A ``torch.compile``d pass calls
+the custom op ``bass::cpu_linear``, which reads the row count at run time (one graph for
+every token count). A packed copy follows its weight: one changed in place (its version
+counter moved, e.g. ``load_state_dict``) or replaced is packed again at its next call.
+
+The :class:`bass.Generator` does all this for CPU models (``cpu_linear="auto"``, the
+default; ``"unpacked"``: the two layouts that need no copy; ``"torch"``: ``F.linear``).
+The plan is kept on the model (one calibration per model and process; about 3 s for the
 135M model on 2 cores). Results differ from ``F.linear``'s by float rounding only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "ABOVE",
+    "LAYOUTS",
     "MARGIN",
     "MODES",
     "ROWS",
@@ -45,19 +60,25 @@ __all__ = [
     "choose",
     "cpu_linear_op",
     "install",
+    "pack",
+    "packed_bytes",
+    "packed_linear",
     "prepare",
     "prepare_all",
     "routing",
-    "row_mask",
     "transposed_linear",
     "uninstall",
 ]
 
-ROWS = tuple(range(1, 17))  # row counts calibrated; larger passes keep torch's layout
-MARGIN = 0.9  # the transposed layout is kept where it takes at most this share of the time
-MODES = ("auto", "torch")  # Generator(cpu_linear=...)
+ROWS = tuple(range(1, 17))  # row counts calibrated one by one
+ABOVE = (32, 128)  # row counts measured for every count past ROWS' largest
+MARGIN = 0.9  # another layout than torch's is kept where it takes at most this share of the time
+LAYOUTS = ("torch", "transposed", "packed")  # their codes in the op's plan: 0, 1, 2
+MODES = ("auto", "unpacked", "torch")  # Generator(cpu_linear=...)
+_CODED = 30  # the op's plan holds a code per row count up to this one (2 bits each)
 _PLAN = "_bass_cpu_linear_plan"
 _ORIGINAL = "_bass_cpu_linear_original"
+_CALIBRATION = "_bass_cpu_linear_calibration"
 _ACTIVE = False  # inside one of bass's passes (active()): only then is anything routed
 
 Shape = tuple[int, int, torch.dtype]  # (out, in, dtype) of a weight
@@ -65,19 +86,63 @@ Shape = tuple[int, int, torch.dtype]  # (out, in, dtype) of a weight
 
 @dataclass(frozen=True)
 class LinearPlan:
-    """Per weight shape ``(out, in, dtype)``: the row counts computed as ``(W x^T)^T``;
-    ``timings`` what was measured, best of the rounds (``{shape: {M: (torch_s,
-    transposed_s)}}``, seconds per sweep)."""
+    """Per weight shape ``(out, in, dtype)``: ``rows``, the layout of each calibrated row
+    count that does not keep torch's; ``above``, the layout of every row count past
+    ``last`` (the largest calibrated one; absent: torch's); ``timings``, what was measured,
+    best of the rounds (``{shape: {M: {layout: seconds per sweep}}}``, ``M`` in
+    :data:`ROWS` and :data:`ABOVE`)."""
 
-    transposed: dict[Shape, frozenset[int]]
-    timings: dict[Shape, dict[int, tuple[float, float]]] = field(default_factory=dict)
+    rows: dict[Shape, dict[int, str]]
+    above: dict[Shape, str] = field(default_factory=dict)
+    last: int = ROWS[-1]
+    timings: dict[Shape, dict[int, dict[str, float]]] = field(default_factory=dict)
+
+    def layout(self, shape: Shape, m: int) -> str:
+        """The layout a pass of ``m`` rows takes for weights of ``shape``."""
+        if m > self.last:
+            return self.above.get(shape, "torch")
+        return self.rows.get(shape, {}).get(m, "torch")
+
+    def code(self, shape: Shape) -> int:
+        """The plan as the op ``bass::cpu_linear`` takes it: bits ``2M, 2M+1`` hold row
+        count ``M``'s layout (its index in :data:`LAYOUTS`) for ``M <= 30``; bits 0-1 the
+        layout of every larger count."""
+        out = LAYOUTS.index(self.layout(shape, _CODED + 1))
+        for m in range(1, _CODED + 1):
+            out |= LAYOUTS.index(self.layout(shape, m)) << (2 * m)
+        return out
+
+    def routes(self, shape: Shape) -> bool:
+        """Whether weights of ``shape`` take another layout than torch's anywhere."""
+        return bool(self.rows.get(shape)) or self.above.get(shape, "torch") != "torch"
+
+    def packs(self, shape: Shape) -> bool:
+        """Whether weights of ``shape`` take the packed layout somewhere (and so need
+        their packed copy)."""
+        return self.above.get(shape) == "packed" or "packed" in self.rows.get(shape, {}).values()
+
+    def without_packed(self, margin: float = MARGIN) -> LinearPlan:
+        """The plan chosen from the same timings with the packed layout left out (with no
+        timings: the packed row counts keep torch's layout)."""
+        if self.timings:
+            return _plan_from(self.timings, self.last, margin, LAYOUTS[:2])
+        rows = {s: {m: k for m, k in r.items() if k != "packed"} for s, r in self.rows.items()}
+        above = {s: k for s, k in self.above.items() if k != "packed"}
+        return replace(self, rows=rows, above=above)
 
     def describe(self) -> str:
-        """One line per weight shape: which row counts take the transposed layout."""
+        """One line per weight shape: which row counts take which layout."""
         lines = []
-        for (o, i, dt), rows in sorted(self.transposed.items(), key=lambda kv: kv[0][:2]):
+        for shape in sorted(self.rows.keys() | self.above.keys(), key=lambda s: s[:2]):
+            o, i, dt = shape
+            by: dict[str, list[int]] = {}
+            for m, k in self.rows.get(shape, {}).items():
+                by.setdefault(k, []).append(m)
+            parts = [f"{k} {_ranges(ms)}" for k, ms in sorted(by.items())]
+            if self.above.get(shape, "torch") != "torch":
+                parts.append(f"{self.above[shape]} above {self.last}")
             dtype = str(dt).removeprefix("torch.")
-            lines.append(f"{o}x{i} {dtype}: {_ranges(rows) or 'torch layout only'}")
+            lines.append(f"{o}x{i} {dtype}: {'; '.join(parts) or 'torch layout only'}")
         return "\n".join(lines)
 
 
@@ -126,17 +191,47 @@ def transposed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return y.t().contiguous().view(*x.shape[:-1], weight.shape[0])
 
 
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` reordered into oneDNN's blocked layout (an opaque copy: see
+    :func:`packed_linear`). Raises where the build or the dtype has no such layout."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None):
+    """``F.linear(x, weight, bias)`` by oneDNN, ``packed`` being :func:`pack` of ``weight``."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _packable(weights: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list | None:
+    """The packed copies of ``weights``, or ``None`` where packing fails or a packed
+    product computes other numbers than ``F.linear`` beyond rounding."""
+    try:
+        packs = [pack(w) for w, _ in weights]
+        w, b = weights[0]
+        x = torch.randn(3, w.shape[1], dtype=w.dtype)
+        want = F.linear(x, w, b).double()
+        got = packed_linear(x, packs[0], b).double()
+        tol = 16 * torch.finfo(w.dtype).eps * (w.shape[1] ** 0.5)
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=tol, atol=tol):
+            return None
+        return packs
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return None
+
+
 def calibrate(
     model: torch.nn.Module,
     rows: Iterable[int] = ROWS,
     *,
+    above: Iterable[int] = ABOVE,
     rounds: int = 2,
     budget_bytes: int = 48 << 20,
     margin: float = MARGIN,
+    packed: bool = True,
 ) -> LinearPlan:
-    """Time ``F.linear`` against the transposed layout on ``model``'s CPU linear layers
-    (per weight shape, per row count in ``rows``) and return the plan (see the module
-    docstring)."""
+    """Time the layouts (``packed=False``: the two that need no copy) on ``model``'s CPU
+    linear layers, per weight shape, per row count in ``rows`` and in ``above`` past them,
+    and return the plan (see the module docstring)."""
     if not 0.0 < margin <= 1.0:
         raise ValueError(f"margin must be in (0, 1], got {margin}")
     if rounds < 1:
@@ -145,41 +240,64 @@ def calibrate(
     for m in _cpu_linears(model):
         groups.setdefault(_shape(m), []).append(m)
     rows = sorted({int(r) for r in rows if int(r) >= 1})
-    plan, timings = {}, {}
-    if not rows:
-        return LinearPlan({shape: frozenset() for shape in groups})
+    last = rows[-1] if rows else 0
+    points = rows + sorted({int(a) for a in above if int(a) > last})
+    timings: dict[Shape, dict[int, dict[str, float]]] = {}
     with torch.inference_mode():
         for shape, mods in groups.items():
             o, i, dtype = shape
             per = o * i * torch.finfo(dtype).bits // 8
             mods = mods[: max(1, -(-budget_bytes // per))]  # enough to leave the caches
             weights = [(m.weight, m.bias) for m in mods]
-            layouts = (F.linear, transposed_linear)
-            best = {(r, k): float("inf") for r in rows for k in range(2)}
-            xs = {r: torch.randn(r, i, dtype=dtype) for r in rows}
-            for k in range(2):  # warm-up: first calls allocate, BLAS picks its kernels
-                for w, b in weights[:2]:
-                    layouts[k](xs[rows[0]], w, b)
+            calls = {
+                "torch": [(F.linear, w, b) for w, b in weights],
+                "transposed": [(transposed_linear, w, b) for w, b in weights],
+            }
+            packs = _packable(weights) if packed else None
+            if packs is not None:
+                calls["packed"] = [(packed_linear, p, b) for p, (_, b) in zip(packs, weights)]
+            best = {(r, k): float("inf") for r in points for k in calls}
+            xs = {r: torch.randn(r, i, dtype=dtype) for r in points}
+            for cs in calls.values():  # warm-up: first calls allocate, BLAS picks its kernels
+                for f, w, b in cs[:2]:
+                    f(xs[points[0]], w, b)
+            order = list(calls)
             for rnd in range(rounds):
-                for r in rows:
-                    for k in (0, 1) if rnd % 2 == 0 else (1, 0):  # alternate the order
+                for r in points:
+                    for k in order if rnd % 2 == 0 else order[::-1]:  # alternate the order
                         t0 = time.perf_counter()
-                        for w, b in weights:
-                            layouts[k](xs[r], w, b)
+                        for f, w, b in calls[k]:
+                            f(xs[r], w, b)
                         best[(r, k)] = min(best[(r, k)], time.perf_counter() - t0)
-            timings[shape] = {r: (best[(r, 0)], best[(r, 1)]) for r in rows}
-            plan[shape] = choose(timings[shape], margin)
-    return LinearPlan(plan, timings)
+            timings[shape] = {r: {k: best[(r, k)] for k in calls} for r in points}
+            del packs, calls
+    return _plan_from(timings, last, margin, LAYOUTS)
 
 
-def choose(timings: dict[int, tuple[float, float]], margin: float = MARGIN) -> frozenset[int]:
-    """The row counts whose transposed layout took at most ``margin`` of torch's time
-    (``timings[M] = (torch_s, transposed_s)``).
+def _plan_from(timings, last: int, margin: float, layouts: tuple[str, ...]) -> LinearPlan:
+    rows, above = {}, {}
+    for shape, t in timings.items():
+        t = {r: {k: s for k, s in ts.items() if k in layouts} for r, ts in t.items()}
+        rows[shape] = {
+            r: k for r, ts in t.items() if r <= last and (k := choose(ts, margin)) != "torch"
+        }
+        past = {choose(ts, margin) for r, ts in t.items() if r > last}
+        if len(past) == 1 and (k := past.pop()) != "torch":
+            above[shape] = k  # every count measured past `last` agrees
+    return LinearPlan(rows, above, last, timings)
 
-    >>> sorted(choose({2: (1.0, 0.5), 3: (1.0, 0.95), 4: (1.0, 2.0)}))
-    [2]
+
+def choose(timings: dict[str, float], margin: float = MARGIN) -> str:
+    """The fastest layout of ``timings`` (``{layout: seconds}``) if it took at most
+    ``margin`` of torch's time, else ``"torch"``.
+
+    >>> choose({"torch": 1.0, "transposed": 0.5, "packed": 0.6})
+    'transposed'
+    >>> choose({"torch": 1.0, "transposed": 0.95})
+    'torch'
     """
-    return frozenset(r for r, (a, b) in timings.items() if b <= margin * a)
+    k = min((k for k in timings if k != "torch"), key=timings.__getitem__, default="torch")
+    return k if k != "torch" and timings[k] <= margin * timings["torch"] else "torch"
 
 
 @contextlib.contextmanager
@@ -194,33 +312,59 @@ def active(on: bool = True) -> Iterator[None]:
         _ACTIVE = previous
 
 
+# the packed copies, by handle: [weight's data_ptr, its version, the copy]
+_PACKS: dict[int, list] = {}
+_HANDLES = itertools.count()
+_HANDLE = "_bass_cpu_linear_pack"
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor keeps no version counter
+        return -1
+
+
+def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
+    """The packed copy of ``weight`` held under ``handle``, packed again if the weight
+    was changed in place or replaced since; ``None`` for an unknown handle."""
+    entry = _PACKS.get(handle)
+    if entry is None:
+        return None
+    ptr, version = weight.data_ptr(), _version(weight)
+    if entry[0] != ptr or entry[1] != version:
+        try:
+            entry[:] = [ptr, version, pack(weight)]
+        except RuntimeError:  # e.g. the model was cast to a dtype oneDNN lacks
+            entry[:] = [ptr, version, None]
+    return entry[2]
+
+
 _lib = torch.library.Library("bass", "FRAGMENT")
-_lib.define("cpu_linear(Tensor x, Tensor weight, Tensor? bias, int rows) -> Tensor")
-
-
-def row_mask(rows: Iterable[int]) -> int:
-    """The bit mask :func:`cpu_linear_op` takes: bit ``M`` set for each row count ``M`` in
-    ``rows`` (counts >= 63 cannot be marked: they keep torch's layout).
-
-    >>> row_mask([1, 3])
-    10
-    """
-    return sum(1 << int(m) for m in set(rows) if 0 < int(m) < 63)
+_lib.define("cpu_linear(Tensor x, Tensor weight, Tensor? bias, int plan, int handle=-1) -> Tensor")
 
 
 def cpu_linear_op(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: int
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    plan: int,
+    handle: int = -1,
 ) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, through :func:`transposed_linear` when ``x``'s row
-    count ``M`` has its bit set in ``rows`` (:func:`row_mask`): the CPU kernel of the op
+    """``F.linear(x, weight, bias)`` in the layout ``plan`` (:meth:`LinearPlan.code`) names
+    for ``x``'s row count ``M``; the packed layout takes the copy held under
+    ``handle`` (``F.linear`` where there is none). The CPU kernel of the op
     ``bass::cpu_linear`` a ``torch.compile``d pass calls (one opaque op, so the row count,
     a dynamic dimension there, is read at run time, not guarded on). Registered with
     ``torch.library.Library`` (a plain kernel and a fake), not ``custom_op``, whose Python
     wrapper costs more than the layout saves on a small matrix (a pass calls the op seven
     times per layer)."""
     m = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if 0 < m < 63 and (rows >> m) & 1:
+    code = ((plan >> (2 * m)) & 3 if m <= _CODED else plan & 3) if m else 0
+    if code == 1:
         return transposed_linear(x, weight, bias)
+    if code == 2 and (p := _packed(handle, weight)) is not None:
+        return packed_linear(x, p, bias)
     return F.linear(x, weight, bias)
 
 
@@ -228,52 +372,70 @@ _lib.impl("cpu_linear", cpu_linear_op, "CPU")
 
 
 @torch.library.register_fake("bass::cpu_linear", lib=_lib)
-def _(x, weight, bias, rows):
+def _(x, weight, bias, plan, handle=-1):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _routed_forward(module: torch.nn.Linear, rows: frozenset[int]):
-    mask = row_mask(rows)
-
+def _routed_forward(module: torch.nn.Linear, plan: int, handle: int):
     def forward(x: torch.Tensor) -> torch.Tensor:
         w, b = module.weight, module.bias
         if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
             return F.linear(x, w, b)
+        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
+            return F.linear(x, w, b)  # autograd goes through torch's own op
         if torch.compiler.is_compiling():
-            return torch.ops.bass.cpu_linear(x, w, b, mask)
-        return cpu_linear_op(x, w, b, mask)  # eager: the op's kernel, without dispatch
+            return torch.ops.bass.cpu_linear(x, w, b, plan, handle)
+        return cpu_linear_op(x, w, b, plan, handle)  # eager: the op's kernel, no dispatch
 
     return forward
 
 
 def install(model: torch.nn.Module, plan: LinearPlan) -> int:
-    """Route ``model``'s CPU linear layers by ``plan``; returns how many were routed (a
-    layer whose shape never takes the transposed layout keeps its own forward). Calling
-    it again replaces the previous routing; :func:`uninstall` removes it."""
+    """Route ``model``'s CPU linear layers by ``plan`` and make the packed copies it needs
+    (one per weight, layers sharing a weight share it); returns how many layers were routed
+    (a layer whose shape keeps torch's layout keeps its own forward). Calling it again
+    replaces the previous routing; :func:`uninstall` removes it."""
     uninstall(model)
     routed = 0
+    handles: dict[int, int] = {}  # weight data_ptr -> handle
     for m in _cpu_linears(model):
-        rows = plan.transposed.get(_shape(m), frozenset())
-        if not rows or type(m).forward is not torch.nn.Linear.forward:
+        shape = _shape(m)
+        if not plan.routes(shape) or type(m).forward is not torch.nn.Linear.forward:
             continue  # nothing to route, or a subclass with a forward of its own
-        had = m.__dict__.get("forward")
-        setattr(m, _ORIGINAL, had)
-        m.forward = _routed_forward(m, rows)
+        handle = -1
+        if plan.packs(shape):
+            ptr = m.weight.data_ptr()
+            if ptr not in handles:
+                handles[ptr] = next(_HANDLES)
+                _PACKS[handles[ptr]] = [ptr, _version(m.weight), pack(m.weight)]
+            handle = handles[ptr]
+        setattr(m, _ORIGINAL, m.__dict__.get("forward"))
+        setattr(m, _HANDLE, handle)
+        m.forward = _routed_forward(m, plan.code(shape), handle)
         routed += 1
     setattr(model, _PLAN, plan)
     return routed
 
 
 def uninstall(model: torch.nn.Module) -> None:
-    """Give every linear layer of ``model`` its own forward back."""
+    """Give every linear layer of ``model`` its own forward back and free the packed copies."""
     for m in model.modules():
         if _ORIGINAL in m.__dict__:
             had = m.__dict__.pop(_ORIGINAL)
+            _PACKS.pop(m.__dict__.pop(_HANDLE, -1), None)
             if had is None:
                 m.__dict__.pop("forward", None)
             else:
                 m.forward = had
     model.__dict__.pop(_PLAN, None)
+    model.__dict__.pop(_CALIBRATION, None)
+
+
+def packed_bytes(model: torch.nn.Module) -> int:
+    """The memory the packed copies of ``model``'s routed layers take (bytes of the
+    weights they copy)."""
+    seen = {m.__dict__[_HANDLE]: m.weight for m in model.modules() if _HANDLE in m.__dict__}
+    return sum(w.numel() * w.element_size() for h, w in seen.items() if h in _PACKS)
 
 
 def prepare_all(mode: str, *models: torch.nn.Module | None) -> list[LinearPlan | None]:
@@ -288,18 +450,21 @@ def routing(model: torch.nn.Module) -> LinearPlan | None:
 
 
 def prepare(model: torch.nn.Module, mode: str = "auto") -> LinearPlan | None:
-    """What the Generator calls: ``"auto"`` calibrates ``model`` (once: the plan is kept
-    on it) and installs the plan when its weights are on the CPU; ``"torch"`` does
-    nothing (that Generator's passes do not route: see :func:`bass.hf.run_packed`, so
-    other Generators of the model keep theirs)."""
+    """What the Generator calls: ``"auto"`` calibrates ``model`` (once: the measurement is
+    kept on it) and installs the plan when its weights are on the CPU; ``"unpacked"`` the
+    same plan chosen without the packed layout (no copies); ``"torch"`` does nothing (that
+    Generator's passes do not route: see :func:`bass.hf.run_packed`, so other Generators
+    of the model keep theirs). A plan installed by hand (:func:`install`) is kept (less its
+    packed layout under ``"unpacked"``). The model's routing is the last Generator's: an
+    ``"unpacked"`` Generator built after an ``"auto"`` one on the same model drops the
+    packed copies for both."""
     if mode not in MODES:
         raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
-    if mode == "torch":
+    if mode == "torch" or not _cpu_linears(model):
         return None
-    if not _cpu_linears(model):
-        return None
-    plan = routing(model)
-    if plan is None:
-        plan = calibrate(model)
-        install(model, plan)
-    return plan
+    base = model.__dict__.get(_CALIBRATION) or routing(model) or calibrate(model)
+    want = base if mode == "auto" else base.without_packed()
+    if routing(model) != want:
+        install(model, want)
+    setattr(model, _CALIBRATION, base)
+    return want

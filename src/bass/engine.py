@@ -109,8 +109,9 @@ class Generator:
             prefilled in chunks; a prompt may span chunks).
         cpu_linear: ``"auto"`` (default): on a CPU, each linear layer computes its matrix
             product in the layout measured fastest for the pass's row count
-            (:mod:`bass.cpu_linear`; calibrated once per model);
-            ``"torch"``: ``F.linear`` as is.
+            (:mod:`bass.cpu_linear`; calibrated once per model; the packed layout keeps
+            a second copy of the weights it applies to); ``"unpacked"``: the same without
+            the packed layout (no copies); ``"torch"``: ``F.linear`` as is.
 
     Example::
 
@@ -192,7 +193,7 @@ class Generator:
         drafter_model = self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
         self.linear_plans = prepare_linears(self.cpu_linear, main, drafter_model)
         # a calibrated lm head computes a few rows fast: no padding of the logits rows
-        self.route = self.cpu_linear == "auto"
+        self.route = self.cpu_linear != "torch"
         self.logits_multiple = 1 if self.linear_plans[0] is not None else None
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.route = self.route

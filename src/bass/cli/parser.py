@@ -37,8 +37,9 @@ _MODEL_FLAGS = [
                    "type": lambda v: {"true": True, "false": False}.get(v, v),
                    "help": "torch.compile every pass after the prefill; --compile "
                    "reduce-overhead also replays them as CUDA graphs (GPU)"}),
-    ("--cpu-linear", {"choices": ("auto", "torch"), "help": "CPU: each linear layer's GEMM "
-                      "layout per row count, measured at load (auto, default) or torch's"}),
+    ("--cpu-linear", {"choices": ("auto", "unpacked", "torch"), "help": "CPU: each linear "
+                      "layer's GEMM layout per row count, measured at load (auto, default; "
+                      "unpacked: no packed weight copies) or torch's"}),
     ("--dtype", {"choices": DTYPE_NAMES, "help": "model dtype (default float32)"}),
     ("--chat", {**_BOOL, "help": "apply the tokenizer's chat template (default: generate "
                 "when the tokenizer has one; eval: no)"}),
