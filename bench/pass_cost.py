@@ -5,10 +5,12 @@ batches of 1 and 8 HumanEval prompts prefilled, then packed passes in which ever
 brings one token (plain decoding) or some rows bring more (verifying drafts), timed
 round-robin (median of ``--repeats`` rounds; logits at every position, as a verify pass
 needs). Writes ``bench/results/cpu_pass_cost.{md,json}``. It shows the cost model a
-draft-length policy must live with on this machine, side by side for the two ways bass
-can run the linear layers on a CPU: torch's ``F.linear`` (``cpu_linear="torch"``) and the
-layouts calibrated per row count (``cpu_linear="auto"``, the default; see
-:mod:`bass.cpu_linear`), each pass timed with both in the same round.
+draft-length policy must live with on this machine, side by side for the ways bass can
+run the linear layers on a CPU: torch's ``F.linear`` (``cpu_linear="torch"``), the
+copy-free layouts calibrated per row count (``"unpacked"``) and all three, the packed
+copies included (``"auto"``, the default; see :mod:`bass.cpu_linear`), each pass timed
+with every one in the same round; and the calibration's own measurements (bytes of
+weights per second, per layout, per row count).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ SHAPES = {
 }
 
 
-LAYOUTS = ("torch", "auto")  # cpu_linear modes, timed side by side
+LAYOUTS = ("torch", "unpacked", "auto")  # cpu_linear modes, timed side by side
+TABLE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 128)  # calibrated row counts shown
 
 
 def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
@@ -53,6 +56,7 @@ def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
     hf.prepare(main, max_len)
     cache = RaggedKVCache(B, max_len, main.config.num_hidden_layers, torch.device("cpu"))
     times = {(name, lay): [] for name in SHAPES for lay in LAYOUTS}
+    unpacked = plan.without_packed()
     with torch.inference_mode():
         hf.prefill(main, cache, prompts)
         lens = [len(p) for p in prompts]
@@ -61,17 +65,17 @@ def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
                 q = shape(B)
                 n = sum(q)
                 for lay in LAYOUTS:  # as the engine runs each: the logits rows padded or not
-                    if lay == "auto":
-                        cpu_linear.install(main, plan)
-                    else:
+                    if lay == "torch":
                         cpu_linear.uninstall(main)
+                    else:
+                        cpu_linear.install(main, plan if lay == "auto" else unpacked)
                     batch = pack(
                         q,
                         lens,
                         torch.device("cpu"),
                         ids=[5] * n,
                         logits_at=list(range(n)),
-                        logits_multiple=1 if lay == "auto" else None,
+                        logits_multiple=None if lay == "torch" else 1,
                     )
                     t0 = time.perf_counter()
                     hf.run_packed(hf.forward_packed, main, cache, batch)
@@ -84,9 +88,32 @@ def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
             **{f"ms_{lay}": 1000 * med[(name, lay)] for lay in LAYOUTS},
             **{f"vs_plain_{lay}": med[(name, lay)] / med[("plain", lay)] for lay in LAYOUTS},
             "auto_vs_torch": med[(name, "auto")] / med[(name, "torch")],
+            "auto_vs_unpacked": med[(name, "auto")] / med[(name, "unpacked")],
         }
         for name in SHAPES
     }
+
+
+def _calibration_rows(plan) -> list[str]:
+    out = []
+    for shape in sorted(plan.timings, key=lambda s: s[:2]):
+        cells = []
+        for m in TABLE_ROWS:
+            t = plan.timings[shape].get(m)
+            if t is None:
+                cells.append("")
+                continue
+            chosen = plan.layout(shape, m)
+            gbs = [
+                f"**{plan.swept[shape] / t[k] / 1e9:.1f}**"
+                if k == chosen
+                else f"{plan.swept[shape] / t[k] / 1e9:.1f}"
+                for k in ("torch", "transposed", "packed")
+                if k in t
+            ]
+            cells.append(" / ".join(gbs))
+        out.append(f"| {shape[0]}x{shape[1]} | " + " | ".join(cells) + " |")
+    return out
 
 
 def main(argv=None) -> int:
@@ -120,30 +147,46 @@ def main(argv=None) -> int:
             calibration_s=calibration_s,
             plan=plan.describe().splitlines(),
         ),
+        "calibration": {
+            str(shape[:2]): {
+                m: {k: plan.swept[shape] / s / 1e9 for k, s in t.items()}
+                for m, t in timings.items()
+            }
+            for shape, timings in plan.timings.items()
+        },
         "batches": {},
     }
     lines = [
         *header(f"What a verify pass costs: {name}, CPU", result["meta"]),
         f"Median of {args.repeats} round-robin rounds per shape; logits at every position. "
         'Each pass timed with torch\'s `F.linear` (`cpu_linear="torch"`: logits rows padded '
-        'to a multiple of 4) and with the calibrated layouts (`cpu_linear="auto"`, the '
-        "default: no padding) in the same round.",
+        'to a multiple of 4), with the copy-free calibrated layouts (`"unpacked"`) and with '
+        'all three (`"auto"`, the default) in the same round.',
         "",
-        f"Calibration ({calibration_s:.1f} s): row counts computed as (W x^T)^T, per weight:",
+        f"Calibration ({calibration_s:.1f} s), the layout each weight shape takes by row count:",
         "",
         *[f"- {line}" for line in plan.describe().splitlines()],
         "",
-        "| batch | pass | tokens | torch ms | auto ms | auto/torch | vs plain (torch) "
-        "| vs plain (auto) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "What the calibration measured: GB/s of weights read (best of its sweeps, each over "
+        "at least 48 MiB of one shape's weights); torch / transposed / packed, the chosen "
+        "layout in bold.",
+        "",
+        "| weight | " + " | ".join(f"{m} rows" for m in TABLE_ROWS) + " |",
+        "|---|" + "---:|" * len(TABLE_ROWS),
+        *_calibration_rows(plan),
+        "",
+        "| batch | pass | tokens | torch ms | unpacked ms | auto ms | auto/torch "
+        "| auto/unpacked | vs plain (torch) | vs plain (auto) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for B in (int(b) for b in args.batches.split(",")):
         rows = measure(model, prompts[:B], args.repeats, plan)
         result["batches"][B] = rows
         for name, r in rows.items():
             lines.append(
-                f"| {B} | {name} | {r['tokens']} | {r['ms_torch']:.1f} | {r['ms_auto']:.1f} "
-                f"| {r['auto_vs_torch']:.2f}x | {r['vs_plain_torch']:.2f}x "
+                f"| {B} | {name} | {r['tokens']} | {r['ms_torch']:.1f} | {r['ms_unpacked']:.1f} "
+                f"| {r['ms_auto']:.1f} | {r['auto_vs_torch']:.2f}x | {r['auto_vs_unpacked']:.2f}x "
+                f"| {r['vs_plain_torch']:.2f}x "
                 f"| {r['vs_plain_auto']:.2f}x |"
             )
     args.out.mkdir(parents=True, exist_ok=True)

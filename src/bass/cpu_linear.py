@@ -90,12 +90,13 @@ class LinearPlan:
     count that does not keep torch's; ``above``, the layout of every row count past
     ``last`` (the largest calibrated one; absent: torch's); ``timings``, what was measured,
     best of the rounds (``{shape: {M: {layout: seconds per sweep}}}``, ``M`` in
-    :data:`ROWS` and :data:`ABOVE`)."""
+    :data:`ROWS` and :data:`ABOVE`); ``swept``, the bytes of weights one sweep read."""
 
     rows: dict[Shape, dict[int, str]]
     above: dict[Shape, str] = field(default_factory=dict)
     last: int = ROWS[-1]
     timings: dict[Shape, dict[int, dict[str, float]]] = field(default_factory=dict)
+    swept: dict[Shape, int] = field(default_factory=dict)
 
     def layout(self, shape: Shape, m: int) -> str:
         """The layout a pass of ``m`` rows takes for weights of ``shape``."""
@@ -125,7 +126,7 @@ class LinearPlan:
         """The plan chosen from the same timings with the packed layout left out (with no
         timings: the packed row counts keep torch's layout)."""
         if self.timings:
-            return _plan_from(self.timings, self.last, margin, LAYOUTS[:2])
+            return _plan_from(self.timings, self.swept, self.last, margin, LAYOUTS[:2])
         rows = {s: {m: k for m, k in r.items() if k != "packed"} for s, r in self.rows.items()}
         above = {s: k for s, k in self.above.items() if k != "packed"}
         return replace(self, rows=rows, above=above)
@@ -243,12 +244,14 @@ def calibrate(
     last = rows[-1] if rows else 0
     points = rows + sorted({int(a) for a in above if int(a) > last})
     timings: dict[Shape, dict[int, dict[str, float]]] = {}
+    swept: dict[Shape, int] = {}
     with torch.inference_mode():
         for shape, mods in groups.items():
             o, i, dtype = shape
             per = o * i * torch.finfo(dtype).bits // 8
             mods = mods[: max(1, -(-budget_bytes // per))]  # enough to leave the caches
             weights = [(m.weight, m.bias) for m in mods]
+            swept[shape] = per * len(weights)
             calls = {
                 "torch": [(F.linear, w, b) for w, b in weights],
                 "transposed": [(transposed_linear, w, b) for w, b in weights],
@@ -271,10 +274,10 @@ def calibrate(
                         best[(r, k)] = min(best[(r, k)], time.perf_counter() - t0)
             timings[shape] = {r: {k: best[(r, k)] for k in calls} for r in points}
             del packs, calls
-    return _plan_from(timings, last, margin, LAYOUTS)
+    return _plan_from(timings, swept, last, margin, LAYOUTS)
 
 
-def _plan_from(timings, last: int, margin: float, layouts: tuple[str, ...]) -> LinearPlan:
+def _plan_from(timings, swept, last: int, margin: float, layouts: tuple[str, ...]) -> LinearPlan:
     rows, above = {}, {}
     for shape, t in timings.items():
         t = {r: {k: s for k, s in ts.items() if k in layouts} for r, ts in t.items()}
@@ -284,7 +287,7 @@ def _plan_from(timings, last: int, margin: float, layouts: tuple[str, ...]) -> L
         past = {choose(ts, margin) for r, ts in t.items() if r > last}
         if len(past) == 1 and (k := past.pop()) != "torch":
             above[shape] = k  # every count measured past `last` agrees
-    return LinearPlan(rows, above, last, timings)
+    return LinearPlan(rows, above, last, timings, swept)
 
 
 def choose(timings: dict[str, float], margin: float = MARGIN) -> str:
