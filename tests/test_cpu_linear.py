@@ -372,3 +372,52 @@ def test_bad_cpu_linear_values_are_refused(tmp_path):
     for mode in ("torch", "unpacked"):
         cfg.write_text(f'[model]\ncpu_linear = "{mode}"\n')
         assert load_config(cfg).generator_kwargs()["cpu_linear"] == mode
+
+
+@needs_packing
+@pytest.mark.parametrize("draft", ["none", "ngram", "model"])
+def test_every_length_pattern_stays_exact_through_the_packed_layout(draft):
+    """Batch invariance with every pass's linear layers packed (prefill, draft, verify):
+    float32, where the layouts round differently from ``F.linear``."""
+    from models import perturbed
+
+    from bass.testing.strategies import LENGTH_PATTERNS, example_batches
+
+    main = tiny_lm(dtype=torch.float32)
+    install(main, _plan(main, range(1, 17), "packed", above="packed"))
+    d = {"none": None, "ngram": "ngram", "model": perturbed(main)}[draft]
+    if draft == "model":
+        install(d, _plan(d, range(1, 17), "packed", above="packed"))
+    gen = Generator(main, d)
+    for pattern in LENGTH_PATTERNS:
+        assert_greedy_equivalent(gen, example_batches(64)[pattern], 10)
+
+
+@needs_packing
+def test_a_deepcopy_of_a_routed_model_computes_with_its_own_weights():
+    import copy
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Linear(6, 4))
+    install(model, _plan(model, range(1, 17), "packed"))
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(-2.0)
+    x = torch.randn(3, 8)
+    with torch.inference_mode(), cpu_linear.active():
+        for _ in range(2):  # each call finds the other model's weight in the shared copy
+            torch.testing.assert_close(twin(x), F.linear(F.linear(x, *_wb(twin[0])), *_wb(twin[1])))
+            torch.testing.assert_close(
+                model(x), F.linear(F.linear(x, *_wb(model[0])), *_wb(model[1]))
+            )
+    mine = cpu_linear.packed_bytes(model)
+    assert mine > 0 and cpu_linear.packed_bytes(twin) == 0  # the twin owns no copy
+    uninstall(twin)  # frees nothing of the original's
+    assert cpu_linear.packed_bytes(model) == mine
+    twin = copy.deepcopy(model)
+    cpu_linear.prepare(twin)  # what a Generator does: the twin gets copies of its own
+    assert cpu_linear.packed_bytes(twin) == mine and routing(twin) == routing(model)
+
+
+def _wb(layer):
+    return layer.weight, layer.bias

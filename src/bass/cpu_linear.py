@@ -11,10 +11,11 @@ get those numbers, whose speeds depend on ``M``, the weight's shape, the BLAS an
   Inductor's weight prepacking calls): a second copy of the weight, made once.
 
 On the 2-core AMD EPYC (Zen 4) with MKL this was measured on, for the embedded
-SmolLM2-135M's weights, the transposed layout moved 2-3x the bytes per second of
-``F.linear`` at 1-4 rows, and the packed one 2-4x at 4-16 rows (25-40 GB/s against
-5-10) and 1.1-1.9x at 32-512 rows (``bench/results/cpu_pass_cost.md``). Decode and verify
-passes compute a few tokens per row, exactly that range; prefill the larger counts.
+SmolLM2-135M's weights (``bench/results/cpu_pass_cost.md``): at 1-2 rows the transposed
+layout read weights at 16-30 GB/s against torch's 5-16; from 5-6 rows on the packed one
+at 12-27 GB/s against 6-13 (the small 192x576 projections excepted, where torch's is as
+fast), and at 32 rows still 1.2-2.4x torch's speed. Decode and verify passes compute a
+few tokens per row, that range; prefill the larger counts.
 
 :func:`calibrate` times the layouts on the model's own layers, for every row count ``M``
 in :data:`ROWS` and at :data:`ABOVE` (which stand for every count past ``ROWS``),
@@ -23,8 +24,8 @@ one shape (more than a CPU's last-level cache holds, so they come from memory as
 real pass), and keeps another layout than torch's only where it takes at most
 :data:`MARGIN` of torch's time. A packed layout that computes other numbers than
 ``F.linear`` (beyond rounding) or that the build lacks (no oneDNN; float64; float16
-without hardware support) is never chosen. :func:`install` routes each ``nn.Linear``
-accordingly and makes the packed copies its plan needs, only inside bass's own passes
+without hardware support) is never chosen. :func:`install` makes the packed copies the
+plan needs and routes each ``nn.Linear`` by it, inside bass's own passes only
 (:func:`active`, entered by :func:`bass.hf.run_packed`): the model's other callers,
 ``model.generate`` included, run ``F.linear`` as before. A ``torch.compile``d pass calls
 the custom op ``bass::cpu_linear``, which reads the row count at run time (one graph for
@@ -33,8 +34,8 @@ counter moved, e.g. ``load_state_dict``) or replaced is packed again at its next
 
 The :class:`bass.Generator` does all this for CPU models (``cpu_linear="auto"``, the
 default; ``"unpacked"``: the two layouts that need no copy; ``"torch"``: ``F.linear``).
-The plan is kept on the model (one calibration per model and process; about 3 s for the
-135M model on 2 cores). Results differ from ``F.linear``'s by float rounding only.
+The measurement is kept on the model (one calibration per model and process: 4-5 s for
+the 135M model on 2 cores). Results differ from ``F.linear``'s by float rounding only.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
+import types
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -315,10 +318,12 @@ def active(on: bool = True) -> Iterator[None]:
         _ACTIVE = previous
 
 
-# the packed copies, by handle: [weight's data_ptr, its version, the copy]
+# the packed copies, by handle: [weight's data_ptr, its version, the copy, the layer that
+# owns it (a weak reference; its collection frees the copy)]
 _PACKS: dict[int, list] = {}
 _HANDLES = itertools.count()
-_HANDLE = "_bass_cpu_linear_pack"
+_HANDLE = "_bass_cpu_linear_pack"  # a routed layer's handle (-1: none) and plan code
+_CODE = "_bass_cpu_linear_code"
 
 
 def _version(t: torch.Tensor) -> int:
@@ -337,10 +342,28 @@ def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
     ptr, version = weight.data_ptr(), _version(weight)
     if entry[0] != ptr or entry[1] != version:
         try:
-            entry[:] = [ptr, version, pack(weight)]
+            entry[:3] = [ptr, version, pack(weight)]
         except RuntimeError:  # e.g. the model was cast to a dtype oneDNN lacks
-            entry[:] = [ptr, version, None]
+            entry[:3] = [ptr, version, None]
     return entry[2]
+
+
+def _new_pack(layer: torch.nn.Linear) -> int:
+    handle = next(_HANDLES)
+    w = layer.weight
+    _PACKS[handle] = [w.data_ptr(), _version(w), pack(w), weakref.ref(layer)]
+    weakref.finalize(layer, _PACKS.pop, handle, None)
+    return handle
+
+
+def _owned(model: torch.nn.Module) -> tuple[set[int], bool]:
+    """The handles of packed copies that ``model``'s own layers own, and whether every
+    routed layer of ``model`` holds such a handle (not one a copy of the model
+    inherited: ``copy.deepcopy`` copies the attributes that name it)."""
+    layers = {id(m) for m in model.modules()}
+    own = {h for h, e in _PACKS.items() if e[3]() is not None and id(e[3]()) in layers}
+    held = [m.__dict__[_HANDLE] for m in model.modules() if m.__dict__.get(_HANDLE, -1) >= 0]
+    return own, all(h in own for h in held)
 
 
 _lib = torch.library.Library("bass", "FRAGMENT")
@@ -379,18 +402,20 @@ def _(x, weight, bias, plan, handle=-1):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _routed_forward(module: torch.nn.Linear, plan: int, handle: int):
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        w, b = module.weight, module.bias
-        if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
-            return F.linear(x, w, b)
-        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
-            return F.linear(x, w, b)  # autograd goes through torch's own op
-        if torch.compiler.is_compiling():
-            return torch.ops.bass.cpu_linear(x, w, b, plan, handle)
-        return cpu_linear_op(x, w, b, plan, handle)  # eager: the op's kernel, no dispatch
-
-    return forward
+def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The forward :func:`install` binds to a routed layer (a bound method, not a closure:
+    a ``copy.deepcopy`` of the model binds it to the copy, which computes with its own
+    weights; the copy shares the original's packed copy, packing its own weight there on
+    each call that finds the other's: correct, and slow until it is routed itself)."""
+    w, b = self.weight, self.bias
+    if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
+        return F.linear(x, w, b)
+    if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
+        return F.linear(x, w, b)  # autograd goes through torch's own op
+    plan, handle = getattr(self, _CODE), getattr(self, _HANDLE)
+    if torch.compiler.is_compiling():
+        return torch.ops.bass.cpu_linear(x, w, b, plan, handle)
+    return cpu_linear_op(x, w, b, plan, handle)  # eager: the op's kernel, no dispatch
 
 
 def install(model: torch.nn.Module, plan: LinearPlan) -> int:
@@ -409,23 +434,27 @@ def install(model: torch.nn.Module, plan: LinearPlan) -> int:
         if plan.packs(shape):
             ptr = m.weight.data_ptr()
             if ptr not in handles:
-                handles[ptr] = next(_HANDLES)
-                _PACKS[handles[ptr]] = [ptr, _version(m.weight), pack(m.weight)]
+                handles[ptr] = _new_pack(m)
             handle = handles[ptr]
         setattr(m, _ORIGINAL, m.__dict__.get("forward"))
         setattr(m, _HANDLE, handle)
-        m.forward = _routed_forward(m, plan.code(shape), handle)
+        setattr(m, _CODE, plan.code(shape))
+        m.forward = types.MethodType(_routed_forward, m)
         routed += 1
     setattr(model, _PLAN, plan)
     return routed
 
 
 def uninstall(model: torch.nn.Module) -> None:
-    """Give every linear layer of ``model`` its own forward back and free the packed copies."""
+    """Give every linear layer of ``model`` its own forward back and free the packed copies
+    its layers own."""
+    for h in _owned(model)[0]:
+        _PACKS.pop(h, None)
     for m in model.modules():
         if _ORIGINAL in m.__dict__:
             had = m.__dict__.pop(_ORIGINAL)
-            _PACKS.pop(m.__dict__.pop(_HANDLE, -1), None)
+            m.__dict__.pop(_HANDLE, None)
+            m.__dict__.pop(_CODE, None)
             if had is None:
                 m.__dict__.pop("forward", None)
             else:
@@ -437,8 +466,9 @@ def uninstall(model: torch.nn.Module) -> None:
 def packed_bytes(model: torch.nn.Module) -> int:
     """The memory the packed copies of ``model``'s routed layers take (bytes of the
     weights they copy)."""
+    own = _owned(model)[0]
     seen = {m.__dict__[_HANDLE]: m.weight for m in model.modules() if _HANDLE in m.__dict__}
-    return sum(w.numel() * w.element_size() for h, w in seen.items() if h in _PACKS)
+    return sum(w.numel() * w.element_size() for h, w in seen.items() if h in own)
 
 
 def prepare_all(mode: str, *models: torch.nn.Module | None) -> list[LinearPlan | None]:
@@ -467,7 +497,7 @@ def prepare(model: torch.nn.Module, mode: str = "auto") -> LinearPlan | None:
         return None
     base = model.__dict__.get(_CALIBRATION) or routing(model) or calibrate(model)
     want = base if mode == "auto" else base.without_packed()
-    if routing(model) != want:
-        install(model, want)
+    if routing(model) != want or not _owned(model)[1]:
+        install(model, want)  # (a deepcopy of a routed model: its own copies)
     setattr(model, _CALIBRATION, base)
     return want

@@ -22,7 +22,7 @@ class VerifyCost:
     different kernels: on a CPU with torch's ``F.linear`` a batch of one row decodes
     through matrix-vector products, and its first draft token turns them into
     matrix-matrix ones (+45% for the embedded model on 2 cores; with
-    :mod:`bass.cpu_linear`'s layouts, the default, +3%, and each further token ~+8%).
+    :mod:`bass.cpu_linear`'s layouts, the default, +1%, and each further token ~+7%).
 
     ``c1`` and ``J`` come from consecutive steps: a least-squares fit, through the
     origin, of each step's change in seconds on its change in tokens and in drafting
@@ -35,9 +35,9 @@ class VerifyCost:
     recent steps (weight ``ema``), so the line follows the drift.
 
     A line cannot draw a staircase, and a CPU's costs are one: with
-    :mod:`bass.cpu_linear`'s layouts a batch-1 pass of 2 tokens costs +4% over 1 token and
-    one of 3 tokens +31%; at batch 8, 9 tokens cost what 16 do. So each size ``(N,
-    drafting)`` keeps its own correction: a running mean ``r`` (weight ``step_ema``) of
+    :mod:`bass.cpu_linear`'s layouts a batch-1 pass of 2 tokens costs +1% over 1 token and
+    one of 3 tokens +20%; at batch 8, 9 to 12 tokens cost the same (+9-14%). So each size
+    ``(N, drafting)`` keeps its own correction: a running mean ``r`` (weight ``step_ema``) of
     its residuals against the fitted line (without the standard errors: a size's offset,
     not the line's caution), added as ``r n / (n + 2)`` after ``n`` steps of that size.
     A size never seen stays on the line; residuals are only taken once two pairs exist
