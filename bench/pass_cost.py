@@ -94,24 +94,26 @@ def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
     }
 
 
-def _calibration_rows(plan) -> list[str]:
+def _gbs(plan) -> dict:
+    """What the calibration measured, as GB/s of weights read: ``{shape: {M: {layout: GB/s}}}``."""
+    return {
+        shape: {
+            m: {k: plan.swept[shape] / s / 1e9 for k, s in t.items()} for m, t in timings.items()
+        }
+        for shape, timings in plan.timings.items()
+    }
+
+
+def _calibration_rows(plan, gbs) -> list[str]:
     out = []
-    for shape in sorted(plan.timings, key=lambda s: s[:2]):
+    for shape in sorted(gbs, key=lambda s: s[:2]):
         cells = []
         for m in TABLE_ROWS:
-            t = plan.timings[shape].get(m)
-            if t is None:
-                cells.append("")
-                continue
+            by = gbs[shape].get(m, {})
             chosen = plan.layout(shape, m)
-            gbs = [
-                f"**{plan.swept[shape] / t[k] / 1e9:.1f}**"
-                if k == chosen
-                else f"{plan.swept[shape] / t[k] / 1e9:.1f}"
-                for k in ("torch", "transposed", "packed")
-                if k in t
-            ]
-            cells.append(" / ".join(gbs))
+            cells.append(
+                " / ".join(f"**{v:.1f}**" if k == chosen else f"{v:.1f}" for k, v in by.items())
+            )
         out.append(f"| {shape[0]}x{shape[1]} | " + " | ".join(cells) + " |")
     return out
 
@@ -139,6 +141,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     plan = cpu_linear.calibrate(model)
     calibration_s = time.perf_counter() - t0
+    gbs = _gbs(plan)
     result = {
         "meta": run_meta(
             "pass_cost.py",
@@ -147,13 +150,7 @@ def main(argv=None) -> int:
             calibration_s=calibration_s,
             plan=plan.describe().splitlines(),
         ),
-        "calibration": {
-            str(shape[:2]): {
-                m: {k: plan.swept[shape] / s / 1e9 for k, s in t.items()}
-                for m, t in timings.items()
-            }
-            for shape, timings in plan.timings.items()
-        },
+        "calibration": {str(shape[:2]): by for shape, by in gbs.items()},
         "batches": {},
     }
     lines = [
@@ -173,7 +170,7 @@ def main(argv=None) -> int:
         "",
         "| weight | " + " | ".join(f"{m} rows" for m in TABLE_ROWS) + " |",
         "|---|" + "---:|" * len(TABLE_ROWS),
-        *_calibration_rows(plan),
+        *_calibration_rows(plan, gbs),
         "",
         "| batch | pass | tokens | torch ms | unpacked ms | auto ms | auto/torch "
         "| auto/unpacked | vs plain (torch) | vs plain (auto) |",

@@ -210,15 +210,15 @@ def _packable(weights: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list |
     """The packed copies of ``weights``, or ``None`` where packing fails or a packed
     product computes other numbers than ``F.linear`` beyond rounding."""
     try:
-        packs = [pack(w) for w, _ in weights]
         w, b = weights[0]
+        first = pack(w)  # checked before the others are copied
         x = torch.randn(3, w.shape[1], dtype=w.dtype)
         want = F.linear(x, w, b).double()
-        got = packed_linear(x, packs[0], b).double()
+        got = packed_linear(x, first, b).double()
         tol = 16 * torch.finfo(w.dtype).eps * (w.shape[1] ** 0.5)
         if got.shape != want.shape or not torch.allclose(got, want, rtol=tol, atol=tol):
             return None
-        return packs
+        return [first] + [pack(w) for w, _ in weights[1:]]
     except (RuntimeError, AttributeError, NotImplementedError):
         return None
 
