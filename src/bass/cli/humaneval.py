@@ -35,7 +35,8 @@ def cmd_humaneval(args) -> int:
         import torch
 
         # one seed for the run (from torch's global generator), shared by every method:
-        # with n-gram drafts regular decoding and BASS then sample the same texts
+        # with n-gram drafts regular decoding and BASS then make the same draws (the same
+        # texts until a draw lands within rounding of a token boundary: problem_seed)
         kwargs["seed"] = int(torch.randint(0, 2**31, (1,)).item())
     methods = {"regular": make_generator(main, None, config)}
     if draft is not None:

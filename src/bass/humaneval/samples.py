@@ -32,8 +32,11 @@ SampleFn = Callable[[dict, int], tuple[list[Sample], Any]]
 def problem_seed(seed: int | None, task_id: str) -> int | None:
     """The seed of one problem's batch: ``seed`` mixed with the task id, so problems draw
     independent samples while every method sampling the same problem uses the same seed
-    (with n-gram drafts or none, bass's keyed sampling then gives every method the very
-    same samples: only the speed differs)."""
+    (with n-gram drafts or none, bass's keyed sampling then gives every method the same
+    draws: with a float64 model the very same samples; in float32 or bfloat16 a pass
+    that verifies drafts computes the logits through differently shaped products, which
+    round differently, so a draw that falls within rounding of a token boundary can pick
+    the neighbouring token and the samples part from there)."""
     if seed is None:
         return None
     return (seed * 0x9E3779B1 + zlib.crc32(task_id.encode())) % 2**62
