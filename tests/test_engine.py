@@ -373,6 +373,18 @@ def test_sliding_window_shorter_than_context_is_refused():
         hf.prepare(model, max_len=64)
 
 
+def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refused():
+    """The window is checked against the positions the generation really uses (the
+    longest prompt plus max_new_tokens), not the cache's rounded-up length: 13 tokens in
+    a 13-token window equal transformers' own greedy decoding, 14 are refused."""
+    model = tiny_lm("mistral")
+    model.config.sliding_window = 13
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 8)
+    with pytest.raises(UnsupportedModelError, match=r"needs 14 .*within 13 tokens"):
+        Generator(model, "ngram").generate(prompts, max_new_tokens=9)
+
+
 def test_model_is_handed_back_unchanged(llama):
     before = llama.config._attn_implementation
     Generator(llama, "ngram").generate([[1, 2]], max_new_tokens=3)

@@ -293,12 +293,15 @@ class Generator:
         texts = None
         if kw["stop_strings"] is not None:
             texts = StopStrings(kw["stop_strings"], tokenizer) or None
-        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         models = [m for m in (self.main, getattr(self.drafter, "model", None)) if m is not None]
+        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
+        windows = [w for w in map(hf.sliding_window, models) if w is not None]
+        if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
+            max_len = need  # that the generation itself fits in it)
         previous = [m.config._attn_implementation for m in models]
         try:
             for model in models:
-                hf.prepare(model, max_len)
+                hf.prepare(model, need)  # a window is checked against real positions
             # The engine builds valid lengths by construction (tests check the invariant
             # every step); skip the ops' host-side range checks in the hot loop.
             with length_checks(False):

@@ -96,6 +96,18 @@ def model_name(model: torch.nn.Module) -> str:
     return f"{type(model).__name__}" + (f" ({path})" if path else "")
 
 
+def sliding_window(model) -> int | None:
+    """The sliding window (tokens) of ``model``'s attention, or ``None`` when it attends
+    to every earlier position."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    window = getattr(text, "sliding_window", None)
+    layer_types = getattr(text, "layer_types", None) or []
+    if "sliding_attention" in layer_types or getattr(text, "use_sliding_window", True):
+        return window
+    return None
+
+
 def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedModel:
     """Check ``model`` can be routed through bass and set ``attn_implementation="bass"``.
 
@@ -123,14 +135,13 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{name} has layers of types {sorted(set(layer_types))}; bass supports attention "
             "layers only (no linear-attention or state-space layers)"
         )
-    window = getattr(text, "sliding_window", None)
-    uses_window = "sliding_attention" in layer_types or (
-        window is not None and getattr(text, "use_sliding_window", True)
-    )
-    if uses_window and window is not None and max_len is not None and window < max_len:
+    window = sliding_window(model)
+    if window is not None and max_len is not None and window < max_len:
         raise UnsupportedModelError(
             f"{name} uses a sliding window of {window} tokens but this generation needs "
-            f"{max_len}; bass's ragged attention is full causal"
+            f"{max_len} (the longest prompt plus max_new_tokens); bass's ragged attention is "
+            f"full causal and would attend past the window: keep the longest prompt plus "
+            f"max_new_tokens within {window} tokens"
         )
     model.set_attn_implementation(ATTN_NAME)
     return model
