@@ -325,6 +325,22 @@ def test_compiled_models_of_one_class_keep_their_own_graphs():
 # ----------------------------------------------------------------------------- errors
 
 
+def test_prompts_as_tensors_arrays_and_numpy_ints_are_token_ids(llama):
+    """Each prompt may be a list, a tuple, or a 1-D tensor or array of integers (numpy's
+    included): the same output as the lists of Python ints."""
+    import numpy as np
+
+    gen = Generator(llama, "ngram")
+    want = gen.generate([[1, 2, 3], [4, 5]], max_new_tokens=6).sequences
+    forms = [
+        [torch.tensor([1, 2, 3]), torch.tensor([4, 5])],
+        [np.array([1, 2, 3]), (4, 5)],
+        [[np.int64(1), np.int32(2), 3], [4, 5]],
+    ]
+    for prompts in forms:
+        assert gen.generate(prompts, max_new_tokens=6).sequences == want
+
+
 def test_errors_before_any_work(llama):
     gen = Generator(llama, llama)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
@@ -339,6 +355,18 @@ def test_errors_before_any_work(llama):
         gen.generate([[1]], max_new_tokens=4, do_sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="outside \\[0, 64\\)"):
         gen.generate([[1, 64]], max_new_tokens=4)
+    with pytest.raises(TypeError, match=r"flat list of ints; for one prompt pass \[ids\]"):
+        gen.generate([1, 2, 3], max_new_tokens=4)
+    with pytest.raises(TypeError, match="2-D Tensor: a padded batch would feed its padding"):
+        gen.generate(torch.tensor([[1, 2], [3, 4]]), max_new_tokens=4)
+    with pytest.raises(TypeError, match=r"1-D Tensor; for one prompt pass \[ids\]"):
+        gen.generate(torch.tensor([1, 2]), max_new_tokens=4)
+    with pytest.raises(TypeError, match=r"prompt 1 is a string.*generate_text"):
+        gen.generate([[1], "hello"], max_new_tokens=4)
+    with pytest.raises(TypeError, match=r"prompt 0 has token ids that are not integers: \[1.0"):
+        gen.generate([[1.0, 2]], max_new_tokens=4)
+    with pytest.raises(TypeError, match="not integers: \\[True"):
+        gen.generate([[True, 2]], max_new_tokens=4)
     with pytest.raises(ValueError, match="unknown policy 'bas'; installed: adaptive, bass"):
         Generator(llama, llama, policy="bas")
     with pytest.raises(ValueError, match="vocabularies differ"):

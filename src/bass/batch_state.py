@@ -4,11 +4,18 @@ a model's logits cannot be trusted (:class:`NonFiniteLogitsError`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral
 
 from . import hf
 from .stopping import StopStrings
 
-__all__ = ["BatchState", "NonFiniteLogitsError", "check_prompts", "raise_if_nonfinite"]
+__all__ = [
+    "BatchState",
+    "NonFiniteLogitsError",
+    "as_prompts",
+    "check_prompts",
+    "raise_if_nonfinite",
+]
 
 
 class NonFiniteLogitsError(RuntimeError):
@@ -95,6 +102,46 @@ class BatchState:
         self.main_len = [self.main_len[s] for s in keep]
 
 
+def as_prompts(prompts) -> list[list[int]]:
+    """``prompts`` as lists of Python ints: a list (or tuple) of token-id sequences, each a
+    list, a tuple, or a 1-D tensor or array of integers. Anything else is refused with what
+    to pass instead (a padded 2-D batch would feed its padding as text)."""
+    if isinstance(prompts, (str, bytes)):
+        raise TypeError("prompts must be a list of token-id lists; for text use generate_text")
+    if hasattr(prompts, "ndim") and hasattr(prompts, "tolist"):  # a tensor or an array
+        if prompts.ndim == 1:
+            raise TypeError(
+                f"prompts must be a list of token-id lists, got a 1-D {type(prompts).__name__}; "
+                "for one prompt pass [ids]"
+            )
+        raise TypeError(
+            f"prompts must be a list of token-id lists, got a {prompts.ndim}-D "
+            f"{type(prompts).__name__}: a padded batch would feed its padding as text; pass "
+            "each prompt's own ids, e.g. tokenizer(texts)['input_ids']"
+        )
+    if not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, (str, bytes)):
+            raise TypeError(f"prompt {i} is a string; token ids are expected (for text use "
+                            "generate_text)")  # fmt: skip
+        if isinstance(p, Integral):
+            raise TypeError(
+                "prompts must be a list of token-id lists, got a flat list of ints; for one "
+                "prompt pass [ids]"
+            )
+        if hasattr(p, "tolist") and getattr(p, "ndim", 1) == 1:
+            p = p.tolist()
+        if not isinstance(p, Sequence):
+            raise TypeError(f"prompt {i} must be a sequence of token ids, got {type(p).__name__}")
+        bad = [t for t in p if isinstance(t, bool) or not isinstance(t, Integral)]
+        if bad:
+            raise TypeError(f"prompt {i} has token ids that are not integers: {bad[:5]}")
+        out.append([int(t) for t in p])
+    return out
+
+
 def check_prompts(prompts, max_new_tokens: int, models) -> int:
     """Refuse bad input before any work: prompts that are not token-id lists, empty ones,
     ids outside the vocabulary, ``max_new_tokens < 1``, prompt + ``max_new_tokens`` past a
@@ -105,7 +152,8 @@ def check_prompts(prompts, max_new_tokens: int, models) -> int:
         raise ValueError("prompts is empty: pass at least one token-id list")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    vocab = models[0].get_output_embeddings().weight.shape[0]
+    # every model embeds the prompts (a draft with a padded vocabulary may have fewer rows)
+    vocab = min(m.get_input_embeddings().weight.shape[0] for m in models)
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")

@@ -85,6 +85,15 @@ def nonfinite(logits: torch.Tensor) -> torch.Tensor:
 class ModelDrafter:
     """Drafting with a small causal LM that shares the main model's vocabulary.
 
+    ``tokens``: the ids the draft may propose (default: all of its logits) and
+    ``out_vocab``: the width of the distributions it hands the verifier (the main model's
+    logits; default: its own). They differ for a tokenizer whose embedding matrices were
+    padded to different sizes (Qwen2.5 7B+ and 0.5B-3B: 152064 and 151936 rows, 151665
+    tokens): the draft then proposes only real tokens, its distribution is zero elsewhere,
+    and a main-model token the draft cannot embed (a padding id, which a trained model
+    never emits) is fed to it as id 0: a wrong context only makes its drafts worse, and
+    verification keeps the output exact either way.
+
     Bookkeeping (DESIGN.md's invariant, draft side): before a step the draft cache holds
     ``seq[:d_len]`` of each row, and ``seq[d_len:]`` (the *pending* tokens, usually one,
     two after a row accepted everything) are fed first. It then feeds each drafted token
@@ -97,8 +106,19 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, model, impl: str = "auto", forward=None):
+    def __init__(
+        self,
+        model,
+        impl: str = "auto",
+        forward=None,
+        tokens: int | None = None,
+        out_vocab: int | None = None,
+    ):
         self.model = model
+        rows = _vocab_size(model)
+        self.tokens = rows if tokens is None else tokens
+        self.out_vocab = rows if out_vocab is None else out_vocab
+        self.in_vocab = model.get_input_embeddings().weight.shape[0]
         self.impl = impl
         self.forward = forward or hf.forward_packed
         self.cache: RaggedKVCache | None = None
@@ -111,7 +131,8 @@ class ModelDrafter:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.get_output_embeddings().weight.shape[0]
+        """The width of the draft distributions it proposes from (the main model's)."""
+        return self.out_vocab
 
     def start(self, prompts: list[list[int]], max_len: int, device, chunk_tokens: int) -> int:
         """Prefill the draft model; returns its number of passes."""
@@ -172,6 +193,8 @@ class ModelDrafter:
         last: list[int] = []
         for r in live:
             pending = seqs[r][self.d_len[slots[r]] :]
+            if self.in_vocab < self.out_vocab:  # a main-model id the draft cannot embed
+                pending = [t if t < self.in_vocab else 0 for t in pending]
             q_lens[slots[r]] = len(pending)
             ids += pending
             last.append(len(ids) - 1)
@@ -186,12 +209,14 @@ class ModelDrafter:
             passes += 1
             pass_tokens.append(computed)
             index = torch.tensor(order, dtype=torch.long).to(device, non_blocking=True)
+            if logits.shape[-1] > self.tokens:  # padding rows: never proposed
+                logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
             tok, probs = choose(logits, params, generator, keep_fn is not None)
             if params.do_sample:
-                if probs_out is None:
-                    probs_out = probs.new_zeros(R, K, probs.shape[-1])
-                probs_out[index, j] = probs
+                if probs_out is None:  # the main model's width (zero past the draft's)
+                    probs_out = probs.new_zeros(R, K, self.out_vocab)
+                probs_out[index, j, : probs.shape[-1]] = probs
             tokens[index, j] = tok
             if keep_fn is not None:  # per-row early stop: a refused token is not proposed
                 keep = keep_fn(probs, j, rows=order) if keep_rows else keep_fn(probs, j)
@@ -351,10 +376,12 @@ class NGramDrafter:
         return Proposal(counts=[len(o) for o in out], host_tokens=out)
 
 
-def make_drafter(draft, main, impl: str):
+def make_drafter(draft, main, impl: str, shared_vocab: int | None = None):
     """The drafter that a :class:`bass.Generator`'s ``draft`` argument names: ``None``,
     ``"ngram"`` (an :class:`NGramDrafter`, or one configured by the caller) or a draft
-    model sharing ``main``'s vocabulary (a :class:`ModelDrafter` running ``impl``)."""
+    model sharing ``main``'s vocabulary (a :class:`ModelDrafter` running ``impl``).
+    ``shared_vocab``: where the two models' logit counts differ, the number of tokens of
+    the tokenizer they share (padded embedding matrices); the draft proposes only those."""
     if draft is None:
         return None
     if isinstance(draft, NGramDrafter):  # one configured by the caller
@@ -366,14 +393,30 @@ def make_drafter(draft, main, impl: str):
                 "load models by name with Generator.from_pretrained"
             )
         return NGramDrafter()
-    v_main, v_draft = _vocab_size(main), _vocab_size(draft)
-    if v_main != v_draft:
-        raise ValueError(
-            f"draft and main vocabularies differ: {hf.model_name(draft)} has "
-            f"{v_draft} logits, {hf.model_name(main)} has {v_main}; speculative "
-            "decoding needs a draft that shares the main model's tokenizer"
+    if not isinstance(draft, torch.nn.Module) or not hasattr(draft, "get_output_embeddings"):
+        raise TypeError(
+            f"draft must be a causal LM (a transformers model), 'ngram' or None, got "
+            f"{type(draft).__name__}"
         )
-    return ModelDrafter(draft, impl=impl)
+    v_main, v_draft = _vocab_size(main), _vocab_size(draft)
+    if shared_vocab is not None:
+        if not isinstance(shared_vocab, int) or not 1 <= shared_vocab <= min(v_main, v_draft):
+            raise ValueError(
+                f"shared_vocab must be an int in [1, {min(v_main, v_draft)}] (the tokenizer's "
+                f"length, within both models' logits: main {v_main}, draft {v_draft}), got "
+                f"{shared_vocab!r}"
+            )
+    elif v_main != v_draft:
+        raise ValueError(
+            f"draft and main vocabularies differ: the draft model {hf.model_name(draft)} has "
+            f"{v_draft} logits, the main model {hf.model_name(main)} has {v_main}. "
+            "Speculative decoding needs a draft that shares the main model's tokenizer; if "
+            "both do and only their embedding matrices were padded to different sizes (as "
+            "Qwen2.5 7B+ and 0.5B-3B are), pass shared_vocab=len(tokenizer) "
+            "(Generator.from_pretrained and the CLI check the tokenizers and do it for you)"
+        )
+    tokens = shared_vocab if shared_vocab is not None else v_draft
+    return ModelDrafter(draft, impl=impl, tokens=tokens, out_vocab=v_main)
 
 
 def _vocab_size(model) -> int:

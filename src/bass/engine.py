@@ -37,7 +37,13 @@ from collections.abc import Sequence
 import torch
 
 from . import hf, policies
-from .batch_state import BatchState, NonFiniteLogitsError, check_prompts, raise_if_nonfinite
+from .batch_state import (
+    BatchState,
+    NonFiniteLogitsError,
+    as_prompts,
+    check_prompts,
+    raise_if_nonfinite,
+)
 from .cache import RaggedKVCache
 from .cpu_linear import prepare_all as prepare_linears
 from .drafters import ModelDrafter, NGramDrafter, make_drafter, nonfinite
@@ -134,6 +140,7 @@ class Generator:
         static_shapes: bool | None = None,
         prefill_chunk_tokens: int = 8192,
         cpu_linear: str | None = None,
+        shared_vocab: int | None = None,
     ):
         # Precedence: explicit arguments > the config file > built-in defaults.
         cfg_gen, self.generate_defaults = ({}, {})
@@ -161,7 +168,7 @@ class Generator:
             compile = cfg_gen.get("compile", False)
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
-        self.drafter = make_drafter(draft, main, self.attention)
+        self.drafter = make_drafter(draft, main, self.attention, shared_vocab)
         if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
             raise ValueError(
                 f"prefill_chunk_tokens must be an int >= 1, got {prefill_chunk_tokens!r}"
@@ -202,13 +209,18 @@ class Generator:
 
     @classmethod
     def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
-        """Load main (and draft) models by Hugging Face name or local path."""
-        from .models import load_causal_lm
+        """Load main (and draft) models by Hugging Face name or local path. Where the two
+        models' logit counts differ, their tokenizers are compared: one tokenizer with
+        embedding matrices padded to different sizes (Qwen2.5 7B+ with 0.5B-3B) sets
+        ``shared_vocab``; different tokenizers are refused."""
+        from .models import load_causal_lm, padded_vocab
 
         main_model = load_causal_lm(main, dtype=dtype, device=device)
         draft_model = draft
         if draft not in (None, "ngram"):
             draft_model = load_causal_lm(draft, dtype=dtype, device=device)
+            if kw.get("shared_vocab") is None:
+                kw["shared_vocab"] = padded_vocab(main, draft, main_model, draft_model)
         return cls(main_model, draft_model, **kw)
 
     def new_policy(self):
@@ -285,6 +297,7 @@ class Generator:
             raise ValueError("max_new_tokens is required (as an argument or in the config)")
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
         models = [self.main, getattr(self.drafter, "model", None)]
+        prompts = as_prompts(prompts)
         need = check_prompts(prompts, max_new_tokens, [m for m in models if m is not None])
         eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
         stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]

@@ -119,6 +119,31 @@ def load_tokenizer(name_or_path: str | os.PathLike):
     return _from_hub(AutoTokenizer, str(name_or_path), {})
 
 
+def shared_vocab(main_tokenizer, draft_tokenizer) -> int | None:
+    """``len(tokenizer)`` when the two tokenizers map every token to the same id (one
+    tokenizer: a draft and a main model whose embedding matrices were padded to different
+    sizes can still draft for each other, :class:`bass.Generator`'s ``shared_vocab``);
+    ``None`` when they differ."""
+    if main_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        return None
+    return len(main_tokenizer)
+
+
+def padded_vocab(main_source, draft_source, main_model, draft_model) -> int | None:
+    """The ``shared_vocab`` of two models loaded from ``main_source`` and ``draft_source``:
+    ``None`` when their logit counts agree (nothing to reconcile) or their tokenizers
+    differ (the :class:`bass.Generator` then refuses the pair), else the tokenizer's
+    length. A tokenizer that cannot be loaded counts as different."""
+    rows = [m.get_output_embeddings().weight.shape[0] for m in (main_model, draft_model)]
+    if rows[0] == rows[1]:
+        return None
+    try:
+        tokenizers = [load_tokenizer(src) for src in (main_source, draft_source)]
+    except (OSError, ValueError, ModelNotFoundError):
+        return None
+    return shared_vocab(*tokenizers)
+
+
 def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
     """Token ids of ``text``; with ``chat``, wrapped in the tokenizer's chat template as a
     user turn followed by the assistant's generation prompt."""

@@ -54,10 +54,17 @@ def _load_lm(source, dtype):
 
 
 def make_generator(main, draft, config: Config):
+    import torch
+
+    from .. import models
     from ..engine import Generator
 
+    kwargs = config.generator_kwargs()
+    if isinstance(draft, torch.nn.Module):  # one tokenizer, padded embeddings: reconcile
+        source = config.model.main or models.default_model_file()
+        kwargs["shared_vocab"] = models.padded_vocab(source, config.model.draft, main, draft)
     try:
-        return Generator(main, draft, **config.generator_kwargs())
+        return Generator(main, draft, **kwargs)
     except ValueError as exc:  # vocabulary mismatch, bad policy options
         raise UsageError(str(exc)) from exc
 
