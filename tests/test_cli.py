@@ -23,21 +23,26 @@ from bass.humaneval import CheckResult, Sample
 BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heuristic"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+WORDS = ["<unk>", "<s>", "</s>", "hello", "world", "the", "sea", "is", "blue", "a", "cat"]
+WORDS += [f"w{i}" for i in range(64 - len(WORDS))]
+
+
+def word_tokenizer(words):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = ["<unk>", "<s>", "</s>", "hello", "world", "the", "sea", "is", "blue", "a", "cat"]
-    words += [f"w{i}" for i in range(64 - len(words))]
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
     )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny")
     tiny_lm().save_pretrained(path)
-    tok.save_pretrained(path)
+    word_tokenizer(WORDS).save_pretrained(path)
     return str(path)
 
 
@@ -331,6 +336,28 @@ def test_error_missing_model_path(tmp_path, capsys):
 def test_error_missing_draft_path(model_dir, tmp_path, capsys):
     rc, _, err = run(capsys, f"generate --main {model_dir} --draft {tmp_path / 'd'} hi")
     assert rc == 2 and f"model path {tmp_path / 'd'} does not exist" in err
+
+
+def test_a_draft_with_a_padded_vocabulary(model_dir, tmp_path, capsys):
+    """A draft whose embedding matrix has more rows than the main model's, with the same
+    tokenizer: the CLI compares the tokenizers and drafts with it; with a different
+    tokenizer the pair is refused, saying how the logit counts differ."""
+    draft = tiny_lm(seed=2)
+    draft.resize_token_embeddings(72, mean_resizing=False)
+    same, other = tmp_path / "same", tmp_path / "other"
+    for path, words in ((same, WORDS), (other, [*WORDS[:3], *reversed(WORDS[3:])])):
+        draft.save_pretrained(path)
+        word_tokenizer(words).save_pretrained(path)
+    rc, out, err = run(
+        capsys, f"generate --main {model_dir} --draft {same} --max-new-tokens 6", "hi"
+    )
+    assert rc == 0, err
+    assert "draft-model passes" in out
+    rc, _, err = run(
+        capsys, f"generate --main {model_dir} --draft {other} --max-new-tokens 6", "hi"
+    )
+    assert rc == 2 and "the draft model" in err and "has 72 logits" in err
+    assert "shared_vocab=len(tokenizer)" in err and "Traceback" not in err
 
 
 def test_error_unknown_policy(model_dir, capsys):
