@@ -358,6 +358,11 @@ def test_a_draft_with_a_padded_vocabulary(model_dir, tmp_path, capsys):
     )
     assert rc == 2 and "the draft model" in err and "has 72 logits" in err
     assert "shared_vocab=len(tokenizer)" in err and "Traceback" not in err
+    from bass import Generator  # the Python API's loader compares them the same way
+
+    assert Generator.from_pretrained(model_dir, str(same)).drafter.tokens == 64
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        Generator.from_pretrained(model_dir, str(other))
 
 
 def test_error_unknown_policy(model_dir, capsys):
