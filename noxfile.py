@@ -141,6 +141,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_kernels.py", "--plot")
     session.run("python", "bench/pass_cost.py")
     session.run("python", "bench/bench_policies.py")
+    session.run("python", "bench/replay_policies.py")
     session.run("python", "bench/bench_e2e.py", mode)
 
 
