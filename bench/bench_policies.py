@@ -372,13 +372,18 @@ def test_policy_generation(benchmark, policy):
     benchmark.extra_info.update(out)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload_args(ap: argparse.ArgumentParser) -> None:
+    """The arguments the policy benchmarks share: setup, batch sizes, new tokens, rounds."""
     ap.add_argument("--setup", choices=("smollm", "tiny"), default="smollm")
     ap.add_argument("--batches", default="1,4,8,16")
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    workload_args(ap)
     ap.add_argument("--siblings", action="store_true", help="also measure sibling lookup")
     ap.add_argument(
         "--siblings-only",

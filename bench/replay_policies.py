@@ -52,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _machine
-from bench_policies import POLICIES, smollm_setup, tiny_setup
+from bench_policies import POLICIES, smollm_setup, tiny_setup, workload_args
 
 from bass import Generator
 from bass.drafters import NGramDrafter
@@ -344,11 +344,8 @@ def record_and_measure(setup: str, batches, max_new: int, repeats: int):
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--setup", choices=("smollm", "tiny"), default="smollm")
-    ap.add_argument("--batches", default="1,4,8,16")
-    ap.add_argument("--max-new", type=int, default=64)
+    workload_args(ap)  # --repeats: rounds of timed passes
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=5, help="rounds of timed passes")
     ap.add_argument(
         "--policy",
         action="append",

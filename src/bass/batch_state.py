@@ -142,12 +142,11 @@ def as_prompts(prompts) -> list[list[int]]:
     return out
 
 
-def check_prompts(prompts, max_new_tokens: int, models) -> int:
-    """Refuse bad input before any work: prompts that are not token-id lists, empty ones,
-    ids outside the vocabulary, ``max_new_tokens < 1``, prompt + ``max_new_tokens`` past a
-    model's context. Returns the longest prompt + ``max_new_tokens``."""
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-        raise TypeError("prompts must be a list of token-id lists (use generate_text for strings)")
+def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
+    """Refuse bad input before any work (``prompts`` as :func:`as_prompts` returns them):
+    no prompts, empty ones, ids outside the vocabulary, ``max_new_tokens < 1``, prompt +
+    ``max_new_tokens`` past a model's context. Returns the longest prompt +
+    ``max_new_tokens``."""
     if len(prompts) == 0:
         raise ValueError("prompts is empty: pass at least one token-id list")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -157,7 +156,7 @@ def check_prompts(prompts, max_new_tokens: int, models) -> int:
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-        bad = [t for t in p if not (isinstance(t, int) and 0 <= t < vocab)]
+        bad = [t for t in p if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {bad[:5]}")
     need = max(len(p) for p in prompts) + max_new_tokens
