@@ -1,5 +1,4 @@
-"""Draft-length policies replayed on recorded n-gram traces: their decisions compared
-without the machine's noise.
+"""Draft-length policies replayed on recorded n-gram traces, free of the machine's noise.
 
 ``python bench/replay_policies.py``: greedy decoding and n-gram lookup are both
 deterministic, so what a policy's choices would do can be computed rather than timed.
