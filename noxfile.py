@@ -1,8 +1,9 @@
 """nox sessions for bass.
 
-Default: ``tests`` and ``lint``. Opt-in: ``demo`` (the main job on the embedded default
-model), ``bench`` (benchmarks), ``slow`` (minutes-long CPU checks), ``gpu`` (CUDA tests on
-a machine with a GPU and torch already installed).
+Default: ``tests`` (on the newest releases pyproject admits), ``tests_floor`` (the same
+suites on the oldest transformers pyproject admits) and ``lint``. Opt-in: ``demo`` (the
+main job on the embedded default model), ``bench`` (benchmarks), ``slow`` (minutes-long
+CPU checks), ``gpu`` (CUDA tests on a machine with a GPU and torch already installed).
 
 On a machine without CUDA every session installs ``torch==2.13.0`` (the CPU wheel) first,
 so nothing ever pulls an unpinned torch with gigabytes of CUDA packages.
@@ -16,7 +17,7 @@ import shutil
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["tests", "lint"]
+nox.options.sessions = ["tests", "tests_floor", "lint"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
@@ -47,6 +48,15 @@ DEMO_ARGS = [
 ]
 
 
+def _floor(package: str) -> str:
+    """The oldest version of ``package`` that pyproject's dependencies admit (its ``>=``)."""
+    for dep in PYPROJECT["project"]["dependencies"]:
+        name, _, spec = dep.partition(">=")
+        if name.strip() == package:
+            return spec.split(",")[0].strip()
+    raise ValueError(f"pyproject.toml declares no '{package}>=' floor")
+
+
 def _has_cuda() -> bool:
     return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
 
@@ -72,6 +82,21 @@ def tests(session: nox.Session) -> None:
         # slots: show that the batch-invariance tests run every line and branch of it
         session.run(*COVERAGE_RUN)
         session.run("python", "tests/check_coverage.py", "coverage.json")
+
+
+@nox.session
+def tests_floor(session: nox.Session) -> None:
+    """The default suite on the oldest transformers pyproject admits: CI runs both ends of
+    the range bass claims, so the floor in pyproject is always one that passed."""
+    _install(session, groups=("test", "triton"))
+    session.install("--no-deps", CUTLASS)
+    session.install(f"transformers=={_floor('transformers')}")
+    session.run(
+        "python", "-c", "import torch, transformers as t; print(t.__version__, torch.__version__)"
+    )
+    session.run(
+        "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
+    )
 
 
 @nox.session(default=False)

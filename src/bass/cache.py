@@ -35,7 +35,7 @@ class RaggedKVCache:
 
     Buffers are allocated lazily by the first ``update`` of each layer (prefill), from
     the shapes and dtype the model produces, so any decoder whose layers call
-    ``past_key_values.update`` works without knowing its head layout in advance.
+    ``Cache.update`` works without knowing its head layout in advance.
     """
 
     is_compileable = True
@@ -156,10 +156,13 @@ class RaggedKVCache:
 
     # ----------------------------------------------------------------- HF side
 
-    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         """Append this pass's keys/values to layer ``layer_idx``: ``[1, Hkv, N, D]`` in a
         packed pass, ``[B, Hkv, T, D]`` in a padded one. Returns the whole
-        ``[B, Hkv, S, D]`` buffers (attention masks by ``kv_lens``)."""
+        ``[B, Hkv, S, D]`` buffers (attention masks by ``kv_lens``).
+
+        Whatever the layers pass after ``layer_idx`` is ignored (it differs by
+        transformers version: :data:`bass.compat.CACHE_UPDATE_EXTRAS`)."""
         if self.keys[layer_idx] is None:
             _, H, _, D = key_states.shape
             shape = (self.batch_size, H, self.max_len, D)
@@ -179,7 +182,8 @@ class RaggedKVCache:
         # per-row positions and masks by lengths, so the buffer size is the honest answer.
         return self.max_len
 
-    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+    def get_mask_sizes(self, query, layer_idx: int = 0) -> tuple[int, int]:
+        # ``query``: cache_position or query_length by version (bass.compat, shim 3)
         return self.max_len, 0
 
     def get_query_offset(self, layer_idx: int = 0) -> int:

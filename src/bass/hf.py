@@ -20,7 +20,7 @@ import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
-from . import cpu_linear
+from . import compat, cpu_linear
 
 ATTN_NAME = "bass"
 
@@ -143,6 +143,7 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"full causal and would attend past the window: keep the longest prompt plus "
             f"max_new_tokens within {window} tokens"
         )
+    compat.cache_argument(model)  # read the signature here, not inside a compiled pass
     model.set_attn_implementation(ATTN_NAME)
     return model
 
@@ -168,7 +169,7 @@ def forward_logits(
     out = model(
         input_ids=input_ids,
         position_ids=positions,
-        past_key_values=cache,
+        **compat.forward_cache_kwargs(model, cache),
         use_cache=True,
         bass_q_lens=cache.q_lens,
         bass_kv_lens=kv_lens,
@@ -210,7 +211,7 @@ def forward_packed(
     out = model(
         input_ids=input_ids,
         position_ids=positions,
-        past_key_values=cache,
+        **compat.forward_cache_kwargs(model, cache),
         use_cache=True,
         bass_cu_q_lens=cu_q_lens,
         bass_kv_lens=kv_lens,
