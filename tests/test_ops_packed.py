@@ -310,7 +310,7 @@ def test_sdpa_batches_the_rows_it_should():
 
     def plan(name):
         case = EDGE[name]
-        return sdpa._SdpaPlan(offsets(case.q_lens), list(case.kv_lens), case.N)
+        return sdpa.SdpaPlan(offsets(case.q_lens), list(case.kv_lens), case.N)
 
     assert plan("decode_all").batch.uniform and not plan("decode_all").rows
     assert plan("verify_uniform").batch.uniform and plan("verify_uniform").batch.n == 3
@@ -319,7 +319,7 @@ def test_sdpa_batches_the_rows_it_should():
     assert not mixed.batch.uniform and mixed.batch.chosen == {0, 2, 4}
     assert [row[0] for row in mixed.rows] == [1]
     assert plan("worked_example").batch is None
-    spread = sdpa._SdpaPlan([0, 1, 2], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
+    spread = sdpa.SdpaPlan([0, 1, 2], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
     assert spread.batch is None and len(spread.rows) == 2
 
 

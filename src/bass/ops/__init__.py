@@ -84,6 +84,11 @@ class Implementation:
     it can run in this process (e.g. Triton importable, CUTLASS library built).
     ``priority`` orders the candidates of ``impl="auto"`` (higher first); an
     implementation with ``in_auto=False`` is only used when named explicitly.
+    ``host_lengths``: it reads the length tensors on the host (free on a CPU, a device
+    sync per call elsewhere), so the ops' ``auto`` takes it on a CPU only; a planned pass
+    (:mod:`bass.ops.plan`) hands it the lengths it holds on the host instead. ``plan``
+    (packed implementations): ``plan(packed_plan) -> run(q, k, v, scale)``, the per-pass
+    work done once from the plan's host lengths (default: ``op`` with the pass's tensors).
     """
 
     name: str
@@ -93,6 +98,8 @@ class Implementation:
     priority: int = 0
     description: str = ""
     in_auto: bool = True
+    host_lengths: bool = False
+    plan: Callable | None = None
 
 
 _IMPLEMENTATIONS: dict[str, Implementation] = {}

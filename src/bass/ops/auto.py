@@ -14,8 +14,9 @@ as long as the longest; small: a few long rows among short ones) and the head ge
 (query heads, KV heads, head dim: a 135M model's 9/3/64 heads and a 7B model's 32/8/128
 heads do not cross over at the same batch size). The lengths come from, in order:
 
-1. a :func:`length_hint` the caller set (bass's engine knows its rows' lengths on the
-   host and sets one around every forward pass);
+1. a :func:`length_hint` the caller set (for callers that know the lengths on the host
+   while ``kv_lens`` lives on a GPU; bass's own engine plans its packed passes from host
+   lengths instead, :mod:`bass.ops.plan`);
 2. ``kv_lens`` itself when it is an ordinary CPU tensor (reading it costs nothing);
 3. the shapes alone: ``max_kv = S`` (the cache's capacity) and fill 1.
 

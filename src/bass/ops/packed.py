@@ -36,12 +36,19 @@ Implementations (``impl=``), in a registry of :class:`bass.ops.Implementation` o
 
 * ``reference``: pure PyTorch, CPU and CUDA, vectorised over tokens; no host read (a CUDA
   graph can capture it). The oracle, and ``auto``'s CUDA pick.
-* ``sdpa``: CPU, ``scaled_dot_product_attention`` on each row's own slices or on rows
-  batched over views of the cache, lengths read on the host (free on CPU); ``auto``'s
-  CPU pick (:func:`bass.ops.sdpa.sdpa_attention_packed`).
+* ``sdpa``: ``scaled_dot_product_attention`` on each row's own slices or on rows batched
+  over views of the cache (:func:`bass.ops.sdpa.sdpa_attention_packed`). Called as the op
+  it reads the lengths on the host: ``auto``'s pick on a CPU, where that is free. The
+  engine's eager passes plan it once per pass from host lengths (:mod:`bass.ops.plan`),
+  which lets it serve CUDA too (torch's flash / memory-efficient SDPA kernels), with no
+  device sync per layer; that path has run on CPU only so far.
 * ``fused``: Triton, CUDA (:mod:`bass.ops.triton_fused`). Checked in Triton's interpreter
   only, never yet on a GPU, so ``auto`` does not pick it (as the padded op's ``fused``):
   it enters ``auto`` after it passed its tests on a GPU.
+* ``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT (CUTLASS, CUDA,
+  :mod:`bass.ops.cutlass`) in packed form (:func:`padded_as_packed`): the queries gathered
+  into ``[B, Hq, T, D]``, the padded kernel, the result scattered back token-major.
+  Compiled by nvcc in CI, never yet run on a GPU: named explicitly only.
 
 Dispatch cost. These ops run twice per layer per pass, so they are registered at the
 lowest level, ``torch.library.Library`` kernels per device key plus shape-only fakes
@@ -77,13 +84,14 @@ from .checks import (
     check_packed_attention_metadata,
     check_scale,
 )
-from .sdpa import _empty_out, _remember, sdpa_attention_packed
+from .sdpa import SdpaPlan, _empty_out, _remember, sdpa_attention_packed
 
 __all__ = [
     "GATHER_BUDGET",
     "cpu_append_packed",
     "kv_append_packed",
     "packed_implementations",
+    "padded_as_packed",
     "ragged_attention_packed",
     "reference_append_packed",
     "reference_attention_packed",
@@ -134,12 +142,22 @@ def packed_implementations(device: str | torch.device | None = None) -> list[str
     return _available_names(_PACKED, device)
 
 
-def resolve_packed_implementation(impl: str, device: torch.device) -> Implementation:
+def resolve_packed_implementation(
+    impl: str, device: torch.device, planned: bool = False
+) -> Implementation:
     """The implementation ``impl`` names on ``device``; ``"auto"``: the available one of
     highest priority registered with ``in_auto`` (a static order: ``sdpa`` on CPU, the
-    reference on CUDA until a kernel is cleared for ``auto`` there)."""
+    reference on CUDA until a kernel is cleared for ``auto`` there), leaving out, off the
+    CPU, those that read lengths on the host unless the pass is ``planned`` (its lengths
+    are on the host already: :mod:`bass.ops.plan`)."""
     if impl == "auto":
-        ok = [i for i in _PACKED.values() if device.type in i.devices and i.available()]
+        ok = [
+            i
+            for i in _PACKED.values()
+            if device.type in i.devices
+            and i.available()
+            and (planned or device.type == "cpu" or not i.host_lengths)
+        ]
         return _highest_priority(ok, OP, device)
     return _named_implementation(_PACKED, OP, impl, device)
 
@@ -343,15 +361,99 @@ register_packed_implementation(
         description="pure PyTorch, each token's cache row gathered, no host read",
     )
 )
+
+
+def _sdpa_plan(plan) -> Callable:
+    """The per-pass SDPA work from a :class:`bass.ops.plan.PackedPlan`'s host lengths
+    (NaN checks of batched calls on a CPU only: elsewhere they would sync)."""
+    dev = plan.device
+    return SdpaPlan(plan.cu, plan.kv_lens, plan.num_tokens, dev, dev.type == "cpu").run
+
+
 register_packed_implementation(
     Implementation(
         "sdpa",
         sdpa_attention_packed,
-        ("cpu",),
+        ("cpu", "cuda"),
         priority=1,
-        description="F.scaled_dot_product_attention per row on its own slices (CPU)",
+        host_lengths=True,
+        plan=_sdpa_plan,
+        description="F.scaled_dot_product_attention per row on its own slices (lengths on "
+        "the host: CPU, or any device through a planned pass)",
     )
 )
+
+
+# --------------------------------------------------------------------------- PAD / SPLIT
+
+
+def padded_as_packed(padded_op: Callable, max_q_len: int | None = None) -> Callable:
+    """A packed implementation ``(q, k, v, cu_q_lens, kv_lens, scale) -> out`` from a
+    padded one ``(q [B, Hq, T, D], k, v, q_lens, kv_lens, scale) -> [B, Hq, T, D]``.
+
+    Row ``b``'s tokens ``cu_q_lens[b] + i`` (``i < T``) are gathered into ``[B, Hq, T,
+    D]`` (slots past ``q_len_b`` repeat a token and are padding to the padded op), the
+    padded op runs, and each real slot's output is scattered back to its token
+    (padding slots to a dummy token that is dropped). No host read: ``T`` is
+    ``max_q_len`` when the caller knows it (a planned pass), else ``N`` (shapes only).
+
+    Worked example: ``cu_q_lens = [0, 3, 3, 5]``, ``T = 3``: row 0 gathers tokens 0-2,
+    row 1 nothing (3 padding slots), row 2 tokens 3, 4 and a padding slot.
+    """
+
+    def run(q, k, v, cu_q_lens, kv_lens, scale: float) -> torch.Tensor:
+        _, Hq, N, D = q.shape
+        B = k.shape[0]
+        T = N if max_q_len is None else max(1, min(max_q_len, N))
+        out = q.new_zeros(1, N + 1, Hq, D)  # token N: where padding slots land
+        if N == 0 or B == 0:
+            return out[:, :N].transpose(1, 2)
+        cu = cu_q_lens.to(torch.long)
+        q_lens = cu[1:] - cu[:-1]  # [B]
+        t = torch.arange(T, device=q.device)
+        live = t[None] < q_lens[:, None]  # [B, T]
+        src = (cu[:-1, None] + t).clamp(max=N - 1)  # [B, T]
+        qp = q[0].index_select(1, src.flatten()).unflatten(1, (B, T)).transpose(0, 1)
+        op = padded_op(qp, k, v, q_lens.to(torch.int32), kv_lens, scale)  # [B, Hq, T, D]
+        dst = torch.where(live, src, N).flatten()
+        vals = op.transpose(1, 2).reshape(B * T, Hq, D).to(q.dtype)
+        out[0].index_put_((dst,), vals)  # real slots: distinct tokens; padding: token N
+        return out[:, :N].transpose(1, 2)
+
+    return run
+
+
+def _plan_padded(padded_op: Callable) -> Callable:
+    def plan(p) -> Callable:
+        run = padded_as_packed(padded_op, p.max_q_len)
+        return lambda q, k, v, scale: run(q, k, v, p.cu_q_lens, p.kv_lens_t, scale)
+
+    return plan
+
+
+def _register_padded_forms() -> None:
+    """The packed forms of the padded op's CUTLASS implementations (``pad``, ``split``)."""
+    from . import _IMPLEMENTATIONS
+
+    for name in ("pad", "split"):
+        padded = _IMPLEMENTATIONS.get(name)
+        if padded is None:
+            continue
+        register_packed_implementation(
+            Implementation(
+                name,
+                padded_as_packed(padded.op),
+                padded.devices,
+                available=padded.available,
+                priority=padded.priority,
+                in_auto=False,  # not before its tests pass on a GPU
+                plan=_plan_padded(padded.op),
+                description=padded.description + " (packed form: queries gathered per row)",
+            )
+        )
+
+
+_register_padded_forms()
 
 
 # --------------------------------------------------------------------------- public

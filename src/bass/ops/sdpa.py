@@ -98,7 +98,7 @@ def _remember(cache: dict, key: tuple, value):
     return value
 
 
-_PLANS: dict[tuple, object] = {}  # lengths -> sdpa_attention_packed's plan
+_PLANS: dict[tuple, SdpaPlan] = {}  # lengths -> sdpa_attention_packed's plan
 
 
 # Rows share ONE SDPA call over the cache padded to the longest of them (a length mask
@@ -112,16 +112,26 @@ BATCH_MIN_ROWS = 2
 BATCH_MIN_FILL = 0.8
 
 
-class _SdpaPlan:
+class SdpaPlan:
     """What ``sdpa_attention_packed`` does for one set of lengths, built once and shared
-    by every layer of a pass (FlashInfer's plan/run split, with the lengths as the key).
+    by every layer of a pass (FlashInfer's plan/run split): from the host lengths the
+    engine already holds (:class:`bass.ops.plan.PackedPlan`), or from the length tensors
+    read once per distinct set of lengths (the op called directly, CPU).
 
     ``sizes``: q.split sizes (each row's tokens, then the padding tail); ``batch``: the
     rows run in one padded call (:class:`_Batch`), ``None`` if none; ``rows``: the others,
-    one call each, ``(b, kv_len, mask, is_causal)``; ``real``: ``cu_q_lens[B]``.
+    one call each, ``(b, kv_len, mask, is_causal)``; ``real``: ``cu_q_lens[B]``. Masks
+    and indices live on ``device``. ``check_finite``: whether a batched call checks its
+    result for NaN leaking from past a row's length (a host read: free on a CPU, a device
+    sync elsewhere, where bass's zero-initialised caches hold nothing non-finite past a
+    length unless a model produced it, which the engine reports as an error).
     """
 
-    def __init__(self, cu: list[int], kv: list[int], N: int):
+    def __init__(
+        self, cu: list[int], kv: list[int], N: int, device=None, check_finite: bool = True
+    ):
+        device = torch.device("cpu") if device is None else torch.device(device)
+        self.check_finite = check_finite
         B = len(kv)
         q_lens = [cu[b + 1] - cu[b] for b in range(B)]
         self.sizes = [*q_lens, N - cu[B]]
@@ -136,21 +146,42 @@ class _SdpaPlan:
         if chosen:
             top = max(kv[b] for b in chosen)
             if sum(kv[b] for b in chosen) >= BATCH_MIN_FILL * top * len(chosen):
-                self.batch = _Batch(chosen, cu, kv, top)
+                self.batch = _Batch(chosen, cu, kv, top, device)
         self.rows = []
         for b in range(B):
             n, L = q_lens[b], kv[b]
             if n == 0 or (self.batch is not None and b in self.batch.chosen):
                 continue
-            self.rows.append((b, L, _causal_mask(n, L), n > 1 and n == L))
+            self.rows.append((b, L, _causal_mask(n, L, device), n > 1 and n == L))
+
+    def run(self, q, k, v, scale: float) -> torch.Tensor:
+        """The attention of one layer: q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``;
+        returns ``[1, Hq, N, D]`` token-major."""
+        N = q.shape[2]
+        gqa = q.shape[1] != k.shape[1]
+        out = _empty_out(q, zero=False)
+        if self.real < N:
+            out.narrow(2, self.real, N - self.real).zero_()  # padding tokens: 0
+        rows = self.rows
+        if self.batch is not None and not _run_batch(
+            self.batch, q, k, v, out, scale, gqa, self.check_finite
+        ):
+            rows = rows + self.batch.fallback
+        if rows:
+            qs, outs = q.split(self.sizes, 2), out.split(self.sizes, 2)
+            for b, L, mask, causal in rows:
+                kb, vb = k.narrow(0, b, 1).narrow(2, 0, L), v.narrow(0, b, 1).narrow(2, 0, L)
+                outs[b].copy_(_sdpa(qs[b], kb, vb, mask, causal, scale, gqa))
+        return out
 
 
-def _causal_mask(n: int, L: int) -> torch.Tensor | None:
+def _causal_mask(n: int, L: int, device=None) -> torch.Tensor | None:
     """``[n, L]``: query ``i`` sits at position ``L - n + i`` (bottom-right causal); None
     where no mask is needed (one query) or ``is_causal`` does it (``n == L``)."""
     if n == 1 or n == L:
         return None
-    return torch.arange(L)[None] <= torch.arange(n)[:, None] + (L - n)
+    keys, queries = torch.arange(L, device=device), torch.arange(n, device=device)
+    return keys[None] <= queries[:, None] + (L - n)
 
 
 class _Batch:
@@ -162,19 +193,25 @@ class _Batch:
     their tokens are gathered, the other rows attend to key 0 and are dropped.
     """
 
-    def __init__(self, chosen: list[int], cu: list[int], kv: list[int], top: int):
+    def __init__(self, chosen: list[int], cu: list[int], kv: list[int], top: int, device):
         B = len(kv)
         self.chosen, self.top = set(chosen), top
         self.uniform = len(chosen) == B
         self.n = n = cu[1] - cu[0] if self.uniform else 1
-        self.fallback = [(b, kv[b], _causal_mask(n, kv[b]), 1 < n == kv[b]) for b in chosen]
+        self.fallback = [(b, kv[b], _causal_mask(n, kv[b], device), 1 < n == kv[b]) for b in chosen]
         lens = [kv[b] if b in self.chosen else 1 for b in range(B)]
         i = torch.arange(n)[:, None]  # query i of a row of length L sits at L - n + i
         pos = torch.tensor(lens)[:, None, None] - n + i  # [B, n, 1]
-        self.mask = (torch.arange(top) <= pos)[:, None]  # [B, 1, n, top]
-        self.query = torch.tensor([cu[b] if b in self.chosen else 0 for b in range(B)])
-        self.picked = torch.tensor(chosen)
-        self.tokens = torch.tensor([cu[b] for b in chosen])
+        query = [cu[b] if b in self.chosen else 0 for b in range(B)]
+        # the small index tensors, built on the host, reach the device in one copy
+        flat = torch.cat(
+            [(torch.arange(top) <= pos).flatten().long(), torch.tensor([*query, *chosen])]
+        ).to(device, non_blocking=True)
+        m = B * n * top
+        self.mask = flat[:m].view(B, 1, n, top).bool()  # [B, 1, n, top]
+        self.query = flat[m : m + B]
+        self.picked = flat[m + B :]
+        self.tokens = self.query.index_select(0, self.picked)
 
 
 def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
@@ -188,58 +225,50 @@ def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
     )
 
 
-def _run_batch(plan: _Batch, q, k, v, out, scale, gqa) -> bool:
+def _run_batch(plan: _Batch, q, k, v, out, scale, gqa, check_finite: bool = True) -> bool:
     """Run the batched rows into ``out``; False (nothing written) when the result is not
     finite: NaN/Inf stored past a row's length reached it through a zero weight
-    (0 * NaN is NaN), and the caller redoes those rows one call each."""
+    (0 * NaN is NaN), and the caller redoes those rows one call each (``check_finite``
+    off: not checked, see :class:`SdpaPlan`)."""
     ks, vs = k.narrow(2, 0, plan.top), v.narrow(2, 0, plan.top)
     if plan.uniform:
         B, n = k.shape[0], plan.n
         qs = q[0].narrow(1, 0, B * n).unflatten(1, (B, n)).transpose(0, 1)  # [B, Hq, n, D]
         ob = _sdpa(qs, ks, vs, plan.mask, False, scale, gqa)  # [B, Hq, n, D]
-        if not bool(ob.sum().isfinite()):  # one pass: NaN/Inf anywhere survive a sum
+        if check_finite and not bool(ob.sum().isfinite()):  # NaN/Inf survive a sum
             return False
         out[0].narrow(1, 0, B * n).unflatten(1, (B, n)).transpose(0, 1).copy_(ob)
         return True
     qs = q[0].index_select(1, plan.query).transpose(0, 1)[:, :, None]  # [B, Hq, 1, D]
     ob = _sdpa(qs, ks, vs, plan.mask, False, scale, gqa)[:, :, 0]  # [B, Hq, D]
     picked = ob.index_select(0, plan.picked)  # [n, Hq, D]: the decode rows only
-    if not bool(picked.sum().isfinite()):
+    if check_finite and not bool(picked.sum().isfinite()):
         return False
     out[0].transpose(0, 1).index_copy_(0, plan.tokens, picked.to(out.dtype))
     return True
 
 
 def sdpa_attention_packed(q, k, v, cu_q_lens, kv_lens, scale: float) -> torch.Tensor:
-    """CPU: ``scaled_dot_product_attention`` on each row's own slices, so nothing past a
-    row's ``kv_len`` is read; the lengths are read on the host (free on CPU). Rows of
-    several queries use ``is_causal`` when they attend only to their own new tokens, else
-    a bottom-right causal mask; decode rows (one query) need no mask. Rows of similar
-    lengths that all bring the same number of tokens, or decode rows that are most of
-    the batch, share one call over the cache padded to the longest of them (see
-    :data:`BATCH_MIN_FILL`; NaN stored past a length sends them back to one call each).
-    The index work is planned once per set of lengths. fp16/bf16 compute in float32 and
-    round once, as the reference.
+    """``scaled_dot_product_attention`` on each row's own slices, so nothing past a
+    row's ``kv_len`` is read. Rows of several queries use ``is_causal`` when they attend
+    only to their own new tokens, else a bottom-right causal mask; decode rows (one
+    query) need no mask. Rows of similar lengths that all bring the same number of
+    tokens, or decode rows that are most of the batch, share one call over the cache
+    padded to the longest of them (see :data:`BATCH_MIN_FILL`; NaN stored past a length
+    sends them back to one call each). fp16/bf16 compute in float32 and round once, as
+    the reference.
+
+    Called as the op, it reads the lengths on the host (free on a CPU; a device sync on a
+    GPU) and plans once per distinct set of lengths; the engine's passes plan once per
+    pass from the lengths they hold on the host instead (:class:`SdpaPlan`), on any device.
 
     Shapes: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]``; cu_q_lens int32 ``[B+1]``;
     kv_lens int32 ``[B]``; returns ``[1, Hq, N, D]`` token-major.
     """
     cu, kv = cu_q_lens.tolist(), kv_lens.tolist()
     N = q.shape[2]
-    key = (N, *cu, -1, *kv)
+    key = (N, q.device, *cu, -1, *kv)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _remember(_PLANS, key, _SdpaPlan(cu, kv, N))
-    gqa = q.shape[1] != k.shape[1]
-    out = _empty_out(q, zero=False)
-    if plan.real < N:
-        out.narrow(2, plan.real, N - plan.real).zero_()  # padding tokens: 0
-    rows = plan.rows
-    if plan.batch is not None and not _run_batch(plan.batch, q, k, v, out, scale, gqa):
-        rows = rows + plan.batch.fallback
-    if rows:
-        qs, outs = q.split(plan.sizes, 2), out.split(plan.sizes, 2)
-        for b, L, mask, causal in rows:
-            kb, vb = k.narrow(0, b, 1).narrow(2, 0, L), v.narrow(0, b, 1).narrow(2, 0, L)
-            outs[b].copy_(_sdpa(qs[b], kb, vb, mask, causal, scale, gqa))
-    return out
+        plan = _remember(_PLANS, key, SdpaPlan(cu, kv, N, q.device))
+    return plan.run(q, k, v, scale)
