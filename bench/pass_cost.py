@@ -48,8 +48,13 @@ TABLE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 128)  # calibrated row counts shown
 
 def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
     from bass import cpu_linear, hf
+    from bass.backends import CPUBackend
     from bass.cache import RaggedKVCache
     from bass.packing import pack
+
+    backend = CPUBackend(mode="auto")
+    backend.chosen = "auto"  # frame every pass as the engine's CPU backend does
+    passes = hf.Passes(forward=backend.wrap(hf.forward_packed))
 
     B = len(prompts)
     max_len = max(map(len, prompts)) + 16
@@ -75,10 +80,10 @@ def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
                         torch.device("cpu"),
                         ids=[5] * n,
                         logits_at=list(range(n)),
-                        logits_multiple=None if lay == "torch" else 1,
+                        logits_multiple=4 if lay == "torch" else 1,  # as CPUBackend's
                     )
                     t0 = time.perf_counter()
-                    hf.run_packed(hf.forward_packed, main, cache, batch)
+                    passes.run(main, cache, batch)
                     times[(name, lay)].append(time.perf_counter() - t0)
     cpu_linear.uninstall(main)
     med = {k: statistics.median(t) for k, t in times.items()}

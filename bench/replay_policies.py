@@ -75,7 +75,7 @@ def record(main, prompts, max_new: int) -> list[dict]:
     for prompt, out in zip(prompts, res.sequences, strict=True):
         seq = [*prompt, out[0]]
         lookup = NGramDrafter(siblings=False)
-        lookup.start([prompt], [seq])
+        lookup.attach([prompt], [seq])
         steps = []
         for t in range(1, len(out)):
             found, n = lookup.lookup(0, MAX_LOOKUP)
@@ -116,7 +116,6 @@ def measure_costs(main, prompts, B: int, max_new: int, repeats: int) -> dict:
 
     from bass import hf
     from bass.cache import RaggedKVCache
-    from bass.packing import pack
 
     batch = (prompts * B)[:B]
     gen = Generator(main, "ngram", policy="constant", policy_options={"k": 4})
@@ -133,14 +132,13 @@ def measure_costs(main, prompts, B: int, max_new: int, repeats: int) -> dict:
     previous = main.config._attn_implementation
     hf.prepare(main, max_len)
     with torch.inference_mode():
-        hf.prefill(main, cache, batch)
+        gen.passes.prefill(main, cache, batch)
         for _ in range(repeats):
             for q in pass_shapes(B):
                 n = sum(q)
-                at, multiple = list(range(n)), gen.logits_multiple
-                packed = pack(q, lens, cpu, ids=[5] * n, logits_at=at, logits_multiple=multiple)
+                packed = gen.passes.pack(main, q, lens, cpu, ids=[5] * n, logits_at=range(n))
                 t0 = time.perf_counter()
-                hf.run_packed(hf.forward_packed, main, cache, packed)
+                gen.passes.run(main, cache, packed)  # as the engine runs it
                 times.setdefault((n, max(q) > 1), []).append(time.perf_counter() - t0)
     main.set_attn_implementation(previous)
     table = {"plain": {}, "drafting": {}, "host": host, "lookup": lookup}
@@ -214,7 +212,7 @@ def replay(policy, traces, cost: Cost, noise: float, seed: int) -> dict:
                     draft_seconds=cost.lookup,
                     verify_seconds=seconds,
                     rows=rows,
-                    verify_tokens=n,
+                    verify_pass_tokens=n,
                 )
             )
         for r, x in zip(rows, accepted, strict=True):

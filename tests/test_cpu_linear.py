@@ -343,20 +343,48 @@ def test_generator_calibrates_once_per_model_and_modes_route_as_named(monkeypatc
     main = tiny_lm(dtype=torch.float32)
     gen = Generator(main, "ngram")
     plan = routing(main)
-    assert plan is not None and gen.linear_plans == [plan]
+    assert plan is not None and gen.backend.chosen == "auto" and gen.backend.routed
     Generator(main, None)
     assert routing(main) is plan  # kept on the model: not measured again
-    unpacked = Generator(main, None, cpu_linear="unpacked").linear_plans[0]
-    assert unpacked == plan.without_packed() and routing(main) == unpacked
+    Generator(main, None, cpu_linear="unpacked")
+    unpacked = routing(main)
+    assert unpacked == plan.without_packed()
     assert cpu_linear.packed_bytes(main) == 0
-    assert Generator(main, None).linear_plans == [plan]  # the same measurement, packed again
+    Generator(main, None)
+    assert routing(main) == plan  # the same measurement, packed again
     install(main, _plan(main, range(1, 64)))  # by hand: every row count routed
     spy = _Spy(monkeypatch)
     Generator(main, None, cpu_linear="torch").generate([[1, 2, 3]], max_new_tokens=3)
     assert not spy.calls and routing(main) is not None  # not routed; the model keeps its plan
     Generator(main, None).generate([[1, 2, 3]], max_new_tokens=3)
     assert spy.calls  # the plan installed by hand is kept
-    assert Generator(main, None, compile=True).linear_plans == [routing(main)]
+    kept = routing(main)
+    assert Generator(main, None, compile=True).backend.routed and routing(main) is kept
+
+
+def test_packed_copies_only_within_the_memory_budget(monkeypatch):
+    """A model whose packed copies would not fit the budget of free memory gets the
+    copy-free layouts (a 7B float32 model, 28 GB, on a machine with 32 GB free would
+    double its memory): here a small model and a faked free memory."""
+    from bass import backends
+
+    main = tiny_lm(dtype=torch.float32, seed=2)
+    need = cpu_linear.linear_bytes(main)
+    assert need > 0
+    monkeypatch.setattr(backends, "available_memory", lambda: int(need * 1.5))  # < 2x
+    gen = Generator(main, None)  # the default share, 0.5 of the free memory
+    report = gen.backend.describe()
+    assert report["cpu_linear"] == "unpacked" and report["requested"] == "auto"
+    assert "budget" in report["reason"] and cpu_linear.packed_bytes(main) == 0
+    assert all(k != "packed" for rows in routing(main).rows.values() for k in rows.values())
+    res = gen.generate([[1, 2, 3]], max_new_tokens=3)
+    assert res.stats.backend["cpu_linear"] == "unpacked"
+    monkeypatch.setattr(backends, "available_memory", lambda: None)  # unknown: no copies
+    assert Generator(main, None).backend.chosen == "unpacked"
+    monkeypatch.setattr(backends, "available_memory", lambda: need * 4)  # fits
+    assert Generator(main, None).backend.describe()["cpu_linear"] == "auto"
+    with pytest.raises(ValueError, match="memory_share"):
+        backends.CPUBackend(memory_share=1.5)
 
 
 def test_bad_cpu_linear_values_are_refused(tmp_path):

@@ -31,11 +31,19 @@ def drafts_for(main):
 
 
 def check_invariant(gen, state):
-    """DESIGN.md's bookkeeping invariant, after every step, for every active row."""
-    assert gen.cache.batch_size == len(state.seqs) == len(state.main_len)
+    """The engine's bookkeeping invariant (bass.engine), after every step, for every
+    active row: the main cache holds all its tokens but the newest. The step's verify
+    pass started from the cache's lengths ``gen.cache.lens`` and the row kept ``a + 1`` of
+    the tokens it fed, so ``lens + a + 1`` must be ``len(seq) - 1``."""
+    assert gen.cache.batch_size == len(state.seqs)
+    lens = gen.cache.lens.tolist()
+    step = gen.stats.steps[-1] if gen.stats.steps else None
     for s in state.active():
-        assert state.main_len[s] == len(state.seqs[s]) - 1
         assert state.seqs[s] is state.by_prompt[state.rows[s]]
+        assert state.cache_lens()[s] == len(state.seqs[s]) - 1
+        if step is not None and state.rows[s] in step.rows:
+            a = step.accepted[step.rows.index(state.rows[s])]
+            assert lens[s] + a + 1 == len(state.seqs[s]) - 1
     drafter = gen.drafter
     if drafter is not None and hasattr(drafter, "d_len"):
         assert drafter.cache.batch_size == len(drafter.d_len) == gen.cache.batch_size
@@ -318,7 +326,8 @@ def test_compiled_models_of_one_class_keep_their_own_graphs():
         assert res.stats.mean_accepted > 0.5
         with torch.no_grad():  # the second round: other weights, the same graphs
             main.model.layers[1].mlp.down_proj.weight.mul_(4.0)
-    assert gen.forward.per_model == (len(gen.forward._regions) == 2)
+    compiled = gen.passes.forward.__wrapped__  # inside the CPU backend's framing
+    assert compiled.per_model == (len(compiled._regions) == 2)
     assert counter.frame_count <= 16
 
 
@@ -371,10 +380,12 @@ def test_errors_before_any_work(llama):
         Generator(llama, llama, policy="bas")
     with pytest.raises(ValueError, match="vocabularies differ"):
         Generator(llama, tiny_lm("llama", vocab=80))
-    with pytest.raises(ValueError, match="'ngram'"):
+    with pytest.raises(ValueError, match="unknown drafter 'gram'; installed: ngram"):
         Generator(llama, "gram")
-    with pytest.raises(ValueError, match=r"unknown attention implementation 'pad'.*auto, ref"):
-        Generator(llama, attention="pad")  # a padded-op kernel: the passes are packed
+    with pytest.raises(ValueError, match=r"unknown attention implementation 'sdpa_padded'"):
+        Generator(llama, attention="sdpa_padded")  # a padded-op kernel: passes are packed
+    with pytest.raises(ValueError, match=r"implementation 'pad' runs on cuda, not cpu"):
+        Generator(llama, attention="pad")  # BASS-PAD's packed form: CUDA only
 
 
 def test_unroutable_model_is_named():
@@ -565,3 +576,37 @@ def test_static_shapes_keep_buffers_and_bucket_every_pass(llama):
     assert set(verify) | set(passes) <= set(TOKEN_BUCKETS)
     assert len(set(verify)) > 1 and sum(s.padding_tokens for s in res.stats.steps) > 0
     assert res.stats.padding_share > 0 == eager.stats.padding_share
+
+
+def test_explicit_arguments_win_over_the_config_file_even_when_false(llama, tmp_path):
+    """``Generator(compile=False, config=f)`` must not compile when the file says
+    ``compile = true`` (an explicit falsy argument is still explicit)."""
+    cfg = tmp_path / "bass.toml"
+    cfg.write_text('[model]\ncompile = true\ncpu_linear = "unpacked"\nattention = "reference"\n')
+    assert not Generator(llama, None, config=cfg, compile=False).passes.compiled
+    assert Generator(llama, None, config=cfg).passes.compiled  # the file, when not given
+    gen = Generator(llama, None, config=cfg, compile=False, cpu_linear="torch", attention="sdpa")
+    assert gen.backend.describe()["cpu_linear"] == "torch" and gen.attention == "sdpa"
+    gen = Generator(llama, None, config=cfg, compile=False)
+    assert gen.backend.describe()["cpu_linear"] == "unpacked" and gen.attention == "reference"
+
+
+def test_the_core_modules_know_nothing_of_the_cpu_linear_machinery():
+    """The engine loop, the drafters, the HF integration, packing, the cache and sampling
+    are device-neutral: the CPU's linear layouts live behind bass.backends only."""
+    import ast
+    from pathlib import Path
+
+    import bass
+
+    root = Path(bass.__file__).parent
+    for name in ("engine", "hf", "drafters", "packing", "cache", "sampling", "verify"):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not any("cpu_linear" in n for n in names), f"{name}.py imports {names}"

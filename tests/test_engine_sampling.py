@@ -19,6 +19,7 @@ import torch
 from models import tiny_lm
 
 import bass.engine
+import bass.verify
 from bass import Generator, testing
 from bass.sampling import SamplingParams
 
@@ -101,7 +102,7 @@ def test_the_check_has_power(pair, monkeypatch):
     """Accepting every draft token (a wrong rule) samples the draft's distribution; the
     same check must reject it."""
     main, draft = pair
-    real = bass.engine.speculative_accept
+    real = bass.verify.speculative_accept
 
     def accept_all(drafts, draft_probs, target_probs, counts, gen):
         acc = real(drafts, draft_probs, target_probs, counts, gen)
@@ -110,7 +111,7 @@ def test_the_check_has_power(pair, monkeypatch):
         acc.next_tokens = torch.multinomial(last, 1, generator=gen).squeeze(-1)
         return acc
 
-    monkeypatch.setattr(bass.engine, "speculative_accept", accept_all)
+    monkeypatch.setattr(bass.verify, "speculative_accept", accept_all)
     params = SamplingParams(True, 1.0)
     samples, _ = draw(main, draft, params, seed=1234)
     assert goodness_of_fit(samples, exact_distribution(main, params)) < ALPHA

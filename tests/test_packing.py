@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from bass.packing import LOGITS_MULTIPLE_CPU, bucket_tokens, pack
+from bass.backends import CPUBackend, GenericBackend
+from bass.packing import Extra, bucket_tokens, pack
 
 CPU = torch.device("cpu")
 
@@ -19,16 +20,19 @@ def test_worked_example():
 
 
 @pytest.mark.parametrize("kept, computed", [(1, 1), (2, 4), (3, 4), (4, 4), (5, 8), (11, 12)])
-def test_cpu_logits_rows_padded_to_a_multiple_of_four(kept, computed):
-    """On CPU the lm head computes a multiple of LOGITS_MULTIPLE_CPU rows (MKL is slower
-    for 2 or 3 rows than for 4); the first ``kept`` are the ones asked for, the rest
-    repeat the first."""
-    assert LOGITS_MULTIPLE_CPU == 4
+def test_logits_rows_padded_to_the_backends_multiple(kept, computed):
+    """The CPU backend asks an lm head in torch's layout for a multiple of 4 rows (MKL is
+    slower for 2 or 3 rows than for 4); the first ``kept`` are the ones asked for, the
+    rest repeat the first. Packing itself pads nothing unless asked."""
+    model = torch.nn.Linear(2, 2)  # nothing routed: torch's layout
+    m = CPUBackend(mode="torch").logits_multiple(model)
+    assert m == 4 and GenericBackend().logits_multiple(model) == 1
     at = list(range(kept))
-    b = pack([kept], [0], CPU, ids=list(range(kept)), logits_at=at)
+    b = pack([kept], [0], CPU, ids=list(range(kept)), logits_at=at, logits_multiple=m)
     assert b.logits_index.tolist() == at + [0] * (computed - kept)
+    assert pack([kept], [0], CPU, ids=list(range(kept)), logits_at=at).logits_index.tolist() == at
     # logits of every token (a verify pass): the same, from an explicit index
-    b = pack([kept], [0], CPU, ids=list(range(kept)))
+    b = pack([kept], [0], CPU, ids=list(range(kept)), logits_multiple=m)
     if kept == 1:
         assert b.logits_index is None
     else:
@@ -40,3 +44,12 @@ def test_static_shapes_keep_their_logits_slots_and_buckets():
         [2, 1], [5, 5], CPU, ids=[1, 2, 3], logits_at=[1, 2], logits_slots=2, bucket=(1, 2, 4, 8)
     )
     assert b.logits_index.tolist() == [1, 2] and b.tokens == bucket_tokens(3) == 4
+
+
+def test_extra_values_come_back_as_named_views_of_the_one_copy():
+    extra = {"index": Extra([0, 1, 2, 3, 3, 3], (2, 3)), "drafted": Extra([2, 0], (2,))}
+    for separate in (False, True):
+        b = pack([3, 1], [4, 0], CPU, ids=[1, 2, 3, 4], extra=extra, separate=separate)
+        assert b.extra["index"].tolist() == [[0, 1, 2], [3, 3, 3]]
+        assert b.extra["drafted"].tolist() == [2, 0]
+        assert b.host_kv_lens == [7, 1]

@@ -116,9 +116,8 @@ def test_adaptive_draft_confidence_stops_rows_and_stays_exact(llama):
     model's confidence; greedy output is still the main model's own."""
     draft = tiny_lm("llama", seed=7, hidden=16, heads=2, kv_heads=1, layers=1)  # unrelated
     gen = Generator(llama, draft, policy="adaptive", policy_options={"draft_confidence": 1})
-    policy = gen.new_policy()
-    assert hasattr(policy, "keep_drafting")
-    assert not hasattr(Generator(llama, draft).new_policy(), "keep_drafting")  # off by default
+    assert gen.new_policy().stops_early()
+    assert not Generator(llama, draft).new_policy().stops_early()  # off by default
     res = gen.generate(PROMPTS * 2, max_new_tokens=20)
     for p, seq in zip(PROMPTS * 2, res.sequences):
         assert seq == reference_greedy(llama, p, 20)

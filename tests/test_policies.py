@@ -20,15 +20,18 @@ from hypothesis import strategies as st
 
 import bass.policies
 from bass.policies import (
+    DraftContext,
     DraftLengthPolicy,
     PolicyLoadError,
     StepStats,
     available,
+    bind,
     describe,
     load,
     parse_options,
     registry,
 )
+from bass.policies.base import capabilities
 from bass.policies.builtin import (
     BUILTIN_ENTRY_POINTS,
     BassPolicy,
@@ -197,7 +200,7 @@ def test_constant_policy_including_zero():
     p = ConstantPolicy(k=0)  # regular decoding
     p.update(_step(0, [0, 0]))
     assert p.draft_length() == 0
-    assert not hasattr(p, "keep_drafting")
+    assert not p.stops_early() and bind(p).keep_drafting is None
 
 
 def test_hf_heuristic_hand_trace():
@@ -241,10 +244,38 @@ def test_confidence_keep_drafting():
         p.keep_drafting(probs[0], 0)
 
 
-def test_only_confidence_has_keep_drafting():
-    assert hasattr(ConfidencePolicy(), "keep_drafting")
+def test_only_confidence_stops_rows_early():
+    """The hooks are declared on the base class and resolved once (bind): only a policy
+    that stops rows early gets keep_drafting called (a host read per draft pass)."""
+    assert ConfidencePolicy().stops_early() and bind(ConfidencePolicy()).keep_drafting
     for cls in (ConstantPolicy, BassPolicy, HFHeuristicPolicy, GoodputPolicy):
-        assert not hasattr(cls(), "keep_drafting")
+        assert not cls().stops_early() and bind(cls()).keep_drafting is None
+    assert capabilities(ConfidencePolicy) == ["one length", "per-row early stop"]
+    assert capabilities(ConstantPolicy) == ["one length"]
+
+
+def test_bind_takes_protocol_policies_without_the_base_class():
+    """A policy object that does not subclass Policy: its hooks are found once, and an
+    older two-argument keep_drafting is called with the rows left out."""
+    seen = []
+
+    class Mine:
+        def draft_length(self):
+            return 2
+
+        def update(self, stats):
+            seen.append(stats.step)
+
+        def keep_drafting(self, probs, index):
+            return probs.amax(-1) > 0.5
+
+    hooks = bind(Mine())
+    ctx = DraftContext(rows=[0, 1], max_draft=[5, 1])
+    assert hooks.draft_lengths(ctx) == [2, 1]  # capped per row
+    keep = hooks.keep_drafting(torch.tensor([[0.9, 0.1], [0.5, 0.5]]), 0, [0, 1])
+    assert keep.tolist() == [True, False]
+    with pytest.raises(TypeError, match="needs draft_length"):
+        bind(object())
 
 
 # --------------------------------------------------------------------------- goodput

@@ -68,7 +68,7 @@ def simulate(policy, alphas, caps, cost, steps=60, seed=0, available=None):
                 drafted=ks,
                 verify_seconds=cost(n),
                 rows=list(range(R)),
-                verify_tokens=n,
+                verify_pass_tokens=n,
             )
         )
     return rates
@@ -187,7 +187,7 @@ def test_first_steps_measure_then_decide():
             drafted=[0, 0],
             verify_seconds=0.1,
             rows=[0, 1],
-            verify_tokens=2,
+            verify_pass_tokens=2,
         )
     )
     assert p.draft_lengths(ctx) == [1, 0]  # 2) a token where the lookup found something
@@ -202,7 +202,9 @@ def test_first_steps_measure_then_decide():
         match_len=[1, 3, 4],
     )
     p.draft_lengths(three)
-    p.update(StepStats(0, [0] * 3, [0] * 3, verify_seconds=0.1, rows=[0, 1, 2], verify_tokens=3))
+    p.update(
+        StepStats(0, [0] * 3, [0] * 3, verify_seconds=0.1, rows=[0, 1, 2], verify_pass_tokens=3)
+    )
     assert p.draft_lengths(three) == [0, 1, 0]
 
 
@@ -334,7 +336,7 @@ def makespan(policy, alphas, budget, cost, seed=0, avail=1.0, noise=0.0) -> floa
                     drafted=ks,
                     verify_seconds=seconds,
                     rows=rows,
-                    verify_tokens=sum(1 + k for k in ks),
+                    verify_pass_tokens=sum(1 + k for k in ks),
                 )
             )
         for r, x in zip(rows, accepted):
@@ -481,7 +483,7 @@ def test_draft_model_cost_limits_depth():
                 draft_seconds=0.02 * k,
                 verify_seconds=0.05,
                 rows=[0],
-                verify_tokens=1 + k,
+                verify_pass_tokens=1 + k,
                 draft_pass_tokens=[1] * k,
             )
         )

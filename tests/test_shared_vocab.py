@@ -107,6 +107,6 @@ def test_tokenizers_are_compared_by_their_vocabularies(main72, draft64):
 
 def test_the_draft_hands_the_verifier_distributions_of_the_main_models_width(main72, draft64):
     gen = Generator(main72, draft64, shared_vocab=64)
-    assert gen.drafter.vocab_size == 72 and gen.drafter.tokens == 64
+    assert gen.drafter.out_vocab == 72 and gen.drafter.tokens == 64
     res = gen.generate([[1, 2, 3]], max_new_tokens=8, do_sample=True, seed=0)
     assert len(res.sequences[0]) == 8 and all(0 <= t < 72 for t in res.sequences[0])

@@ -39,8 +39,8 @@ class BatchState:
 
     ``seqs[s]`` (prompt + committed tokens) is the same list object as
     ``by_prompt[rows[s]]``, which outlives compaction (the n-gram drafter searches
-    finished siblings' text too). ``main_len[s]`` is the main cache's committed length
-    of row ``s`` (kept on the host: the host knows it, so no pass reads it back).
+    finished siblings' text too). The main cache's committed length of an active slot
+    follows from the engine's invariant (:meth:`cache_lens`), so it is not stored.
     """
 
     def __init__(
@@ -57,8 +57,14 @@ class BatchState:
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
         self.done = [False] * len(prompts)
-        self.main_len: list[int] = []
+        self.row_ids = list(range(len(prompts)))  # per prompt: what keys its sampled draws
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
+
+    def cache_lens(self) -> list[int]:
+        """The main cache's committed length of every slot: all of an active row's
+        tokens but the newest, which is chosen but not yet fed (the engine's invariant;
+        a finished row brings no more tokens, so its value is never read)."""
+        return [len(s) - 1 for s in self.seqs]
 
     def active(self) -> list[int]:
         """Cache rows still generating, ascending."""
@@ -99,7 +105,6 @@ class BatchState:
         self.seqs = [self.seqs[s] for s in keep]
         self.rows = [self.rows[s] for s in keep]
         self.done = [self.done[s] for s in keep]
-        self.main_len = [self.main_len[s] for s in keep]
 
 
 def as_prompts(prompts) -> list[list[int]]:

@@ -50,6 +50,7 @@ class RaggedKVCache:
         self.lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
         self.q_lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
         self.cu_q_lens: torch.Tensor | None = None  # int32 [B+1] during a packed pass
+        self.plan = None  # the packed pass's plan (bass.ops.plan), eager passes only
 
     # ----------------------------------------------------------------- engine side
 
@@ -67,21 +68,24 @@ class RaggedKVCache:
         Returns ``kv_lens`` (int32 ``[B]``) for the attention calls of this pass.
         """
         self.q_lens = q_lens.to(dtype=torch.int32)
-        self.cu_q_lens = None
+        self.cu_q_lens = self.plan = None
         return self.kv_lens
 
     def begin_packed(
-        self, cu_q_lens: torch.Tensor, lens: torch.Tensor | None = None
+        self, cu_q_lens: torch.Tensor, lens: torch.Tensor | None = None, plan=None
     ) -> torch.Tensor:
         """Frame a packed forward pass: row ``b`` brings tokens ``cu_q_lens[b]`` ..
         ``cu_q_lens[b+1] - 1`` of the flat ``[1, N]`` input (int32 ``[B+1]``).
 
         ``lens`` (int32 ``[B]``), when given, replaces the committed lengths first (the
         engine keeps them on the host and hands them over with the pass's other small
-        tensors, so no device arithmetic is needed). Returns ``kv_lens`` (int32 ``[B]``).
+        tensors, so no device arithmetic is needed). ``plan``: the pass's
+        :class:`bass.ops.plan.PackedPlan` (eager passes), whose append every layer's
+        :meth:`update` runs. Returns ``kv_lens`` (int32 ``[B]``).
         """
         if lens is not None:
             self.lens = lens
+        self.plan = plan
         self.cu_q_lens = cu_q_lens
         self.q_lens = cu_q_lens[1:] - cu_q_lens[:-1]
         return self.kv_lens
@@ -91,18 +95,7 @@ class RaggedKVCache:
         the last pass wrote; the rest are dropped by not being counted."""
         self.lens = self.lens + keep.to(dtype=torch.int32)
         self.q_lens = torch.zeros_like(self.q_lens)
-        self.cu_q_lens = None
-
-    def set_lens(self, lens: torch.Tensor) -> None:
-        """Set every row's committed length (int32 ``[B]``), e.g. to roll back rejected
-        draft entries; ends the current pass."""
-        self.lens = lens.to(device=self.lens.device, dtype=torch.int32)
-        self.q_lens = torch.zeros_like(self.lens)
-        self.cu_q_lens = None
-
-    def empty_like(self, batch_size: int) -> RaggedKVCache:
-        """An empty cache of the same size and layers for ``batch_size`` rows."""
-        return RaggedKVCache(batch_size, self.max_len, self.num_layers, self.lens.device)
+        self.cu_q_lens = self.plan = None
 
     def compact(self, keep: list[int]) -> None:
         """Keep only rows ``keep`` (ascending row indices), moved to the front in place.
@@ -125,30 +118,7 @@ class RaggedKVCache:
                     store[i] = t[:n]
         self.lens = self.lens.index_select(0, index)
         self.q_lens = torch.zeros_like(self.lens)
-        self.cu_q_lens = None
-
-    def copy_rows_from(self, index: torch.Tensor, other: RaggedKVCache) -> None:
-        """Rows ``index`` (int64 ``[b]``) become ``other``'s rows (e.g. a prefill group)."""
-        for store, src in ((self.keys, other.keys), (self.values, other.values)):
-            for i, t in enumerate(src):
-                if t is None:
-                    continue
-                if store[i] is None:
-                    _, H, S, D = t.shape
-                    store[i] = t.new_zeros(self.batch_size, H, S, D)
-                store[i].index_copy_(0, index, t)
-        self.lens = self.lens.index_copy(0, index, other.lens)
-
-    def select_rows(self, index: torch.Tensor) -> None:
-        """Keep only rows ``index`` (int64 ``[B']``), in that order, in new buffers (see
-        :meth:`compact` for the in-place version the engine uses)."""
-        self.lens = self.lens.index_select(0, index)
-        self.q_lens = self.q_lens.index_select(0, index)
-        self.cu_q_lens = None
-        for store in (self.keys, self.values):
-            for i, t in enumerate(store):
-                if t is not None:
-                    store[i] = t.index_select(0, index)
+        self.cu_q_lens = self.plan = None
 
     def buffers(self) -> list[torch.Tensor]:
         """Every allocated key and value buffer (tests check their addresses)."""
@@ -169,7 +139,9 @@ class RaggedKVCache:
             self.keys[layer_idx] = key_states.new_zeros(shape)
             self.values[layer_idx] = value_states.new_zeros(shape)
         k, v = self.keys[layer_idx], self.values[layer_idx]
-        if self.cu_q_lens is not None:
+        if self.plan is not None:
+            self.plan.append(k, v, key_states, value_states)
+        elif self.cu_q_lens is not None:
             torch.ops.bass.kv_append_packed(
                 k, v, key_states, value_states, self.cu_q_lens, self.lens
             )

@@ -21,6 +21,17 @@ The shims:
 3. **``Cache.get_mask_sizes``' argument**: ``cache_position`` (a tensor) up to 5.x,
    ``query_length`` (an int) later; bass's answer depends on neither, so it takes one
    positional argument of any kind.
+4. **Tensor parallelism** (:func:`tensor_parallel_kwargs`, :func:`tp_group`): up to
+   ~5.16 ``from_pretrained(tp_plan="auto", tp_size=, device_mesh=)`` shards a model (its
+   parameters local shards); later releases take ``distributed_config=DistributedConfig(
+   tp_size=, dp_replicate_size=)`` (parameters are DTensors; the standalone ``tp_plan``
+   warns, then is removed), whose mesh spans the whole world, so several TP groups are
+   replicas on its ``dp_replicate`` dimension (FSDP2-wrapped: see
+   :func:`generation_mode`). Detected by ``DistributedConfig`` having a ``tp_size``
+   field. Remove the first branch when the floor takes ``distributed_config``.
+5. **Generation's grad mode** (:func:`generation_mode`): ``torch.inference_mode`` except
+   for models wrapped by FSDP2 (the replicated TP groups above), whose parameters need
+   version counters: there ``torch.no_grad``.
 """
 
 from __future__ import annotations
@@ -33,6 +44,9 @@ __all__ = [
     "CACHE_UPDATE_EXTRAS",
     "cache_argument",
     "forward_cache_kwargs",
+    "generation_mode",
+    "tensor_parallel_kwargs",
+    "tp_group",
     "transformers_version",
 ]
 
@@ -67,3 +81,55 @@ def forward_cache_kwargs(model: torch.nn.Module, cache) -> dict:
     """``{cache_argument(model): cache}``: the keyword arguments that hand ``cache`` to
     ``model``'s forward without a deprecation warning on any supported version."""
     return {cache_argument(model): cache}
+
+
+def _distributed_config_takes_tp_size() -> bool:
+    try:
+        from transformers.distributed import DistributedConfig
+    except ImportError:
+        return False
+    import dataclasses
+
+    if dataclasses.is_dataclass(DistributedConfig):
+        return "tp_size" in {f.name for f in dataclasses.fields(DistributedConfig)}
+    return "tp_size" in inspect.signature(DistributedConfig).parameters
+
+
+def tensor_parallel_kwargs(tp: int, dp: int = 1) -> dict:
+    """Shim 4: the ``from_pretrained`` keyword arguments that shard a model over the
+    ``tp`` consecutive ranks of each of ``dp`` groups (world ``dp * tp``, the default
+    process group initialised) with transformers' own tensor-parallel plan."""
+    if _distributed_config_takes_tp_size():
+        from transformers.distributed import DistributedConfig
+
+        extra = {"dp_replicate_size": dp} if dp > 1 else {}
+        return {"distributed_config": DistributedConfig(tp_size=tp, **extra)}
+    import torch.distributed as dist
+
+    mesh = dist.init_device_mesh(_mesh_device(), (dp, tp), mesh_dim_names=("dp", "tp"))
+    return {"tp_plan": "auto", "tp_size": tp, "device_mesh": mesh["tp"]}
+
+
+def _mesh_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tp_group(model: torch.nn.Module):
+    """Shim 4: the process group ``model``'s tensor parallelism spans, or ``None`` for a
+    model that is not sharded (``_tp_size`` and ``_device_mesh`` are set by every
+    supported release; the mesh is 1-D, or has a ``"tp"`` dimension)."""
+    size = getattr(model, "_tp_size", None)
+    mesh = getattr(model, "_device_mesh", None)
+    if not size or size == 1 or mesh is None:
+        return None
+    names = getattr(mesh, "mesh_dim_names", None) or ()
+    return mesh.get_group("tp") if "tp" in names else mesh.get_group()
+
+
+def generation_mode(models) -> object:
+    """Shim 5: the grad mode a generation runs in (a context manager)."""
+    for model in models:
+        for module in model.modules():
+            if any(c.__name__.startswith("FSDP") for c in type(module).__mro__):
+                return torch.no_grad()
+    return torch.inference_mode()

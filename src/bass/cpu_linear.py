@@ -32,8 +32,10 @@ the custom op ``bass::cpu_linear``, which reads the row count at run time (one g
 every token count). A packed copy follows its weight: one changed in place (its version
 counter moved, e.g. ``load_state_dict``) or replaced is packed again at its next call.
 
-The :class:`bass.Generator` does all this for CPU models (``cpu_linear="auto"``, the
-default; ``"unpacked"``: the two layouts that need no copy; ``"torch"``: ``F.linear``).
+The :class:`bass.Generator` does all this for CPU models through its CPU backend
+(:class:`bass.backends.CPUBackend`: ``cpu_linear="auto"``, the default, with packed copies
+only where they fit its memory budget; ``"unpacked"``: the two layouts that need no copy;
+``"torch"``: ``F.linear``).
 The measurement is kept on the model (one calibration per model and process: 4-5 s for
 the 135M model on 2 cores). Results differ from ``F.linear``'s by float rounding only.
 """
@@ -63,11 +65,11 @@ __all__ = [
     "choose",
     "cpu_linear_op",
     "install",
+    "linear_bytes",
     "pack",
     "packed_bytes",
     "packed_linear",
     "prepare",
-    "prepare_all",
     "routing",
     "transposed_linear",
     "uninstall",
@@ -471,10 +473,11 @@ def packed_bytes(model: torch.nn.Module) -> int:
     return sum(w.numel() * w.element_size() for h, w in seen.items() if h in own)
 
 
-def prepare_all(mode: str, *models: torch.nn.Module | None) -> list[LinearPlan | None]:
-    """:func:`prepare` (which checks ``mode``) for each model given, ``None`` entries
-    skipped."""
-    return [prepare(m, mode) for m in models if m is not None]
+def linear_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s CPU linear weights (each shared weight once): what packed
+    copies of all of them would take, an upper bound of :func:`packed_bytes`."""
+    seen = {m.weight.data_ptr(): m.weight for m in _cpu_linears(model)}
+    return sum(w.numel() * w.element_size() for w in seen.values())
 
 
 def routing(model: torch.nn.Module) -> LinearPlan | None:

@@ -1,51 +1,103 @@
-"""Draft sources: a small draft model with its own ragged cache, or n-gram prompt lookup.
+"""Draft sources: the :class:`Drafter` protocol, a small draft model (:class:`ModelDrafter`)
+and n-gram prompt lookup (:class:`NGramDrafter`); a plugin point like the policies.
 
-A drafter proposes up to ``k_rows[r]`` tokens for every active row ``r`` of the batch
-(the engine's per-row draft lengths) and returns a :class:`Proposal`:
+Terms (the engine's glossary, :mod:`bass.engine`): a **slot** is a row of the caches (the
+engine's index space: drafters are called with slots, ascending); a **prompt** index is a
+row's place in the caller's batch (stable while slots are compacted away); **lengths**
+are what the policy allows each row to draft this step, **drafted** what the drafter
+proposed (``<= length``), **accepted** what verification kept (``<= drafted``).
 
-* ``counts`` (host ``list[int]``): how many tokens each row actually proposed;
-* ``tokens``: int64 ``[R, K]`` on the device (``K = max(k_rows)``; slots past a row's
-  count are padding), or ``host_tokens`` (``list[list[int]]``) when the drafter works on
-  the host (n-grams: the engine then builds the device copy with the pass's other
-  inputs);
-* ``probs`` ``[R, K, V]``: the (warped) distribution each token was drawn from, needed by
-  lossless speculative sampling; ``None`` when decoding greedily (and for n-grams, whose
-  deterministic proposals the engine verifies against its own keyed draws:
-  :func:`bass.sampling.keyed_accept`);
-* ``bad`` bool ``[R]`` on the device: rows whose draft logits were not finite (read with
-  the step's one host read).
+A drafter's life in one :meth:`bass.Generator.generate`::
 
-Before the policy decides, :meth:`NGramDrafter.signals` reports what the drafter can
-offer per row (the continuation it found and the length of the matched suffix), so a
-policy can give each row the length its match supports. After the main model has verified
-the drafts, ``commit`` tells the drafter how many of its proposals each row kept, so it
-can roll its state back.
+    drafter.start(state, passes, max_len)    # once: the rows (BatchState), the pass settings
+    every step, for the active slots:
+        drafter.signals(slots, caps)         # optional: what it can offer each row
+        drafter.propose(slots, lengths, call)  # -> Proposal (up to lengths[r] tokens)
+        drafter.commit(slots, accepted)      # after verification: roll its state back
+    drafter.compact(keep)                    # when finished rows leave the caches
+
+Every method but :meth:`Drafter.propose` has a default. Exactness does not depend on the
+drafter (verification keeps the main model's output), but how drafts are verified when
+sampling does: a **deterministic** drafter (``Proposal.probs is None``; n-grams, lookups,
+rules) is verified against the main model's keyed draws (:func:`bass.sampling.
+keyed_accept`: seeded sampling then equals plain sampling token for token), a
+**stochastic** one (a sampled draft model) must return the distributions it drew from
+(``Proposal.probs``) for lossless rejection sampling. ``bass.testing`` proves a drafter
+exact: :func:`bass.testing.assert_greedy_equivalent`, and
+:func:`~bass.testing.assert_sampled_equivalent` (deterministic) or
+:func:`~bass.testing.assert_distribution_equivalent` (stochastic).
+
+A package registers a drafter under the entry-point group ``bass.drafters`` (the
+built-in ``ngram`` is one); ``Generator(main, "name")`` and ``draft = "name"`` in a config
+file then load it::
+
+    [project.entry-points."bass.drafters"]
+    mine = "my_package.drafting:MyDrafter"
 """
 
 from __future__ import annotations
 
-import inspect
+import importlib.metadata
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from . import hf
 from .cache import RaggedKVCache
-from .packing import pack
 from .sampling import SamplingParams, sample, warp_probs
+
+if TYPE_CHECKING:
+    from .batch_state import BatchState
+
+__all__ = [
+    "GROUP",
+    "DraftCall",
+    "Drafter",
+    "DrafterLoadError",
+    "ModelDrafter",
+    "NGramDrafter",
+    "Proposal",
+    "Signals",
+    "available",
+    "make_drafter",
+    "nonfinite",
+]
+
+GROUP = "bass.drafters"
 
 
 @dataclass
 class Proposal:
-    counts: list[int]  # per active row, 0..k_rows[r]
-    tokens: torch.Tensor | None = None  # int64 [R, K] on the device (model drafts)
-    host_tokens: list[list[int]] | None = None  # per active row (n-gram drafts)
-    probs: torch.Tensor | None = None  # [R, K, V] or None
-    bad: torch.Tensor | None = None  # bool [R]: non-finite draft logits
-    passes: int = 0  # draft-model forward passes
-    pass_tokens: tuple[int, ...] = ()  # tokens each draft pass computed
+    """What a drafter proposes for the active rows of a step (``R`` rows, ``K`` the most
+    any row drafted).
+
+    ``drafted`` (host ``list[int]``): tokens per row, ``0 <= drafted[r] <= lengths[r]``.
+    The tokens either on the device, ``tokens`` int64 ``[R, K]`` (slots past a row's
+    count are padding), or on the host, ``host_tokens`` (``list[list[int]]``: the engine
+    builds the device copy with the pass's other inputs). ``probs`` ``[R, K, V]``: the
+    (warped) distributions the tokens were drawn from, for rejection sampling (``None``
+    for deterministic drafts, see the module docstring). ``bad`` bool ``[R]``: rows whose
+    draft logits were not finite (read with the step's one host read). ``passes``,
+    ``pass_tokens`` and ``forward_seconds``: the draft model's passes, the tokens each
+    computed, and their time (statistics for the policy).
+    """
+
+    drafted: list[int]
+    tokens: torch.Tensor | None = None
+    host_tokens: list[list[int]] | None = None
+    probs: torch.Tensor | None = None
+    bad: torch.Tensor | None = None
+    passes: int = 0
+    pass_tokens: tuple[int, ...] = ()
     forward_seconds: float = 0.0
+
+    @classmethod
+    def none(cls, rows: int) -> Proposal:
+        """Nothing drafted for ``rows`` rows (a plain decoding step)."""
+        return cls(drafted=[0] * rows, host_tokens=[[] for _ in range(rows)])
 
 
 @dataclass
@@ -56,13 +108,53 @@ class Signals:
     match_len: list[int]  # length of the matched suffix (0: no match)
 
 
-def pad_rows(rows: list[list[int]], width: int, device, pad: int = 0) -> torch.Tensor:
-    """``rows`` right-padded with ``pad`` to int64 ``[len(rows), width]``."""
-    out = torch.full((len(rows), width), pad, dtype=torch.long)
-    for b, r in enumerate(rows):
-        if r:
-            out[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-    return out.to(device)
+@dataclass
+class DraftCall:
+    """A step's settings for :meth:`Drafter.propose`: the sampling parameters, the
+    generator a stochastic drafter draws with, and the policy's per-row early stop
+    (``keep_drafting(probs [R', V], index, rows) -> bool [R']``, ``rows`` each probs
+    row's position among the step's rows; ``None`` when the policy has none)."""
+
+    params: SamplingParams = field(default_factory=SamplingParams)
+    generator: torch.Generator | None = None
+    keep_drafting: Callable | None = None
+
+
+class Drafter:
+    """The drafter protocol (see the module docstring); subclass it and override
+    :meth:`propose` and whatever else your drafter needs.
+
+    Class attributes: ``name`` (what ``DraftContext.drafter`` reports to policies),
+    ``deterministic`` (``False`` when proposals are sampled: they then carry ``probs``).
+    ``model``: the draft model, if any (the Generator checks its vocabulary against the
+    main model's, its prompts' ids, and prepares it with the main model).
+    """
+
+    name: ClassVar[str] = "drafter"
+    deterministic: ClassVar[bool] = True
+    model: torch.nn.Module | None = None
+
+    def start(self, state: BatchState, passes: hf.Passes, max_len: int, device) -> int:
+        """A generation starts: ``state`` holds its rows (``state.seqs[slot]``: prompt
+        plus committed tokens; ``state.rows[slot]``: its prompt index), ``passes`` how
+        packed passes run, ``max_len`` the caches' length, ``device`` the main model's.
+        Returns the forward passes it ran (a draft model's prefill)."""
+        return 0
+
+    def signals(self, slots: list[int], caps: list[int]) -> Signals | None:
+        """Optional: what the drafter can offer each slot (at most ``caps[r]`` tokens),
+        for policies that decide per row (``DraftContext.available``, ``match_len``)."""
+        return None
+
+    def propose(self, slots: list[int], lengths: list[int], call: DraftCall) -> Proposal:
+        """Up to ``lengths[r]`` draft tokens for each active slot ``slots[r]``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement propose()")
+
+    def commit(self, slots: list[int], accepted: list[int]) -> None:
+        """After verification: ``accepted[r]`` of slot ``slots[r]``'s drafts were kept."""
+
+    def compact(self, keep: list[int]) -> None:
+        """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
 
 
 def choose(logits: torch.Tensor, params: SamplingParams, generator, need_probs: bool):
@@ -82,7 +174,7 @@ def nonfinite(logits: torch.Tensor) -> torch.Tensor:
     return ~torch.isfinite(logits.amax(dim=-1))
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """Drafting with a small causal LM that shares the main model's vocabulary.
 
     ``tokens``: the ids the draft may propose (default: all of its logits) and
@@ -94,8 +186,8 @@ class ModelDrafter:
     never emits) is fed to it as id 0: a wrong context only makes its drafts worse, and
     verification keeps the output exact either way.
 
-    Bookkeeping (DESIGN.md's invariant, draft side): before a step the draft cache holds
-    ``seq[:d_len]`` of each row, and ``seq[d_len:]`` (the *pending* tokens, usually one,
+    Bookkeeping (the engine's invariant, draft side): before a step the draft cache holds
+    ``seq[:d_len]`` of each slot, and ``seq[d_len:]`` (the *pending* tokens, usually one,
     two after a row accepted everything) are fed first. It then feeds each drafted token
     but the last. With ``a`` accepted of ``fed`` fed drafts, ``len(seq_before) +
     min(a, fed)`` entries stay valid; lowering the length is the whole rollback.
@@ -105,89 +197,71 @@ class ModelDrafter:
     """
 
     name = "model"
+    deterministic = False  # sampled drafts: verified by rejection sampling with `probs`
 
-    def __init__(
-        self,
-        model,
-        impl: str = "auto",
-        forward=None,
-        tokens: int | None = None,
-        out_vocab: int | None = None,
-    ):
+    def __init__(self, model, tokens: int | None = None, out_vocab: int | None = None):
         self.model = model
         rows = _vocab_size(model)
         self.tokens = rows if tokens is None else tokens
         self.out_vocab = rows if out_vocab is None else out_vocab
         self.in_vocab = model.get_input_embeddings().weight.shape[0]
-        self.impl = impl
-        self.forward = forward or hf.forward_packed
+        self.passes = hf.Passes()
         self.cache: RaggedKVCache | None = None
-        self.d_len: list[int] = []  # per cache row: committed draft-cache length (host)
-        self.bucket = None  # a token bucket set: static shapes (CUDA graphs)
-        self.logits_slots: int | None = None
-        self.separate = False  # standalone tensors per pass (compiled forward)
-        self.logits_multiple: int | None = None  # pack()'s; 1 with a calibrated lm head
-        self.route = True  # linear layers in their bass.cpu_linear layouts (if installed)
+        self.d_len: list[int] = []  # per slot: committed draft-cache length (host)
+        self.started: list[bool] = []  # this step: which active rows drafted
+        self.logits_slots: int | None = None  # static shapes: logits rows per pass
 
-    @property
-    def vocab_size(self) -> int:
-        """The width of the draft distributions it proposes from (the main model's)."""
-        return self.out_vocab
-
-    def start(self, prompts: list[list[int]], max_len: int, device, chunk_tokens: int) -> int:
-        """Prefill the draft model; returns its number of passes."""
+    def start(self, state, passes, max_len: int, device) -> int:
+        """Prefill the draft model with every row's prompt; returns its passes."""
+        prompts = state.seqs
+        self.passes = passes
+        self.state = state
+        # static shapes (CUDA graphs): every pass computes the logits of all slots
+        self.logits_slots = len(prompts) if passes.bucket is not None else None
         n_layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        _, passes = hf.prefill(
-            self.model, self.cache, prompts, self.impl, chunk_tokens=chunk_tokens, route=self.route
-        )
+        _, n = passes.prefill(self.model, self.cache, prompts)
         self.d_len = [len(p) for p in prompts]
-        self.prefill_passes = passes
-        return passes
+        self.prefill_passes = n
+        return n
 
     def _pass(self, q_lens, ids, logits_at):
         """One packed draft pass; ``ids`` a host list or an int64 device tensor."""
         host = not isinstance(ids, torch.Tensor)
-        batch = pack(
+        batch = self.passes.pack(
+            self.model,
             q_lens,
             self.d_len,
             self.cache.lens.device,
             ids=ids if host else None,
             logits_at=logits_at,
-            logits_multiple=self.logits_multiple,
-            bucket=self.bucket,
             logits_slots=self.logits_slots,
-            separate=self.separate,
         )
         if not host:
             batch.set_input_ids(ids)
-        logits = hf.run_packed(self.forward, self.model, self.cache, batch, self.impl, self.route)
+        logits = self.passes.run(self.model, self.cache, batch)
         for b, n in enumerate(q_lens):  # the pass's tokens are committed (host lengths)
             self.d_len[b] += n
         return logits[: len(logits_at)], batch.tokens
 
-    def propose(
-        self, slots: list[int], seqs, k_rows: list[int], params, generator, policy
-    ) -> Proposal:
-        """Draft for the active rows in cache rows ``slots`` (ascending; ``seqs[r]`` is
-        active row ``r``'s prompt plus committed tokens), at most ``k_rows[r]`` tokens
-        each."""
-        R, K = len(slots), max(k_rows)
+    def propose(self, slots: list[int], lengths: list[int], call: DraftCall) -> Proposal:
+        """Draft for the active ``slots`` (ascending), at most ``lengths[r]`` tokens
+        each: one packed pass per draft position over the rows still drafting."""
+        seqs = [self.state.seqs[s] for s in slots]
+        params, keep_fn = call.params, call.keep_drafting
+        R, K = len(slots), max(lengths)
         device = self.cache.lens.device
-        keep_fn = getattr(policy, "keep_drafting", None)
-        # a keep_drafting(probs, index, rows=...) learns which active row each probs row is
-        keep_rows = keep_fn is not None and "rows" in inspect.signature(keep_fn).parameters
         tokens = torch.zeros(R, K, dtype=torch.long, device=device)
         probs_out = None  # [R, K, V] when sampling, allocated at the first pass
         bad = torch.zeros(R, dtype=torch.bool, device=device)
-        counts = [0] * R
+        drafted = [0] * R
         self.fed = [0] * R  # drafted tokens fed back per active row
         self.before = [len(s) for s in seqs]
-        self.started = [k > 0 for k in k_rows]
-        live = [r for r in range(R) if k_rows[r] > 0]  # rows drafting this pass
+        self.started = [k > 0 for k in lengths]
+        live = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
         # 1) the first pass feeds each drafting row's pending tokens (1, or 2 after the
-        #    row accepted every draft: the draft never fed its last one). Active rows'
-        #    cache slots ascend, so the packed tokens follow the cache's row order.
+        #    row accepted every draft: the draft never fed its last one). Active slots
+        #    ascend, so the packed tokens follow the cache's row order.
         q_lens = [0] * self.cache.batch_size
         ids: list[int] | torch.Tensor = []
         last: list[int] = []
@@ -200,7 +274,6 @@ class ModelDrafter:
             last.append(len(ids) - 1)
         order = live
         passes, pass_tokens, fwd = 0, [], 0.0
-        tok = None
         for j in range(K):
             # 2) one packed draft pass over the rows still drafting
             t0 = time.perf_counter()
@@ -212,24 +285,22 @@ class ModelDrafter:
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
-            tok, probs = choose(logits, params, generator, keep_fn is not None)
+            tok, probs = choose(logits, params, call.generator, keep_fn is not None)
             if params.do_sample:
                 if probs_out is None:  # the main model's width (zero past the draft's)
                     probs_out = probs.new_zeros(R, K, self.out_vocab)
                 probs_out[index, j, : probs.shape[-1]] = probs
             tokens[index, j] = tok
             if keep_fn is not None:  # per-row early stop: a refused token is not proposed
-                keep = keep_fn(probs, j, rows=order) if keep_rows else keep_fn(probs, j)
-                keep = keep.to(device)
-                ok = keep.tolist()  # host read: which rows go on (only with keep_drafting)
+                ok = keep_fn(probs, j, order).to(device).tolist()  # host read (with a hook)
             else:
                 ok = [True] * len(order)
             nxt, sel = [], []
             for i, r in enumerate(order):
                 if not ok[i]:
                     continue
-                counts[r] += 1
-                if counts[r] < k_rows[r]:
+                drafted[r] += 1
+                if drafted[r] < lengths[r]:
                     nxt.append(r)
                     sel.append(i)
             if not nxt or j == K - 1:
@@ -245,7 +316,7 @@ class ModelDrafter:
             # slots past a row's count are never read, but must hold a valid distribution
             probs_out[..., 0] += (probs_out.sum(-1) == 0).to(probs_out.dtype)
         return Proposal(
-            counts=counts,
+            drafted=drafted,
             tokens=tokens,
             probs=probs_out,
             bad=bad,
@@ -256,9 +327,11 @@ class ModelDrafter:
 
     def commit(self, slots: list[int], accepted: list[int]) -> None:
         """Rows that drafted fed their pending tokens and ``fed[r]`` drafts; of those,
-        everything up to the accepted prefix stays (``len(seq_before) + min(a, fed)``)."""
+        everything up to the accepted prefix stays (``len(seq_before) + min(a, fed)``).
+        A step that drafted nothing fed nothing: nothing to roll back."""
+        started, self.started = self.started, []
         for r, a in enumerate(accepted):
-            if self.started[r]:
+            if started and started[r]:
                 self.d_len[slots[r]] = self.before[r] + min(a, self.fed[r])
 
     def compact(self, keep: list[int]) -> None:
@@ -266,7 +339,7 @@ class ModelDrafter:
         self.cache.compact(keep)
 
 
-class NGramDrafter:
+class NGramDrafter(Drafter):
     """Prompt-lookup drafting: no draft model.
 
     For each row, find the most recent earlier occurrence of the row's last ``n`` tokens
@@ -281,10 +354,11 @@ class NGramDrafter:
 
     Matching uses a per-row index from each token to the positions where it occurs, kept
     up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of
-    the row.
+    the row. Its state is kept per prompt (stable while slots are compacted away).
     """
 
     name = "ngram"
+    deterministic = True
 
     def __init__(
         self, max_ngram: int = 3, min_ngram: int = 1, siblings: bool = True, max_siblings: int = 8
@@ -295,12 +369,19 @@ class NGramDrafter:
             raise ValueError(f"max_siblings must be >= 0, got {max_siblings}")
         self.max_ngram, self.min_ngram, self.siblings = max_ngram, min_ngram, siblings
         self.max_siblings = max_siblings
-        self.vocab_size = None  # works with any vocabulary
         self.found: list[list[int]] = []
+        self.rows: list[int] = []  # slot -> prompt index (the engine's BatchState.rows)
 
-    def start(self, prompts, seqs) -> None:
+    def start(self, state, passes, max_len: int, device) -> int:
+        """Index the rows of ``state`` (their prompts, before any token is generated)."""
+        self.attach([tuple(s) for s in state.by_prompt], state.by_prompt)
+        self.state = state
+        return 0
+
+    def attach(self, prompts: Sequence[Sequence[int]], seqs: list[list[int]]) -> None:
         """``seqs[p]``: prompt ``p``'s growing sequence (prompt + output), one list per
-        prompt that the engine extends in place."""
+        prompt that the caller extends in place (what :meth:`start` does with the
+        engine's rows; benchmarks call it on their own sequences)."""
         self.seqs = seqs
         self.prompt_len = [len(p) for p in prompts]
         groups: dict[tuple, list[int]] = {}
@@ -361,52 +442,112 @@ class NGramDrafter:
                 return best, n
         return [], 0
 
-    def signals(self, rows: list[int], k_max: list[int]) -> Signals:
-        """Look up every active row (``rows``: prompt indices) once, for the policy;
+    def signals(self, slots: list[int], caps: list[int]) -> Signals:
+        """Look up every active slot once, for the policy (up to ``caps[r]`` tokens);
         :meth:`propose` then truncates these continuations."""
-        found = [self.lookup(p, k) if k > 0 else ([], 0) for p, k in zip(rows, k_max)]
+        rows = [self.state.rows[s] for s in slots]
+        found = [self.lookup(p, k) if k > 0 else ([], 0) for p, k in zip(rows, caps)]
         self.found = [f for f, _ in found]
         return Signals([len(f) for f, _ in found], [n for _, n in found])
 
-    def propose(self, rows: list[int], k_rows: list[int]) -> Proposal:
-        if len(self.found) != len(rows):  # signals() was not called this step
-            self.signals(rows, k_rows)
-        out = [f[:k] for f, k in zip(self.found, k_rows)]
+    def propose(self, slots: list[int], lengths: list[int], call=None) -> Proposal:
+        if len(self.found) != len(slots):  # signals() was not called this step
+            self.signals(slots, lengths)
+        out = [f[:k] for f, k in zip(self.found, lengths)]
         self.found = []
-        return Proposal(counts=[len(o) for o in out], host_tokens=out)
+        return Proposal(drafted=[len(o) for o in out], host_tokens=out)
 
 
-def make_drafter(draft, main, impl: str, shared_vocab: int | None = None):
-    """The drafter that a :class:`bass.Generator`'s ``draft`` argument names: ``None``,
-    ``"ngram"`` (an :class:`NGramDrafter`, or one configured by the caller) or a draft
-    model sharing ``main``'s vocabulary (a :class:`ModelDrafter` running ``impl``).
-    ``shared_vocab``: where the two models' logit counts differ, the number of tokens of
-    the tokenizer they share (padded embedding matrices); the draft proposes only those."""
+# --------------------------------------------------------------------------- plugins
+
+
+class DrafterLoadError(ImportError):
+    """A registered drafter's entry point could not be imported or is not a drafter
+    (the original exception, if any, is chained)."""
+
+
+def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    """The installed entry points of group ``bass.drafters`` (the test seam)."""
+    return importlib.metadata.entry_points(group=GROUP)
+
+
+def available() -> dict[str, importlib.metadata.EntryPoint]:
+    """Installed drafters, name -> entry point, sorted by name."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in entry_points():
+        found.setdefault(ep.name, ep)
+    found.setdefault("ngram", None)  # built in, also when bass runs from a source tree
+    return dict(sorted(found.items()))
+
+
+def load(name: str) -> Drafter:
+    """A new instance of the installed drafter ``name`` (``ngram``: :class:`NGramDrafter`)."""
+    installed = available()
+    if name not in installed:
+        raise ValueError(
+            f"unknown drafter {name!r}; installed: {', '.join(installed)} (a draft model is "
+            "passed as a model object: load it by name with Generator.from_pretrained or "
+            "bass.load_causal_lm)"
+        )
+    ep = installed[name]
+    if ep is None:
+        return NGramDrafter()
+    try:
+        target = ep.load()
+        drafter = target()
+    except Exception as exc:  # any import-time or construction failure of a plugin
+        raise DrafterLoadError(
+            f"drafter {name!r} (entry point {ep.value!r}) failed to load: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(drafter, Drafter):
+        raise DrafterLoadError(
+            f"drafter {name!r} (entry point {ep.value!r}) built a {type(drafter).__name__}, "
+            "not a bass.drafters.Drafter"
+        )
+    return drafter
+
+
+def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None:
+    """The drafter that a :class:`bass.Generator`'s ``draft`` argument names: ``None``, a
+    :class:`Drafter` (an :class:`NGramDrafter` configured by the caller, or your own), the
+    name of an installed drafter (``"ngram"``) or a draft model sharing ``main``'s
+    vocabulary (a :class:`ModelDrafter`). ``shared_vocab``: where the two models' logit
+    counts differ, the number of tokens of the tokenizer they share (padded embedding
+    matrices); the draft proposes only those."""
     if draft is None:
         return None
-    if isinstance(draft, NGramDrafter):  # one configured by the caller
+    if isinstance(draft, Drafter):
+        if draft.model is not None and not isinstance(draft, ModelDrafter):
+            _check_vocab(main, draft.model, None)
         return draft
     if isinstance(draft, str):
-        if draft != "ngram":
-            raise ValueError(
-                f"draft must be a model, 'ngram' or None, got the string {draft!r}; "
-                "load models by name with Generator.from_pretrained"
-            )
-        return NGramDrafter()
+        return load(draft)
     if not isinstance(draft, torch.nn.Module) or not hasattr(draft, "get_output_embeddings"):
         raise TypeError(
-            f"draft must be a causal LM (a transformers model), 'ngram' or None, got "
-            f"{type(draft).__name__}"
+            f"draft must be a causal LM (a transformers model), a bass.drafters.Drafter, a "
+            f"drafter's name ({', '.join(available())}) or None, got {type(draft).__name__}"
         )
+    tokens = _check_vocab(main, draft, shared_vocab)
+    return ModelDrafter(draft, tokens=tokens, out_vocab=_vocab_size(main))
+
+
+def _check_vocab(main, draft, shared_vocab: int | None) -> int:
+    """The ids ``draft`` may propose; refuses vocabularies that do not match."""
     v_main, v_draft = _vocab_size(main), _vocab_size(draft)
     if shared_vocab is not None:
-        if not isinstance(shared_vocab, int) or not 1 <= shared_vocab <= min(v_main, v_draft):
+        if (
+            isinstance(shared_vocab, bool)
+            or not isinstance(shared_vocab, int)
+            or not 1 <= shared_vocab <= min(v_main, v_draft)
+        ):
             raise ValueError(
                 f"shared_vocab must be an int in [1, {min(v_main, v_draft)}] (the tokenizer's "
                 f"length, within both models' logits: main {v_main}, draft {v_draft}), got "
                 f"{shared_vocab!r}"
             )
-    elif v_main != v_draft:
+        return shared_vocab
+    if v_main != v_draft:
         raise ValueError(
             f"draft and main vocabularies differ: the draft model {hf.model_name(draft)} has "
             f"{v_draft} logits, the main model {hf.model_name(main)} has {v_main}. "
@@ -415,8 +556,7 @@ def make_drafter(draft, main, impl: str, shared_vocab: int | None = None):
             "Qwen2.5 7B+ and 0.5B-3B are), pass shared_vocab=len(tokenizer) "
             "(Generator.from_pretrained and the CLI check the tokenizers and do it for you)"
         )
-    tokens = shared_vocab if shared_vocab is not None else v_draft
-    return ModelDrafter(draft, impl=impl, tokens=tokens, out_vocab=v_main)
+    return v_draft
 
 
 def _vocab_size(model) -> int:

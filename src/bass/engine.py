@@ -1,32 +1,49 @@
 """The BASS decode loop: draft -> verify -> accept -> commit -> policy, for a whole batch.
 
 :class:`Generator` runs batched speculative decoding on unmodified transformers causal
-LMs whose attention is routed through bass's ragged attention ops (see :mod:`bass.hf`).
+LMs whose attention is routed through bass's ragged attention (see :mod:`bass.hf`).
 Every forward pass is *packed* (:mod:`bass.packing`): it feeds only the tokens the rows
-really bring, so the dense layers never compute padding. One step, for every active row:
+really bring, so the dense layers never compute padding. The loop is device-neutral:
+what one device needs (the CPU's linear-layer layouts) is decided once, when the
+Generator is built, by its backend (:mod:`bass.backends`).
 
-1) draft lengths: the policy's, per row (``draft_lengths``) or batch-wide
-   (``draft_length``), capped by each row's token budget (and, for n-grams, by what the
-   lookup found)
-2) the drafter proposes tokens (a draft model: packed passes over the rows still
-   drafting; or n-gram lookup on the host)
-3) the main model verifies ``[last, d_1..d_n]`` of all rows in ONE packed pass
-4) acceptance (:mod:`bass.sampling`): greedy prefix match or lossless rejection sampling,
-   batched on the device; then the step's one host read (accepted counts, next tokens,
-   non-finite flags and, for model drafts, the drafts)
-5) commit: per-row cache lengths advance on the host, rejected entries are dropped by
-   length only
-6) finished rows (eos, a stop sequence or string, budget) bring no more tokens; once half
-   the cache's rows are finished they are compacted away in place; the policy sees the
-   step's statistics
+Glossary (one meaning each, everywhere in the engine and the drafters):
 
-Bookkeeping invariant (checked by ``tests/test_engine.py`` after every step): after a
-step, the main cache holds every committed token of a row except the newest, which has
-been chosen but not yet fed (``main_len[s] == len(seq[s]) - 1``). The main model fed
-``[last, d_1..d_n]`` and keeps ``a + 1`` of them. The draft cache holds a prefix of the
-row (``d_len[s] <= len(seq[s]) - 1``); the rest is fed at its next draft pass: usually
-one token, two when the row accepted every draft (the draft never fed ``d_n``), which is
-where ragged query lengths come from.
+* **prompt** (index ``p``): a row's place in the caller's batch; results come back in
+  prompt order.
+* **slot** (index ``s``): a row of the caches. Slot ``s`` holds prompt ``state.rows[s]``;
+  finished rows are compacted away, so slots are renumbered and prompts are not.
+* **active rows** (index ``r``): the slots still generating this step, ascending
+  (``slots[r]``); every per-row list of a step (lengths, drafted, accepted) is in
+  this order.
+* **cap** (``caps[r]``, :attr:`bass.policies.DraftContext.max_draft`): the most a row
+  may draft (its remaining tokens minus the one the main model always adds).
+* **length** (``lengths[r]``): what the policy allows the row to draft this step
+  (``<= cap``); **drafted** (``drafted[r]``): what the drafter proposed (``<= length``);
+  **accepted** (``accepted[r]``): the drafts verification kept (``<= drafted``).
+
+One step, for every active row (:meth:`Generator._step`):
+
+1) lengths: the policy's, per row, capped by each row's remaining budget
+2) draft: the drafter proposes up to ``lengths[r]`` tokens (a draft model: packed passes
+   over the rows still drafting; n-gram lookup: on the host)
+3) verify: the main model scores ``[last, d_1..d_n]`` of all rows in ONE packed pass
+4) accept (:mod:`bass.sampling`): greedy prefix match, keyed draws (deterministic drafts)
+   or lossless rejection sampling, batched on the device; then the step's one host read
+   (accepted counts, next tokens, non-finite flags and, for device drafts, the drafts)
+5) commit: rows append their tokens; lengths advance on the host (rejected cache entries
+   are dropped by length only); finished rows (eos, a stop sequence or string, budget)
+   bring no more tokens, and once half the cache's slots are finished they are compacted
+6) the policy learns from the step's record (:class:`bass.stats.StepRecord`)
+
+Bookkeeping invariant (``tests/test_engine.py`` checks it after every step): after a
+step, the main cache holds every committed token of an active row except the newest,
+which has been chosen but not yet fed, so its committed length is ``len(seq) - 1``
+(:meth:`bass.batch_state.BatchState.cache_lens`; not stored, derived). The main model
+fed ``[last, d_1..d_n]`` and keeps ``a + 1`` of them. The draft cache holds a prefix of
+the row (``d_len[s] <= len(seq[s]) - 1``); the rest is fed at its next draft pass:
+usually one token, two when the row accepted every draft (the draft never fed ``d_n``),
+which is where ragged query lengths come from.
 """
 
 from __future__ import annotations
@@ -36,7 +53,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import hf, policies
+from . import backends, compat, hf, policies
 from .batch_state import (
     BatchState,
     NonFiniteLogitsError,
@@ -45,23 +62,14 @@ from .batch_state import (
     raise_if_nonfinite,
 )
 from .cache import RaggedKVCache
-from .cpu_linear import prepare_all as prepare_linears
-from .drafters import ModelDrafter, NGramDrafter, make_drafter, nonfinite
+from .drafters import DraftCall, Drafter, Proposal, make_drafter, nonfinite
 from .ops import length_checks
-from .packing import TOKEN_BUCKETS, pack
+from .packing import TOKEN_BUCKETS
 from .policies import DraftContext
-from .sampling import (
-    SamplingParams,
-    forced_accept,
-    greedy_accept_ids,
-    keyed_accept,
-    position_keys,
-    sample_keyed,
-    speculative_accept,
-    warp_probs,
-)
+from .sampling import SamplingParams, position_keys, sample_keyed, warp_probs
 from .stats import GenerationResult, GenerationStats, StepRecord
 from .stopping import StopStrings, cut_at_stop
+from .verify import accept, check_proposal, verify_pass
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
 
@@ -87,20 +95,23 @@ class Generator:
     Args:
         main: a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, ... any decoder whose
             attention goes through transformers' AttentionInterface).
-        draft: a smaller causal LM with the same vocabulary, or ``"ngram"`` for
+        draft: a smaller causal LM with the same vocabulary; ``"ngram"`` for
             prompt-lookup drafting (or a configured :class:`bass.drafters.NGramDrafter`,
-            e.g. ``NGramDrafter(max_ngram=4, siblings=False)``), or ``None`` for regular
+            e.g. ``NGramDrafter(max_ngram=4, siblings=False)``); any
+            :class:`bass.drafters.Drafter` of yours, or the name of one installed under
+            the ``bass.drafters`` entry points; or ``None`` for regular
             (non-speculative) decoding.
         policy: a draft-length policy name from :func:`bass.policies.available` or a
             policy instance; ``policy_options`` are its keyword options.
-        attention: the ``ragged_attention`` implementation (``"auto"``, ``"reference"``...).
+        attention: the packed attention implementation (``"auto"``, ``"reference"``,
+            ``"sdpa"``...: ``bass ops`` lists them).
         forced_acceptance: BENCHMARKING ONLY. Accept each drafted token with this
             probability regardless of the models (the main model's argmax follows), so
             random-weight models of real shapes can be timed at a known mean accepted
             length. Output is meaningless text; ``stats.forced_acceptance`` records it.
         config: a TOML file path (or :class:`bass.config.Config`) whose ``[policy]``,
-            ``[model].attention`` and ``[generation]`` values become the defaults here and
-            in :meth:`generate`; explicit arguments win.
+            ``[model]`` and ``[generation]`` values become the defaults here and in
+            :meth:`generate`; arguments given explicitly win (``compile=False`` too).
         compile: ``True`` compiles the per-step forward (every packed pass after the
             prefill) with ``torch.compile(fullgraph=True)``; a backend name or callable
             selects the backend. ``"reduce-overhead"`` compiles it with Inductor's
@@ -113,11 +124,17 @@ class Generator:
             only).
         prefill_chunk_tokens: the most tokens one prefill pass feeds (longer batches are
             prefilled in chunks; a prompt may span chunks).
-        cpu_linear: ``"auto"`` (default): on a CPU, each linear layer computes its matrix
-            product in the layout measured fastest for the pass's row count
-            (:mod:`bass.cpu_linear`; calibrated once per model; the packed layout keeps
-            a second copy of the weights it applies to); ``"unpacked"``: the same without
-            the packed layout (no copies); ``"torch"``: ``F.linear`` as is.
+        cpu_linear: models on a CPU (:class:`bass.backends.CPUBackend`): ``"auto"``
+            (default): each linear layer computes its matrix product in the layout
+            measured fastest for the pass's row count (calibrated once per model); its
+            packed layout keeps a second copy of the weights it applies to, made only
+            when the copies fit :data:`bass.backends.PACKED_MEMORY_SHARE` of the free
+            memory; ``"unpacked"``: the copy-free layouts only; ``"torch"``:
+            ``F.linear`` as is. Ignored off the CPU.
+        backend: a :class:`bass.backends.Backend` instead of the one chosen for the main
+            model's device (e.g. ``CPUBackend(memory_share=0.25)``).
+        shared_vocab: a draft model whose logit count differs from the main model's only
+            by embedding padding: the tokenizer's length (see :mod:`bass.drafters`).
 
     Example::
 
@@ -134,15 +151,16 @@ class Generator:
         policy: str | policies.DraftLengthPolicy | None = None,
         policy_options: dict | None = None,
         attention: str | None = None,
-        compile: bool | str | object = False,
+        compile: bool | str | object | None = None,
         config=None,
         forced_acceptance: float | None = None,
         static_shapes: bool | None = None,
         prefill_chunk_tokens: int = 8192,
         cpu_linear: str | None = None,
         shared_vocab: int | None = None,
+        backend: backends.Backend | None = None,
     ):
-        # Precedence: explicit arguments > the config file > built-in defaults.
+        # 1) settings: explicit arguments (None: not given) > the config file > defaults
         cfg_gen, self.generate_defaults = ({}, {})
         if config is not None:
             from .config import apply_config
@@ -152,72 +170,90 @@ class Generator:
             policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:
                 policy_options = cfg_gen.get("policy_options")
+        if compile is None:
+            compile = cfg_gen.get("compile", False)
+        if cpu_linear is None:
+            cpu_linear = cfg_gen.get("cpu_linear", "auto")
         if forced_acceptance is not None and not 0.0 <= forced_acceptance <= 1.0:
             raise ValueError(f"forced_acceptance must be in [0, 1], got {forced_acceptance}")
         self.forced_acceptance = forced_acceptance
         self.main = main
         self.attention = attention or cfg_gen.get("attention", "auto")
-        from .ops.packed import _PACKED
+        from .ops.packed import _PACKED, resolve_packed_implementation
 
         if self.attention != "auto" and self.attention not in _PACKED:
             raise ValueError(
                 f"unknown attention implementation {self.attention!r}; the engine's packed "
                 f"passes run: {', '.join(['auto', *_PACKED])} (see `bass ops`)"
             )
-        if compile is False:
-            compile = cfg_gen.get("compile", False)
-        self.policy_spec = (policy, dict(policy_options or {}))
-        self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
-        self.drafter = make_drafter(draft, main, self.attention, shared_vocab)
+        if self.attention != "auto":  # runs on the main model's device, here
+            resolve_packed_implementation(self.attention, main.device, planned=True)
         if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
             raise ValueError(
                 f"prefill_chunk_tokens must be an int >= 1, got {prefill_chunk_tokens!r}"
             )
-        self.prefill_chunk_tokens = prefill_chunk_tokens
+        # 2) the policy (checked now, not mid-generation) and the drafter
+        self.policy_spec = (policy, dict(policy_options or {}))
+        self.new_policy()
+        self.drafter: Drafter | None = make_drafter(draft, main, shared_vocab)
+        # 3) how passes run: compiled or not, static shapes, the device's tuning
         graphs = compile == "reduce-overhead"
         if static_shapes is None:
             static_shapes = graphs
-        self.bucket = TOKEN_BUCKETS if static_shapes else None
-        self.forward = hf.forward_packed
-        self.separate = bool(compile)  # compiled passes take standalone tensors, not views
+        self.backend = backends.select_backend(main.device, cpu_linear, backend)
+        self.backend.prepare(self.models)
+        forward = hf.forward_packed
         if compile:
             # Only the per-step forward is compiled (gpt-fast); the loop stays eager. The
             # token count N of a pass varies every step: it is a dynamic dimension (eager
             # shapes) or padded to a bucket (static shapes: one graph per bucket).
-            self.forward = hf.CompiledForward(
+            forward = hf.CompiledForward(
                 "inductor" if compile in (True, "reduce-overhead") else compile,
                 mode="reduce-overhead" if graphs else None,
                 dynamic=not graphs,
                 # one graph per pass kind and bucket (static shapes), or a few (dynamic)
                 limit=4 * len(TOKEN_BUCKETS) + 8,
             )
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.forward = self.forward
-            self.drafter.separate = self.separate
-        self.cpu_linear = cpu_linear or cfg_gen.get("cpu_linear", "auto")
-        # per model (main, then the draft model): its CPU GEMM layouts, or None (off the
-        # CPU nothing is routed; compiled passes call them through bass::cpu_linear)
-        drafter_model = self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
-        self.linear_plans = prepare_linears(self.cpu_linear, main, drafter_model)
-        # a calibrated lm head computes a few rows fast: no padding of the logits rows
-        self.route = self.cpu_linear != "torch"
-        self.logits_multiple = 1 if self.linear_plans[0] is not None else None
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.route = self.route
-            if self.linear_plans[-1] is not None:
-                self.drafter.logits_multiple = 1
+        self.passes = hf.Passes(
+            forward=self.backend.wrap(forward),
+            eager=self.backend.wrap(hf.forward_packed),
+            compiled=bool(compile),
+            impl=self.attention,
+            bucket=TOKEN_BUCKETS if static_shapes else None,
+            separate=bool(compile),  # compiled passes take standalone tensors, not views
+            logits_multiple=self.backend.logits_multiple,
+            chunk_tokens=prefill_chunk_tokens,
+        )
+        # 4) scale-out: a tensor-parallel main model's group takes host decisions once
+        self.coord = None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            from .distributed import coordinator_for
+
+            self.coord = coordinator_for(main)
+
+    @property
+    def models(self) -> list[torch.nn.Module]:
+        """The main model, then the draft model if there is one."""
+        draft = self.drafter.model if self.drafter is not None else None
+        return [self.main] + ([draft] if draft is not None else [])
+
+    @property
+    def prefill_chunk_tokens(self) -> int:
+        return self.passes.chunk_tokens
 
     @classmethod
     def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
         """Load main (and draft) models by Hugging Face name or local path. Where the two
         models' logit counts differ, their tokenizers are compared: one tokenizer with
         embedding matrices padded to different sizes (Qwen2.5 7B+ with 0.5B-3B) sets
-        ``shared_vocab``; different tokenizers are refused."""
+        ``shared_vocab``; different tokenizers are refused. ``draft`` may also name an
+        installed drafter (``"ngram"``)."""
+        from . import drafters
         from .models import load_causal_lm, padded_vocab
 
         main_model = load_causal_lm(main, dtype=dtype, device=device)
         draft_model = draft
-        if draft not in (None, "ngram"):
+        if draft is not None and draft not in drafters.available():
             draft_model = load_causal_lm(draft, dtype=dtype, device=device)
             if kw.get("shared_vocab") is None:
                 kw["shared_vocab"] = padded_vocab(main, draft, main_model, draft_model)
@@ -235,11 +271,8 @@ class Generator:
             )
         return spec
 
-    # ----------------------------------------------------------------- checks
-
     # ----------------------------------------------------------------- generation
 
-    @torch.inference_mode()
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
@@ -256,6 +289,7 @@ class Generator:
         stop_strings: str | Sequence[str] | None = None,
         tokenizer=None,
         on_step=None,
+        row_ids: Sequence[int] | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths).
 
@@ -269,7 +303,16 @@ class Generator:
         more tokens after it, and keeps the tokens that spell it (generate_text cuts the
         text before it). ``result.finish_reasons`` says which rows ended how. ``on_step``
         is called with ``(generator, state)`` after each step (tests use it to check the
-        bookkeeping invariant).
+        bookkeeping invariant). ``row_ids``: one int >= 0 per prompt that keys its sampled
+        draws with the seed (default: its index): a job split over several calls or
+        ranks (:func:`bass.distributed.generate`) draws the same samples as one call when
+        each row keeps its global index.
+
+        Runs under ``torch.inference_mode`` (``torch.no_grad`` for models FSDP wraps:
+        :func:`bass.compat.generation_mode`). With a tensor-parallel main model every rank
+        of its group must call this with the same arguments (checked); the group's first
+        rank takes every host decision (draft lengths, early stops, the time budget, the
+        seed) and shares it (:mod:`bass.distributed`).
         """
         given = dict(
             max_new_tokens=max_new_tokens,
@@ -296,9 +339,10 @@ class Generator:
         if max_new_tokens is None:
             raise ValueError("max_new_tokens is required (as an argument or in the config)")
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
-        models = [self.main, getattr(self.drafter, "model", None)]
+        models = self.models
         prompts = as_prompts(prompts)
-        need = check_prompts(prompts, max_new_tokens, [m for m in models if m is not None])
+        need = check_prompts(prompts, max_new_tokens, models)
+        row_ids = _row_ids(row_ids, len(prompts))
         eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
         stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]
         if any(len(seq) == 0 for seq in stops):
@@ -306,7 +350,6 @@ class Generator:
         texts = None
         if kw["stop_strings"] is not None:
             texts = StopStrings(kw["stop_strings"], tokenizer) or None
-        models = [m for m in (self.main, getattr(self.drafter, "model", None)) if m is not None]
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
         if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
@@ -317,7 +360,11 @@ class Generator:
                 hf.prepare(model, need)  # a window is checked against real positions
             # The engine builds valid lengths by construction (tests check the invariant
             # every step); skip the ops' host-side range checks in the hot loop.
-            with length_checks(False):
+            with length_checks(False), compat.generation_mode(models):
+                if self.coord is not None:  # every rank of a TP group: the same work
+                    settings = (max_new_tokens, params, sorted(eos), stops, kw["stop_strings"])
+                    settings += (seed, time_budget, row_ids)
+                    self.coord.agree("prompts and settings", (prompts, settings))
                 return self._generate(
                     prompts,
                     max_new_tokens,
@@ -327,6 +374,7 @@ class Generator:
                     time_budget,
                     on_step,
                     max_len,
+                    row_ids,
                 )
         finally:  # hand the models back as they came
             for model, attn in zip(models, previous):
@@ -334,59 +382,75 @@ class Generator:
                     model.set_attn_implementation(attn)
 
     def _generate(
-        self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len
+        self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len, row_ids
     ) -> GenerationResult:
         device = self.main.device
         if seed is None:  # from torch's global generator: torch.manual_seed governs it
             seed = int(torch.randint(0, 2**62, (1,)).item())
+            if self.coord is not None:  # one seed for the whole TP group: its leader's
+                seed = self.coord.share([seed])[0]
         gen = torch.Generator(device=device)  # the draft model's sampling and verification
         gen.manual_seed(seed)  # the seed also keys every sampled position (position_keys)
-        policy = self.new_policy()
+        hooks = policies.bind(self.new_policy())  # the policy's hooks, resolved once
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
+        stats.backend = self.backend.describe()
+        self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         state = BatchState([list(p) for p in prompts], max_new_tokens, *eos)
+        state.row_ids = row_ids  # what keys each prompt's sampled draws
+        B = len(prompts)
 
-        # 1) prefill: main over all prompt tokens (first new token), then the draft; every
-        #    prompt token goes through one packed pass, eager (its widths vary)
+        # 1) prefill: the main model over all prompt tokens (first new token), then the
+        #    drafter; every prompt token goes through one packed pass, eager (its widths vary)
         n_layers = self.main.config.get_text_config().num_hidden_layers
-        self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        chunk = self.prefill_chunk_tokens
-        logits, passes = hf.prefill(
-            self.main, self.cache, state.seqs, self.attention, chunk_tokens=chunk, route=self.route
-        )
+        self.cache = RaggedKVCache(B, max_len, n_layers, device)
+        logits, passes = self.passes.prefill(self.main, self.cache, state.seqs)
         if params.do_sample:  # each row's new token 0, keyed by (seed, prompt, 0)
-            keys = position_keys(seed, range(len(prompts)), [0] * len(prompts), 1)
+            keys = position_keys(seed, row_ids, [0] * B, 1)
             keys_t = torch.tensor(keys, dtype=torch.int64).to(device, non_blocking=True)
             first = sample_keyed(warp_probs(logits, params), keys_t)
         else:
             first = logits.argmax(dim=-1)
         host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
-        B = len(prompts)
         raise_if_nonfinite(host[B:], self.main, "main", state.rows, "the prefill")
         stats.main_passes += passes
         stats.prefill_passes = passes
         stats.prefill_tokens = sum(map(len, prompts))
-        if isinstance(self.drafter, ModelDrafter):
-            stats.draft_passes += self.drafter.start(state.seqs, max_len, device, chunk)
-            self.drafter.bucket = self.bucket
-            self.drafter.logits_slots = B if self.bucket is not None else None
-        elif self.drafter is not None:
-            self.drafter.start(prompts, state.seqs)
-        state.main_len = [len(p) for p in prompts]
+        if self.drafter is not None:
+            stats.draft_passes += self.drafter.start(state, self.passes, max_len, device)
         state.append(list(range(B)), [[t] for t in host[:B]])
         stats.prefill_seconds = time.perf_counter() - t0
-        if self.bucket is not None:  # CUDA graphs: the buffers' addresses must never move
-            for buf in self.cache.buffers() + (
-                self.drafter.cache.buffers() if isinstance(self.drafter, ModelDrafter) else []
-            ):
-                torch._dynamo.mark_static_address(buf)
+        if self.passes.bucket is not None:  # CUDA graphs: buffers' addresses must not move
+            caches = [self.cache, getattr(self.drafter, "cache", None)]
+            for cache in caches:
+                for buf in cache.buffers() if isinstance(cache, RaggedKVCache) else ():
+                    torch._dynamo.mark_static_address(buf)
         self._compact(state)
 
+        # 2) decoding steps until every row has finished (or the time budget is spent)
+        if self.coord is not None and hooks.keep_drafting is not None:
+            keep = hooks.keep_drafting  # early stops too: the group's leader decides
+
+            def shared_keep(probs, index, rows):
+                return self.coord.share_mask(keep(probs, index, rows))
+
+            hooks = policies.PolicyHooks(
+                hooks.policy, hooks.draft_lengths, hooks.update, shared_keep
+            )
         while state.active():
-            if time_budget is not None and time.perf_counter() - t0 > time_budget:
+            t_step = time.perf_counter()
+            slots = state.active()
+            stop = time_budget is not None and t_step - t0 > time_budget
+            lengths = [0] * len(slots)
+            if self.drafter is not None and not stop:
+                lengths = self._lengths(hooks, state, slots, stats)
+            if self.coord is not None:  # the TP group's first rank decides for every rank
+                shared = self.coord.share([int(stop), *lengths])
+                stop, lengths = bool(shared[0]), shared[1:]
+            if stop:
                 stats.stopped_by_time_budget = True
                 break
-            self._step(state, policy, params, (gen, seed), stats)
+            self._step(state, hooks, params, (gen, seed), stats, slots, lengths, t_step)
             self._compact(state)
             if on_step is not None:
                 on_step(self, state)
@@ -396,173 +460,112 @@ class Generator:
         reasons = [r or "time" for r in state.reasons]  # still running when time ran out
         return GenerationResult([list(o) for o in state.outputs], stats, reasons)
 
-    def _draft_lengths(self, policy, state, act, stats) -> list[int]:
-        """Each active row's draft length this step: the policy's (per row, or one for
-        the batch), capped by what the row may still generate and, for n-grams, by what
-        the lookup found."""
-        rows = [state.rows[s] for s in act]
-        cap = [state.remaining(s) - 1 for s in act]  # the main model adds one token
-        signals = None
-        if isinstance(self.drafter, NGramDrafter):
-            signals = self.drafter.signals(rows, [min(c, MAX_LOOKUP) for c in cap])
+    def _lengths(self, hooks, state, slots, stats) -> list[int]:
+        """1) Each active row's draft length this step: the policy's, capped by what the
+        row may still generate (a drafter that reports what it found, e.g. n-grams, then
+        proposes at most that)."""
+        rows = [state.rows[s] for s in slots]
+        caps = [state.remaining(s) - 1 for s in slots]  # the main model adds one token
+        signals = self.drafter.signals(slots, [min(c, MAX_LOOKUP) for c in caps])
         ctx = DraftContext(
             rows=rows,
-            max_draft=cap,
+            max_draft=caps,
             drafter=self.drafter.name,
             available=signals.available if signals else None,
             match_len=signals.match_len if signals else None,
             step=len(stats.steps),
         )
-        return policies.lengths_for(policy, ctx)
+        return hooks.draft_lengths(ctx)  # a drafter proposes at most what it found
 
-    def _step(self, state, policy, params, rng, stats) -> None:
+    def _step(self, state, hooks, params, rng, stats, slots, lengths, t_start) -> None:
+        """One step for the active ``slots``, whose draft ``lengths`` (phase 1) were
+        decided at ``t_start`` (by the loop: a TP group's leader decides them)."""
         gen, seed = rng  # the draft model's generator; the key of sampled positions
-        device = self.cache.lens.device
-        t_start = time.perf_counter()
-        act = state.active()  # cache rows of the active rows, ascending
-        R = len(act)
-        # 1) draft lengths: per row (policy and caps); 0 everywhere without a drafter
-        k_rows = [0] * R
-        if self.drafter is not None:
-            k_rows = self._draft_lengths(policy, state, act, stats)
+        rows = [state.rows[s] for s in slots]
+        R = len(slots)
         # 2) draft
-        prop = None
-        if any(k_rows):
-            if isinstance(self.drafter, NGramDrafter):
-                prop = self.drafter.propose([state.rows[s] for s in act], k_rows)
-            else:
-                seqs = [state.seqs[s] for s in act]
-                prop = self.drafter.propose(act, seqs, k_rows, params, gen, policy)
-        counts = prop.counts if prop is not None else [0] * R
-        K = max(counts)
+        prop = Proposal.none(R)
+        if any(lengths):
+            call = DraftCall(params, gen, hooks.keep_drafting)
+            prop = self.drafter.propose(slots, lengths, call)
+            check_proposal(self.drafter, prop, lengths, params)
         t_verify = time.perf_counter()
         # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
-        q_lens = [0] * self.cache.batch_size
-        idx: list[int] = []  # [R, K+1]: row r's position i -> its token (clamped)
-        start = 0
-        for r, s in enumerate(act):
-            q_lens[s] = n = 1 + counts[r]
-            idx += [start + min(i, n - 1) for i in range(K + 1)]
-            start += n
-        last = [state.seqs[s][-1] for s in act]
-        rows = [state.rows[s] for s in act]
-        host_drafts = prop.host_tokens if prop is not None else [[]] * R
-        # sampling with deterministic drafts (n-grams, or none): keyed draws per position
-        keyed = params.do_sample and self.forced_acceptance is None and host_drafts is not None
-        if host_drafts is not None:  # drafts on the host (n-grams, or none)
-            ids = [t for r in range(R) for t in (last[r], *host_drafts[r])]
-            padded = [t for d in host_drafts for t in (*d, *[0] * (K - len(d)))]
-            extra = [*idx, *counts, *padded]
-            if keyed:
-                starts = [len(state.outputs[p]) for p in rows]
-                extra += position_keys(seed, rows, starts, K + 1)
-        else:  # drafts on the device: gather them into the packed order there
-            gidx = [r * (K + 1) + i for r in range(R) for i in range(1 + counts[r])]
-            ids, extra = None, [*idx, *counts, *last, *gidx]
-        batch = pack(
-            q_lens,
-            state.main_len,
-            device,
-            ids=ids,
-            bucket=self.bucket,
-            logits_multiple=self.logits_multiple,
-            extra=extra,
-            separate=self.separate,
-        )
-        e, o = batch.extra, R * (K + 1)
-        index, counts_t = e[:o].view(R, K + 1), e[o : o + R]
-        if ids is None:
-            drafts = prop.tokens[:, :K]
-            table = torch.cat([e[o + R : o + 2 * R, None], drafts], dim=1)  # [R, K+1]
-            batch.set_input_ids(table.view(-1)[e[o + 2 * R :]])
-        else:
-            drafts = e[o + R : o + R + R * K].view(R, K)
+        keyed = params.do_sample and self.forced_acceptance is None and prop.probs is None
+        v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed)
         t_fwd = time.perf_counter()
-        logits = hf.run_packed(
-            self.forward, self.main, self.cache, batch, self.attention, self.route
-        )
+        logits = self.passes.run(self.main, self.cache, v.batch)
         forward_seconds = time.perf_counter() - t_fwd
         stats.main_passes += 1
-        # 4) accept (batched over rows, on the device)
-        best = logits.argmax(dim=-1)[index]  # [R, K+1]
-        bad_main = nonfinite(logits)[index].any(dim=1)  # [R]
-        if self.forced_acceptance is not None:
-            acc = forced_accept(counts_t, best, self.forced_acceptance, gen)
-        elif keyed:  # the main model's keyed draw at each position; drafts kept while equal
-            p = warp_probs(logits[index], params)  # [R, K+1, V]
-            keys = e[o + R + R * K :].view(R, K + 1)
-            acc = keyed_accept(drafts, p, counts_t, keys)
-        elif params.do_sample:  # a draft model's sampled drafts: rejection sampling
-            p = warp_probs(logits[index], params)  # [R, K+1, V]
-            acc = speculative_accept(drafts, prop.probs[:, :K], p, counts_t, gen)
-        else:
-            acc = greedy_accept_ids(drafts, best, counts_t)
-        read = [acc.accepted, acc.next_tokens, bad_main.long()]
-        model_drafts = host_drafts is None
-        if model_drafts:
-            read += [prop.bad.long(), drafts.reshape(-1)]
+        # 4) accept, then the step's one host read
+        acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
+        read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
+        device_drafts = prop.host_tokens is None
+        if device_drafts:
+            bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
+            read += [bad.long(), v.drafts.reshape(-1)]
         host = torch.cat(read).tolist()  # host read: the one per-step sync
         accepted, next_tokens = host[:R], host[R : 2 * R]
         step, where = len(stats.steps), f"step {len(stats.steps)}"
         raise_if_nonfinite(host[2 * R : 3 * R], self.main, "main", rows, where)
-        if model_drafts:
-            raise_if_nonfinite(host[3 * R : 4 * R], self.drafter.model, "draft", rows, where)
+        drafts = prop.host_tokens
+        if device_drafts:
+            model = self.drafter.model
+            raise_if_nonfinite(host[3 * R : 4 * R], model, "draft", rows, where)
+            K = v.drafts.shape[1]
             flat = host[4 * R :]
-            host_drafts = [flat[r * K : r * K + counts[r]] for r in range(R)]
+            drafts = [flat[r * K : r * K + prop.drafted[r]] for r in range(R)]
         t_end = time.perf_counter()
-        # 5) commit: main keeps [last, d_1..d_a]; the draft rolls back to its valid prefix
-        for r, s in enumerate(act):
-            state.main_len[s] += accepted[r] + 1
-        if model_drafts:
-            self.drafter.commit(act, accepted)
-        state.append(act, [[*host_drafts[r][: accepted[r]], next_tokens[r]] for r in range(R)])
-        # 6) statistics -> policy
-        draft_tokens = sum(prop.pass_tokens) if prop is not None else 0
+        # 5) commit: rows append [d_1..d_a, next]; the main cache keeps [last, d_1..d_a]
+        #    (its lengths follow from the rows: BatchState.cache_lens), the drafter rolls back
+        if self.drafter is not None:
+            self.drafter.commit(slots, accepted)
+        state.append(slots, [[*drafts[r][: accepted[r]], next_tokens[r]] for r in range(R)])
+        # 6) the step's record -> statistics and the policy
         rec = StepRecord(
-            max(k_rows),
+            max(lengths, default=0),
             rows,
-            counts,
+            prop.drafted,
             accepted,
             t_verify - t_start,
             t_end - t_verify,
-            verify_tokens=batch.real,
-            padding_tokens=batch.tokens - batch.real,
-            draft_tokens=draft_tokens,
-            forward_seconds=forward_seconds + (prop.forward_seconds if prop else 0.0),
+            verify_tokens=v.batch.real,
+            padding_tokens=v.batch.tokens - v.batch.real,
+            draft_tokens=sum(prop.pass_tokens),
+            forward_seconds=forward_seconds + prop.forward_seconds,
             step_seconds=time.perf_counter() - t_start,
         )
         stats.steps.append(rec)
-        if prop is not None:
-            stats.draft_passes += prop.passes
+        stats.draft_passes += prop.passes
         if self.drafter is not None:
-            policy.update(
+            hooks.update(
                 policies.StepStats(
                     draft_length=rec.draft_length,
                     accepted=accepted,
-                    drafted=counts,
+                    drafted=prop.drafted,
                     draft_seconds=rec.draft_seconds,
                     verify_seconds=rec.verify_seconds,
                     step=step,
                     rows=rows,
-                    verify_tokens=batch.tokens,
-                    draft_pass_tokens=prop.pass_tokens if prop is not None else (),
+                    verify_pass_tokens=v.batch.tokens,
+                    draft_pass_tokens=prop.pass_tokens,
                 )
             )
 
     def _compact(self, state) -> None:
         """Finished rows cost a packed pass nothing (they bring no tokens), but they keep
-        their cache rows and lengths: once at least half the cache's rows are finished,
-        the live rows move to the front in place (amortised: each compaction at least
-        halves the rows, so a row is moved O(1) times on average). Never with static
-        shapes (CUDA graphs), whose buffers must not change shape."""
-        if self.bucket is not None:
+        their cache slots: once at least half the cache's slots are finished, the live
+        rows move to the front in place (amortised: each compaction at least halves the
+        slots, so a row is moved O(1) times on average). Never with static shapes (CUDA
+        graphs), whose buffers must not change shape."""
+        if self.passes.bucket is not None:
             return
         n = self.cache.batch_size
         keep = state.active()
         if not keep or 2 * (n - len(keep)) < n:
             return
         self.cache.compact(keep)
-        if isinstance(self.drafter, ModelDrafter):
+        if self.drafter is not None:
             self.drafter.compact(keep)
         state.compact(keep)
 
@@ -591,3 +594,16 @@ class Generator:
             text = tokenizer.decode(seq, skip_special_tokens=True)
             out.append(cut_at_stop(text, stops) if stops and why == "stop" else text)
         return out
+
+
+def _row_ids(row_ids, n: int) -> list[int]:
+    """``generate``'s ``row_ids``: ``range(n)`` by default, else ``n`` ints ``>= 0``."""
+    if row_ids is None:
+        return list(range(n))
+    ids = list(row_ids)
+    if len(ids) != n or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+        raise ValueError(
+            f"row_ids must be one int >= 0 per prompt ({n}), got {row_ids!r}: each row's "
+            "index in the whole job, which keys its sampled draws"
+        )
+    return ids

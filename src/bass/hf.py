@@ -3,8 +3,10 @@
 Importing this module registers, under the name ``"bass"``:
 
 * an attention function (``transformers.AttentionInterface``) that routes every layer's
-  attention to ``torch.ops.bass.ragged_attention``, with the per-row lengths that reach it
-  as the keyword arguments ``bass_q_lens`` / ``bass_kv_lens`` of the model's forward;
+  attention to bass's ragged attention, with the per-row lengths that reach it as keyword
+  arguments of the model's forward (``bass_cu_q_lens`` / ``bass_kv_lens`` for packed
+  passes, and the pass's attention plan ``bass_plan`` in eager mode, see
+  :mod:`bass.ops.plan`; ``bass_q_lens`` / ``bass_kv_lens`` for padded ones);
 * a mask function (``transformers.AttentionMaskInterface``) that builds no mask: the op
   masks by lengths. Without this registration transformers would silently build none
   either, for the wrong reason, and a model could run unmasked.
@@ -15,12 +17,16 @@ Importing this module registers, under the name ``"bass"``:
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
-from . import compat, cpu_linear
+from . import compat
+from .ops.plan import PackedPlan, plan_packed
+from .packing import Extra, PackedPass, pack
 
 ATTN_NAME = "bass"
 
@@ -41,14 +47,16 @@ def bass_attention_forward(
     bass_kv_lens: torch.Tensor | None = None,  # int32 [B]
     bass_impl: str = "auto",
     bass_cu_q_lens: torch.Tensor | None = None,  # int32 [B+1] (packed passes)
+    bass_plan: PackedPlan | None = None,  # the pass's attention plan (eager packed passes)
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """The ``"bass"`` attention function: returns ``([B, T, Hq, D], None)`` as HF expects.
 
-    A packed pass (``bass_cu_q_lens`` given; ``query`` is ``[1, Hq, N, D]``) goes to
-    ``torch.ops.bass.ragged_attention_packed``, a padded one to ``ragged_attention``.
+    A packed pass (``bass_cu_q_lens`` given; ``query`` is ``[1, Hq, N, D]``) runs its
+    plan when it has one (eager passes), else ``torch.ops.bass.ragged_attention_packed``;
+    a padded one goes to ``ragged_attention``.
     """
     name = type(module).__name__
     if (bass_q_lens is None and bass_cu_q_lens is None) or bass_kv_lens is None:
@@ -70,6 +78,8 @@ def bass_attention_forward(
         )
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
+    if bass_plan is not None:  # token-major output: the transpose back is free
+        return bass_plan.attend(query, key, value, float(scaling)).transpose(1, 2), None
     if bass_cu_q_lens is not None:
         # token-major output: the transpose back to [1, N, Hq, D] is free
         out = torch.ops.bass.ragged_attention_packed(
@@ -198,16 +208,19 @@ def forward_packed(
     lens: torch.Tensor,  # int32 [B]: committed cache lengths before the pass
     impl: str = "auto",
     logits_index: torch.Tensor | None = None,  # int64 [L]: tokens whose logits are needed
+    plan: PackedPlan | None = None,  # eager passes: the attention planned on the host
 ) -> torch.Tensor:  # [1, N, V] (or [1, L, V])
     """One packed forward pass (see :mod:`bass.packing`): appends the tokens to ``cache``
     (uncommitted) and returns their logits (only at ``logits_index`` when given: the lm
     head is the largest matmul of a pass and most positions' logits are never read).
 
-    Only tensors go in, so the function compiles to one graph per shape and can be
-    captured as a CUDA graph.
+    Compiled, only tensors go in (``plan`` is ``None``), so the function compiles to one
+    graph per shape and can be captured as a CUDA graph; eager passes carry their
+    attention plan (:mod:`bass.ops.plan`), which every layer runs without a device read.
     """
     _check_routed(model)
-    kv_lens = cache.begin_packed(cu_q_lens, lens)
+    kv_lens = cache.begin_packed(cu_q_lens, lens, plan)
+    extra = {} if plan is None else {"bass_plan": plan}
     out = model(
         input_ids=input_ids,
         position_ids=positions,
@@ -217,6 +230,7 @@ def forward_packed(
         bass_kv_lens=kv_lens,
         bass_impl=impl,
         logits_to_keep=0 if logits_index is None else logits_index,
+        **extra,
     )
     return out.logits
 
@@ -277,55 +291,112 @@ class CompiledForward:
             return entry[1](model, *args)
 
 
-def run_packed(
-    forward, model, cache, batch, impl: str = "auto", route: bool = True
-) -> torch.Tensor:
-    """``forward`` (:func:`forward_packed` or its compiled form) on a
-    :class:`bass.packing.PackedPass`; returns ``[N or L, V]`` logits. Linear layers
-    routed by :mod:`bass.cpu_linear` take their calibrated layouts here (``route=False``:
-    ``F.linear``)."""
-    with cpu_linear.active(route):
-        logits = forward(
+@dataclass
+class Passes:
+    """How a Generator runs its packed passes, decided once when it is built, and shared
+    by the engine and a draft model's drafter.
+
+    ``forward``: runs one decoding pass (:func:`forward_packed`, or its compiled form,
+    possibly framed by the device backend: :meth:`bass.backends.Backend.wrap`);
+    ``eager``: the same uncompiled, for the prefill (its widths vary); ``compiled``:
+    whether ``forward`` is compiled (then passes carry no attention plan); ``impl``: the packed
+    attention implementation; ``bucket``: token buckets of static-shape passes (CUDA
+    graphs) or ``None``; ``separate``: each small tensor its own allocation (compiled
+    passes guard on views' offsets); ``logits_multiple(model)``: the device's multiple of
+    logit rows (:meth:`bass.backends.Backend.logits_multiple`); ``chunk_tokens``: the
+    most tokens one prefill pass feeds.
+    """
+
+    forward: Callable = forward_packed
+    eager: Callable = forward_packed
+    compiled: bool = False
+    impl: str = "auto"
+    bucket: Sequence[int] | None = None
+    separate: bool = False
+    logits_multiple: Callable[[torch.nn.Module], int] = lambda model: 1
+    chunk_tokens: int = 8192
+
+    def pack(
+        self,
+        model,
+        q_lens: Sequence[int],
+        lens: Sequence[int],
+        device,
+        *,
+        ids: Sequence[int] | None = None,
+        logits_at: Sequence[int] | None = None,
+        logits_slots: int | None = None,
+        extra: dict[str, Extra] | None = None,
+    ) -> PackedPass:
+        """:func:`bass.packing.pack` with this Generator's settings for ``model``."""
+        return pack(
+            q_lens,
+            lens,
+            device,
+            ids=ids,
+            logits_at=logits_at,
+            bucket=self.bucket,
+            logits_slots=logits_slots,
+            logits_multiple=self.logits_multiple(model),
+            extra=extra,
+            separate=self.separate,
+        )
+
+    def run(self, model, cache, batch: PackedPass) -> torch.Tensor:
+        """Run ``batch`` through ``model`` (appending to ``cache``); returns ``[N or L,
+        V]`` logits. Eager passes plan their attention here, once for every layer."""
+        plan = None
+        if not self.compiled:
+            plan = plan_packed(
+                self.impl,
+                batch.q_lens,
+                batch.host_lens,
+                batch.tokens,
+                batch.cu_q_lens,
+                batch.lens,
+                batch.kv_lens,
+            )
+        logits = self.forward(
             model,
             cache,
             batch.input_ids,
             batch.positions,
             batch.cu_q_lens,
             batch.lens,
-            impl,
+            self.impl,
             batch.logits_index,
+            plan,
         )
-    return logits[0]
+        return logits[0]
+
+    def prefill(self, model, cache, prompts: list[list[int]]) -> tuple[torch.Tensor, int]:
+        """:func:`prefill` with these settings, eager (its widths vary) and unpadded."""
+        eager = replace(self, forward=self.eager, compiled=False, bucket=None, separate=False)
+        return prefill(model, cache, prompts, eager)
 
 
 def prefill(
-    model,
-    cache,
-    prompts: list[list[int]],
-    impl: str = "auto",
-    *,
-    chunk_tokens: int = 8192,
-    forward=None,
-    route: bool = True,
-) -> tuple[torch.Tensor, int]:
+    model, cache, prompts: list[list[int]], passes: Passes | None = None, *, chunk_tokens=None
+):
     """Prefill ``cache`` (empty, one row per prompt) with ragged ``prompts`` in packed
     passes; return each row's last logits ``[B, V]`` and the number of passes.
 
-    One pass feeds every prompt token, no padding. A batch of more than ``chunk_tokens``
-    tokens is split into several passes of at most that many (chunked prefill: a long
-    prompt may span passes, its later chunks attending to the earlier ones in the cache).
-    Only each prompt's last token goes through the lm head. Commits the prompts.
-    ``route``: as :func:`run_packed`'s.
+    One pass feeds every prompt token, no padding. A batch of more than
+    ``passes.chunk_tokens`` tokens is split into several passes of at most that many
+    (chunked prefill: a long prompt may span passes, its later chunks attending to the
+    earlier ones in the cache). Only each prompt's last token goes through the lm head.
+    Commits the prompts. ``passes``: how passes run (default: eager, ``impl="auto"``);
+    ``chunk_tokens`` overrides its ``chunk_tokens``.
     """
-    from .packing import pack
-
+    passes = passes or Passes()
+    if chunk_tokens is None:
+        chunk_tokens = passes.chunk_tokens
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
-    forward = forward or forward_packed
     device = cache.lens.device
     B = len(prompts)
     done = [0] * B  # prompt tokens already in the cache, per row
-    out, passes, row = None, 0, 0
+    out, n_passes, row = None, 0, 0
     while row < B:
         budget = chunk_tokens
         feed: list[list[int]] = [[] for _ in range(B)]
@@ -343,16 +414,14 @@ def prefill(
             if ends and ends[0] <= b <= ends[-1]:
                 last.append(n - 1)
         ids = [t for toks in feed for t in toks]
-        batch = pack([len(t) for t in feed], done, device, ids=ids, logits_at=last)
-        logits = run_packed(forward, model, cache, batch, impl, route)[
-            : len(ends)
-        ]  # [len(ends), V]
+        batch = passes.pack(model, [len(t) for t in feed], done, device, ids=ids, logits_at=last)
+        logits = passes.run(model, cache, batch)[: len(ends)]  # [len(ends), V]
         cache.commit(cache.q_lens)
-        passes += 1
+        n_passes += 1
         for b, n in enumerate(batch.q_lens):
             done[b] += n
         if out is None:
             out = logits.new_empty(B, logits.shape[-1])
         if ends:
             out[ends[0] : ends[-1] + 1] = logits  # rows end in order: a contiguous block
-    return out, passes
+    return out, n_passes

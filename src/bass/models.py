@@ -42,15 +42,17 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
-def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None):
+def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, **extra):
     """A causal LM (in eval mode) from a local directory, a ``.gguf`` file or a hub name.
 
     Hub names need network access or the local Hugging Face cache; failures say which.
+    ``extra``: more ``from_pretrained`` arguments (e.g. tensor parallelism's,
+    :func:`bass.compat.tensor_parallel_kwargs`).
     """
     from transformers import AutoModelForCausalLM
 
     path = Path(name_or_path)
-    kwargs = {"dtype": dtype or torch.float32}
+    kwargs = {"dtype": dtype or torch.float32, **extra}
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelNotFoundError(f"model file {path} does not exist")
@@ -66,6 +68,23 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None):
     if device is not None:
         model = model.to(device)
     return model.eval()
+
+
+def load_config(name_or_path: str | os.PathLike):
+    """The model config of a local directory, a ``.gguf`` file or a hub name (no weights
+    are read: e.g. to check a tensor-parallel size before loading)."""
+    from transformers import AutoConfig
+
+    path = Path(name_or_path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFoundError(f"model file {path} does not exist")
+        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    if path.exists() or str(name_or_path).startswith((".", "/", "~")):
+        if not path.is_dir():
+            raise ModelNotFoundError(f"model path {path} does not exist (or is not a directory)")
+        return AutoConfig.from_pretrained(str(path))
+    return _from_hub(AutoConfig, str(name_or_path), {})
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:

@@ -22,21 +22,19 @@ their logits are never read.
 
 All of a pass's small tensors are built on the host from lists the engine already has and
 moved to the device in ONE copy (:func:`pack`), so building a pass costs no device sync.
+The caller's own small tensors for the pass (e.g. the verify step's gather index) ride in
+the same copy and come back as named views (``PackedPass.extra["index"]``).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["LOGITS_MULTIPLE_CPU", "TOKEN_BUCKETS", "PackedPass", "bucket_tokens", "pack"]
-
-# On CPU the rows whose logits a pass computes are padded to a multiple of this (repeats of
-# the first): see pack().
-LOGITS_MULTIPLE_CPU = 4
+__all__ = ["TOKEN_BUCKETS", "Extra", "PackedPass", "bucket_tokens", "pack"]
 
 # Token counts a static-shape pass (CUDA graphs) is padded to: at most ~1.5x the real
 # count, few enough that one graph per bucket is cheap to capture.
@@ -65,8 +63,9 @@ class PackedPass:
     (committed lengths before the pass), ``kv_lens`` int32 ``[B]``, ``logits_index``
     int64 ``[L]`` (the tokens whose logits are needed) or ``None`` (all). ``real`` is the
     number of real tokens (``cu_q_lens[B]``); ``N`` may be larger (bucket padding).
-    ``q_lens`` and ``starts`` are the host lists it was built from (``starts[b] =
-    cu_q_lens[b]``); ``extra`` the caller's other values (see :func:`pack`).
+    ``q_lens``, ``host_lens`` and ``starts`` are the host lists it was built from
+    (``starts[b] = cu_q_lens[b]``); ``extra`` the caller's other values, by name, as
+    int64 views of the shapes it gave (see :func:`pack`).
     """
 
     input_ids: torch.Tensor | None
@@ -78,7 +77,13 @@ class PackedPass:
     real: int
     q_lens: list[int]
     starts: list[int]
-    extra: torch.Tensor | None = None
+    host_lens: list[int] = field(default_factory=list)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def host_kv_lens(self) -> list[int]:
+        """``kv_lens`` on the host: each row's length once this pass's tokens are in."""
+        return [n + q for n, q in zip(self.host_lens, self.q_lens)]
 
     def set_input_ids(self, ids: torch.Tensor) -> None:
         """Set ``input_ids`` from a device tensor of the ``real`` token ids (int64
@@ -91,7 +96,16 @@ class PackedPass:
     @property
     def tokens(self) -> int:
         """Tokens the dense layers compute (padding included)."""
-        return self.input_ids.shape[1]
+        return self.positions.shape[1]
+
+
+@dataclass
+class Extra:
+    """A caller's int64 values for the device, to ride in a pass's one copy: ``values``
+    (flat, row-major) and the ``shape`` of the view they come back as."""
+
+    values: Sequence[int]
+    shape: tuple[int, ...]
 
 
 def pack(
@@ -103,8 +117,8 @@ def pack(
     logits_at: Sequence[int] | None = None,
     bucket: Sequence[int] | None = None,
     logits_slots: int | None = None,
-    logits_multiple: int | None = None,
-    extra: Sequence[int] = (),
+    logits_multiple: int = 1,
+    extra: Mapping[str, Extra] | None = None,
     separate: bool = False,
 ) -> PackedPass:
     """Build a :class:`PackedPass` from host lists, with one host-to-device copy.
@@ -115,16 +129,16 @@ def pack(
         ids: the ``sum(q_lens)`` token ids, row after row; ``None`` when the caller
             sets ``input_ids`` itself from device tensors (then ``input_ids`` is ``None``).
         logits_at: token indices (into the flat pass) whose logits are needed; ``None``
-            keeps all ``N``. On CPU the logits computed are padded to a multiple of
-            :data:`LOGITS_MULTIPLE_CPU` rows (repeats of the first; callers read the first
-            ``len(logits_at)``, or ``N``): MKL computes 4 rows faster than 2 or 3.
-        logits_multiple: that multiple instead (1: no padding), e.g. when the lm head's
-            layout was calibrated (:mod:`bass.cpu_linear`) and a few rows are cheap.
+            keeps all ``N``.
+        logits_multiple: pad the rows whose logits are computed to a multiple of this
+            (repeats of the first; callers read the first ``len(logits_at)``, or ``N``).
+            A device's tuning may ask for it (:mod:`bass.backends`: a CPU BLAS computes 4
+            rows of the lm head faster than 2 or 3); 1, the default, pads nothing.
         bucket: a bucket set: pad ``N`` up to a bucket with tokens of no row.
         logits_slots: pad ``logits_at`` to this many entries (repeating index 0) so its
             shape is fixed too (static shapes).
-        extra: more int64 values the caller needs on the device this pass; they ride in
-            the same copy and come back as ``PackedPass.extra``.
+        extra: the caller's other int64 values for this pass, by name (:class:`Extra`);
+            they ride in the same copy and come back as ``PackedPass.extra[name]``.
         separate: make each tensor its own allocation (several copies) instead of views
             of one: ``torch.compile`` guards on views' storage offsets, which change
             with every pass's sizes.
@@ -142,37 +156,39 @@ def pack(
         if ids is not None:
             head += [0] * pad
     kv = [s + n for s, n in zip(lens, q_lens)]
-    if logits_multiple is None:
-        logits_multiple = LOGITS_MULTIPLE_CPU if torch.device(device).type == "cpu" else 1
     multiple = logits_multiple
     keep = list(logits_at) if logits_at is not None else []
     if logits_slots is not None and logits_at is not None:
         keep += [0] * (logits_slots - len(keep))
     elif multiple > 1 and (len(keep) if logits_at is not None else n_tok) > 1:
-        # the lm head on a CPU: MKL's matrix product of L rows by the vocabulary is 1.3-2x
-        # slower for L = 2, 3 (mod 4) below 12 than for the next multiple of 4 (e.g. a
-        # 135M model's 49152-token head: 21.5 ms for 2 rows, 16.5 ms for 4; see
-        # bench/results/cpu_pass_cost.md): compute the logits of a few repeated rows more
+        # a BLAS may compute a few rows more faster than fewer (bass.backends says when)
         if logits_at is None:
             keep, logits_at = list(range(n_tok)), ()
         keep += [keep[0]] * (-len(keep) % multiple)
     B = len(q_lens)
+    extra = dict(extra or {})
+    more = [t for e in extra.values() for t in e.values]
     if separate:
 
         def t(values, dtype=torch.int64):
             return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
         parts = [t(head), t(pos), t(starts, torch.int32), t(list(lens), torch.int32)]
-        parts += [t(kv, torch.int32), t(keep), t(list(extra))]
+        parts += [t(kv, torch.int32), t(keep), t(more)]
     else:
         # one int64 host tensor, one copy to the device, then views
-        flat = torch.tensor([*head, *pos, *starts, *lens, *kv, *keep, *extra], dtype=torch.int64)
+        flat = torch.tensor([*head, *pos, *starts, *lens, *kv, *keep, *more], dtype=torch.int64)
         flat = flat.to(device, non_blocking=True)
         o1, o2 = len(head), len(head) + n_tok
         o3 = o2 + 3 * B + 1
         small = flat[o2:o3].to(torch.int32)  # the int32 ones in one cast
         parts = [flat[:o1], flat[o1:o2], small[: B + 1], small[B + 1 : 2 * B + 1]]
         parts += [small[2 * B + 1 :], flat[o3 : o3 + len(keep)], flat[o3 + len(keep) :]]
+    views, o = {}, 0
+    for name, e in extra.items():  # the caller's values, as named views of the last part
+        n = len(e.values)
+        views[name] = parts[6].narrow(0, o, n).view(e.shape)
+        o += n
     return PackedPass(
         input_ids=parts[0].view(1, n_tok) if ids is not None else None,
         positions=parts[1].view(1, n_tok),
@@ -183,5 +199,6 @@ def pack(
         real=real,
         q_lens=list(q_lens),
         starts=starts,
-        extra=parts[6],
+        host_lens=list(lens),
+        extra=views,
     )

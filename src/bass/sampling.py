@@ -412,12 +412,19 @@ def output_tokens(draft_tokens: torch.Tensor, acc: Acceptance) -> list[list[int]
     return [[*d[:n], t] for d, n, t in zip(drafts, accepted, nexts, strict=True)]
 
 
-def forced_accept(counts: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
+def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
     """Benchmark-only acceptance: each drafted token is accepted with probability ``p``
     (stopping at the first failure), whatever the models say; the next token is the main
-    model's argmax there. counts int64 [B], best int64 [B, K+1] (the main argmax ids)."""
+    model's argmax there.
+
+    Args:
+        drafted: int64 ``[B]``, tokens each row drafted.
+        best: int64 ``[B, K+1]``, the main model's argmax at each position.
+        p: the acceptance probability of every drafted token.
+        gen: the ``torch.Generator`` of the draws.
+    """
     B, K1 = best.shape
     u = torch.rand(B, K1 - 1, generator=gen, device=best.device)  # [B, K]
-    ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < counts[:, None])
-    accepted = ok.long().cumprod(dim=1).sum(dim=1)  # [B]
+    ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < drafted[:, None])
+    accepted = _accept_prefix(ok)  # [B]
     return Acceptance(accepted, best.gather(1, accepted[:, None]).squeeze(1))

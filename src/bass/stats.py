@@ -41,6 +41,7 @@ class GenerationStats:
     rows: int = 0  # prompts in the batch
     prefill_passes: int = 0  # main-model passes of the prefill (chunks of prompt tokens)
     prefill_tokens: int = 0  # prompt tokens the main model's prefill computed
+    backend: dict = field(default_factory=dict)  # the device tuning (bass.backends)
 
     @classmethod
     def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
@@ -51,6 +52,8 @@ class GenerationStats:
             values = [getattr(p, f.name) for p in parts]
             if f.name == "forced_acceptance":
                 merged = values[0] if values and all(v == values[0] for v in values) else None
+            elif f.name == "backend":  # one Generator's batches: the same tuning
+                merged = values[0] if values else {}
             elif f.type in ("bool", bool):
                 merged = any(values)
             else:
@@ -115,6 +118,7 @@ class GenerationStats:
             "verify_tokens": self.verify_tokens,
             "padding_share": round(self.padding_share, 4),
             "host_share": round(self.host_share, 4),
+            "backend": dict(self.backend),
             **(
                 {"forced_acceptance": self.forced_acceptance}
                 if self.forced_acceptance is not None
@@ -128,8 +132,11 @@ class GenerationResult:
     """``sequences``: the new token ids per prompt, in prompt order. ``finish_reasons``:
     per prompt, why its row ended: ``"eos"`` (an eos token, kept as the last id),
     ``"stop"`` (a stop sequence or stop string; its tokens are kept), ``"length"``
-    (``max_new_tokens``) or ``"time"`` (the time budget ran out first)."""
+    (``max_new_tokens``) or ``"time"`` (the time budget ran out first). ``ranks``: in a
+    data-parallel job (:func:`bass.distributed.generate`), the rank that generated each
+    row."""
 
     sequences: list[list[int]]
     stats: GenerationStats
     finish_reasons: list[str] = field(default_factory=list)
+    ranks: list[int] | None = None  # data-parallel jobs: the rank that generated each row

@@ -25,9 +25,7 @@ def cmd_policies(args) -> int:
         doc = " ".join((target.__doc__ or "").strip().split("\n\n")[0].split())
         default = "  [default]" if name == policies.DEFAULT else ""
         print(f"{name}  ({ep.value}){default}")
-        kinds = ["per-row draft lengths" if hasattr(target, "draft_lengths") else "one length"]
-        if hasattr(target, "keep_drafting"):
-            kinds.append("per-row early stop")
+        kinds = policies.base.capabilities(target)
         print(f"    decides: {', '.join(kinds)}")
         if doc:
             print(textwrap.fill(doc, 92, initial_indent="    ", subsequent_indent="    "))
@@ -124,8 +122,19 @@ def cmd_ops(args) -> int:
         )
     for device in devices:
         pick = packed.resolve_packed_implementation("auto", device).name
+        planned = packed.resolve_packed_implementation("auto", device, planned=True).name
         print(
-            f"auto on {device.type}: `{pick}` (static order: the highest-priority one that has "
-            "passed on that device)"
+            f"auto on {device.type}: `{planned}` in the engine's eager passes (planned once per "
+            f"pass from host lengths), `{pick}` when the op is called directly or compiled"
         )
+    from ..backends import PACKED_MEMORY_SHARE, available_memory
+
+    free = available_memory()
+    have = "unknown" if free is None else f"{free / 2**30:.1f} GiB"
+    print(
+        f"\ndevice tuning on cpu (bass.backends.CPUBackend): linear layers in their measured-"
+        f"fastest layouts (cpu_linear='auto'); packed weight copies only within "
+        f"{PACKED_MEMORY_SHARE:.0%} of the free memory (free now: {have}); a generation's "
+        "choice is in res.stats.backend"
+    )
     return 0

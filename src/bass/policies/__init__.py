@@ -1,8 +1,10 @@
 """Draft-length policies: how many tokens to draft per speculative step, as plugins.
 
-A policy implements :class:`DraftLengthPolicy` (``draft_length()`` and
-``update(StepStats)``, optionally ``keep_drafting(probs, index)`` for per-row early stop)
-and is registered under the ``bass.policies`` entry-point group. Built-ins
+A policy subclasses :class:`Policy` (or implements :class:`DraftLengthPolicy`:
+``draft_length()`` and ``update(StepStats)``, optionally ``draft_lengths(ctx)`` per row and
+``keep_drafting(probs, index, rows)`` for a per-row early stop; :func:`bind` resolves these
+hooks once per generation) and is registered under the ``bass.policies`` entry-point
+group. Built-ins
 (:mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`):
 
 * ``adaptive`` (:mod:`bass.policies.adaptive`), the default: each row's draft length
@@ -27,7 +29,15 @@ single function reading installed metadata (monkeypatch it in tests).
 
 from __future__ import annotations
 
-from .base import DraftContext, DraftLengthPolicy, StepStats, lengths_for
+from .base import (
+    DraftContext,
+    DraftLengthPolicy,
+    Policy,
+    PolicyHooks,
+    StepStats,
+    bind,
+    lengths_for,
+)
 from .registry import (
     GROUP,
     REQUIRED,
@@ -49,9 +59,12 @@ __all__ = [
     "DraftContext",
     "DraftLengthPolicy",
     "OptionInfo",
+    "Policy",
+    "PolicyHooks",
     "PolicyLoadError",
     "StepStats",
     "available",
+    "bind",
     "describe",
     "lengths_for",
     "load",

@@ -116,14 +116,14 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import DraftContext, OptionsMixin, StepStats, option, running_mean
+from .base import DraftContext, OptionsMixin, Policy, StepStats, option, running_mean
 from .verify_cost import VerifyCost
 
 __all__ = ["AdaptivePolicy", "VerifyCost"]
 
 
 @dataclass
-class AdaptivePolicy(OptionsMixin):
+class AdaptivePolicy(OptionsMixin, Policy):
     """Per-row draft lengths that get the whole batch done soonest, 0 included (see the
     module docstring for the model and its estimates).
 
@@ -218,8 +218,10 @@ class AdaptivePolicy(OptionsMixin):
         self.calibration: dict[int, list[float]] = {}  # confidence decile -> [succ, trials]
         self.confs: dict[int, list[float]] = {}  # this step: row position -> confidences
         self.survival: dict[int, float] = {}
-        if self.draft_confidence:  # the engine looks the hook up on the instance
-            self.keep_drafting = self._keep_drafting
+
+    def stops_early(self) -> bool:
+        """Rows stop drafting early only with the ``draft_confidence`` option."""
+        return bool(self.draft_confidence)
 
     # ----------------------------------------------------------------- estimates
 
@@ -493,7 +495,7 @@ class AdaptivePolicy(OptionsMixin):
         w = self.prior_trials
         return (s + w * conf) / (t + w)
 
-    def _keep_drafting(self, probs, index: int, rows=None):
+    def keep_drafting(self, probs, index: int, rows=None):
         """Per-row early stop from the draft model's confidence (option
         ``draft_confidence``): a row goes on drafting while the calibrated chance that
         all its tokens so far are accepted, times what a token of the row is worth, still
@@ -520,7 +522,7 @@ class AdaptivePolicy(OptionsMixin):
         if stats.num_rows == 0:
             return
         drafted = stats.drafted_list()
-        tokens = stats.verify_tokens or stats.num_rows + sum(drafted)
+        tokens = stats.verify_pass_tokens or stats.num_rows + sum(drafted)
         self.widest = max(self.widest, sum(drafted))
         self.cost.observe(tokens, stats.verify_seconds, any(drafted))
         passes = len(stats.draft_pass_tokens)

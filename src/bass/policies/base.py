@@ -25,7 +25,11 @@ import torch
 __all__ = [
     "DraftContext",
     "DraftLengthPolicy",
+    "Policy",
+    "PolicyHooks",
     "StepStats",
+    "bind",
+    "capabilities",
     "lengths_for",
     "option",
     "running_mean",
@@ -63,9 +67,10 @@ class StepStats:
         rows: each active row's prompt index (stable across steps, unlike positions in
             ``accepted``, which shift as rows finish), so a policy can keep per-row
             estimates; ``None`` when the caller does not say.
-        verify_tokens: tokens the verification pass computed (the sum over rows of
-            ``1 + drafted``; with CUDA-graph buckets, padding included): with packed
-            passes a pass costs what its tokens cost.
+        verify_pass_tokens: tokens the verification pass computed (the sum over rows
+            of ``1 + drafted``; with CUDA-graph buckets, padding included): with packed
+            passes a pass costs what its tokens cost. (``StepRecord.verify_tokens``
+            counts the real tokens only, ``padding_tokens`` the rest.)
         draft_pass_tokens: tokens each draft-model pass computed (empty for n-grams).
 
     >>> s = StepStats(draft_length=4, accepted=[1, 4, 0])
@@ -82,7 +87,7 @@ class StepStats:
     verify_seconds: float = 0.0
     step: int = 0
     rows: Sequence[int] | None = None
-    verify_tokens: int = 0
+    verify_pass_tokens: int = 0
     draft_pass_tokens: Sequence[int] = ()
 
     def __post_init__(self) -> None:
@@ -349,3 +354,106 @@ class OptionsMixin:
 def running_mean(old: float | None, new: float, weight: float) -> float:
     """An exponential moving average: ``new`` weighted ``weight`` (the first value as is)."""
     return new if old is None else (1.0 - weight) * old + weight * new
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+class Policy:
+    """Base class of draft-length policies: every hook declared once, with its default.
+
+    Override :meth:`draft_length` (one length for every row) or :meth:`draft_lengths`
+    (per row), and :meth:`update`; for a per-row early stop inside a draft model's
+    drafting, :meth:`keep_drafting` (the engine then calls it after every draft pass:
+    :meth:`stops_early` says so, by default when the method is overridden). A policy
+    need not subclass this: any object with ``draft_length()`` and ``update(stats)``
+    (:class:`DraftLengthPolicy`) works, its optional hooks found when it is loaded
+    (:func:`bind`).
+    """
+
+    name: ClassVar[str] = ""
+
+    def draft_length(self) -> int:
+        """The batch-wide draft length of the next step (``>= 0``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define draft_length() or draft_lengths(ctx)"
+        )
+
+    def draft_lengths(self, ctx: DraftContext) -> Sequence[int]:
+        """One draft length per active row of ``ctx`` (default: :meth:`draft_length`
+        for every row)."""
+        return [self.draft_length()] * ctx.num_rows
+
+    def update(self, stats: StepStats) -> None:
+        """Learn from the step just finished."""
+
+    def keep_drafting(self, probs: torch.Tensor, index: int, rows=None) -> torch.Tensor:
+        """bool ``[R']``: which rows go on drafting after the token at 0-based position
+        ``index``, drawn from ``probs`` ``[R', V]`` (``rows``: each probs row's position
+        among the step's rows). Default: all of them."""
+        return torch.ones(probs.shape[0], dtype=torch.bool, device=probs.device)
+
+    def stops_early(self) -> bool:
+        """Whether the engine calls :meth:`keep_drafting` (a host read per draft pass):
+        by default when a subclass overrides it."""
+        return type(self).keep_drafting is not Policy.keep_drafting
+
+
+def capabilities(cls: type) -> list[str]:
+    """What a policy class decides, for ``bass policies``: ``"per-row draft lengths"`` or
+    ``"one length"``, and ``"per-row early stop"`` when it may stop rows (for a
+    :class:`Policy`, where it overrides :meth:`Policy.keep_drafting`)."""
+    if isinstance(cls, type) and issubclass(cls, Policy):
+        per_row = cls.draft_lengths is not Policy.draft_lengths
+        early = cls.keep_drafting is not Policy.keep_drafting
+    else:
+        per_row, early = hasattr(cls, "draft_lengths"), hasattr(cls, "keep_drafting")
+    kinds = ["per-row draft lengths" if per_row else "one length"]
+    return kinds + (["per-row early stop"] if early else [])
+
+
+@dataclass(frozen=True)
+class PolicyHooks:
+    """A policy's hooks, resolved once when a generation starts (never per step):
+    ``draft_lengths(ctx) -> list[int]`` (checked and capped: :func:`lengths_for`),
+    ``update(stats)``, and ``keep_drafting(probs, index, rows) -> bool tensor`` or
+    ``None`` when the policy stops no row early."""
+
+    policy: Any
+    draft_lengths: Any
+    update: Any
+    keep_drafting: Any = None
+
+
+def bind(policy: Any) -> PolicyHooks:
+    """The hooks of ``policy`` (a :class:`Policy` or any :class:`DraftLengthPolicy`).
+
+    A ``keep_drafting(probs, index)`` without the ``rows`` parameter (the older
+    contract) is wrapped to take it; anything else is an error naming the policy.
+    """
+    import inspect
+
+    name = type(policy).__name__
+    if not callable(getattr(policy, "update", None)) or not (
+        callable(getattr(policy, "draft_length", None))
+        or callable(getattr(policy, "draft_lengths", None))
+    ):
+        raise TypeError(
+            f"policy {name} needs draft_length() or draft_lengths(ctx), and update(stats) "
+            "(see bass.policies.Policy)"
+        )
+    keep = getattr(policy, "keep_drafting", None)
+    if isinstance(policy, Policy):
+        keep = keep if policy.stops_early() else None
+    if keep is not None:
+        if not callable(keep):
+            raise TypeError(f"policy {name}: keep_drafting must be a method, got {keep!r}")
+        params = inspect.signature(keep).parameters
+        takes_rows = "rows" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        if not takes_rows:
+            old = keep
+
+            def keep(probs, index, rows, _old=old):  # the older two-argument contract
+                return _old(probs, index)
+
+    return PolicyHooks(policy, lambda ctx: lengths_for(policy, ctx), policy.update, keep)

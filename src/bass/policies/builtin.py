@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import OptionsMixin, StepStats, option
+from .base import OptionsMixin, Policy, StepStats, option
 
 __all__ = [
     "BUILTIN_ENTRY_POINTS",
@@ -44,7 +44,7 @@ def _uninformative(stats: StepStats) -> bool:
 
 
 @dataclass
-class ConstantPolicy(OptionsMixin):
+class ConstantPolicy(OptionsMixin, Policy):
     """Always draft ``k`` tokens; ``k=0`` never drafts (regular autoregressive decoding,
     the baseline speculative decoding is measured against).
 
@@ -65,7 +65,7 @@ class ConstantPolicy(OptionsMixin):
 
 
 @dataclass
-class BassPolicy(OptionsMixin):
+class BassPolicy(OptionsMixin, Policy):
     """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly.
 
     State: the draft length ``l`` (starting at ``l0``) and ``s`` (1 if the previous update
@@ -124,7 +124,7 @@ class BassPolicy(OptionsMixin):
 
 
 @dataclass
-class HFHeuristicPolicy(OptionsMixin):
+class HFHeuristicPolicy(OptionsMixin, Policy):
     """The schedule of transformers' assisted generation
     (``num_assistant_tokens_schedule="heuristic"``), batched.
 
@@ -167,7 +167,7 @@ class HFHeuristicPolicy(OptionsMixin):
 
 
 @dataclass
-class ConfidencePolicy(OptionsMixin):
+class ConfidencePolicy(OptionsMixin, Policy):
     """Per-row early exit from drafting on low draft confidence; needs no training.
 
     The batch-wide draft length is a fixed cap ``k_max``; each row stops drafting as soon
@@ -212,7 +212,7 @@ class ConfidencePolicy(OptionsMixin):
     def update(self, stats: StepStats) -> None:
         pass
 
-    def keep_drafting(self, probs: torch.Tensor, index: int) -> torch.Tensor:
+    def keep_drafting(self, probs: torch.Tensor, index: int, rows=None) -> torch.Tensor:
         """Rows whose just-drafted token came from a confident distribution (see class)."""
         if probs.dim() != 2:
             raise ValueError(f"probs must be [B_active, V], got shape {tuple(probs.shape)}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import OptionsMixin, StepStats, option, running_mean
+from .base import OptionsMixin, Policy, StepStats, option, running_mean
 
 __all__ = ["GoodputPolicy", "expected_tokens"]
 
@@ -35,7 +35,7 @@ def expected_tokens(k: int, alpha: float) -> float:
 
 
 @dataclass
-class GoodputPolicy(OptionsMixin):
+class GoodputPolicy(OptionsMixin, Policy):
     """Cost-aware draft length: ``k`` in ``0..k_max`` maximising
     ``E[tokens | k, alpha] / (k * t_draft + t_verify(k))`` (see the module docstring).
 

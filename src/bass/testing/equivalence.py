@@ -153,7 +153,8 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
 def assert_sampled_equivalent(
     generator, prompts, max_new_tokens: int, *, seed: int = 0, **generate_kwargs
 ):
-    """Sampled generation with deterministic drafts (n-gram lookup) equals plain sampled
+    """Sampled generation with deterministic drafts (n-gram lookup, or a drafter of
+    yours whose proposals are deterministic) equals plain sampled
     decoding (``draft=None``) of the same main model with the same seed, token for token.
 
     bass draws the main model's token at each new position of a row from a uniform number
@@ -169,16 +170,16 @@ def assert_sampled_equivalent(
     the first differing position and both tokens. A generator with a draft *model*
     raises ``ValueError``: its sampled drafts are verified by rejection sampling, exact in
     distribution (:func:`bass.testing.assert_distribution_equivalent`) but not draw for
-    draw. Returns the generator's :class:`bass.GenerationResult`.
+    draw (likewise any drafter with ``deterministic = False``). Returns the generator's
+    :class:`bass.GenerationResult`.
     """
-    from ..drafters import ModelDrafter
     from ..engine import Generator
 
-    if isinstance(generator.drafter, ModelDrafter):
+    if generator.drafter is not None and not generator.drafter.deterministic:
         raise ValueError(
-            "assert_sampled_equivalent needs deterministic drafts (draft='ngram' or None); "
-            "a draft model's samples are exact in distribution only: use "
-            "assert_distribution_equivalent"
+            "assert_sampled_equivalent needs deterministic drafts (draft='ngram', None or a "
+            f"deterministic drafter); {type(generator.drafter).__name__} samples its drafts, "
+            "which are exact in distribution only: use assert_distribution_equivalent"
         )
     if generate_kwargs.get("do_sample") is False:
         raise ValueError("assert_sampled_equivalent checks sampling: drop do_sample=False")

@@ -1,0 +1,204 @@
+"""Device tuning, chosen once when a :class:`bass.Generator` is built.
+
+The engine loop, the drafters and the transformers integration are device-neutral: what
+is specific to one device lives behind :class:`Backend`, which the Generator asks three
+things, once:
+
+* :meth:`Backend.prepare`: make the models ready (e.g. measure and install the CPU's
+  linear-layer layouts);
+* :meth:`Backend.wrap`: the function that runs one packed forward pass (a backend may
+  frame every pass, e.g. to route the linear layers);
+* :meth:`Backend.logits_multiple`: the multiple of logit rows a pass of a model computes
+  (a CPU BLAS computes 4 rows of an lm head in torch's layout faster than 2 or 3).
+
+and reports what it chose in :meth:`Backend.describe` (``res.stats.backend``, ``bass
+ops``). Two backends exist:
+
+* :class:`GenericBackend`: no device tuning (CUDA, and any device without its own).
+  CUDA graphs are a compile option of the Generator (``compile="reduce-overhead"``).
+* :class:`CPUBackend`: each linear layer in the layout measured fastest for the pass's row
+  count (:mod:`bass.cpu_linear`). Its packed layout keeps a second copy of the weights,
+  so it is used only when the copies fit a stated budget of the free memory
+  (:data:`PACKED_MEMORY_SHARE` of it by default): a 7B model in float32 (28 GB) on a
+  machine with 32 GB free gets the copy-free layouts instead of an out-of-memory crash.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = [
+    "PACKED_MEMORY_SHARE",
+    "Backend",
+    "CPUBackend",
+    "GenericBackend",
+    "available_memory",
+    "select_backend",
+]
+
+#: The share of the free memory (``MemAvailable``) that the CPU backend's packed weight
+#: copies may take; above it, ``cpu_linear="auto"`` uses the copy-free layouts only.
+PACKED_MEMORY_SHARE = 0.5
+
+#: What ``cpu_linear`` accepts (``Generator(cpu_linear=...)``).
+CPU_LINEAR_MODES = ("auto", "unpacked", "torch")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``; the free
+    physical pages elsewhere), or ``None`` when the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+@dataclass
+class Backend:
+    """The device tuning of one Generator (the base does nothing)."""
+
+    name: str = "generic"
+
+    def logits_multiple(self, model: torch.nn.Module) -> int:
+        """Pad the logit rows a pass of ``model`` computes to a multiple of this."""
+        return 1
+
+    def prepare(self, models: list[torch.nn.Module]) -> None:
+        """Make ``models`` (the main model, then a draft model) ready; called once."""
+
+    def wrap(self, forward: Callable) -> Callable:
+        """The function that runs a packed pass (``forward``'s signature)."""
+        return forward
+
+    def describe(self) -> dict:
+        """What this backend chose, for ``res.stats.backend`` and ``bass ops``."""
+        return {"name": self.name}
+
+
+@dataclass
+class GenericBackend(Backend):
+    """No device tuning: CUDA, and any device without a backend of its own."""
+
+
+@dataclass
+class CPUBackend(Backend):
+    """Linear layers in their measured-fastest layouts (:mod:`bass.cpu_linear`).
+
+    ``mode``: ``"auto"`` (every layout, packed copies within the memory budget),
+    ``"unpacked"`` (the two copy-free layouts), ``"torch"`` (``F.linear`` as is).
+    ``memory_share``: the share of :func:`available_memory` the packed copies may take
+    (a packed copy is as large as the weights it copies; before measuring, the budget is
+    checked against every linear weight of the models, an upper bound).
+    """
+
+    name: str = "cpu"
+    mode: str = "auto"
+    memory_share: float = PACKED_MEMORY_SHARE
+    chosen: str = field(default="", init=False)  # the mode actually used
+    reason: str = field(default="", init=False)
+    packed_bytes: int = field(default=0, init=False)
+    routed: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in CPU_LINEAR_MODES:
+            raise ValueError(
+                f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, "
+                f"got {self.mode!r}"
+            )
+        share = self.memory_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"memory_share must be a number in [0, 1], got {share!r}")
+
+    def logits_multiple(self, model: torch.nn.Module) -> int:
+        from .cpu_linear import routing
+
+        if self.chosen not in ("", "torch") and routing(model) is not None:
+            return 1  # a calibrated lm head computes exactly the rows asked for
+        # the lm head in torch's layout: 4 rows cost less than 2 or 3 (MKL; see
+        # bench/results/cpu_pass_cost.md: 21.5 ms for 2 rows of a 49152-token head, 16.5
+        # for 4)
+        return 4
+
+    def prepare(self, models: list[torch.nn.Module]) -> None:
+        from . import cpu_linear
+
+        mode = self.mode
+        if mode == "auto":
+            need = sum(cpu_linear.linear_bytes(m) for m in models)
+            free = available_memory()
+            budget = None if free is None else int(self.memory_share * free)
+            if budget is None or need > budget:
+                mode = "unpacked"
+                have = "unknown" if free is None else f"{free / 2**20:.0f} MiB"
+                self.reason = (
+                    f"packed copies would take up to {need / 2**20:.0f} MiB, over the budget "
+                    f"of {self.memory_share:.0%} of the free memory ({have})"
+                )
+        if _sharded(models[0]):
+            # a tensor-parallel model's linear layers are transformers' own (sharded
+            # weights, its communication around them): F.linear, for the draft too
+            mode = "torch"
+            self.reason = "tensor-parallel main model: its linear layers stay transformers'"
+        plans = [cpu_linear.prepare(m, mode) for m in models]
+        self.chosen = mode
+        self.routed = plans[0] is not None
+        self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
+
+    def wrap(self, forward: Callable) -> Callable:
+        if self.chosen == "torch" or not self.chosen:
+            return forward  # routed layers (another Generator's) run F.linear here
+        from .cpu_linear import active
+
+        def routed(*args):
+            with active(True):
+                return forward(*args)
+
+        routed.__wrapped__ = forward
+        return routed
+
+    def describe(self) -> dict:
+        out = {"name": self.name, "cpu_linear": self.chosen or self.mode}
+        if self.chosen != self.mode:
+            out["requested"] = self.mode
+        if self.reason:
+            out["reason"] = self.reason
+        out["packed_copies_mib"] = round(self.packed_bytes / 2**20, 1)
+        return out
+
+
+def select_backend(
+    device: torch.device, cpu_linear: str = "auto", backend: Backend | None = None
+) -> Backend:
+    """The backend of a Generator whose main model is on ``device`` (``backend`` given:
+    that one)."""
+    if backend is not None:
+        if not isinstance(backend, Backend):
+            raise TypeError(
+                f"backend must be a bass.backends.Backend, got {type(backend).__name__}"
+            )
+        return backend
+    if device.type == "cpu":
+        return CPUBackend(mode=cpu_linear)
+    if cpu_linear not in CPU_LINEAR_MODES:
+        raise ValueError(
+            f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, "
+            f"got {cpu_linear!r}"
+        )
+    return GenericBackend()
+
+
+def _sharded(model: torch.nn.Module) -> bool:
+    from .compat import tp_group
+
+    return tp_group(model) is not None

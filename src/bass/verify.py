@@ -1,0 +1,139 @@
+"""A speculative step's verification: the verify pass's inputs (:func:`verify_pass`) and
+the verdict on every active row's drafts (:func:`accept`), plus the checks a drafter's
+proposal must pass (:func:`check_proposal`). The engine (:mod:`bass.engine`) calls them
+in its step's phases 2-4; the terms are its glossary's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .drafters import Proposal
+from .hf import Passes
+from .packing import Extra, PackedPass
+from .sampling import (
+    Acceptance,
+    forced_accept,
+    greedy_accept_ids,
+    keyed_accept,
+    position_keys,
+    speculative_accept,
+    warp_probs,
+)
+
+__all__ = ["VerifyPass", "accept", "check_proposal", "verify_pass"]
+
+
+@dataclass
+class VerifyPass:
+    """The verify pass of a step, with its inputs as named device views (one copy).
+
+    ``index`` int64 ``[R, K+1]``: position ``i`` of active row ``r`` -> its token in the
+    flat pass (clamped to the row's last); ``drafted`` int64 ``[R]``; ``drafts`` int64
+    ``[R, K]`` (padding past a row's count); ``keys`` int64 ``[R, K+1]``: the sampling
+    keys of the positions each row may emit (keyed draws), else ``None``."""
+
+    batch: PackedPass
+    index: torch.Tensor
+    drafted: torch.Tensor
+    drafts: torch.Tensor
+    keys: torch.Tensor | None
+
+
+def verify_pass(
+    passes: Passes, main, cache, state, slots, prop: Proposal, keyed: bool, seed: int
+) -> VerifyPass:
+    """3) The verify pass's inputs: every active row (cache slots ``slots``, ascending)
+    feeds ``[last, d_1..d_n]``, ``n = prop.drafted[r]``; the step's small device tensors
+    ride in the pass's one host-to-device copy (:class:`VerifyPass` names them and their
+    shapes). ``keyed``: add the sampling keys of each row's positions (keyed draws,
+    :func:`bass.sampling.position_keys` with ``seed``).
+
+    Worked example: two rows that drafted 2 and 0 tokens (``K = 2``) feed ``[last_0,
+    d_1, d_2, last_1]``; ``index = [[0, 1, 2], [3, 3, 3]]``.
+    """
+    R, K = len(slots), max(prop.drafted)
+    q_lens = [0] * cache.batch_size
+    index: list[int] = []  # [R, K+1]: row r's position i -> its token (clamped)
+    start = 0
+    for r, s in enumerate(slots):
+        q_lens[s] = n = 1 + prop.drafted[r]
+        index += [start + min(i, n - 1) for i in range(K + 1)]
+        start += n
+    last = [state.seqs[s][-1] for s in slots]
+    extra = {"index": Extra(index, (R, K + 1)), "drafted": Extra(prop.drafted, (R,))}
+    if prop.host_tokens is not None:  # drafts on the host (n-grams, or none)
+        ids = [t for r in range(R) for t in (last[r], *prop.host_tokens[r])]
+        pad = [t for d in prop.host_tokens for t in (*d, *[0] * (K - len(d)))]
+        extra["drafts"] = Extra(pad, (R, K))
+    else:  # drafts on the device: gathered into the packed order there
+        ids = None
+        flat = [r * (K + 1) + i for r in range(R) for i in range(1 + prop.drafted[r])]
+        extra["last"] = Extra(last, (R, 1))
+        extra["gather"] = Extra(flat, (len(flat),))
+    if keyed:  # the sampling keys of the positions each row may emit
+        starts = [len(state.outputs[state.rows[s]]) for s in slots]
+        key_rows = [state.row_ids[state.rows[s]] for s in slots]  # what keys each row
+        keys = position_keys(seed, key_rows, starts, K + 1)
+        extra["keys"] = Extra(keys, (R, K + 1))
+    batch = passes.pack(main, q_lens, state.cache_lens(), cache.lens.device, ids=ids, extra=extra)
+    e = batch.extra
+    if ids is None:
+        drafts = prop.tokens[:, :K]
+        table = torch.cat([e["last"], drafts], dim=1)  # [R, K+1]: what each row feeds
+        batch.set_input_ids(table.view(-1)[e["gather"]])
+    else:
+        drafts = e["drafts"]
+    return VerifyPass(batch, e["index"], e["drafted"], drafts, e.get("keys"))
+
+
+def accept(
+    v: VerifyPass,
+    logits: torch.Tensor,  # [N or L, V]: the verify pass's logits
+    prop: Proposal,
+    params,
+    gen: torch.Generator,
+    forced: float | None = None,
+) -> Acceptance:
+    """4) The verdict for every active row, batched on the device (no host read):
+    ``forced`` (benchmarks only) accepts each draft with that probability; greedy
+    decoding keeps drafts equal to the main argmax; sampling keeps deterministic drafts
+    equal to the keyed draws and verifies sampled ones by rejection sampling."""
+    if forced is not None:
+        best = logits.argmax(dim=-1)[v.index]  # [R, K+1]
+        return forced_accept(v.drafted, best, forced, gen)
+    if not params.do_sample:
+        return greedy_accept_ids(v.drafts, logits.argmax(dim=-1)[v.index], v.drafted)
+    p = warp_probs(logits[v.index], params)  # [R, K+1, V]
+    if v.keys is not None:  # deterministic drafts: kept while equal to the keyed draws
+        return keyed_accept(v.drafts, p, v.drafted, v.keys)
+    K = v.drafts.shape[1]  # sampled drafts: lossless rejection sampling
+    return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, gen)
+
+
+def check_proposal(drafter, prop: Proposal, lengths: list[int], params) -> None:
+    """A drafter's proposal must fit the lengths it was given (host lists only: no sync).
+    A stochastic drafter must say what it drew from when sampling."""
+    name = type(drafter).__name__
+    drafted = prop.drafted
+    if len(drafted) != len(lengths) or any(
+        not 0 <= d <= k for d, k in zip(drafted, lengths, strict=True)
+    ):
+        raise ValueError(
+            f"drafter {name} proposed {drafted} tokens for rows allowed {lengths}: each "
+            "row's count must be within 0..its length"
+        )
+    if prop.host_tokens is None and prop.tokens is None:
+        raise ValueError(f"drafter {name} returned a Proposal with neither tokens nor host_tokens")
+    if prop.host_tokens is not None and [len(t) for t in prop.host_tokens] != drafted:
+        raise ValueError(
+            f"drafter {name}: host_tokens have {[len(t) for t in prop.host_tokens]} tokens per "
+            f"row but drafted says {drafted}"
+        )
+    if params.do_sample and not drafter.deterministic and prop.probs is None:
+        raise ValueError(
+            f"drafter {name} samples its drafts (deterministic = False) but returned no probs: "
+            "rejection sampling needs the distributions the drafts were drawn from"
+        )

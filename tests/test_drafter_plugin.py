@@ -1,0 +1,140 @@
+"""A user's own drafter through the documented protocol (bass.drafters.Drafter): plugged
+into a Generator directly or by entry-point name, and proven exact with bass.testing."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+import torch
+from models import tiny_lm
+
+import bass
+import bass.drafters
+from bass import testing
+from bass.drafters import Drafter, DrafterLoadError, Proposal
+
+
+class RepeatDrafter(Drafter):
+    """Deterministic: proposes the row's last token ``lengths[r]`` times (host tokens).
+    Counts its calls to show the engine used it."""
+
+    name = "repeat"
+
+    def __init__(self):
+        self.calls = 0
+        self.commits = 0
+
+    def start(self, state, passes, max_len, device):
+        self.state = state
+        return 0
+
+    def propose(self, slots, lengths, call):
+        self.calls += 1
+        last = [self.state.seqs[s][-1] for s in slots]
+        return Proposal(drafted=list(lengths), host_tokens=[[t] * k for t, k in zip(last, lengths)])
+
+    def commit(self, slots, accepted):
+        self.commits += 1
+
+
+class UniformDrafter(Drafter):
+    """Stochastic: samples each draft token uniformly (on the device) and returns the
+    distributions it drew from, as a sampled draft model must."""
+
+    name = "uniform"
+    deterministic = False
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def propose(self, slots, lengths, call):
+        R, K = len(slots), max(lengths)
+        probs = torch.full((R, K, self.vocab), 1.0 / self.vocab)
+        tokens = torch.multinomial(probs.view(-1, self.vocab), 1, generator=call.generator)
+        return Proposal(drafted=list(lengths), tokens=tokens.view(R, K), probs=probs)
+
+
+PROMPTS = [[1, 2, 3, 1, 2], [4, 5], [7, 7, 7, 7]]
+
+
+def test_a_deterministic_user_drafter_is_exact_greedy_and_sampled():
+    main = tiny_lm(seed=3)
+    drafter = RepeatDrafter()
+    gen = bass.Generator(main, drafter, policy="constant", policy_options={"k": 3})
+    res = testing.assert_greedy_equivalent(gen, PROMPTS, 12)
+    assert drafter.calls > 0 and drafter.commits == drafter.calls
+    assert sum(sum(s.drafted) for s in res.stats.steps) > 0
+    testing.assert_sampled_equivalent(gen, PROMPTS, 12, seed=5)
+
+
+def test_a_stochastic_user_drafter_keeps_the_distribution():
+    V = 5
+    main = tiny_lm("llama", vocab=V, sharpen=3.0)
+    gen = bass.Generator(main, UniformDrafter(V), policy="constant", policy_options={"k": 2})
+    testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=4000, seed=7)
+    with pytest.raises(ValueError, match="deterministic"):  # draw for draw: not promised
+        testing.assert_sampled_equivalent(gen, [[1, 2]], 3)
+
+
+def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
+    class Greedy(RepeatDrafter):
+        def propose(self, slots, lengths, call):  # one token more than allowed
+            return Proposal(
+                drafted=[k + 1 for k in lengths], host_tokens=[[1] * (k + 1) for k in lengths]
+            )
+
+    gen = bass.Generator(tiny_lm(), Greedy(), policy="constant", policy_options={"k": 2})
+    with pytest.raises(ValueError, match=r"drafter Greedy proposed .* within 0..its length"):
+        gen.generate(PROMPTS, max_new_tokens=4)
+
+    class NoProbs(UniformDrafter):
+        def propose(self, slots, lengths, call):
+            prop = super().propose(slots, lengths, call)
+            prop.probs = None
+            return prop
+
+    gen = bass.Generator(tiny_lm(), NoProbs(64), policy="constant", policy_options={"k": 2})
+    gen.generate(PROMPTS, max_new_tokens=4)  # greedy needs no probs
+    with pytest.raises(ValueError, match="returned no probs"):
+        gen.generate(PROMPTS, max_new_tokens=4, do_sample=True, seed=0)
+
+    class Lazy(Drafter):
+        pass
+
+    with pytest.raises(NotImplementedError, match="Lazy must implement propose"):
+        bass.Generator(tiny_lm(), Lazy(), policy="constant").generate(PROMPTS, max_new_tokens=4)
+
+
+def _fake_entry_points(monkeypatch, **targets):
+    eps = [
+        importlib.metadata.EntryPoint(name, value, bass.drafters.GROUP)
+        for name, value in targets.items()
+    ]
+    monkeypatch.setattr(bass.drafters, "entry_points", lambda: eps)
+
+
+def test_drafters_load_by_entry_point_name(monkeypatch):
+    _fake_entry_points(
+        monkeypatch,
+        repeat="test_drafter_plugin:RepeatDrafter",
+        broken="no_such_module_for_bass:Drafter",
+        notone="collections:OrderedDict",
+    )
+    assert set(bass.drafters.available()) == {"broken", "ngram", "notone", "repeat"}
+    gen = bass.Generator(tiny_lm(seed=3), "repeat", policy="constant")
+    assert type(gen.drafter).__name__ == "RepeatDrafter"
+    testing.assert_greedy_equivalent(gen, PROMPTS, 8)
+    assert isinstance(bass.Generator(tiny_lm(), "ngram").drafter, bass.drafters.NGramDrafter)
+    with pytest.raises(DrafterLoadError, match=r"drafter 'broken' .* failed to load") as err:
+        bass.Generator(tiny_lm(), "broken")
+    assert isinstance(err.value.__cause__, ModuleNotFoundError)
+    with pytest.raises(DrafterLoadError, match=r"not a bass\.drafters\.Drafter"):
+        bass.Generator(tiny_lm(), "notone")
+    with pytest.raises(ValueError, match="unknown drafter 'nope'; installed: broken, ngram"):
+        bass.Generator(tiny_lm(), "nope")
+
+
+def test_the_installed_ngram_entry_point():
+    eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="bass.drafters")}
+    assert eps.get("ngram") == "bass.drafters:NGramDrafter"
