@@ -1,0 +1,304 @@
+"""Scale-out on ``torch.distributed``: tensor-parallel main models and data-parallel jobs.
+
+Launch with ``torchrun`` (one process per device, or per CPU group). The world is a grid
+``world = dp x tp``: ranks ``g*tp .. g*tp + tp - 1`` form tensor-parallel group ``g``
+(consecutive ranks, as transformers' device mesh lays them out), and the ``dp`` groups
+each generate their own share of the prompts.
+
+* **Tensor parallel** (``tp > 1``): the main model is sharded by transformers itself
+  (:func:`load_tensor_parallel`, through :func:`bass.compat.tensor_parallel_kwargs`); each
+  rank's cache and attention hold its local heads; a draft model is replicated. Every
+  rank of a group runs the same passes, so every host decision of a step (the policy's
+  draft lengths and early stops, the time budget, the seed) is taken by the group's
+  first rank and shared in one small collective per step on a CPU (gloo) group
+  (:class:`Coordinator`); :meth:`Coordinator.agree` checks at the start of each
+  generation that every rank got the same prompts and settings.
+* **Data parallel** (``dp > 1``): :func:`shard` gives each group a contiguous share of
+  the prompts (all samples of one prompt stay together: siblings share n-gram text);
+  :func:`gather` brings the results back to rank 0 in the original order. Sampled rows
+  are keyed by their global index (``generate(row_ids=...)``), so a seeded job draws the
+  same samples however it is split.
+
+Collectives have a timeout (:func:`init`'s ``timeout``): a rank that dies (under
+``torchrun``, the others are then stopped) or stops answering ends the others with an
+error after at most that long, never a hang. Tested on CPU with gloo and 2 ranks; NCCL
+has not run yet (no GPU run so far).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "Coordinator",
+    "DistributedError",
+    "Topology",
+    "check_tp_size",
+    "gather",
+    "generate",
+    "init",
+    "launched",
+    "load_tensor_parallel",
+    "shard",
+    "topology",
+]
+
+DEFAULT_TIMEOUT = 600.0  # seconds a collective may wait for another rank
+
+
+class DistributedError(RuntimeError):
+    """Ranks disagree (different prompts or settings), a rank failed, or the launch is
+    inconsistent (a TP size that does not divide the world or the model's heads)."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``world = dp x tp``; this process is ``rank``."""
+
+    world: int
+    rank: int
+    tp: int
+
+    @property
+    def dp(self) -> int:
+        return self.world // self.tp
+
+    @property
+    def dp_rank(self) -> int:
+        """Which data-parallel group (its share of the prompts) this rank belongs to."""
+        return self.rank // self.tp
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp
+
+    @property
+    def tp_ranks(self) -> list[int]:
+        """The ranks of this rank's tensor-parallel group."""
+        start = self.dp_rank * self.tp
+        return list(range(start, start + self.tp))
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: prints progress and the summary, writes the results."""
+        return self.rank == 0
+
+
+def launched() -> bool:
+    """Whether this process runs under ``torchrun`` with more than one rank (or a
+    process group is already initialised)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size() > 1
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+_TOPOLOGY: Topology | None = None
+_CONTROL: dict[tuple[int, ...], object] = {}  # ranks -> their gloo group
+
+
+def init(tp: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> Topology:
+    """Initialise the default process group from ``torchrun``'s environment (NCCL with
+    CUDA, gloo on CPUs; reused when already initialised) and bass's CPU groups for host
+    decisions; returns the :class:`Topology`. ``tp`` must divide the world size."""
+    global _TOPOLOGY
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise DistributedError(f"the tensor-parallel size must be an int >= 1, got {tp!r}")
+    if not dist.is_initialized():
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise DistributedError(
+                "torch.distributed is not initialised and RANK/WORLD_SIZE are not set: "
+                "launch with `torchrun --nproc-per-node N ...`"
+            )
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world % tp:
+        raise DistributedError(
+            f"--tp {tp} does not divide the world size {world}: launch a multiple of {tp} "
+            "ranks (world = data-parallel size x tp)"
+        )
+    _TOPOLOGY = Topology(world, rank, tp)
+    _control_groups(tp, timeout)
+    return _TOPOLOGY
+
+
+def topology() -> Topology:
+    """The topology :func:`init` set up (one rank, ``tp = 1``, when it was not called)."""
+    if _TOPOLOGY is not None:
+        return _TOPOLOGY
+    if dist.is_available() and dist.is_initialized():
+        return Topology(dist.get_world_size(), dist.get_rank(), 1)
+    return Topology(1, 0, 1)
+
+
+def _control_groups(tp: int, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """A gloo group per TP group and one over the world, created by every rank in the
+    same order (``new_group`` is collective)."""
+    world = dist.get_world_size()
+    wanted = [tuple(range(g, g + tp)) for g in range(0, world, tp)] + [tuple(range(world))]
+    for ranks in wanted:
+        if ranks not in _CONTROL:
+            t = datetime.timedelta(seconds=timeout)
+            _CONTROL[ranks] = dist.new_group(list(ranks), backend="gloo", timeout=t)
+
+
+def control_group(ranks: Sequence[int]):
+    """bass's gloo group over ``ranks`` (a TP group, or the whole world)."""
+    key = tuple(ranks)
+    if key not in _CONTROL:
+        tp = len(key) if len(key) < dist.get_world_size() else topology().tp
+        _control_groups(tp)
+    return _CONTROL[key]
+
+
+def check_tp_size(config, tp: int, name: str = "the main model") -> None:
+    """Refuse, before loading, a TP size that does not divide the model's KV heads (or
+    its attention heads), naming both numbers."""
+    if tp == 1:
+        return
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_attention_heads", None)
+    kv = getattr(text, "num_key_value_heads", None) or heads
+    for what, n in (("key/value heads", kv), ("attention heads", heads)):
+        if n is not None and n % tp:
+            raise DistributedError(
+                f"--tp {tp} does not divide {name}'s {n} {what}: each rank must hold whole "
+                f"heads; use a tensor-parallel size that divides {n}"
+            )
+
+
+def load_tensor_parallel(source, tp: int, *, dtype=None):
+    """The causal LM ``source`` sharded over this rank's TP group by transformers' own
+    plan (after :func:`init`; checked with :func:`check_tp_size` before loading)."""
+    from . import compat, models
+
+    topo = topology()
+    check_tp_size(models.load_config(source), tp, str(source))
+    return models.load_causal_lm(source, dtype=dtype, **compat.tensor_parallel_kwargs(tp, topo.dp))
+
+
+class Coordinator:
+    """One TP group's host decisions: its first rank decides, the others follow.
+
+    ``share(values)`` broadcasts the leader's ints (one small collective on the group's
+    gloo group); ``agree(payload)`` checks that every rank holds the same value (prompts,
+    settings) and raises :class:`DistributedError` naming the ranks that differ.
+    """
+
+    def __init__(self, ranks: Sequence[int]):
+        self.ranks = list(ranks)
+        self.leader = self.ranks[0]
+        self.group = control_group(self.ranks)
+        self.is_leader = dist.get_rank() == self.leader
+
+    def share(self, values: Sequence[int]) -> list[int]:
+        """The leader's ``values`` on every rank (every rank passes as many)."""
+        t = torch.tensor(list(values), dtype=torch.int64)
+        dist.broadcast(t, self.leader, group=self.group)
+        return t.tolist()
+
+    def share_mask(self, keep: torch.Tensor) -> torch.Tensor:
+        """A per-row early stop decided by the leader (bool ``[R']``), on every rank."""
+        host = torch.tensor([int(k) for k in keep.tolist()], dtype=torch.int64)
+        dist.broadcast(host, self.leader, group=self.group)
+        return host.bool().to(keep.device)
+
+    def agree(self, what: str, payload) -> None:
+        """Every rank of the group must pass an equal ``payload`` (pickled and hashed)."""
+        digest = hashlib.sha256(pickle.dumps(payload)).hexdigest()[:16]
+        seen: list = [None] * len(self.ranks)
+        dist.all_gather_object(seen, digest, group=self.group)
+        differ = [r for r, d in zip(self.ranks, seen) if d != seen[0]]
+        if differ:
+            raise DistributedError(
+                f"tensor-parallel ranks {self.ranks} got different {what}: ranks {differ} "
+                f"differ from rank {self.ranks[0]}; every rank of a group must call generate "
+                "with the same prompts and settings"
+            )
+
+
+def coordinator_for(model: torch.nn.Module) -> Coordinator | None:
+    """The :class:`Coordinator` of ``model``'s TP group, or ``None`` when it is not
+    sharded."""
+    from . import compat
+
+    group = compat.tp_group(model)
+    if group is None:
+        return None
+    return Coordinator(dist.get_process_group_ranks(group))
+
+
+# --------------------------------------------------------------------------- data parallel
+
+
+def shard(n: int, topo: Topology | None = None) -> list[int]:
+    """The indices of ``n`` prompts this rank's data-parallel group generates: a
+    contiguous block, sizes differing by at most one (every rank of a TP group gets the
+    same block)."""
+    topo = topo or topology()
+    base, extra = divmod(n, topo.dp)
+    start = topo.dp_rank * base + min(topo.dp_rank, extra)
+    return list(range(start, start + base + (topo.dp_rank < extra)))
+
+
+def gather(local: list, indices: Sequence[int], n: int, topo: Topology | None = None):
+    """Rank 0: the ``n`` results in the original order (each group's ``local[i]`` is the
+    result of prompt ``indices[i]``); ``None`` elsewhere. Only each group's first rank
+    contributes (its TP peers hold the same results)."""
+    topo = topo or topology()
+    if topo.world == 1:
+        return list(local)
+    mine = list(zip(indices, local)) if topo.tp_rank == 0 else []
+    parts: list = [None] * topo.world
+    dist.all_gather_object(parts, mine, group=control_group(range(topo.world)))
+    if not topo.is_main:
+        return None
+    out: list = [None] * n
+    for part in parts:
+        for i, value in part:
+            out[i] = value
+    return out
+
+
+def generate(generator, prompts, **kwargs):
+    """Data-parallel :meth:`bass.Generator.generate` for library users under ``torchrun``:
+    each data-parallel group generates its share of ``prompts`` (:func:`shard`); rank 0
+    returns a :class:`bass.GenerationResult` of every prompt in the original order (its
+    ``stats`` are this rank's share's; ``ranks``: the rank that generated each prompt's
+    row), the other ranks ``None``. Sampled rows are keyed by their global index, so the
+    samples equal a one-process run's with the same seed. Every rank must call it with
+    the same arguments (checked)."""
+    from .stats import GenerationResult
+
+    topo = topology()
+    prompts = [list(p) for p in prompts]
+    everyone = Coordinator(range(topo.world)) if topo.world > 1 else None
+    if everyone is not None:
+        everyone.agree("prompts and settings", (prompts, sorted(kwargs.items(), key=str)))
+    mine = shard(len(prompts), topo)
+    res = None
+    if mine:
+        res = generator.generate([prompts[i] for i in mine], row_ids=mine, **kwargs)
+    local = [] if res is None else list(zip(res.sequences, res.finish_reasons))
+    rows = gather(local, mine, len(prompts), topo)
+    if rows is None:
+        return None
+    sequences = [s for s, _ in rows]
+    reasons = [r for _, r in rows]
+    ranks = [None] * len(prompts)
+    for r in range(topo.world):
+        if r % topo.tp == 0:
+            for i in shard(len(prompts), Topology(topo.world, r, topo.tp)):
+                ranks[i] = r
+    stats = res.stats if res is not None else None
+    return GenerationResult(sequences, stats, reasons, ranks)

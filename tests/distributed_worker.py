@@ -1,0 +1,82 @@
+"""One rank of the torch.distributed tests (tests/test_distributed.py), run by torchrun.
+
+``python -m torch.distributed.run --nproc-per-node 2 tests/distributed_worker.py SPEC OUT``:
+SPEC is a JSON file ``{"mode": "tp"|"dp", "tp": int, "main": dir, "draft": dir|null,
+"timeout": seconds, "cases": [{"name", "draft", "policy", "generate": {...}, "fail_rank",
+"prompts_by_rank"}]}``; every rank writes its results to ``OUT/rank<r>.json``
+(``{case name: {"sequences", "reasons"} or {"error": message}}``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+import bass
+from bass import distributed
+from bass.policies import Policy
+
+
+class FailingPolicy(Policy):
+    """Raises at its third decision on one rank: a rank that fails mid-generation."""
+
+    def __init__(self, rank: int):
+        self.rank, self.calls = rank, 0
+
+    def draft_length(self) -> int:
+        self.calls += 1
+        if self.calls == 3 and distributed.topology().rank == self.rank:
+            raise RuntimeError(f"policy failure injected on rank {self.rank}")
+        return 2
+
+
+def main(spec_path: str, out_dir: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    topo = distributed.init(tp=spec["tp"], timeout=spec.get("timeout", 60))
+    dtype = torch.float64
+    if spec["mode"] == "tp":
+        main_model = distributed.load_tensor_parallel(spec["main"], spec["tp"], dtype=dtype)
+    else:
+        main_model = bass.load_causal_lm(spec["main"], dtype=dtype)
+    draft_model = bass.load_causal_lm(spec["draft"], dtype=dtype) if spec.get("draft") else None
+    results = {}
+    for case in spec["cases"]:
+        draft = {"model": draft_model, "ngram": "ngram", None: None}[case.get("draft")]
+        policy = case.get("policy", "constant")
+        if policy == "failing":
+            policy = FailingPolicy(case["fail_rank"])
+        gen = bass.Generator(main_model, draft, policy=policy, cpu_linear="torch")
+        prompts = case.get("prompts_by_rank", {}).get(str(topo.rank), case.get("prompts"))
+        kw = dict(case.get("generate", {}))
+        try:
+            if spec["mode"] == "dp":
+                res = distributed.generate(gen, prompts, **kw)
+            else:
+                res = gen.generate(prompts, **kw)
+            if res is None:
+                results[case["name"]] = None
+            else:
+                results[case["name"]] = {
+                    "sequences": res.sequences,
+                    "reasons": res.finish_reasons,
+                    "ranks": res.ranks,
+                    "stopped_by_time": res.stats.stopped_by_time_budget if res.stats else None,
+                }
+        except Exception as exc:  # recorded: the test checks every rank saw the error
+            results[case["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
+            if case.get("reraise"):
+                Path(out_dir, f"rank{topo.rank}.json").write_text(json.dumps(results))
+                traceback.print_exc()
+                raise
+    Path(out_dir, f"rank{topo.rank}.json").write_text(json.dumps(results))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

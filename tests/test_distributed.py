@@ -1,0 +1,178 @@
+"""bass on torch.distributed, on CPU with gloo and 2 ranks (torchrun subprocesses): a
+tensor-parallel main model and a data-parallel job each give, on every rank, the output of
+one process, token for token; ranks that disagree or fail end the job with an error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from models import perturbed, tiny_lm
+
+import bass
+from bass import distributed
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+PROMPTS = [[1, 2, 3, 1, 2, 3, 1], [4, 5], [6, 7, 8, 6, 7, 8], [9]]
+EOS = 10  # greedy rows of this model end at new token 3, 4 and 11 (row 0: a stop sequence)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    main = tiny_lm(seed=3)  # 4 heads, 2 KV heads: tp 2 holds whole heads
+    main.save_pretrained(root / "main")
+    perturbed(main).save_pretrained(root / "draft")
+    return root
+
+
+def cases():
+    sample = dict(max_new_tokens=10, do_sample=True, temperature=0.9, seed=5)
+    return [
+        dict(name="off", draft=None, generate=dict(max_new_tokens=10)),
+        dict(name="ngram", draft="ngram", generate=dict(max_new_tokens=10)),
+        dict(name="model", draft="model", generate=dict(max_new_tokens=10)),
+        dict(
+            name="adaptive-ngram",
+            draft="ngram",
+            policy="adaptive",
+            generate=dict(max_new_tokens=10),
+        ),
+        dict(
+            name="adaptive-model",
+            draft="model",
+            policy="adaptive",
+            generate=dict(max_new_tokens=10),
+        ),
+        dict(name="sample-ngram", draft="ngram", policy="adaptive", generate=sample),
+        dict(name="sample-off", draft=None, generate=sample),
+        dict(
+            name="eos-stops",
+            draft="ngram",
+            generate=dict(max_new_tokens=12, eos_token_id=EOS, stop_sequences=[[26, 51]]),
+        ),
+        dict(
+            name="budget",
+            draft="model",
+            policy="adaptive",
+            generate=dict(max_new_tokens=10, time_budget=600.0),
+        ),
+    ]
+
+
+_REFERENCE: dict = {}
+
+
+def one_process(dirs, case):
+    """The case's result in this one process (computed once per module)."""
+    key = (str(dirs), case["name"])
+    if key not in _REFERENCE:
+        _REFERENCE[key] = _one_process(dirs, case)
+    return _REFERENCE[key]
+
+
+def _one_process(dirs, case):
+    main = bass.load_causal_lm(dirs / "main", dtype=torch.float64)
+    draft = {
+        "model": bass.load_causal_lm(dirs / "draft", dtype=torch.float64),
+        "ngram": "ngram",
+        None: None,
+    }[case["draft"]]
+    gen = bass.Generator(main, draft, policy=case.get("policy", "constant"), cpu_linear="torch")
+    return gen.generate(PROMPTS, **case["generate"])
+
+
+def launch(tmp_path, spec: dict, nproc: int = 2, timeout: float = 240):
+    """Run the worker under torchrun; returns (exit code, output, {rank: results})."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", str(WORKER), str(spec_path), str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    results = {int(p.stem[4:]): json.loads(p.read_text()) for p in out.glob("rank*.json")}
+    return proc.returncode, proc.stdout + proc.stderr, results
+
+
+@pytest.mark.parametrize("mode", ["tp", "dp"])
+def test_two_ranks_equal_one_process(dirs, tmp_path, mode):
+    """Every case on 2 ranks (TP: the main model sharded, the draft replicated; DP: the
+    prompts sharded) equals one process token for token: drafting off, n-grams, a draft
+    model, the default policy (timing-based: the leader's decisions are shared), seeded
+    sampling, eos and stop sequences ending rows at different steps, a time budget."""
+    spec = dict(mode=mode, tp=2 if mode == "tp" else 1, main=str(dirs / "main"),
+                draft=str(dirs / "draft"), cases=cases(), timeout=60)  # fmt: skip
+    for case in spec["cases"]:
+        case["prompts"] = PROMPTS
+    rc, output, results = launch(tmp_path, spec)
+    assert rc == 0, output[-3000:]
+    assert sorted(results) == [0, 1]
+    for case in cases():
+        want = one_process(dirs, case)
+        got = results[0][case["name"]]
+        assert "error" not in got, got
+        assert got["sequences"] == want.sequences, case["name"]
+        assert got["reasons"] == want.finish_reasons, case["name"]
+        if mode == "tp":  # every rank of the group returns the same
+            assert results[1][case["name"]] == got, case["name"]
+        else:  # rank 0 holds everything, in order; each row says who generated it
+            assert results[1][case["name"]] is None
+            assert got["ranks"] == [0, 0, 1, 1]
+    ends = {len(s) for s in results[0]["eos-stops"]["sequences"]}
+    assert len(ends) > 1  # rows really finished at different steps
+
+
+def test_tp_ranks_that_got_different_prompts_are_refused_on_every_rank(dirs, tmp_path):
+    case = dict(name="differ", draft="ngram", generate=dict(max_new_tokens=4),
+                prompts_by_rank={"0": [[1, 2, 3]], "1": [[1, 2, 4]]})  # fmt: skip
+    spec = dict(mode="tp", tp=2, main=str(dirs / "main"), draft=None, cases=[case], timeout=60)
+    rc, output, results = launch(tmp_path, spec)
+    assert rc == 0, output[-3000:]
+    for rank in (0, 1):
+        error = results[rank]["differ"]["error"]
+        assert "DistributedError" in error and "ranks [1] differ from rank 0" in error
+
+
+def test_a_rank_that_fails_mid_generation_ends_the_job_with_its_error(dirs, tmp_path):
+    case = dict(name="fail", draft="ngram", policy="failing", fail_rank=1, reraise=True,
+                prompts=PROMPTS, generate=dict(max_new_tokens=10))  # fmt: skip
+    spec = dict(mode="tp", tp=2, main=str(dirs / "main"), draft=None, cases=[case], timeout=30)
+    start = time.monotonic()
+    rc, output, _ = launch(tmp_path, spec)
+    assert rc != 0
+    assert "policy failure injected on rank 1" in output
+    assert time.monotonic() - start < 120  # no hang: torchrun ends the other rank
+
+
+def test_a_tp_size_that_does_not_divide_the_heads_is_refused_before_loading(dirs):
+    config = bass.models.load_config(dirs / "main")  # 2 KV heads, 4 attention heads
+    distributed.check_tp_size(config, 2)
+    with pytest.raises(
+        distributed.DistributedError, match=r"--tp 4 does not divide .* 2 key/value heads"
+    ):
+        distributed.check_tp_size(config, 4)
+    with pytest.raises(distributed.DistributedError, match="--tp 3 does not divide"):
+        distributed.check_tp_size(config, 3)
+
+
+def test_shards_are_contiguous_balanced_and_cover_every_prompt():
+    for world, tp, n in [(2, 1, 5), (4, 2, 7), (3, 1, 2), (4, 1, 0)]:
+        seen = []
+        for rank in range(world):
+            topo = distributed.Topology(world, rank, tp)
+            part = distributed.shard(n, topo)
+            peers = [
+                distributed.shard(n, distributed.Topology(world, r, tp)) for r in topo.tp_ranks
+            ]
+            assert all(p == part for p in peers)  # a TP group shares its shard
+            if topo.tp_rank == 0:
+                seen += part
+        assert seen == list(range(n))
