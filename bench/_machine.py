@@ -5,16 +5,39 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 
 
+def git_commit() -> str:
+    """The commit the benchmark ran (``+dirty`` with uncommitted changes to tracked
+    files), or ``unknown`` outside a git checkout."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        if head.returncode:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
 def run_meta(script: str, argv, *, cuda: bool = False, **extra) -> dict:
     """What a result file records about its run: the command (``python bench/<script>``
-    with ``argv``), the date (UTC), the machine (the CUDA device's name with ``cuda``,
-    else the CPU's architecture, its CPU count and torch's thread count), the software;
-    ``extra`` entries are added as given."""
+    with ``argv``), the git commit, the date (UTC), the machine (the CUDA device's name
+    with ``cuda``, else the CPU's architecture, its CPU count and torch's thread count),
+    the software; ``extra`` entries are added as given."""
     machine = (
         torch.cuda.get_device_name()
         if cuda
@@ -22,6 +45,7 @@ def run_meta(script: str, argv, *, cuda: bool = False, **extra) -> dict:
     )
     return {
         "command": " ".join(["python", f"bench/{script}", *argv]),
+        "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine,
         "software": f"torch {torch.__version__}, Python {platform.python_version()}",
@@ -31,12 +55,13 @@ def run_meta(script: str, argv, *, cuda: bool = False, **extra) -> dict:
 
 def header(title: str, meta: dict, machine: str = "Machine") -> list[str]:
     """A result file's first lines: its title, then the command, date, machine (under
-    the label ``machine``, read from ``meta[machine.lower()]``) and software of
+    the label ``machine``, read from ``meta[machine.lower()]``), commit and software of
     :func:`run_meta`, one per line (markdown line breaks)."""
     return [
         f"# {title}",
         "",
         f"Command: `{meta['command']}`  ",
+        f"Commit: {meta.get('commit', 'unknown')}  ",
         f"Date: {meta['date']}  ",
         f"{machine}: {meta[machine.lower()]}  ",
         f"Software: {meta['software']}  ",

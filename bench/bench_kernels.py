@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark as tb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import copy_bandwidth_gbs, header
+from _machine import copy_bandwidth_gbs, git_commit, header
 
 import bass  # noqa: F401  (registers the ops)
 from bass import ops
@@ -431,6 +431,7 @@ def main(argv=None) -> int:
         "mode": mode,
         "command": "python bench/bench_kernels.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
+        "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name()
         if mode == "gpu"

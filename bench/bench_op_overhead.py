@@ -47,6 +47,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _machine import git_commit
 from torch.utils import benchmark as torch_benchmark
 
 import bass
@@ -328,6 +329,7 @@ def machine_info(threads: int = THREADS) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "bass": bass.__version__,
+        "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -341,6 +343,7 @@ def to_markdown(rows: list[dict], info: dict, command: str) -> str:
         "# Eager per-call overhead of the bass ops on CPU",
         "",
         f"Command: `{command}`  ",
+        f"Commit: {info.get('commit', 'unknown')}  ",
         f"Date: {info['date']}  ",
         f"Machine: {info['processor']} ({info['cpu_model'] or 'unknown model'}), "
         f"{info['cpu_count']} CPUs, torch threads {info['torch_threads']}, "

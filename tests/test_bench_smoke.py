@@ -15,6 +15,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_op_overhead.py"
 @pytest.fixture(scope="module")
 def bench_module():
     name = "bench_op_overhead"
+    if str(BENCH.parent) not in sys.path:  # its sibling _machine, as when run as a script
+        sys.path.insert(0, str(BENCH.parent))
     module = sys.modules.get(name)
     if module is None:
         spec = importlib.util.spec_from_file_location(name, BENCH)
