@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import hf, policies
+from . import hf, locking, options, policies
 from .batch_state import (
     BatchState,
     NonFiniteLogitsError,
@@ -66,19 +66,6 @@ from .stopping import StopStrings, cut_at_stop
 __all__ = ["Generator", "NonFiniteLogitsError"]
 
 MAX_LOOKUP = 32  # the most tokens an n-gram lookup proposes per row and step
-
-
-_GENERATE_DEFAULTS = dict(
-    max_new_tokens=None,
-    do_sample=False,
-    temperature=1.0,
-    top_k=None,
-    top_p=None,
-    eos_token_id=None,
-    seed=None,
-    time_budget=None,
-    stop_strings=None,
-)
 
 
 class Generator:
@@ -142,6 +129,24 @@ class Generator:
         cpu_linear: str | None = None,
         shared_vocab: int | None = None,
     ):
+        # Types and ranges first, before any work (bass.options: the config file and the
+        # command line check these values the same way)
+        checked = options.check_keywords(
+            "Generator()",
+            main=main,
+            policy=policy,
+            policy_options=policy_options,
+            attention=attention,
+            compile=compile,
+            forced_acceptance=forced_acceptance,
+            static_shapes=static_shapes,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            cpu_linear=cpu_linear,
+            shared_vocab=shared_vocab,
+        )
+        policy_options, shared_vocab = checked["policy_options"], checked["shared_vocab"]
+        forced_acceptance = checked["forced_acceptance"]
+        prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # Precedence: explicit arguments > the config file > built-in defaults.
         cfg_gen, self.generate_defaults = ({}, {})
         if config is not None:
@@ -152,27 +157,14 @@ class Generator:
             policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:
                 policy_options = cfg_gen.get("policy_options")
-        if forced_acceptance is not None and not 0.0 <= forced_acceptance <= 1.0:
-            raise ValueError(f"forced_acceptance must be in [0, 1], got {forced_acceptance}")
         self.forced_acceptance = forced_acceptance
         self.main = main
         self.attention = attention or cfg_gen.get("attention", "auto")
-        from .ops.packed import _PACKED
-
-        if self.attention != "auto" and self.attention not in _PACKED:
-            raise ValueError(
-                f"unknown attention implementation {self.attention!r}; the engine's packed "
-                f"passes run: {', '.join(['auto', *_PACKED])} (see `bass ops`)"
-            )
         if compile is False:
             compile = cfg_gen.get("compile", False)
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()  # fail now, not mid-generation, on unknown names or bad options
         self.drafter = make_drafter(draft, main, self.attention, shared_vocab)
-        if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
-            raise ValueError(
-                f"prefill_chunk_tokens must be an int >= 1, got {prefill_chunk_tokens!r}"
-            )
         self.prefill_chunk_tokens = prefill_chunk_tokens
         graphs = compile == "reduce-overhead"
         if static_shapes is None:
@@ -198,7 +190,8 @@ class Generator:
         # per model (main, then the draft model): its CPU GEMM layouts, or None (off the
         # CPU nothing is routed; compiled passes call them through bass::cpu_linear)
         drafter_model = self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
-        self.linear_plans = prepare_linears(self.cpu_linear, main, drafter_model)
+        with locking.exclusive("Generator()"):  # not while a generation runs on them
+            self.linear_plans = prepare_linears(self.cpu_linear, main, drafter_model)
         # a calibrated lm head computes a few rows fast: no padding of the logits rows
         self.route = self.cpu_linear != "torch"
         self.logits_multiple = 1 if self.linear_plans[0] is not None else None
@@ -281,57 +274,51 @@ class Generator:
             seed=seed,
             time_budget=time_budget,
             stop_strings=stop_strings,
+            stop_sequences=stop_sequences,
+            tokenizer=tokenizer,
+            on_step=on_step,
         )
-        kw = {
-            **_GENERATE_DEFAULTS,
-            **self.generate_defaults,
-            **{k: v for k, v in given.items() if v is not None},
-        }
-        max_new_tokens, eos_token_id, seed, time_budget = (
-            kw["max_new_tokens"],
-            kw["eos_token_id"],
-            kw["seed"],
-            kw["time_budget"],
-        )
-        if max_new_tokens is None:
-            raise ValueError("max_new_tokens is required (as an argument or in the config)")
+        # every argument checked before any work (bass.options; the config's defaults
+        # under the explicit ones): types, ranges, ids within the main model's logits
+        vocab = self.main.get_output_embeddings().weight.shape[0]
+        kw = options.generation_kwargs(given, self.generate_defaults, vocab=vocab)
+        max_new_tokens, seed, time_budget = kw["max_new_tokens"], kw["seed"], kw["time_budget"]
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
-        models = [self.main, getattr(self.drafter, "model", None)]
-        prompts = as_prompts(prompts)
-        need = check_prompts(prompts, max_new_tokens, [m for m in models if m is not None])
-        eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
-        stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]
-        if any(len(seq) == 0 for seq in stops):
-            raise ValueError("stop_sequences must not contain an empty sequence")
-        texts = None
-        if kw["stop_strings"] is not None:
-            texts = StopStrings(kw["stop_strings"], tokenizer) or None
         models = [m for m in (self.main, getattr(self.drafter, "model", None)) if m is not None]
+        prompts = as_prompts(prompts)
+        need = check_prompts(prompts, max_new_tokens, models)
+        texts = None
+        if kw["stop_strings"]:
+            texts = StopStrings(kw["stop_strings"], kw["tokenizer"])
+        stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
         if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
             max_len = need  # that the generation itself fits in it)
-        previous = [m.config._attn_implementation for m in models]
-        try:
-            for model in models:
-                hf.prepare(model, need)  # a window is checked against real positions
-            # The engine builds valid lengths by construction (tests check the invariant
-            # every step); skip the ops' host-side range checks in the hot loop.
-            with length_checks(False):
-                return self._generate(
-                    prompts,
-                    max_new_tokens,
-                    params,
-                    (eos, stops, texts),
-                    seed,
-                    time_budget,
-                    on_step,
-                    max_len,
-                )
-        finally:  # hand the models back as they came
-            for model, attn in zip(models, previous):
-                if attn != hf.ATTN_NAME:
-                    model.set_attn_implementation(attn)
+        # one generation at a time per process (bass.locking): a call from another thread
+        # waits here, then runs as if alone
+        with locking.exclusive("generate()"):
+            previous = [m.config._attn_implementation for m in models]
+            try:
+                for model in models:
+                    hf.prepare(model, need)  # a window is checked against real positions
+                # The engine builds valid lengths by construction (tests check the invariant
+                # every step); skip the ops' host-side range checks in the hot loop.
+                with length_checks(False):
+                    return self._generate(
+                        prompts,
+                        max_new_tokens,
+                        params,
+                        stops,
+                        seed,
+                        time_budget,
+                        kw["on_step"],
+                        max_len,
+                    )
+            finally:  # hand the models back as they came
+                for model, attn in zip(models, previous):
+                    if attn != hf.ATTN_NAME:
+                        model.set_attn_implementation(attn)
 
     def _generate(
         self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len
@@ -575,12 +562,21 @@ class Generator:
         ``stop_strings`` (in ``kw`` or the config) stop rows as in :meth:`generate`, and
         the returned text of a row that a stop string ended is cut right before the
         stop string (it is not included, as vLLM's default)."""
-        if chat is None:
-            chat = getattr(tokenizer, "chat_template", None) is not None
+        texts = options.check("texts", texts, where="generate_text()")
+        options.check("text_tokenizer", tokenizer, where="generate_text()")
+        chat = options.check_keywords("generate_text()", chat=chat)["chat"]
+        has_template = getattr(tokenizer, "chat_template", None) is not None
+        if chat and not has_template:
+            raise options.fail(
+                "chat", chat, "False or None: this tokenizer has no chat template",
+                where="generate_text()",
+            )  # fmt: skip
+        chat = has_template if chat is None else chat
         from .models import encode_prompt
 
         prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
-        kw.setdefault("eos_token_id", tokenizer.eos_token_id)
+        if kw.get("eos_token_id") is None and self.generate_defaults.get("eos_token_id") is None:
+            kw["eos_token_id"] = tokenizer.eos_token_id  # after an explicit one, the config's
         kw.setdefault("tokenizer", tokenizer)
         res = self.generate(prompts, **kw)
         stops = kw.get("stop_strings")
