@@ -295,6 +295,13 @@ def read_toml(path: str | os.PathLike) -> dict:
         raise ConfigError(f"config file {path} does not exist; check the path") from None
     except IsADirectoryError:
         raise ConfigError(f"config file {path} is a directory; pass a .toml file") from None
+    except OSError as exc:  # no permission, ...
+        raise ConfigError(f"config file {path}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a TOML file: not UTF-8 text (byte at offset {exc.start}); pass a "
+            "TOML text file (see `python -m pydoc bass.config`)"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 

@@ -398,16 +398,21 @@ OPTIONS: dict[str, Option] = {
             "stop_strings",
             _stop_strings,
             'a non-empty string or a list of non-empty strings, e.g. ["\\n\\n"]',
-            "none",
+            "no stop strings",
         ),
         Option(
             "stop_sequences",
             _stop_sequences,
             lambda ctx: f"a list of non-empty token-id lists ({_id_range(ctx)} each)",
-            "none",
+            "no stop sequences",
         ),
-        Option("tokenizer", _tokenizer, "a tokenizer (with decode(ids))", "none"),
-        Option("on_step", _callable, "a function of (generator, state)", "none"),
+        Option(
+            "tokenizer",
+            _tokenizer,
+            "a tokenizer (with decode(ids))",
+            "none; needed only with stop_strings",
+        ),
+        Option("on_step", _callable, "a function of (generator, state)", "no callback"),
         # Generator()
         Option(
             "main",
@@ -434,6 +439,7 @@ OPTIONS: dict[str, Option] = {
             _compile,
             'true, false, "reduce-overhead" (CUDA graphs) or a torch.compile backend '
             "name (inductor, aot_eager, eager, ...)",
+            "off",
         ),
         Option("forced_acceptance", _forced, "a probability in [0, 1]", "off"),
         Option(
@@ -550,10 +556,12 @@ def fail(
 
 
 def check_keywords(where: str, **values: Any) -> dict[str, Any]:
-    """Each keyword argument (``None``: not given, kept ``None``) checked as :func:`check`
-    does; returns them normalised."""
+    """Each keyword argument checked as :func:`check` does (``None`` kept as ``None``
+    where the option may be left out); returns them normalised."""
     return {
-        name: None if value is None else check(name, value, where=where)
+        name: None
+        if value is None and OPTIONS[name].absent is not None
+        else check(name, value, where=where)
         for name, value in values.items()
     }
 
