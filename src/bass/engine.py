@@ -106,6 +106,11 @@ class Generator:
             a second copy of the weights it applies to); ``"unpacked"``: the same without
             the packed layout (no copies); ``"torch"``: ``F.linear`` as is.
 
+    Every argument here and of :meth:`generate` is checked before any work
+    (:mod:`bass.options`: an :class:`~bass.options.OptionError` names it). Threads: one
+    generation at a time per process (:mod:`bass.locking`); a concurrent call waits, then
+    returns exactly what it would alone.
+
     Example::
 
         gen = Generator(main, draft)  # policy="adaptive"

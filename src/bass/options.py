@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "GENERATE",
     "OPTIONS",
@@ -90,16 +92,20 @@ def show(value: Any, limit: int = 80) -> str:
 # --------------------------------------------------------------------------- value kinds
 
 
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
 def _int(v: Any) -> int:
     """An integer (numpy's too), never a bool (``True`` for 1 is always a mistake)."""
-    if isinstance(v, bool) or not isinstance(v, Integral) or type(v).__name__ == "bool_":
+    if _is_bool(v) or not isinstance(v, Integral):
         raise _Refused()
     return int(v)
 
 
 def _number(v: Any) -> float:
     """A finite real number (int, float, numpy's), never a bool."""
-    if isinstance(v, bool) or not isinstance(v, Real) or type(v).__name__ == "bool_":
+    if _is_bool(v) or not isinstance(v, Real):
         raise _Refused()
     if not math.isfinite(v):
         raise _Refused()
@@ -107,7 +113,7 @@ def _number(v: Any) -> float:
 
 
 def _bool(v: Any) -> bool:
-    if isinstance(v, bool) or type(v).__name__ == "bool_":
+    if _is_bool(v):
         return bool(v)
     raise _Refused()
 

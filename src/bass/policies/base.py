@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -217,7 +218,7 @@ def _length(k: Any, said: str) -> int:
     """A draft length a policy returned, as an int: a non-negative integer (Python's,
     numpy's or a one-element integer tensor); anything else is the policy's bug, named.
     Capping a length at what the row may still draft is the engine's job, not an error."""
-    bad_type = isinstance(k, bool) or type(k).__name__ == "bool_"
+    bad_type = isinstance(k, (bool, np.bool_))
     if isinstance(k, torch.Tensor) and (k.dtype == torch.bool or k.is_floating_point()):
         bad_type = True
     try:
