@@ -64,16 +64,45 @@ def test_paths_the_command_writes_are_checked_before_any_model_loads(
         assert rc == 2 and expected in one_error_line(err), (flags, err)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
-def test_an_unwritable_output_is_refused_before_any_model_loads(tmp_path, capsys, no_model_load):
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        rc, _, err = run(capsys, f"generate hello -o {locked / 'out.jsonl'}")
-        assert rc == 2 and "permission denied" in one_error_line(err)
-    finally:
-        locked.chmod(0o700)
+def test_an_unwritable_output_is_refused_before_any_model_loads(
+    tmp_path, capsys, monkeypatch, no_model_load
+):
+    import bass.cli.results
+
+    monkeypatch.setattr(bass.cli.results.os, "access", lambda path, mode: False)  # (as root)
+    rc, _, err = run(capsys, f"generate hello -o {tmp_path / 'out.jsonl'}")
+    assert rc == 2 and "cannot create a file in" in one_error_line(err)
+    assert "permission denied" in err
+    (tmp_path / "out.jsonl").touch()
+    rc, _, err = run(capsys, f"generate hello -o {tmp_path / 'out.jsonl'}")
+    assert rc == 2 and "out.jsonl is not writable (permission denied)" in one_error_line(err)
+
+
+def test_a_write_that_fails_is_one_error_line(model_dir, tmp_path, capsys, monkeypatch):
+    import bass.cli.results
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            pass
+
+    opened = bass.cli.results.ResultsFile.__init__
+
+    def full_disk(self, *args):
+        opened(self, *args)
+        self.file.close()
+        self.file = Full()
+
+    monkeypatch.setattr(bass.cli.results.ResultsFile, "__init__", full_disk)
+    out = tmp_path / "out.jsonl"
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} hello -o {out}")
+    line = one_error_line(err)
+    assert rc == 2 and f"--output {out}: cannot write it: No space left on device" in line
+    assert err.rstrip().endswith(
+        f"0 of 1 rows are in {out}; rerun the same command with --resume to generate the rest"
+    )
 
 
 def test_unreadable_inputs_are_one_error_line(model_dir, tmp_path, capsys):
@@ -89,6 +118,8 @@ def test_unreadable_inputs_are_one_error_line(model_dir, tmp_path, capsys):
     assert rc == 2 and f'{jsonl}:3: expected a JSON object with a "prompt" string' in err
     rc, _, err = run(capsys, f"generate --config {binary} hi")
     assert rc == 2 and "not a TOML file: not UTF-8 text" in one_error_line(err)
+    rc, _, err = run(capsys, f"generate --main {binary} hi")
+    assert rc == 2 and "is a file, not a model directory or a .gguf file" in one_error_line(err)
     not_a_model = tmp_path / "empty"
     not_a_model.mkdir()
     (not_a_model / "config.json").write_text("{}")

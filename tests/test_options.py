@@ -238,6 +238,11 @@ def test_a_main_model_that_is_not_one_points_to_from_pretrained(main):
             Generator(main)
 
 
+def test_a_config_that_is_not_one_is_refused(gen):
+    with pytest.raises(OptionError, match=r"Generator\(\): config=5 is not allowed; expected a "):
+        Generator(gen.main, config=5)
+
+
 def test_policy_plugin_lengths_are_checked(gen):
     """A policy's lengths: a non-negative integer (capped at what a row may draft), or a
     ValueError naming the policy and the row."""

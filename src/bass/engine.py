@@ -148,6 +148,7 @@ class Generator:
             prefill_chunk_tokens=prefill_chunk_tokens,
             cpu_linear=cpu_linear,
             shared_vocab=shared_vocab,
+            config=config,
         )
         policy_options, shared_vocab = checked["policy_options"], checked["shared_vocab"]
         forced_acceptance = checked["forced_acceptance"]

@@ -368,8 +368,12 @@ def _texts(v: Any, ctx: Mapping) -> list[str]:
     return list(v)
 
 
-def _any(v: Any, ctx: Mapping) -> Any:
-    return v
+def _config(v: Any, ctx: Mapping) -> Any:
+    from .config import Config
+
+    if isinstance(v, (str, os.PathLike, Config, dict)):
+        return v
+    raise _Refused()
 
 
 OPTIONS: dict[str, Option] = {
@@ -485,7 +489,12 @@ OPTIONS: dict[str, Option] = {
             "a model name, directory or .gguf file, 'ngram' or 'none'",
         ),
         Option("dtype", _one_of(lambda: DTYPES), f"one of {', '.join(DTYPES)}"),
-        Option("config", _any, "a TOML file path, a bass.config.Config or a dict"),
+        Option(
+            "config",
+            _config,
+            "a TOML file path, a bass.config.Config or a dict shaped like one",
+            "no config file",
+        ),
     ]
 }
 

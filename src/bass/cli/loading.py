@@ -29,7 +29,9 @@ def load_models(config: Config, *, log=None):
     main = _load_lm(source, dtype, "main")
     try:
         tokenizer = models.load_tokenizer(source)
-    except (OSError, ValueError) as exc:
+    except models.ModelNotFoundError:
+        raise
+    except Exception as exc:  # named with its source; --debug shows it
         raise UsageError(f"cannot load a tokenizer from {source}: {_short(exc)}") from exc
     draft: Any = config.model.draft
     if draft == "none":
@@ -59,7 +61,7 @@ def _load_lm(source, dtype, which: str):
             f"loading {source} needs a package that is missing ({exc}); "
             f"install it with: {models.INSTALL_HINT}"
         ) from exc
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+    except Exception as exc:  # named with its source; --debug shows it
         # not a model directory, an unknown architecture, a corrupt or truncated file
         flag = "--main" if which == "main" else "--draft"
         raise UsageError(

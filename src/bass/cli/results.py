@@ -132,9 +132,12 @@ class ResultsFile:
 
     def write(self, records: list[dict]) -> None:
         text = "".join(json.dumps(r) + "\n" for r in records)
-        with deferred_interrupts():
-            self.file.write(text)
-            self.file.flush()
+        try:
+            with deferred_interrupts():
+                self.file.write(text)
+                self.file.flush()
+        except OSError as exc:  # a full disk, a file system gone read-only
+            raise UsageError(f"--output {self.path}: cannot write it: {exc.strerror}") from exc
 
     def close(self) -> None:
         self.file.close()
