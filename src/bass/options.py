@@ -118,10 +118,24 @@ def _bool(v: Any) -> bool:
     raise _Refused()
 
 
-def _at_least(low: int) -> Callable[[Any, Mapping], int]:
+def _ints(ok: Callable[[int], bool]) -> Callable[[Any, Mapping], int]:
+    """A parser of integers for which ``ok`` holds."""
+
     def parse(v: Any, ctx: Mapping) -> int:
         v = _int(v)
-        if v < low:
+        if not ok(v):
+            raise _Refused()
+        return v
+
+    return parse
+
+
+def _numbers(ok: Callable[[float], bool]) -> Callable[[Any, Mapping], float]:
+    """A parser of finite numbers (as floats) for which ``ok`` holds."""
+
+    def parse(v: Any, ctx: Mapping) -> float:
+        v = _number(v)
+        if not ok(v):
             raise _Refused()
         return v
 
@@ -158,34 +172,6 @@ def _id_range(ctx: Mapping) -> str:
 
 
 # --------------------------------------------------------------------------- parsers
-
-
-def _temperature(v: Any, ctx: Mapping) -> float:
-    v = _number(v)
-    if v < 0:
-        raise _Refused()
-    return v
-
-
-def _top_p(v: Any, ctx: Mapping) -> float:
-    v = _number(v)
-    if not 0 < v <= 1:
-        raise _Refused()
-    return v
-
-
-def _seed(v: Any, ctx: Mapping) -> int:
-    v = _int(v)
-    if not 0 <= v < 2**63:
-        raise _Refused()
-    return v
-
-
-def _seconds(v: Any, ctx: Mapping) -> float:
-    v = _number(v)
-    if v < 0:
-        raise _Refused()
-    return v
 
 
 def _eos(v: Any, ctx: Mapping) -> int | list[int]:
@@ -252,13 +238,6 @@ def _text_tokenizer(v: Any, ctx: Mapping) -> Any:
 
 def _callable(v: Any, ctx: Mapping) -> Any:
     if not callable(v):
-        raise _Refused()
-    return v
-
-
-def _forced(v: Any, ctx: Mapping) -> float:
-    v = _number(v)
-    if not 0 <= v <= 1:
         raise _Refused()
     return v
 
@@ -380,14 +359,14 @@ OPTIONS: dict[str, Option] = {
     o.name: o
     for o in [
         # generate()
-        Option("max_new_tokens", _at_least(1), "an integer >= 1"),
+        Option("max_new_tokens", _ints(lambda v: v >= 1), "an integer >= 1"),
         Option("do_sample", lambda v, ctx: _bool(v), "a bool: true or false"),
-        Option("temperature", _temperature, "a finite number >= 0"),
-        Option("top_k", _at_least(1), "an integer >= 1", "no limit"),
-        Option("top_p", _top_p, "a number with 0 < top_p <= 1", "no limit"),
+        Option("temperature", _numbers(lambda v: v >= 0), "a finite number >= 0"),
+        Option("top_k", _ints(lambda v: v >= 1), "an integer >= 1", "no limit"),
+        Option("top_p", _numbers(lambda v: 0 < v <= 1), "a number with 0 < top_p <= 1", "no limit"),
         Option(
             "seed",
-            _seed,
+            _ints(lambda v: 0 <= v < 2**63),
             "an integer >= 0 and < 2**63",
             "a seed drawn from torch's global generator",
         ),
@@ -400,7 +379,7 @@ OPTIONS: dict[str, Option] = {
         ),
         Option(
             "time_budget",
-            _seconds,
+            _numbers(lambda v: v >= 0),
             "a finite number of seconds >= 0 (0: stop after the prefill)",
             "no limit",
         ),
@@ -451,11 +430,13 @@ OPTIONS: dict[str, Option] = {
             "name (inductor, aot_eager, eager, ...)",
             "off",
         ),
-        Option("forced_acceptance", _forced, "a probability in [0, 1]", "off"),
+        Option(
+            "forced_acceptance", _numbers(lambda v: 0 <= v <= 1), "a probability in [0, 1]", "off"
+        ),
         Option(
             "static_shapes", lambda v, ctx: _bool(v), "a bool: true or false", "on with compile"
         ),
-        Option("prefill_chunk_tokens", _at_least(1), "an integer >= 1"),
+        Option("prefill_chunk_tokens", _ints(lambda v: v >= 1), "an integer >= 1"),
         Option(
             "cpu_linear",
             _one_of(_cpu_linear_choices),
@@ -464,7 +445,7 @@ OPTIONS: dict[str, Option] = {
         ),
         Option(
             "shared_vocab",
-            _at_least(1),
+            _ints(lambda v: v >= 1),
             "an integer >= 1 (the tokenizer's length, len(tokenizer))",
             "the models' logit counts must agree",
         ),
