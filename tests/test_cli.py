@@ -216,7 +216,7 @@ def test_plot(model_dir, tmp_path, capsys, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in out
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc, _, err = run(capsys, f"generate --main {model_dir} x --plot {png}")
-    assert rc == 2 and "pip install matplotlib" in err
+    assert rc == 2 and "pip install matplotlib" in err, err
 
 
 def test_progress_uses_on_step(model_dir, capsys, monkeypatch):
@@ -389,7 +389,7 @@ def test_error_bad_config(tmp_path, capsys):
 
 def test_error_empty_prompt_and_usage(model_dir, capsys):
     rc, _, err = run(capsys, f"generate --main {model_dir}", "  ")
-    assert rc == 2 and "prompt 0 is empty" in err
+    assert rc == 2 and "PROMPT argument 1: the prompt is empty" in err
     rc, _, err = run(capsys, f"generate --main {model_dir}")
     assert rc == 2 and "no prompt given" in err
     rc, _, err = run(capsys, "generate --n 0 hi")

@@ -108,8 +108,8 @@ BAD_VALUES = [
     ("generation", "eos_token_id", "eos", "a token id >= 0"),
     ("generation", "eos_token_id", [], "a token id >= 0"),
     ("generation", "eos_token_id", [1, -2], "a token id >= 0"),
-    ("generation", "time_budget", 0, "a number of seconds > 0"),
-    ("generation", "stop_strings", "\n", "a list of non-empty strings"),
+    ("generation", "time_budget", -1, "a finite number of seconds >= 0"),
+    ("generation", "stop_strings", "", "a list of non-empty strings"),
     ("generation", "stop_strings", ["x", ""], "a list of non-empty strings"),
     ("generation", "stop_strings", [1], "a list of non-empty strings"),
     ("model", "main", 3, "a model name, directory or .gguf file"),
@@ -118,7 +118,7 @@ BAD_VALUES = [
     ("model", "attention", "nope", "one of auto, reference"),
     ("model", "chat", "yes", "true or false"),
     ("policy", "name", "bas", "an installed policy: " + ", ".join(BUILTINS)),
-    ("policy", "options", [1], "a table ([policy.options]"),
+    ("policy", "options", [1], "a table of option names to values"),
 ]
 
 

@@ -43,8 +43,11 @@ def test_different_logit_counts_are_refused_with_what_to_do(main72, draft64):
     with pytest.raises(ValueError, match=r"draft model .* 64 logits, the main model .* 72.*"
                        r"shared_vocab=len\(tokenizer\)"):  # fmt: skip
         Generator(main72, draft64)
-    for bad in (0, 65, 80, 64.0):
+    for bad in (65, 80):
         with pytest.raises(ValueError, match=r"shared_vocab must be an int in \[1, 64\]"):
+            Generator(main72, draft64, shared_vocab=bad)
+    for bad in (0, 64.0, True):
+        with pytest.raises(ValueError, match=rf"shared_vocab={bad!r} is not allowed; expected an "):
             Generator(main72, draft64, shared_vocab=bad)
     with pytest.raises(TypeError, match="draft must be a causal LM"):
         Generator(main72, True)

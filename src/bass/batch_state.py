@@ -12,13 +12,34 @@ from .stopping import StopStrings
 __all__ = [
     "BatchState",
     "NonFiniteLogitsError",
+    "PromptError",
     "as_prompts",
     "check_prompts",
     "raise_if_nonfinite",
 ]
 
 
-class NonFiniteLogitsError(RuntimeError):
+class _NamesAPrompt:
+    """An error about one prompt of a ``generate`` call: ``prompt`` is its index there, and
+    :meth:`naming` says the same with the prompt named otherwise (the command line names it
+    by its line in the prompts file)."""
+
+    def __init__(self, before: str, prompt: int, after: str):
+        self.prompt, self._parts = prompt, (before, after)
+        super().__init__(self.naming(f"prompt {prompt}"))
+
+    def naming(self, name: str) -> str:
+        """The message with ``name`` where it says ``prompt <index>``."""
+        before, after = self._parts
+        return f"{before}{name}{after}"
+
+
+class PromptError(_NamesAPrompt, ValueError):
+    """A prompt that cannot be generated from (empty, ids outside the vocabulary, longer
+    than a model's context with ``max_new_tokens``)."""
+
+
+class NonFiniteLogitsError(_NamesAPrompt, RuntimeError):
     """A model produced NaN or infinite logits: its output cannot be trusted."""
 
 
@@ -27,10 +48,11 @@ def raise_if_nonfinite(flags: list[int], model, which: str, rows: list[int], whe
     if bad:
         raise NonFiniteLogitsError(
             f"the {which} model ({hf.model_name(model)}) produced non-finite logits (NaN or "
-            f"Inf) for prompt {bad[0]}"
-            + (f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else "")
+            "Inf) for ",
+            bad[0],
+            (f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else "")
             + f" at {where}; this is usually a float16 overflow or a broken checkpoint: "
-            "load the model in bfloat16 or float32, or check its weights"
+            "load the model in bfloat16 or float32, or check its weights",
         )
 
 
@@ -160,18 +182,20 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
     vocab = min(m.get_input_embeddings().weight.shape[0] for m in models)
     for i, p in enumerate(prompts):
         if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+            raise PromptError("", i, " is empty; every prompt needs at least one token")
         bad = [t for t in p if not 0 <= t < vocab]
         if bad:
-            raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {bad[:5]}")
+            raise PromptError("", i, f" has token ids outside [0, {vocab}): {bad[:5]}")
     need = max(len(p) for p in prompts) + max_new_tokens
     for model in models:
         limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         if limit is not None and need > limit:
             longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
-            raise ValueError(
-                f"prompt {longest} ({len(prompts[longest])} tokens) + max_new_tokens "
-                f"({max_new_tokens}) = {need} exceeds {hf.model_name(model)}'s context "
-                f"of {limit} positions; shorten the prompt or lower max_new_tokens"
+            raise PromptError(
+                "",
+                longest,
+                f" ({len(prompts[longest])} tokens) + max_new_tokens ({max_new_tokens}) = "
+                f"{need} exceeds {hf.model_name(model)}'s context of {limit} positions; "
+                "shorten the prompt or lower max_new_tokens",
             )
     return need

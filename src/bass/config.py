@@ -44,13 +44,14 @@ file, the key (``[generation].temperature``), the value and what is allowed.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from . import options
+from .options import DTYPES, OptionError
 from .policies import DEFAULT as DEFAULT_POLICY
 
 if sys.version_info >= (3, 11):
@@ -73,12 +74,13 @@ __all__ = [
     "read_toml",
 ]
 
-#: Allowed ``[model].dtype`` values.
-DTYPES = ("float32", "float16", "bfloat16", "float64")
 
+class ConfigError(OptionError):
+    """A configuration value that is not allowed; the message says where and what to do
+    (a ``ValueError``; a wrong type is also a ``TypeError``, as :class:`OptionError`)."""
 
-class ConfigError(ValueError):
-    """A configuration value that is not allowed; the message says where and what to do."""
+    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
+        super().__init__(message, option=option, value=value)
 
 
 @dataclass
@@ -137,6 +139,13 @@ class _Checker:
             return self.labels[dotted]
         return f"[{table}]" if name is None else f"[{table}].{name}"
 
+    def check(self, table: str, name: str, value: Any, option: str | None = None) -> Any:
+        """``value`` of ``[table].name`` checked as :mod:`bass.options` checks ``option``
+        (default: ``name``) wherever it comes from, named as the user spelled it."""
+        return options.check(
+            option or name, value, where=self.source, label=self.key(table, name), error=ConfigError
+        )
+
     def fail(self, table: str, name: str | None, value: Any, allowed: str) -> ConfigError:
         where = self.key(table, name)
         return ConfigError(f"{self.source}: {where} = {value!r} is not allowed; expected {allowed}")
@@ -148,14 +157,6 @@ class _Checker:
             f"{self.source}: unknown {what} {shown}; allowed: {', '.join(allowed)} "
             "(check the spelling; see the example in `python -m pydoc bass.config`)"
         )
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _table(c: _Checker, d: dict, name: str) -> dict:
@@ -172,105 +173,31 @@ def _table(c: _Checker, d: dict, name: str) -> dict:
 
 def _generation(c: _Checker, raw: dict) -> GenerationConfig:
     g = GenerationConfig()
-    t = "generation"
-    if "max_new_tokens" in raw:
-        v = raw["max_new_tokens"]
-        if not _is_int(v) or v < 1:
-            raise c.fail(t, "max_new_tokens", v, "an integer >= 1")
-        g.max_new_tokens = v
-    if "do_sample" in raw:
-        v = raw["do_sample"]
-        if not isinstance(v, bool):
-            raise c.fail(t, "do_sample", v, "true or false")
-        g.do_sample = v
-    if "temperature" in raw:
-        v = raw["temperature"]
-        if not _is_number(v) or v < 0:
-            raise c.fail(t, "temperature", v, "a finite number >= 0")
-        g.temperature = float(v)
+    for key in options.GENERATE:  # the same checks as generate()'s keyword arguments
+        if raw.get(key) is not None:
+            setattr(g, key, c.check("generation", key, raw[key]))
     if g.do_sample and g.temperature <= 0:
-        raise c.fail(
-            t,
+        raise options.fail(
             "temperature",
             g.temperature,
-            "a number > 0 when do_sample is true (set do_sample = false for greedy decoding)",
+            options.SAMPLING_TEMPERATURE,
+            where=c.source,
+            label=c.key("generation", "temperature"),
+            error=ConfigError,
         )
-    if raw.get("top_k") is not None:
-        v = raw["top_k"]
-        if not _is_int(v) or v < 1:
-            raise c.fail(t, "top_k", v, "an integer >= 1 (leave it out for no limit)")
-        g.top_k = v
-    if raw.get("top_p") is not None:
-        v = raw["top_p"]
-        if not _is_number(v) or not 0 < v <= 1:
-            raise c.fail(t, "top_p", v, "a number with 0 < top_p <= 1 (leave it out for no limit)")
-        g.top_p = float(v)
-    if raw.get("seed") is not None:
-        v = raw["seed"]
-        if not _is_int(v) or not 0 <= v < 2**63:
-            raise c.fail(t, "seed", v, "an integer >= 0")
-        g.seed = v
-    if raw.get("eos_token_id") is not None:
-        v = raw["eos_token_id"]
-        ids = v if isinstance(v, list) else [v]
-        if not ids or not all(_is_int(i) and i >= 0 for i in ids):
-            raise c.fail(t, "eos_token_id", v, "a token id >= 0 or a non-empty list of them")
-        g.eos_token_id = list(v) if isinstance(v, list) else v
-    if raw.get("time_budget") is not None:
-        v = raw["time_budget"]
-        if not _is_number(v) or v <= 0:
-            raise c.fail(t, "time_budget", v, "a number of seconds > 0 (leave it out for none)")
-        g.time_budget = float(v)
-    if raw.get("stop_strings") is not None:
-        v = raw["stop_strings"]
-        if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
-            raise c.fail(t, "stop_strings", v, 'a list of non-empty strings, e.g. ["\\n\\n"]')
-        g.stop_strings = list(v)
     return g
 
 
+# [model] key -> its option (a model is named here, passed as an object to the API)
+_MODEL_OPTIONS = {"main": "main_source", "draft": "draft_source"}
+
+
 def _model(c: _Checker, raw: dict) -> ModelConfig:
-    from . import ops  # registers the implementations; cheap (import bass did it already)
-
     m = ModelConfig()
-    t = "model"
-    for key in ("main", "draft"):
-        if raw.get(key) is not None:
-            v = raw[key]
-            if not isinstance(v, str) or not v.strip():
-                what = "a model name, directory or .gguf file" + (
-                    ", 'ngram' or 'none'" if key == "draft" else ""
-                )
-                raise c.fail(t, key, v, what)
-            setattr(m, key, v.strip())
-    if "attention" in raw:
-        v = raw["attention"]
-        allowed = ["auto", *ops.packed.packed_implementations()]
-        if v not in allowed:
-            raise c.fail(t, "attention", v, f"one of {', '.join(allowed)} (available here)")
-        m.attention = v
-    if "dtype" in raw:
-        v = raw["dtype"]
-        if v not in DTYPES:
-            raise c.fail(t, "dtype", v, f"one of {', '.join(DTYPES)}")
-        m.dtype = v
-    if raw.get("chat") is not None:
-        v = raw["chat"]
-        if not isinstance(v, bool):
-            raise c.fail(t, "chat", v, "true or false (leave it out: when the tokenizer has one)")
-        m.chat = v
-    if raw.get("compile") is not None:
-        v = raw["compile"]
-        if v not in (True, False, "reduce-overhead"):
-            raise c.fail(t, "compile", v, 'true, false or "reduce-overhead" (CUDA graphs)')
-        m.compile = v
-    if raw.get("cpu_linear") is not None:
-        from .cpu_linear import MODES
-
-        v = raw["cpu_linear"]
-        if v not in MODES:
-            raise c.fail(t, "cpu_linear", v, " or ".join(f'"{x}"' for x in MODES))
-        m.cpu_linear = v
+    for f in fields(ModelConfig):
+        if raw.get(f.name) is not None:
+            value = c.check("model", f.name, raw[f.name], _MODEL_OPTIONS.get(f.name, f.name))
+            setattr(m, f.name, value)
     return m
 
 
@@ -278,22 +205,17 @@ def _policy(c: _Checker, raw: dict) -> PolicyConfig:
     from . import policies
 
     p = PolicyConfig()
-    name = raw.get("name", p.name)
-    installed = list(policies.available())
-    if name not in installed:
-        shown = ", ".join(installed) or "(none installed)"
-        raise c.fail("policy", "name", name, f"an installed policy: {shown} (see `bass policies`)")
-    options = raw.get("options", {})
-    if not isinstance(options, dict):
-        raise c.fail("policy", "options", options, "a table ([policy.options] with key = value)")
+    name = c.check("policy", "name", raw.get("name", p.name), "policy")
+    opts = raw.get("options", {})
+    opts = c.check("policy", "options", {} if opts is None else opts, "policy_options")
     try:
-        policies.load(name, **options)  # the policy validates its own options
+        policies.load(name, **opts)  # the policy validates its own options
     except (ValueError, TypeError, ImportError) as exc:
         raise ConfigError(
             f"{c.source}: {c.key('policy', 'options')} for policy {name!r}: {exc} "
             "(`bass policies` lists every option with its default)"
         ) from exc
-    p.name, p.options = name, dict(options)
+    p.name, p.options = name, opts
     return p
 
 
@@ -373,6 +295,13 @@ def read_toml(path: str | os.PathLike) -> dict:
         raise ConfigError(f"config file {path} does not exist; check the path") from None
     except IsADirectoryError:
         raise ConfigError(f"config file {path} is a directory; pass a .toml file") from None
+    except OSError as exc:  # no permission, ...
+        raise ConfigError(f"config file {path}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a TOML file: not UTF-8 text (byte at offset {exc.start}); pass a "
+            "TOML text file (see `python -m pydoc bass.config`)"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import backends, compat, hf, policies
+from . import backends, compat, hf, locking, options, policies
 from .batch_state import (
     BatchState,
     NonFiniteLogitsError,
@@ -74,19 +74,6 @@ from .verify import accept, check_proposal, verify_pass
 __all__ = ["Generator", "NonFiniteLogitsError"]
 
 MAX_LOOKUP = 32  # the most tokens an n-gram lookup proposes per row and step
-
-
-_GENERATE_DEFAULTS = dict(
-    max_new_tokens=None,
-    do_sample=False,
-    temperature=1.0,
-    top_k=None,
-    top_p=None,
-    eos_token_id=None,
-    seed=None,
-    time_budget=None,
-    stop_strings=None,
-)
 
 
 class Generator:
@@ -136,6 +123,11 @@ class Generator:
         shared_vocab: a draft model whose logit count differs from the main model's only
             by embedding padding: the tokenizer's length (see :mod:`bass.drafters`).
 
+    Every argument here and of :meth:`generate` is checked before any work
+    (:mod:`bass.options`: an :class:`~bass.options.OptionError` names it). Threads: one
+    generation at a time per process (:mod:`bass.locking`); a concurrent call waits, then
+    returns exactly what it would alone.
+
     Example::
 
         gen = Generator(main, draft)  # policy="adaptive"
@@ -160,6 +152,29 @@ class Generator:
         shared_vocab: int | None = None,
         backend: backends.Backend | None = None,
     ):
+        # Types and ranges first, before any work (bass.options: the config file and the
+        # command line check these values the same way)
+        checked = options.check_keywords(
+            "Generator()",
+            main=main,
+            policy=policy,
+            policy_options=policy_options,
+            attention=attention,
+            compile=compile,
+            forced_acceptance=forced_acceptance,
+            static_shapes=static_shapes,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            cpu_linear=cpu_linear,
+            shared_vocab=shared_vocab,
+            config=config,
+        )
+        if backend is not None and not isinstance(backend, backends.Backend):
+            raise TypeError(
+                f"Generator(): backend must be a bass.backends.Backend, got {backend!r}"
+            )
+        policy_options, shared_vocab = checked["policy_options"], checked["shared_vocab"]
+        forced_acceptance = checked["forced_acceptance"]
+        prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
         cfg_gen, self.generate_defaults = ({}, {})
         if config is not None:
@@ -174,24 +189,13 @@ class Generator:
             compile = cfg_gen.get("compile", False)
         if cpu_linear is None:
             cpu_linear = cfg_gen.get("cpu_linear", "auto")
-        if forced_acceptance is not None and not 0.0 <= forced_acceptance <= 1.0:
-            raise ValueError(f"forced_acceptance must be in [0, 1], got {forced_acceptance}")
         self.forced_acceptance = forced_acceptance
         self.main = main
         self.attention = attention or cfg_gen.get("attention", "auto")
-        from .ops.packed import _PACKED, resolve_packed_implementation
+        from .ops.packed import resolve_packed_implementation
 
-        if self.attention != "auto" and self.attention not in _PACKED:
-            raise ValueError(
-                f"unknown attention implementation {self.attention!r}; the engine's packed "
-                f"passes run: {', '.join(['auto', *_PACKED])} (see `bass ops`)"
-            )
-        if self.attention != "auto":  # runs on the main model's device, here
+        if self.attention != "auto":  # it must run on the main model's device
             resolve_packed_implementation(self.attention, main.device, planned=True)
-        if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
-            raise ValueError(
-                f"prefill_chunk_tokens must be an int >= 1, got {prefill_chunk_tokens!r}"
-            )
         # 2) the policy (checked now, not mid-generation) and the drafter
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()
@@ -201,7 +205,8 @@ class Generator:
         if static_shapes is None:
             static_shapes = graphs
         self.backend = backends.select_backend(main.device, cpu_linear, backend)
-        self.backend.prepare(self.models)
+        with locking.exclusive("Generator()"):  # not while a generation runs on them
+            self.backend.prepare(self.models)
         forward = hf.forward_packed
         if compile:
             # Only the per-step forward is compiled (gpt-fast); the loop stays eager. The
@@ -324,62 +329,59 @@ class Generator:
             seed=seed,
             time_budget=time_budget,
             stop_strings=stop_strings,
+            stop_sequences=stop_sequences,
+            tokenizer=tokenizer,
+            on_step=on_step,
         )
-        kw = {
-            **_GENERATE_DEFAULTS,
-            **self.generate_defaults,
-            **{k: v for k, v in given.items() if v is not None},
-        }
-        max_new_tokens, eos_token_id, seed, time_budget = (
-            kw["max_new_tokens"],
-            kw["eos_token_id"],
-            kw["seed"],
-            kw["time_budget"],
-        )
-        if max_new_tokens is None:
-            raise ValueError("max_new_tokens is required (as an argument or in the config)")
+        # every argument checked before any work (bass.options; the config's defaults
+        # under the explicit ones): types, ranges, ids within the main model's logits
+        vocab = self.main.get_output_embeddings().weight.shape[0]
+        kw = options.generation_kwargs(given, self.generate_defaults, vocab=vocab)
+        max_new_tokens, seed, time_budget = kw["max_new_tokens"], kw["seed"], kw["time_budget"]
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
         models = self.models
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, max_new_tokens, models)
         row_ids = _row_ids(row_ids, len(prompts))
-        eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
-        stops = [tuple(int(t) for t in seq) for seq in (stop_sequences or [])]
-        if any(len(seq) == 0 for seq in stops):
-            raise ValueError("stop_sequences must not contain an empty sequence")
         texts = None
-        if kw["stop_strings"] is not None:
-            texts = StopStrings(kw["stop_strings"], tokenizer) or None
+        if kw["stop_strings"]:
+            texts = StopStrings(kw["stop_strings"], kw["tokenizer"])
+        stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
         if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
             max_len = need  # that the generation itself fits in it)
-        previous = [m.config._attn_implementation for m in models]
-        try:
-            for model in models:
-                hf.prepare(model, need)  # a window is checked against real positions
-            # The engine builds valid lengths by construction (tests check the invariant
-            # every step); skip the ops' host-side range checks in the hot loop.
-            with length_checks(False), compat.generation_mode(models):
-                if self.coord is not None:  # every rank of a TP group: the same work
-                    settings = (max_new_tokens, params, sorted(eos), stops, kw["stop_strings"])
-                    settings += (seed, time_budget, row_ids)
-                    self.coord.agree("prompts and settings", (prompts, settings))
-                return self._generate(
-                    prompts,
-                    max_new_tokens,
-                    params,
-                    (eos, stops, texts),
-                    seed,
-                    time_budget,
-                    on_step,
-                    max_len,
-                    row_ids,
-                )
-        finally:  # hand the models back as they came
-            for model, attn in zip(models, previous):
-                if attn != hf.ATTN_NAME:
-                    model.set_attn_implementation(attn)
+        # one generation at a time per process (bass.locking): a call from another thread
+        # waits here, then runs as if alone
+        with locking.exclusive("generate()"):
+            previous = [m.config._attn_implementation for m in models]
+            try:
+                for model in models:
+                    hf.prepare(model, need)  # a window is checked against real positions
+                # The engine builds valid lengths by construction (tests check the invariant
+                # every step); skip the ops' host-side range checks in the hot loop.
+                with length_checks(False), compat.generation_mode(models):
+                    if self.coord is not None:  # every rank of a TP group: the same work
+                        eos, seqs, strings = kw["eos_token_id"], kw["stop_sequences"], None
+                        strings = kw["stop_strings"]
+                        settings = (max_new_tokens, params, sorted(eos), seqs, strings)
+                        settings += (seed, time_budget, row_ids)
+                        self.coord.agree("prompts and settings", (prompts, settings))
+                    return self._generate(
+                        prompts,
+                        max_new_tokens,
+                        params,
+                        stops,
+                        seed,
+                        time_budget,
+                        kw["on_step"],
+                        max_len,
+                        row_ids,
+                    )
+            finally:  # hand the models back as they came
+                for model, attn in zip(models, previous):
+                    if attn != hf.ATTN_NAME:
+                        model.set_attn_implementation(attn)
 
     def _generate(
         self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len, row_ids
@@ -390,7 +392,11 @@ class Generator:
             if self.coord is not None:  # one seed for the whole TP group: its leader's
                 seed = self.coord.share([seed])[0]
         gen = torch.Generator(device=device)  # the draft model's sampling and verification
-        gen.manual_seed(seed)  # the seed also keys every sampled position (position_keys)
+        # the seed also keys every sampled position (position_keys); rows given ids of a
+        # larger job (row_ids) start the generator from those ids too, so that a job's
+        # batches or ranks do not all draw the same stream
+        start = seed if row_ids == list(range(len(prompts))) else _mix(seed, row_ids)
+        gen.manual_seed(start)
         hooks = policies.bind(self.new_policy())  # the policy's hooks, resolved once
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
@@ -578,12 +584,21 @@ class Generator:
         ``stop_strings`` (in ``kw`` or the config) stop rows as in :meth:`generate`, and
         the returned text of a row that a stop string ended is cut right before the
         stop string (it is not included, as vLLM's default)."""
-        if chat is None:
-            chat = getattr(tokenizer, "chat_template", None) is not None
+        texts = options.check("texts", texts, where="generate_text()")
+        options.check("text_tokenizer", tokenizer, where="generate_text()")
+        chat = options.check_keywords("generate_text()", chat=chat)["chat"]
+        has_template = getattr(tokenizer, "chat_template", None) is not None
+        if chat and not has_template:
+            raise options.fail(
+                "chat", chat, "False or None: this tokenizer has no chat template",
+                where="generate_text()",
+            )  # fmt: skip
+        chat = has_template if chat is None else chat
         from .models import encode_prompt
 
         prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
-        kw.setdefault("eos_token_id", tokenizer.eos_token_id)
+        if kw.get("eos_token_id") is None and self.generate_defaults.get("eos_token_id") is None:
+            kw["eos_token_id"] = tokenizer.eos_token_id  # after an explicit one, the config's
         kw.setdefault("tokenizer", tokenizer)
         res = self.generate(prompts, **kw)
         stops = kw.get("stop_strings")
@@ -607,3 +622,8 @@ def _row_ids(row_ids, n: int) -> list[int]:
             "index in the whole job, which keys its sampled draws"
         )
     return ids
+
+
+def _mix(seed: int, row_ids: list[int]) -> int:
+    """A generator seed from ``seed`` and a batch's ``row_ids`` (>= 0, < 2**63)."""
+    return position_keys(seed, [row_ids[0]], [len(row_ids)], 1)[0] & (2**63 - 1)

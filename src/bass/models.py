@@ -60,8 +60,13 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
             str(path.parent), gguf_file=path.name, **kwargs
         )
     elif path.exists() or str(name_or_path).startswith((".", "/", "~")):
+        if not path.exists():
+            raise ModelNotFoundError(f"model path {path} does not exist; check the path")
         if not path.is_dir():
-            raise ModelNotFoundError(f"model path {path} does not exist (or is not a directory)")
+            raise ModelNotFoundError(
+                f"model path {path} is a file, not a model directory or a .gguf file; pass the "
+                "directory that holds its config.json, or a .gguf file"
+            )
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     else:
         model = _from_hub(AutoModelForCausalLM, str(name_or_path), kwargs)

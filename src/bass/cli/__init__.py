@@ -9,8 +9,10 @@ Subcommands::
     bass bench                    where the latest benchmark results are (`nox -s bench`)
 
 Settings come from, in increasing priority: the defaults, ``--config FILE`` (TOML, see
-:mod:`bass.config`), then the command-line flags. Errors a user can act on print as
-``bass: error: ...`` and exit with status 2, without a traceback.
+:mod:`bass.config`), then the command-line flags. Errors a user can act on print as one
+``bass: error: ...`` line and exit with status 2, without a traceback (``--debug`` or
+``BASS_DEBUG=1`` prints it); Ctrl-C exits with 130; a bug in bass prints its type and
+message and exits with 1.
 
 The package: :mod:`~bass.cli.parser` (the flags), :mod:`~bass.cli.settings` (defaults <
 ``--config`` < flags), :mod:`~bass.cli.loading` (models and generator), the subcommands
@@ -26,10 +28,11 @@ import contextlib
 import importlib
 import os
 import sys
+import traceback
 
 # Besides what main needs: the names the single-module bass.cli had (the noqa ones).
 from ..config import ConfigError
-from .errors import UsageError
+from .errors import UsageError, notes
 from .generate import cmd_generate, read_prompts  # noqa: F401
 from .info import cmd_bench, cmd_ops, cmd_policies
 from .loading import encode, load_models, make_generator, use_chat  # noqa: F401
@@ -41,10 +44,35 @@ from .settings import FLAG_KEYS, note_sampling, resolve_config  # noqa: F401
 __all__ = ["UsageError", "main"]
 
 
+def debugging(args=None) -> bool:
+    """``--debug``, or ``BASS_DEBUG`` set (to anything but 0/false/no): errors show their
+    Python traceback (for bug reports)."""
+    env = os.environ.get("BASS_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+    return env or bool(getattr(args, "debug", False))
+
+
+def _report(line: str, exc: BaseException, debug: bool) -> None:
+    """``line`` on stderr, after the traceback with ``debug``, before ``exc``'s notes (what
+    a stopped run kept: the last line)."""
+    if debug:
+        traceback.print_exception(exc)
+    print(line, file=sys.stderr)
+    for note in notes(exc):
+        print(f"bass: {note}", file=sys.stderr)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``bass`` command; returns the exit status."""
+    """Run the ``bass`` command; returns the exit status: 0, 2 for an error the user can
+    fix (one ``bass: error:`` line), 130 when interrupted, 1 for a bug in bass (its type
+    and message; the traceback with ``--debug`` or ``BASS_DEBUG=1``)."""
+    from ..batch_state import NonFiniteLogitsError
     from ..humaneval import HumanEvalError
     from ..models import ModelNotFoundError
+    from ..options import OptionError
     from ..policies import PolicyLoadError
 
     parser = build_parser()
@@ -63,15 +91,34 @@ def main(argv: list[str] | None = None) -> int:
         "ops": cmd_ops,
         "eval": lambda args: importlib.import_module(".humaneval", __name__).cmd_humaneval(args),
     }
+    debug = debugging(args)
+    user_errors = (
+        UsageError,
+        ConfigError,
+        OptionError,
+        ModelNotFoundError,
+        PolicyLoadError,
+        HumanEvalError,
+        NonFiniteLogitsError,
+    )
     try:
         return commands[args.command](args)
-    except (UsageError, ConfigError, ModelNotFoundError, PolicyLoadError, HumanEvalError) as exc:
-        print(f"bass: error: {exc}", file=sys.stderr)
+    except user_errors as exc:
+        _report(f"bass: error: {_one_line(exc)}", exc, debug)
         return 2
-    except KeyboardInterrupt:
-        print("bass: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        _report("bass: interrupted", exc, debug)
         return 130
     except BrokenPipeError:  # `bass policies | head`: the reader left; not an error of ours
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # a bug in bass: one line, the traceback on request
+        hint = "" if debug else "; rerun with --debug (or BASS_DEBUG=1) for the traceback"
+        _report(
+            f"bass: error: internal error: {type(exc).__name__}: {_one_line(exc)} (a bug in "
+            f"bass: please report it{hint})",
+            exc,
+            debug,
+        )
         return 1

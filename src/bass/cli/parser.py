@@ -68,7 +68,11 @@ _GENERATE_FLAGS = [
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),
+    ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
+                  "--output already holds (same prompts and --n), append the rest"}),
 ]
+_DEBUG = ("--debug", {"action": "store_true", "help": "on an error, print the Python "
+                      "traceback too (for bug reports; also BASS_DEBUG=1)"})
 _HUMANEVAL_FLAGS = [
     ("--problems", {"metavar": "SPEC", "help": "0:5 or HumanEval/0,HumanEval/3 (default all)"}),
     ("--timeout", {"type": float, "default": 3.0, "metavar": "SECONDS",
@@ -111,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         _add(p, "input and output" if p is gen else "evaluation", own)
         _add(p, "models", _MODEL_FLAGS)
         _add(p, "generation", _GENERATION_FLAGS)
-    sub.add_parser("policies", help="list installed draft-length policies and their options")
-    sub.add_parser("ops", help="ragged attention implementations here and what auto uses")
-    sub.add_parser("bench", help="where the latest benchmark results are")
+    info = [
+        sub.add_parser("policies", help="list installed draft-length policies and their options"),
+        sub.add_parser("ops", help="ragged attention implementations here and what auto uses"),
+        sub.add_parser("bench", help="where the latest benchmark results are"),
+    ]
+    for p in (gen, he, *info):
+        p.add_argument(_DEBUG[0], **_DEBUG[1])
     return parser

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 
 __all__ = ["Progress"]
 
@@ -41,6 +43,21 @@ class Progress:
             sys.stderr.write(f"\rbass: {n}/{self.total} tokens")
             sys.stderr.flush()
         self.n = n
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Print inside: the bar (or line) is cleared first and drawn again after."""
+        clear = getattr(self.bar, "clear", None)
+        if clear is not None:
+            clear()
+        elif self.enabled and self.bar is None and self.last:
+            sys.stderr.write("\r\x1b[K")
+        try:
+            yield
+        finally:
+            refresh = getattr(self.bar, "refresh", None)
+            if refresh is not None:
+                refresh()
 
     def close(self) -> None:
         if self.bar is not None:

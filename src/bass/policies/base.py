@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -184,19 +186,56 @@ class DraftContext:
 def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
     """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``:
     its ``draft_lengths(ctx)``, or for a policy with only ``draft_length()`` (the older
-    contract) that one length for every row. A wrong number of lengths is an error that
-    names the policy."""
+    contract) that one length for every row. A length above the row's cap is capped; a
+    wrong number of lengths, or a length that is negative, a bool or not an integer, is
+    a ``ValueError`` that names the policy (and the row)."""
     per_row = getattr(policy, "draft_lengths", None)
+    name = _policy_name(policy)
     if per_row is None:
-        ks = [int(policy.draft_length())] * ctx.num_rows
+        ks = [_length(policy.draft_length(), f"{name}.draft_length() returned")]
+        ks *= ctx.num_rows
     else:
-        ks = list(per_row(ctx))
+        got = per_row(ctx)
+        if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
+            raise ValueError(
+                f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
+                f"{ctx.num_rows} draft lengths (integers >= 0), one per active row"
+            )
+        ks = list(got)
         if len(ks) != ctx.num_rows:
             raise ValueError(
-                f"policy {type(policy).__name__}.draft_lengths returned {len(ks)} lengths "
+                f"policy {name}.draft_lengths returned {len(ks)} lengths "
                 f"for {ctx.num_rows} active rows"
             )
-    return [max(0, min(int(k), c)) for k, c in zip(ks, ctx.max_draft)]
+        ks = [
+            _length(k, f"{name}.draft_lengths returned, for row {r} (prompt {ctx.rows[r]}),")
+            for r, k in enumerate(ks)
+        ]
+    return [min(k, c) for k, c in zip(ks, ctx.max_draft)]
+
+
+def _policy_name(policy: Any) -> str:
+    name = getattr(type(policy), "name", None)
+    return f"{name!r} ({type(policy).__name__})" if isinstance(name, str) else type(policy).__name__
+
+
+def _length(k: Any, said: str) -> int:
+    """A draft length a policy returned, as an int: a non-negative integer (Python's,
+    numpy's or a one-element integer tensor); anything else is the policy's bug, named.
+    Capping a length at what the row may still draft is the engine's job, not an error."""
+    bad_type = isinstance(k, (bool, np.bool_))
+    if isinstance(k, torch.Tensor) and (k.dtype == torch.bool or k.is_floating_point()):
+        bad_type = True
+    try:
+        n = None if bad_type else operator.index(k)
+    except TypeError:
+        n = None
+    if n is None or n < 0:
+        raise ValueError(
+            f"policy {said} {k!r}; a draft length must be an integer >= 0 (0: no drafting "
+            "this step); lengths above what a row may still draft are capped"
+        )
+    return n
 
 
 @runtime_checkable

@@ -1,0 +1,285 @@
+"""``bass generate`` under faults: bad paths are refused before any model loads, finished
+rows survive a later failure and Ctrl-C, ``--resume`` completes a stopped run, and every
+user error is one ``bass: error:`` line (exit status 2; the traceback with ``--debug``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from cli_support import WORDS, read_jsonl, run, save_model_dir, word_tokenizer
+from models import tiny_lm
+
+import bass.cli.generate
+
+FAST = "--cpu-linear torch --dtype float64"  # no calibration; exact greedy in any batch
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Loading a model fails the test: the command must refuse before it."""
+
+    def load(*a, **kw):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(bass.cli.generate, "load_models", load)
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("bass: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ paths, before any work
+
+
+def test_paths_the_command_writes_are_checked_before_any_model_loads(
+    tmp_path, capsys, no_model_load
+):
+    (tmp_path / "dir").mkdir()
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    cases = {
+        f"-o {tmp_path / 'missing' / 'out.jsonl'}": "the directory",
+        f"-o {tmp_path / 'dir'}": "is a directory",
+        f"-o {prompts} --prompts-file {prompts}": "would overwrite the prompts",
+        f"--plot {tmp_path / 'missing' / 'p.png'}": "does not exist",
+        f"--plot {tmp_path / 'p.xyz'}": "cannot write .xyz files",
+        f"--plot {tmp_path / 'o.png'} -o {tmp_path / 'o.png'}": "also an input or --output",
+        "--resume": "--resume needs --output FILE",
+    }
+    for flags, expected in cases.items():
+        rc, _, err = run(capsys, f"generate hello {flags}")
+        assert rc == 2 and expected in one_error_line(err), (flags, err)
+
+
+def test_an_unwritable_output_is_refused_before_any_model_loads(
+    tmp_path, capsys, monkeypatch, no_model_load
+):
+    import bass.cli.results
+
+    monkeypatch.setattr(bass.cli.results.os, "access", lambda path, mode: False)  # (as root)
+    rc, _, err = run(capsys, f"generate hello -o {tmp_path / 'out.jsonl'}")
+    assert rc == 2 and "cannot create a file in" in one_error_line(err)
+    assert "permission denied" in err
+    (tmp_path / "out.jsonl").touch()
+    rc, _, err = run(capsys, f"generate hello -o {tmp_path / 'out.jsonl'}")
+    assert rc == 2 and "out.jsonl is not writable (permission denied)" in one_error_line(err)
+
+
+def test_a_write_that_fails_is_one_error_line(model_dir, tmp_path, capsys, monkeypatch):
+    import bass.cli.results
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            pass
+
+    opened = bass.cli.results.ResultsFile.__init__
+
+    def full_disk(self, *args):
+        opened(self, *args)
+        self.file.close()
+        self.file = Full()
+
+    monkeypatch.setattr(bass.cli.results.ResultsFile, "__init__", full_disk)
+    out = tmp_path / "out.jsonl"
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} hello -o {out}")
+    line = one_error_line(err)
+    assert rc == 2 and f"--output {out}: cannot write it: No space left on device" in line
+    assert err.rstrip().endswith(
+        f"0 of 1 rows are in {out}; rerun the same command with --resume to generate the rest"
+    )
+
+
+def test_unreadable_inputs_are_one_error_line(model_dir, tmp_path, capsys):
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"hello\n\xff\xfe\x00x\n")
+    rc, _, err = run(capsys, f"generate --prompts-file {binary}")
+    assert rc == 2 and f"{binary}:2: not UTF-8 text" in one_error_line(err)
+    rc, _, err = run(capsys, f"generate --prompts-file {tmp_path}")
+    assert rc == 2 and "is a directory" in one_error_line(err)
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"prompt": "a"}\n\n{"prompt": 5}\n')
+    rc, _, err = run(capsys, f"generate --prompts-file {jsonl}")
+    assert rc == 2 and f'{jsonl}:3: expected a JSON object with a "prompt" string' in err
+    rc, _, err = run(capsys, f"generate --config {binary} hi")
+    assert rc == 2 and "not a TOML file: not UTF-8 text" in one_error_line(err)
+    rc, _, err = run(capsys, f"generate --main {binary} hi")
+    assert rc == 2 and "is a file, not a model directory or a .gguf file" in one_error_line(err)
+    not_a_model = tmp_path / "empty"
+    not_a_model.mkdir()
+    (not_a_model / "config.json").write_text("{}")
+    for flag in ("--main", "--draft"):
+        main = "" if flag == "--main" else f"--main {model_dir}"
+        rc, _, err = run(capsys, f"generate {main} {flag} {not_a_model} hi")
+        line = one_error_line(err)
+        assert rc == 2 and f"cannot load the {flag[2:]} model from {not_a_model}" in line
+        assert f"{flag} takes a Hugging Face model name" in line
+
+
+# --------------------------------------------------- finished rows survive a later failure
+
+
+def test_a_later_bad_prompt_keeps_the_finished_rows_and_names_its_line(model_dir, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    long_prompt = " ".join(["w20"] * 300)  # past the model's 256 positions
+    prompts.write_text(f"hello world\n\nthe sea\n{long_prompt}\na cat\n")
+    out = tmp_path / "out.jsonl"
+    command = f"generate --main {model_dir} {FAST} --batch-size 1 --max-new-tokens 4 -o {out}"
+    rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts}")
+    line = one_error_line(err)
+    assert rc == 2 and f"the prompt at {prompts}:4 (300 tokens)" in line, err
+    assert err.rstrip().splitlines()[-1] == (
+        f"bass: 2 of 4 rows are in {out}; rerun the same command with --resume to generate the rest"
+    )
+    rows = read_jsonl(out)
+    assert [r["prompt"] for r in rows] == ["hello world", "the sea"]
+    assert ">>> hello world" in stdout and ">>> the sea" in stdout  # printed as they finished
+    # the prompt fixed, --resume generates only the rest
+    prompts.write_text("hello world\n\nthe sea\nthe sea is blue\na cat\n")
+    rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts} --resume")
+    assert rc == 0, err
+    assert "2 of 4 rows are already in" in err and ">>> hello world" not in stdout
+    resumed = read_jsonl(out)
+    assert resumed[:2] == rows
+    assert [r["prompt"] for r in resumed] == ["hello world", "the sea", "the sea is blue", "a cat"]
+    fresh = tmp_path / "fresh.jsonl"
+    rc, _, err = run(capsys, f"{command.replace(str(out), str(fresh))} --prompts-file {prompts}")
+    assert rc == 0, err
+    assert [r["completion"] for r in read_jsonl(fresh)] == [r["completion"] for r in resumed]
+    rc, stdout, _ = run(capsys, f"{command} --prompts-file {prompts} --resume")
+    assert rc == 0 and "nothing to generate: all 4 rows" in stdout
+
+
+def test_nonfinite_logits_in_a_later_batch_name_the_prompt(tmp_path, capsys):
+    """A model whose logits turn NaN on one prompt: one error line naming that prompt by its
+    PROMPT argument, the rows before it kept."""
+    model = tiny_lm()
+    with torch.no_grad():
+        model.get_input_embeddings().weight[WORDS.index("cat")] = float("nan")
+    path = tmp_path / "nan"
+    model.save_pretrained(path)
+    word_tokenizer(WORDS).save_pretrained(path)
+    out = tmp_path / "out.jsonl"
+    rc, _, err = run(
+        capsys,
+        f"generate --main {path} {FAST} --batch-size 1 --max-new-tokens 3 -o {out} --n 2",
+        "hello world",
+        "a cat",
+    )
+    line = one_error_line(err)
+    assert rc == 2 and "produced non-finite logits" in line
+    assert "for the prompt at PROMPT argument 2 (sample 1 of 2)" in line
+    assert [(r["prompt_index"], r["sample"]) for r in read_jsonl(out)] == [(0, 0), (0, 1)]
+
+
+def test_resume_checks_the_file_belongs_to_the_run(model_dir, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    command = f"generate --main {model_dir} {FAST} --max-new-tokens 3 -o {out} --resume"
+    out.write_text('{"prompt": "hello", "prompt_index": 0, "sample": 0}\n')
+    rc, _, err = run(capsys, f"{command} other")
+    assert rc == 2 and f"{out}:1: a row of prompt 0 ('hello'), but prompt 0 is 'other'" in err
+    rc, _, err = run(capsys, f"{command} --n 1 hello world")
+    assert rc == 0, err
+    out.write_text('{"prompt": "hello", "prompt_index": 0, "sample": 3}\n')
+    rc, _, err = run(capsys, f"{command} hello")
+    assert rc == 2 and "a row of sample 3, but --n is 1" in one_error_line(err)
+    out.write_text("not json\n")
+    rc, _, err = run(capsys, f"{command} hello")
+    assert rc == 2 and f"{out}:1: not a row that bass generate wrote" in one_error_line(err)
+    # a last line cut short by a kill is dropped and its row generated again
+    good = '{"prompt": "hello", "prompt_index": 0, "sample": 0, "completion": "x"}\n'
+    out.write_text(good + '{"prompt": "world", "prompt_in')
+    rc, _, err = run(capsys, f"{command} hello world")
+    assert rc == 0, err
+    rows = read_jsonl(out)
+    assert rows[0]["completion"] == "x" and [r["prompt"] for r in rows] == ["hello", "world"]
+
+
+# ----------------------------------------------------------------- errors and --debug
+
+
+def test_internal_errors_and_debug(model_dir, capsys, monkeypatch):
+    def broken(*a, **kw):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(bass.cli.generate, "make_generator", broken)
+    rc, _, err = run(capsys, f"generate --main {model_dir} hi")
+    assert rc == 1 and "Traceback" not in err
+    assert "bass: error: internal error: KeyError: 'boom' (a bug in bass" in err
+    assert "rerun with --debug (or BASS_DEBUG=1)" in err
+    rc, _, err = run(capsys, f"generate --main {model_dir} hi --debug")
+    assert rc == 1 and "Traceback" in err and "KeyError: 'boom'" in err
+    monkeypatch.undo()
+    monkeypatch.setenv("BASS_DEBUG", "1")
+    rc, _, err = run(capsys, f"generate --main {model_dir} hi --max-new-tokens 999")
+    assert rc == 2 and "Traceback" in err and "bass: error: the prompt at PROMPT argument 1" in err
+
+
+# ------------------------------------------------------------------- Ctrl-C (a real process)
+
+
+def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("".join(f"hello world the sea w{i} w{i + 1}\n" for i in range(12)))
+    out = tmp_path / "out.jsonl"
+    args = (
+        f"generate --main {model_dir} {FAST} --draft none --batch-size 1 --max-new-tokens 16 "
+        f"--prompts-file {prompts} -o {out}"
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("BASS_DEBUG", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bass", *args.split()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no row was written"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    rows = read_jsonl(out)  # every line whole
+    assert 1 <= len(rows) < 12
+    assert [r["prompt_index"] for r in rows] == list(range(len(rows)))
+    last = stderr.rstrip().splitlines()[-2:]
+    assert last[0] == "bass: interrupted" and "Traceback" not in stderr
+    assert last[1] == (
+        f"bass: {len(rows)} of 12 rows are in {out}; rerun the same command with --resume "
+        "to generate the rest"
+    )
+    assert stdout.count(">>> ") >= len(rows)  # printed as each batch finished
+
+    rc, _, err = run(capsys, f"{args} --resume")
+    assert rc == 0, err
+    resumed = read_jsonl(out)
+    assert resumed[: len(rows)] == rows and len(resumed) == 12
+    whole = tmp_path / "whole.jsonl"
+    rc, _, err = run(capsys, f"{args.replace(str(out), str(whole))} --batch-size 12")
+    assert rc == 0, err
+    key = ["prompt_index", "sample", "prompt", "completion", "finish_reason"]
+    assert [[r[k] for k in key] for r in resumed] == [
+        [r[k] for k in key] for r in read_jsonl(whole)
+    ]
