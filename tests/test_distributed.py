@@ -176,3 +176,39 @@ def test_shards_are_contiguous_balanced_and_cover_every_prompt():
             if topo.tp_rank == 0:
                 seen += part
         assert seen == list(range(n))
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("tp", [1, 2], ids=["dp", "tp"])
+def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, tp):
+    """``torchrun --nproc-per-node 2 -m bass generate ... [--tp 2]``: the same rows, in the
+    same order, with the same seeded samples as one process; each record names its rank;
+    the completions and the summary are printed once (rank 0)."""
+    from cli_support import read_jsonl, run, save_model_dir
+
+    model = save_model_dir(tmp_path / "model")
+    flags = (
+        f"--main {model} --dtype float64 --samples 2 --sample --seed 3 --max-new-tokens 8 "
+        "--batch-size 3 --no-progress"
+    )
+    prompts = ["hello world", "the sea is blue", "a cat", "hello"]
+    rc, _, err = run(capsys, f"generate {flags} -o {tmp_path / 'one.jsonl'}", *prompts)
+    assert rc == 0, err
+    one = read_jsonl(tmp_path / "one.jsonl")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "bass", "generate", *flags.split(), "--tp", str(tp),
+           "-o", str(tmp_path / "two.jsonl"), *prompts]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = read_jsonl(tmp_path / "two.jsonl")
+    key = [(r["prompt_index"], r["sample"]) for r in one]
+    assert [(r["prompt_index"], r["sample"]) for r in two] == sorted(key)
+    by_row = {(r["prompt_index"], r["sample"]): r["completion"] for r in one}
+    assert [r["completion"] for r in two] == [by_row[k] for k in sorted(key)]
+    assert {r["rank"] for r in two} == ({0, 1} if tp == 1 else {0})
+    assert proc.stdout.count("\nsummary") + proc.stdout.startswith("summary") == 1
+    assert proc.stdout.count(">>> hello world (sample 1/2)") == 1
+    assert not list(tmp_path.glob("two.jsonl.rank*"))  # shards merged and removed

@@ -615,3 +615,20 @@ def test_the_core_modules_know_nothing_of_the_cpu_linear_machinery():
             else:
                 continue
             assert not any("cpu_linear" in n for n in names), f"{name}.py imports {names}"
+
+
+@pytest.mark.parametrize("draft", [None, "ngram"])
+def test_row_ids_make_a_split_job_draw_the_samples_of_one_call(llama, draft):
+    """Seeded sampling keys each row's draws by its row id: a job split into calls (or
+    ranks: bass.distributed) draws the samples of one call when rows keep their ids."""
+    gen = Generator(llama, draft, policy="constant", policy_options={"k": 3})
+    prompts = PROMPTS + PROMPTS[::-1]
+    kw = dict(max_new_tokens=8, do_sample=True, temperature=1.2, seed=4)
+    whole = gen.generate(prompts, **kw).sequences
+    cut = len(prompts) // 2
+    first = gen.generate(prompts[:cut], row_ids=list(range(cut)), **kw).sequences
+    rest = gen.generate(prompts[cut:], row_ids=list(range(cut, len(prompts))), **kw).sequences
+    assert first + rest == whole
+    for bad in ([0] * len(prompts), [-1, *range(1, len(prompts))], [0, 1]):
+        with pytest.raises(ValueError, match=r"row_ids=.* is not allowed; expected"):
+            gen.generate(prompts, max_new_tokens=2, row_ids=bad)

@@ -213,6 +213,27 @@ class Coordinator:
         dist.broadcast(host, self.leader, group=self.group)
         return host.bool().to(keep.device)
 
+    def agree_generation(self, prompts, settings: dict, row_ids) -> None:
+        """:meth:`agree` on one ``generate`` call's prompts and checked settings."""
+        keys = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed")
+        keys += ("time_budget", "stop_strings")
+        payload = [settings.get(k) for k in keys]
+        payload += [sorted(settings["eos_token_id"]), settings["stop_sequences"], row_ids]
+        self.agree("prompts and settings", (prompts, payload))
+
+    def shared_hooks(self, hooks):
+        """``hooks`` whose per-row early stop (if any) is the leader's on every rank."""
+        from .policies import PolicyHooks
+
+        if hooks.keep_drafting is None:
+            return hooks
+        keep = hooks.keep_drafting
+
+        def shared_keep(probs, index, rows):
+            return self.share_mask(keep(probs, index, rows))
+
+        return PolicyHooks(hooks.policy, hooks.draft_lengths, hooks.update, shared_keep)
+
     def agree(self, what: str, payload) -> None:
         """Every rank of the group must pass an equal ``payload`` (pickled and hashed)."""
         digest = hashlib.sha256(pickle.dumps(payload)).hexdigest()[:16]

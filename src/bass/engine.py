@@ -66,9 +66,15 @@ from .drafters import DraftCall, Drafter, Proposal, make_drafter, nonfinite
 from .ops import length_checks
 from .packing import TOKEN_BUCKETS
 from .policies import DraftContext
-from .sampling import SamplingParams, position_keys, sample_keyed, warp_probs
+from .sampling import (
+    SamplingParams,
+    generator_seed,
+    position_keys,
+    sample_keyed,
+    warp_probs,
+)
 from .stats import GenerationResult, GenerationStats, StepRecord
-from .stopping import StopStrings, cut_at_stop
+from .stopping import StopStrings, decode_rows
 from .verify import accept, check_proposal, verify_pass
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
@@ -247,16 +253,37 @@ class Generator:
         return self.passes.chunk_tokens
 
     @classmethod
-    def from_pretrained(cls, main: str, draft: str | None = None, *, dtype=None, device=None, **kw):
+    def from_pretrained(
+        cls,
+        main: str,
+        draft: str | None = None,
+        *,
+        dtype=None,
+        device=None,
+        tp_size: int = 1,
+        **kw,
+    ):
         """Load main (and draft) models by Hugging Face name or local path. Where the two
         models' logit counts differ, their tokenizers are compared: one tokenizer with
         embedding matrices padded to different sizes (Qwen2.5 7B+ with 0.5B-3B) sets
         ``shared_vocab``; different tokenizers are refused. ``draft`` may also name an
-        installed drafter (``"ngram"``)."""
+        installed drafter (``"ngram"``).
+
+        ``tp_size > 1`` (under ``torchrun``): the main model is sharded over that many
+        ranks by transformers' own tensor-parallel plan (a size that does not divide its
+        heads is refused before loading), the draft model replicated on every rank; every
+        rank then calls :meth:`generate` with the same arguments (:mod:`bass.distributed`).
+        """
         from . import drafters
         from .models import load_causal_lm, padded_vocab
 
-        main_model = load_causal_lm(main, dtype=dtype, device=device)
+        if tp_size != 1:
+            from . import distributed
+
+            distributed.init(tp=tp_size)
+            main_model = distributed.load_tensor_parallel(main, tp_size, dtype=dtype)
+        else:
+            main_model = load_causal_lm(main, dtype=dtype, device=device)
         draft_model = draft
         if draft is not None and draft not in drafters.available():
             draft_model = load_causal_lm(draft, dtype=dtype, device=device)
@@ -342,7 +369,7 @@ class Generator:
         models = self.models
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, max_new_tokens, models)
-        row_ids = _row_ids(row_ids, len(prompts))
+        row_ids = options.row_ids(row_ids, len(prompts))
         texts = None
         if kw["stop_strings"]:
             texts = StopStrings(kw["stop_strings"], kw["tokenizer"])
@@ -362,11 +389,7 @@ class Generator:
                 # every step); skip the ops' host-side range checks in the hot loop.
                 with length_checks(False), compat.generation_mode(models):
                     if self.coord is not None:  # every rank of a TP group: the same work
-                        eos, seqs, strings = kw["eos_token_id"], kw["stop_sequences"], None
-                        strings = kw["stop_strings"]
-                        settings = (max_new_tokens, params, sorted(eos), seqs, strings)
-                        settings += (seed, time_budget, row_ids)
-                        self.coord.agree("prompts and settings", (prompts, settings))
+                        self.coord.agree_generation(prompts, kw, row_ids)
                     return self._generate(
                         prompts,
                         max_new_tokens,
@@ -392,11 +415,8 @@ class Generator:
             if self.coord is not None:  # one seed for the whole TP group: its leader's
                 seed = self.coord.share([seed])[0]
         gen = torch.Generator(device=device)  # the draft model's sampling and verification
-        # the seed also keys every sampled position (position_keys); rows given ids of a
-        # larger job (row_ids) start the generator from those ids too, so that a job's
-        # batches or ranks do not all draw the same stream
-        start = seed if row_ids == list(range(len(prompts))) else _mix(seed, row_ids)
-        gen.manual_seed(start)
+        # the seed also keys every sampled position (position_keys), with the row ids
+        gen.manual_seed(generator_seed(seed, row_ids))
         hooks = policies.bind(self.new_policy())  # the policy's hooks, resolved once
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
@@ -434,15 +454,8 @@ class Generator:
         self._compact(state)
 
         # 2) decoding steps until every row has finished (or the time budget is spent)
-        if self.coord is not None and hooks.keep_drafting is not None:
-            keep = hooks.keep_drafting  # early stops too: the group's leader decides
-
-            def shared_keep(probs, index, rows):
-                return self.coord.share_mask(keep(probs, index, rows))
-
-            hooks = policies.PolicyHooks(
-                hooks.policy, hooks.draft_lengths, hooks.update, shared_keep
-            )
+        if self.coord is not None:  # early stops too: the group's leader decides
+            hooks = self.coord.shared_hooks(hooks)
         while state.active():
             t_step = time.perf_counter()
             slots = state.active()
@@ -584,16 +597,7 @@ class Generator:
         ``stop_strings`` (in ``kw`` or the config) stop rows as in :meth:`generate`, and
         the returned text of a row that a stop string ended is cut right before the
         stop string (it is not included, as vLLM's default)."""
-        texts = options.check("texts", texts, where="generate_text()")
-        options.check("text_tokenizer", tokenizer, where="generate_text()")
-        chat = options.check_keywords("generate_text()", chat=chat)["chat"]
-        has_template = getattr(tokenizer, "chat_template", None) is not None
-        if chat and not has_template:
-            raise options.fail(
-                "chat", chat, "False or None: this tokenizer has no chat template",
-                where="generate_text()",
-            )  # fmt: skip
-        chat = has_template if chat is None else chat
+        texts, chat = options.text_arguments(texts, tokenizer, chat)
         from .models import encode_prompt
 
         prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
@@ -604,26 +608,4 @@ class Generator:
         stops = kw.get("stop_strings")
         if stops is None:
             stops = self.generate_defaults.get("stop_strings")
-        out = []
-        for seq, why in zip(res.sequences, res.finish_reasons, strict=True):
-            text = tokenizer.decode(seq, skip_special_tokens=True)
-            out.append(cut_at_stop(text, stops) if stops and why == "stop" else text)
-        return out
-
-
-def _row_ids(row_ids, n: int) -> list[int]:
-    """``generate``'s ``row_ids``: ``range(n)`` by default, else ``n`` ints ``>= 0``."""
-    if row_ids is None:
-        return list(range(n))
-    ids = list(row_ids)
-    if len(ids) != n or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
-        raise ValueError(
-            f"row_ids must be one int >= 0 per prompt ({n}), got {row_ids!r}: each row's "
-            "index in the whole job, which keys its sampled draws"
-        )
-    return ids
-
-
-def _mix(seed: int, row_ids: list[int]) -> int:
-    """A generator seed from ``seed`` and a batch's ``row_ids`` (>= 0, < 2**63)."""
-    return position_keys(seed, [row_ids[0]], [len(row_ids)], 1)[0] & (2**63 - 1)
+        return decode_rows(tokenizer, res, stops)

@@ -605,3 +605,40 @@ def generation_kwargs(
     kw["eos_token_id"] = set() if eos is None else set(eos if isinstance(eos, list) else [eos])
     kw["stop_sequences"] = kw.get("stop_sequences") or []
     return kw
+
+
+def row_ids(value, n: int) -> list[int]:
+    """``generate``'s ``row_ids``: ``range(n)`` by default, else ``n`` distinct ints
+    ``>= 0`` (each row's index in the whole job, which keys its sampled draws)."""
+    if value is None:
+        return list(range(n))
+    ids = list(value) if isinstance(value, (list, tuple, range)) else None
+    if (
+        ids is None
+        or len(ids) != n
+        or any(_is_bool(i) or not isinstance(i, int) or i < 0 for i in ids)
+        or len(set(ids)) != n
+    ):
+        raise OptionError(
+            f"generate(): row_ids={show(value)} is not allowed; expected {n} distinct ints "
+            ">= 0, one per prompt (each row's index in the whole job, which keys its sampled "
+            "draws)",
+            option="row_ids",
+            value=value,
+        )
+    return ids
+
+
+def text_arguments(texts, tokenizer, chat) -> tuple[list[str], bool]:
+    """``generate_text``'s own arguments, checked: the texts, the tokenizer, and whether to
+    apply the chat template (``None``: when the tokenizer has one; ``True`` needs one)."""
+    texts = check("texts", texts, where="generate_text()")
+    check("text_tokenizer", tokenizer, where="generate_text()")
+    chat = check_keywords("generate_text()", chat=chat)["chat"]
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if chat and not has_template:
+        raise fail(
+            "chat", chat, "False or None: this tokenizer has no chat template",
+            where="generate_text()",
+        )  # fmt: skip
+    return texts, has_template if chat is None else chat

@@ -60,6 +60,7 @@ __all__ = [
     "Acceptance",
     "SamplingParams",
     "forced_accept",
+    "generator_seed",
     "greedy_accept",
     "greedy_accept_ids",
     "keyed_accept",
@@ -200,6 +201,20 @@ def position_keys(seed: int, rows, starts, width: int) -> list[int]:
         h = _mix64(h ^ (r * _ROW_MULT))
         h = _mix64(h ^ (t * _POS_MULT))
     return (h >> np.uint64(11)).astype(np.int64).reshape(-1).tolist()
+
+
+def generator_seed(seed: int, row_ids: list[int]) -> int:
+    """The seed of a generation's ``torch.Generator`` (a draft model's sampling and its
+    rejection sampling): ``seed`` for rows ``0..B-1``; for rows given the ids of a larger
+    job (``generate(row_ids=...)``: a batch, a rank's share) a hash of ``seed`` and the
+    ids, so a job's batches and ranks do not all draw the same stream.
+
+    >>> generator_seed(7, [0, 1, 2]), generator_seed(7, [3, 4]) == generator_seed(7, [3, 4])
+    (7, True)
+    """
+    if list(row_ids) == list(range(len(row_ids))):
+        return seed
+    return position_keys(seed, [row_ids[0]], [len(row_ids)], 1)[0] & (2**63 - 1)
 
 
 def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

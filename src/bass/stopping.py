@@ -112,3 +112,14 @@ def _common_prefix_len(a: str, b: str) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def decode_rows(tokenizer, result, stop_strings) -> list[str]:
+    """Each row of ``result`` (a :class:`bass.GenerationResult`) as text: its new tokens
+    decoded (special tokens skipped) and, for a row a stop string ended, cut right before
+    the stop string (as vLLM's default)."""
+    out = []
+    for seq, why in zip(result.sequences, result.finish_reasons, strict=True):
+        text = tokenizer.decode(seq, skip_special_tokens=True)
+        out.append(cut_at_stop(text, stop_strings) if stop_strings and why == "stop" else text)
+    return out

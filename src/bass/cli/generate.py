@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import scaleout
 from .errors import UsageError, add_note
 from .loading import encode, load_models, make_generator, use_chat
 from .progress import Progress
@@ -112,6 +113,7 @@ def _check_paths(args) -> Path | None:
 def cmd_generate(args) -> int:
     from ..stopping import cut_at_stop
 
+    scale = scaleout.start(args)  # one process, or torchrun's ranks (bass.distributed)
     prompts = read_prompts(args)
     n = 1 if args.n is None else args.n
     if n < 1:
@@ -120,26 +122,34 @@ def cmd_generate(args) -> int:
         raise UsageError(f"--batch-size must be >= 1 rows, got {args.batch_size}")
     out_path = _check_paths(args)
     config = resolve_config(args)
-    note_sampling(args, config, n)
+    if scale.prints:
+        note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
-    size = args.batch_size or len(rows)
-    batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+    if args.resume and scale.sharded:  # the shards of a stopped run join --output first
+        if scale.topo.is_main:
+            scale.merge(out_path)
+        scale.gather(None)  # every rank waits for the merge
     done = read_done(out_path, prompts, n) if args.resume else set()
-    # (batch number, its rows still to generate): a resumed batch keeps its number, so its
-    # seed (--seed + number) and rows are the uninterrupted run's
+    mine = scale.rows(rows, len(prompts))  # this rank's group's rows
+    size = args.batch_size or len(mine) or 1
+    batches = [mine[i : i + size] for i in range(0, len(mine), size)]
+    # (batch number, its rows still to generate): a row's samples are keyed by its
+    # global index (prompt * n + sample), so batching and --resume change no sample
     todo = [(b, [r for r in batch if r not in done]) for b, batch in enumerate(batches)]
     todo = [(b, batch) for b, batch in todo if batch]
-    if done and todo:
+    if done and scale.prints:
         print(
             f"bass: --resume: {len(done)} of {len(rows)} rows are already in {out_path}; "
             f"generating the other {len(rows) - len(done)}",
             file=sys.stderr,
         )
-    if not todo:
-        print(f"bass: nothing to generate: all {len(rows)} rows are in {out_path}")
+    if not todo and not scale.sharded:
+        if scale.prints:
+            print(f"bass: nothing to generate: all {len(rows)} rows are in {out_path}")
         return 0
 
-    main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
+    log = (lambda m: print("bass: " + m, file=sys.stderr)) if scale.prints else None
+    main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp)
     chat = use_chat(tokenizer, config, config.model.main or "the default model")
     gen = make_generator(main, draft, config)
     needed = dict.fromkeys(i for _, batch in todo for i, _ in batch)
@@ -152,16 +162,19 @@ def cmd_generate(args) -> int:
     max_new = kwargs["max_new_tokens"]
     enabled = sys.stderr.isatty() if args.progress is None else args.progress
     todo_rows = sum(len(batch) for _, batch in todo)
-    progress = Progress(todo_rows * max_new, enabled)
-    results = ResultsFile(out_path, args.resume) if out_path is not None else None
-    batch_stats, reasons, written = [], [], 0
+    progress = Progress(todo_rows * max_new, enabled and scale.prints)
+    results = None
+    if out_path is not None and scale.writes:
+        target = scale.shard_path(out_path) if scale.sharded else out_path
+        results = ResultsFile(target, args.resume or scale.sharded)
+    batch_stats, reasons, written, kept = [], [], 0, []
     try:
         for b, batch in todo:
-            kw = dict(kwargs)
-            if "seed" in kw:
-                kw["seed"] = (kw["seed"] + b) % 2**63  # distinct batches draw distinct samples
+            ids = [i * n + s for i, s in batch]
             try:
-                res = gen.generate([encoded[i] for i, _ in batch], on_step=progress.on_step, **kw)
+                res = gen.generate(
+                    [encoded[i] for i, _ in batch], on_step=progress.on_step, row_ids=ids, **kwargs
+                )
             except Exception as exc:
                 error = _batch_error(exc, batch, prompts, n)
                 if error is exc:
@@ -183,30 +196,50 @@ def cmd_generate(args) -> int:
                         "completion_tokens": len(seq),
                         "finish_reason": why,
                         "batch": b,
+                        "rank": scale.topo.rank,
                         "stats": res.stats.summary(),
                     }
                 )
             if results is not None:
                 results.write(records)  # appended and flushed: kept whatever happens next
-            with progress.paused():
-                for r in records:
-                    tag = f" (sample {r['sample'] + 1}/{n})" if n > 1 else ""
-                    print(f">>> {r['prompt']}{tag}\n{r['completion']}\n", flush=True)
+            if scale.sharded:
+                kept += records  # printed by rank 0 once every group is done
+            elif scale.prints:
+                with progress.paused():
+                    _print(records, n)
             written += len(batch)
             batch_stats.append(res.stats)
             reasons += res.finish_reasons
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
-        add_note(exc, _kept(written, len(rows), done, out_path))
+        add_note(exc, _kept(written, len(rows), done, out_path, scale))
         raise
     finally:
         progress.close()
         if results is not None:
             results.close()
 
+    if scale.sharded:  # every group's rows and statistics to rank 0
+        parts = scale.gather((kept, batch_stats, reasons))
+        if parts is None:
+            return 0
+        if out_path is not None:
+            scale.merge(out_path)
+        every = sorted(
+            (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
+        )
+        _print(every, n)
+        batch_stats = [st for p in parts for st in p[1]]
+        reasons = [why for p in parts for why in p[2]]
+        todo_rows = len(every)
+    if not scale.prints:  # progress, completions and the summary: rank 0's
+        return 0
     summary = summary_text(
-        merge_stats(batch_stats), rows=todo_rows, batches=len(todo), finish_reasons=reasons
+        merge_stats(batch_stats), rows=todo_rows, batches=len(batch_stats), finish_reasons=reasons
     )
     print(summary)
+    if scale.active:
+        t = scale.topo
+        print(f"  ranks               {t.world} ({t.dp} data-parallel x {t.tp} tensor-parallel)")
     if done:
         print(f"  resumed             {len(done)} rows were already in {out_path}")
     if out_path is not None:
@@ -220,8 +253,20 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def _kept(written: int, total: int, done: set, out_path: Path | None) -> str:
+def _print(records: list[dict], n: int) -> None:
+    for r in records:
+        tag = f" (sample {r['sample'] + 1}/{n})" if n > 1 else ""
+        print(f">>> {r['prompt']}{tag}\n{r['completion']}\n", flush=True)
+
+
+def _kept(written: int, total: int, done: set, out_path: Path | None, scale=None) -> str:
     """The last line of a run that stopped early: how many rows were kept, and how to go on."""
+    if scale is not None and scale.sharded and out_path is not None:
+        return (
+            f"rank {scale.topo.rank}: {written} rows of its share are in "
+            f"{scale.shard_path(out_path)}; rerun the same command with --resume to generate "
+            "the rest"
+        )
     if out_path is None:
         return (
             f"{written} of {total} rows were generated and printed above; pass --output FILE to "

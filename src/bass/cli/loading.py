@@ -14,9 +14,12 @@ from .errors import UsageError
 __all__ = ["encode", "load_models", "make_generator", "use_chat"]
 
 
-def load_models(config: Config, *, log=None):
+def load_models(config: Config, *, log=None, tp: int = 1):
     """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, ``"ngram"`` or
-    ``None``. Failures a user can fix become :class:`UsageError`."""
+    ``None``. ``tp > 1``: the main model sharded over this rank's tensor-parallel group
+    (after :func:`bass.distributed.init`; a size that does not divide its heads is refused
+    before loading), the draft replicated. Failures a user can fix become
+    :class:`UsageError`."""
     import torch
 
     from .. import models
@@ -25,8 +28,11 @@ def load_models(config: Config, *, log=None):
     dtype = getattr(torch, config.model.dtype)
     source = config.model.main or models.default_model_file()  # ModelNotFoundError
     t0 = time.perf_counter()
-    log(f"loading main model {source} ...")
-    main = _load_lm(source, dtype, "main")
+    log(
+        f"loading main model {source} ..."
+        + (f" (tensor-parallel over {tp} ranks)" if tp > 1 else "")
+    )
+    main = _load_lm(source, dtype, "main", tp)
     try:
         tokenizer = models.load_tokenizer(source)
     except models.ModelNotFoundError:
@@ -49,13 +55,17 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _load_lm(source, dtype, which: str):
-    from .. import models
+def _load_lm(source, dtype, which: str, tp: int = 1):
+    from .. import distributed, models
 
     try:
+        if tp > 1:
+            return distributed.load_tensor_parallel(source, tp, dtype=dtype)
         return models.load_causal_lm(source, dtype=dtype)
     except models.ModelNotFoundError:
         raise
+    except distributed.DistributedError as exc:
+        raise UsageError(str(exc)) from exc
     except ImportError as exc:  # gguf / accelerate missing for a .gguf file
         raise UsageError(
             f"loading {source} needs a package that is missing ({exc}); "

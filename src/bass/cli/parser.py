@@ -51,9 +51,12 @@ _GENERATION_FLAGS = [
     ("--top-k", {"type": int, "metavar": "K", "help": "keep the K likeliest tokens (no limit)"}),
     ("--top-p", {"type": float, "metavar": "P", "help": "nucleus mass, 0 < P <= 1 (no limit)"}),
     ("--seed", {"type": int, "metavar": "S",
-                "help": "random seed (generate: batch b uses S+b; eval: per problem, "
-                        "the same for every method)"}),
-    ("--n", {"type": int, "metavar": "N", "help": "samples per prompt (default 1)"}),
+                "help": "random seed (generate: each row's draws keyed by S and its index, "
+                        "however rows are batched or sharded; eval: per problem, the same "
+                        "for every method)"}),
+    (("--n", "--samples"), {"type": int, "metavar": "N", "dest": "n",
+                            "help": "samples per prompt (default 1; under torchrun write "
+                            "--samples: torchrun takes --n for its own --nnodes)"}),
     ("--time-budget", {"type": float, "metavar": "SECONDS",
                        "help": "stop generating after this long (per batch / per problem)"}),
     ("--stop", {"metavar": "TEXT", "action": "append", "type": unescape,
@@ -70,6 +73,8 @@ _GENERATE_FLAGS = [
                 "per step (needs matplotlib)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
                   "--output already holds (same prompts and --n), append the rest"}),
+    ("--tp", {"type": int, "metavar": "T", "help": "under torchrun: shard the main model "
+              "over T ranks (tensor parallel; world = data-parallel groups x T; default 1)"}),
 ]
 _DEBUG = ("--debug", {"action": "store_true", "help": "on an error, print the Python "
                       "traceback too (for bug reports; also BASS_DEBUG=1)"})

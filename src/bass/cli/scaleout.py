@@ -1,0 +1,121 @@
+"""``bass generate`` under ``torchrun``: which rows this rank generates, where they go.
+
+``torchrun --nproc-per-node N -m bass generate ... [--tp T]`` runs ``N / T`` data-parallel
+groups of ``T`` tensor-parallel ranks (:mod:`bass.distributed`). Each group generates the
+rows of its contiguous share of the prompts (all samples of a prompt together); a row's
+sampled draws are keyed by its global index, so the samples equal a one-process run's
+with the same seed (for n-gram drafting or none; a draft model's samples are exact in
+distribution).
+
+Output: with one group (``--tp`` = world), rank 0 prints and writes each batch as it
+finishes, as one process does. With several groups, each group's first rank appends its
+finished rows to ``OUTPUT.rank<r>`` (kept through a failure, read by ``--resume``); at the
+end rank 0 merges every row into ``--output`` in prompt order, removes the shards, and
+prints the completions and one summary over all ranks. Every record carries the ``rank``
+that generated it. Only rank 0 prints progress and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .errors import UsageError
+
+__all__ = ["Scaleout", "start"]
+
+
+class Scaleout:
+    """This process's part of a distributed ``bass generate`` (one process: ``world`` 1)."""
+
+    def __init__(self, topo):
+        self.topo = topo
+
+    @property
+    def active(self) -> bool:
+        return self.topo.world > 1
+
+    @property
+    def sharded(self) -> bool:
+        """Several data-parallel groups: rows are split and merged at the end."""
+        return self.topo.dp > 1
+
+    @property
+    def prints(self) -> bool:
+        """Whether this rank prints (rank 0 only)."""
+        return self.topo.is_main
+
+    @property
+    def writes(self) -> bool:
+        """Whether this rank writes results: rank 0, or each group's first rank (shards)."""
+        return self.topo.is_main or (self.sharded and self.topo.tp_rank == 0)
+
+    def rows(self, rows: list[tuple[int, int]], n_prompts: int) -> list[tuple[int, int]]:
+        """The ``(prompt, sample)`` rows this rank's group generates."""
+        if not self.sharded:
+            return rows
+        from .. import distributed
+
+        mine = set(distributed.shard(n_prompts, self.topo))
+        return [r for r in rows if r[0] in mine]
+
+    def shard_path(self, out: Path, rank: int | None = None) -> Path:
+        return out.with_name(f"{out.name}.rank{self.topo.rank if rank is None else rank}")
+
+    def shard_paths(self, out: Path) -> list[Path]:
+        return [self.shard_path(out, r) for r in range(0, self.topo.world, self.topo.tp)]
+
+    def gather(self, value):
+        """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere."""
+        import torch.distributed as dist
+
+        from .. import distributed
+
+        parts: list = [None] * self.topo.world
+        group = distributed.control_group(range(self.topo.world))
+        dist.all_gather_object(parts, value, group=group)
+        if not self.topo.is_main:
+            return None
+        return [p for r, p in enumerate(parts) if r % self.topo.tp == 0]
+
+    def merge(self, out: Path) -> list[dict]:
+        """Rank 0: every row of ``--output`` and the shards, in prompt order, written back
+        to ``--output`` (through a temporary file, then renamed); the shards removed.
+        Returns the rows."""
+        rows = []
+        for path in [out, *self.shard_paths(out)]:
+            if path.exists():
+                lines = path.read_text(encoding="utf-8").split("\n")
+                # the last piece is "" for a complete file, a row cut short when a rank
+                # died while writing it (that row is generated again)
+                rows += [json.loads(line) for line in lines[:-1] if line.strip()]
+        rows.sort(key=lambda r: (r["prompt_index"], r["sample"]))
+        tmp = out.with_name(out.name + ".merging")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, out)
+        for path in self.shard_paths(out):
+            path.unlink(missing_ok=True)
+        return rows
+
+
+def start(args) -> Scaleout:
+    """The distributed setup ``args`` ask for: one process, or ``torchrun``'s world with
+    ``--tp`` (initialised here, before any model loads)."""
+    from .. import distributed
+
+    tp = getattr(args, "tp", None) or 1
+    if tp < 1:
+        raise UsageError(f"--tp must be >= 1, got {tp}")
+    if not distributed.launched():
+        if tp > 1:
+            raise UsageError(
+                f"--tp {tp} shards the main model over {tp} processes: launch with "
+                f"`torchrun --nproc-per-node {tp} -m bass generate ... --tp {tp}`"
+            )
+        return Scaleout(distributed.Topology(1, 0, 1))
+    try:
+        topo = distributed.init(tp=tp)
+    except distributed.DistributedError as exc:
+        raise UsageError(str(exc)) from exc
+    return Scaleout(topo)
