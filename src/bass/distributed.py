@@ -27,6 +27,7 @@ has not run yet (no GPU run so far).
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import hashlib
 import os
@@ -121,6 +122,8 @@ def init(tp: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> Topology:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+        # ours to close: a process group left open aborts the interpreter at exit (gloo)
+        atexit.register(_shutdown)
     world, rank = dist.get_world_size(), dist.get_rank()
     if world % tp:
         raise DistributedError(
@@ -130,6 +133,12 @@ def init(tp: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> Topology:
     _TOPOLOGY = Topology(world, rank, tp)
     _control_groups(tp, timeout)
     return _TOPOLOGY
+
+
+def _shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _CONTROL.clear()
 
 
 def topology() -> Topology:
