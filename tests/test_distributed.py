@@ -181,11 +181,12 @@ def test_shards_are_contiguous_balanced_and_cover_every_prompt():
 # --------------------------------------------------------------------------- the command line
 
 
-@pytest.mark.parametrize("tp", [1, 2], ids=["dp", "tp"])
-def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, tp):
-    """``torchrun --nproc-per-node 2 -m bass generate ... [--tp 2]``: the same rows, in the
+@pytest.mark.parametrize("nproc, tp", [(2, 1), (2, 2), (4, 2)], ids=["dp", "tp", "dp-x-tp"])
+def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, nproc, tp):
+    """``torchrun --nproc-per-node N -m bass generate ... [--tp T]``: the same rows, in the
     same order, with the same seeded samples as one process; each record names its rank;
-    the completions and the summary are printed once (rank 0)."""
+    the completions and the summary are printed once (rank 0). With 4 ranks and ``--tp
+    2``, two tensor-parallel groups each generate half the prompts."""
     from cli_support import read_jsonl, run, save_model_dir
 
     model = save_model_dir(tmp_path / "model")
@@ -198,8 +199,8 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, tp):
     assert rc == 0, err
     one = read_jsonl(tmp_path / "one.jsonl")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "bass", "generate", *flags.split(), "--tp", str(tp),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", "-m", "bass", "generate", *flags.split(), "--tp", str(tp),
            "-o", str(tmp_path / "two.jsonl"), *prompts]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -208,7 +209,7 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, tp):
     assert [(r["prompt_index"], r["sample"]) for r in two] == sorted(key)
     by_row = {(r["prompt_index"], r["sample"]): r["completion"] for r in one}
     assert [r["completion"] for r in two] == [by_row[k] for k in sorted(key)]
-    assert {r["rank"] for r in two} == ({0, 1} if tp == 1 else {0})
+    assert {r["rank"] for r in two} == set(range(0, nproc, tp))  # each group's first rank
     assert proc.stdout.count("\nsummary") + proc.stdout.startswith("summary") == 1
     assert proc.stdout.count(">>> hello world (sample 1/2)") == 1
     assert not list(tmp_path.glob("two.jsonl.rank*"))  # shards merged and removed
