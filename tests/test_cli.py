@@ -8,6 +8,7 @@ real model.
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import sys
 import types
@@ -135,6 +136,28 @@ def test_regular_decoding_and_sampling(model_dir, tmp_path, capsys):
         capsys, f"generate --main {model_dir} hello --temperature 0.5 --max-new-tokens 2"
     )
     assert rc == 0 and "--temperature only apply with --sample" in err
+
+
+@pytest.mark.parametrize("sample", ["", "--sample --temperature 0.8 --seed 2"])
+def test_compare_runs_drafting_off_beside_bass(model_dir, tmp_path, capsys, sample):
+    """``--compare``: the same rows with drafting off, then bass; both timed, the speedup
+    and the mean accepted tokens printed; greedy (and keyed sampling with n-grams) give the
+    same rows both ways; --output holds bass's rows."""
+    out = tmp_path / "rows.jsonl"
+    rc, stdout, err = run(
+        capsys,
+        f"generate --main {model_dir} --compare --n 2 --max-new-tokens 10 --no-progress "
+        f"{sample} -o {out}",
+        "hello world the sea",
+        "a cat is blue",
+    )
+    assert rc == 0, err
+    assert "comparison (the same rows and settings" in stdout
+    assert re.search(r"drafting off +[0-9.]+ s \([0-9.]+ tokens/s\)", stdout)
+    assert re.search(r"bass \(ngram, adaptive\) +[0-9.]+ s .* accepted tokens per step", stdout)
+    assert "identical rows            4 of 4" in stdout
+    assert re.search(r"speedup over drafting off: [0-9.]+x", stdout)
+    assert len(read_jsonl(out)) == 4
 
 
 def test_time_budget(model_dir, capsys):

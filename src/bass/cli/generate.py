@@ -18,7 +18,7 @@ from . import scaleout
 from .errors import UsageError, add_note
 from .loading import encode, load_models, make_generator, use_chat
 from .progress import Progress
-from .report import merge_stats, plot_steps, summary_text
+from .report import comparison_text, merge_stats, plot_steps, summary_text
 from .results import Prompt, ResultsFile, check_writable, read_done
 from .settings import note_sampling, resolve_config
 
@@ -143,6 +143,8 @@ def cmd_generate(args) -> int:
             f"generating the other {len(rows) - len(done)}",
             file=sys.stderr,
         )
+    if args.compare and scale.active:
+        raise UsageError("--compare runs in one process; run it without torchrun")
     if not todo and not scale.sharded:
         if scale.prints:
             print(f"bass: nothing to generate: all {len(rows)} rows are in {out_path}")
@@ -152,6 +154,7 @@ def cmd_generate(args) -> int:
     main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp)
     chat = use_chat(tokenizer, config, config.model.main or "the default model")
     gen = make_generator(main, draft, config)
+    plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for _, batch in todo for i, _ in batch)
     encoded = {i: encode(tokenizer, prompts[i], chat) for i in needed}
     kwargs = config.generate_kwargs()
@@ -167,14 +170,22 @@ def cmd_generate(args) -> int:
     if out_path is not None and scale.writes:
         target = scale.shard_path(out_path) if scale.sharded else out_path
         results = ResultsFile(target, args.resume or scale.sharded)
-    batch_stats, reasons, written, kept = [], [], 0, []
+    batch_stats, reasons, written, kept, compared = [], [], 0, [], []
+    if plain is not None:  # first-use costs (allocations, layouts) land on neither run
+        for g in (plain, gen):
+            g.generate([next(iter(encoded.values()))], max_new_tokens=2)
     try:
         for b, batch in todo:
             ids = [i * n + s for i, s in batch]
             try:
+                off = None
+                if plain is not None:  # drafting off first: the same rows and settings
+                    off = plain.generate([encoded[i] for i, _ in batch], row_ids=ids, **kwargs)
                 res = gen.generate(
                     [encoded[i] for i, _ in batch], on_step=progress.on_step, row_ids=ids, **kwargs
                 )
+                if off is not None:
+                    compared.append((off, res))
             except Exception as exc:
                 error = _batch_error(exc, batch, prompts, n)
                 if error is exc:
@@ -237,6 +248,8 @@ def cmd_generate(args) -> int:
         merge_stats(batch_stats), rows=todo_rows, batches=len(batch_stats), finish_reasons=reasons
     )
     print(summary)
+    if compared:
+        print(comparison_text(compared, gen))
     if scale.active:
         t = scale.topo
         print(f"  ranks               {t.world} ({t.dp} data-parallel x {t.tp} tensor-parallel)")

@@ -73,6 +73,9 @@ _GENERATE_FLAGS = [
                 "per step (needs matplotlib)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
                   "--output already holds (same prompts and --n), append the rest"}),
+    ("--compare", {"action": "store_true", "help": "also run every batch with drafting off "
+                   "(the same rows and settings) and print both summaries and the speedup: does "
+                   "bass pay on your prompts?"}),
     ("--tp", {"type": int, "metavar": "T", "help": "under torchrun: shard the main model "
               "over T ranks (tensor parallel; world = data-parallel groups x T; default 1)"}),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["merge_stats", "plot_steps", "short_trace", "summary_text"]
+__all__ = ["comparison_text", "merge_stats", "plot_steps", "short_trace", "summary_text"]
 
 
 def merge_stats(all_stats):
@@ -39,6 +39,30 @@ def summary_text(stats, *, rows: int, batches: int, finish_reasons=None) -> str:
         lines.append(f"  rows ended by       {ended}")
     if s.stopped_by_time_budget:
         lines.append("  stopped by the time budget")
+    return "\n".join(lines)
+
+
+def comparison_text(compared, gen) -> str:
+    """``--compare``'s report: drafting off and bass on the same rows (``compared``: per
+    batch, the two results), their wall times, the speedup, the mean accepted tokens, and
+    how many rows came out identical (greedy decoding, and sampling with deterministic
+    drafts, give identical rows up to float rounding)."""
+    off = merge_stats([a.stats for a, _ in compared])
+    on = merge_stats([b.stats for _, b in compared])
+    pairs = [(x, y) for a, b in compared for x, y in zip(a.sequences, b.sequences, strict=True)]
+    same = sum(x == y for x, y in pairs)
+    drafter = getattr(gen.drafter, "name", "none")
+    policy = gen.policy_spec[0] if isinstance(gen.policy_spec[0], str) else "custom"
+    speedup = off.wall_seconds / on.wall_seconds if on.wall_seconds else float("nan")
+    label = f"bass ({drafter}, {policy})"
+    lines = [
+        "\ncomparison (the same rows and settings; drafting off ran first)",
+        f"  {'drafting off':<24}  {off.wall_seconds:.2f} s ({off.tokens_per_second:.1f} tokens/s)",
+        f"  {label:<24}  {on.wall_seconds:.2f} s ({on.tokens_per_second:.1f} tokens/s), "
+        f"{on.mean_accepted:.2f} accepted tokens per step per row",
+        f"  {'identical rows':<24}  {same} of {len(pairs)}",
+        f"speedup over drafting off: {speedup:.2f}x",
+    ]
     return "\n".join(lines)
 
 
