@@ -1,9 +1,11 @@
 """nox sessions for bass.
 
 Default: ``tests`` (on the newest releases pyproject admits), ``tests_floor`` (the same
-suites on the oldest transformers pyproject admits) and ``lint``. Opt-in: ``demo`` (the
-main job on the embedded default model), ``bench`` (benchmarks), ``slow`` (minutes-long
-CPU checks), ``gpu`` (CUDA tests on a machine with a GPU and torch already installed).
+suites on the oldest transformers pyproject admits) and ``lint``. Opt-in: ``docs`` (the
+docs site, built strictly; CI runs it), ``demo`` (the main job on the embedded default
+model), ``bench`` (the committed benchmark runs of bench/commands.toml), ``slow``
+(minutes-long CPU checks), ``gpu`` (CUDA tests on a machine with a GPU and torch already
+installed).
 
 On a machine without CUDA every session installs ``torch==2.13.0`` (the CPU wheel) first,
 so nothing ever pulls an unpinned torch with gigabytes of CUDA packages.
@@ -111,8 +113,23 @@ def cutlass(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check and format check."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
-    session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+    paths = ["src", "tests", "bench", "docs/_ext", "noxfile.py"]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The docs site (mkdocs-material; the API pages from the docstrings by mkdocstrings,
+    which reads src/ without importing it): ``mkdocs build --strict`` into site/, so a
+    broken link, a page left out of the nav or a docstring griffe cannot parse fails.
+    ``nox -s docs -- serve`` serves it with live reload instead."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "docs"))
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # material's banner about MkDocs 2, not a problem here
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
 
 
 @nox.session(default=False)
