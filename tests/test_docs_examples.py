@@ -105,6 +105,15 @@ def test_every_document_with_code_is_found():
                 )
 
 
+def test_readme_links_resolve():
+    """The README's relative links (to the docs pages, CHANGELOG.md) name files that exist:
+    mkdocs checks the links between docs pages, nothing else checks the README's."""
+    text = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if not re.match(r"[a-z]+:", target):
+            assert (ROOT / target).is_file(), f"README.md links to {target}, which is missing"
+
+
 @pytest.mark.parametrize("path", WITH_PYTHON, ids=_rel)
 def test_python_examples_run(path, stand_ins):
     namespace: dict = {"__name__": f"example:{_rel(path)}"}
