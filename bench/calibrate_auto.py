@@ -26,6 +26,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import header, run_meta
+
 from bass.ops import auto
 
 BASELINES = ("sdpa-padded-mask", "sdpa-per-row")
@@ -68,14 +71,14 @@ def leave_one_out(points, impls):
     return out
 
 
-def report(points, impls, loo, meta, source) -> str:
+def report(points, impls, loo, meta, source, run) -> str:
     wins: dict[str, int] = {}
     for p in points:
         best = min(p["us"], key=p["us"].get)
         wins[best] = wins.get(best, 0) + 1
     fixed_worst = {n: max(p["us"][n] / min(p["us"].values()) for p in points) for n in impls}
     lines = [
-        f"# auto rule for `{meta['device_key']}`",
+        *header(f"auto rule for `{meta['device_key']}`", run),
         "",
         f"From `{source}` ({meta['device']}, {meta['software']}, {meta['date']}); "
         f"implementations: {', '.join(f'`{n}`' for n in impls)}; {len(points)} points.",
@@ -152,7 +155,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{meta['device_key']}.json"
     path.write_text(json.dumps(rule, indent=1) + "\n")
-    text = report(points, impls, leave_one_out(points, impls), meta, source)
+    run = run_meta("calibrate_auto.py", sys.argv[1:] if argv is None else argv)
+    text = report(points, impls, leave_one_out(points, impls), meta, source, run)
     md = args.results.with_name(f"{meta['mode']}_auto_rule.md")
     md.write_text(text)
     print(text)

@@ -12,8 +12,6 @@ before and an after side by side, e.g. from two checkouts).
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _machine import header, run_meta
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -68,13 +67,10 @@ def main(argv=None) -> int:
     step_s = sum(s.step_seconds for s in st.steps)
     fwd_s = sum(s.forward_seconds for s in st.steps)
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
+    meta = run_meta("profile_step.py", sys.argv[1:] if argv is None else argv)
+    label = f": {args.label}" if args.label else ""
     lines = [
-        f"# One generation under torch.profiler{': ' + args.label if args.label else ''}",
-        "",
-        f"Command: `python bench/profile_step.py {' '.join(argv or sys.argv[1:])}`  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}  ",
-        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, "
-        f"torch {torch.__version__}  ",
+        *header(f"One generation under torch.profiler{label}", meta),
         f"Workload: {name}, batch {args.batch}, {args.max_new} new tokens, drafting "
         f"{args.drafting}, default policy, greedy.",
         "",

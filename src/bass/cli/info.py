@@ -59,8 +59,9 @@ def cmd_bench(args) -> int:
         where = " or ".join(str(d) for d in dict.fromkeys(candidates))
         print(f"no bench results found (looked in {where})")
     print(
-        "`nox -s bench` (from a checkout of the bass repository) runs the benchmark suite "
-        "and writes bench/results/."
+        "`nox -s bench` (from a checkout of the bass repository) reruns the committed "
+        "benchmark commands and writes bench/results/; bench/README.md says which command "
+        "wrote which file."
     )
     return 0
 
