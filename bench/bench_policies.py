@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _machine
-from _prompts import CHAT, humaneval_prompts, tiny_llama
+from _prompts import CHAT, edit_prompts, humaneval_prompts, tiny_llama
 
 from bass import Generator
 from bass.drafters import NGramDrafter
@@ -72,6 +72,7 @@ def smollm_setup():
     sets = {
         "humaneval": humaneval_prompts(tok, 16),
         "chat": [encode_prompt(tok, t, chat=True) for t in CHAT],
+        "edit": edit_prompts(tok),  # code edits: the answer copies most of the prompt
     }
     return main, tok, sets, "SmolLM2-135M-Instruct (embedded), n-gram drafting"
 
