@@ -17,8 +17,8 @@ from .sampling import (
     Acceptance,
     forced_accept,
     greedy_accept_ids,
-    keyed_accept,
     position_keys,
+    sample_keyed,
     speculative_accept,
     warp_probs,
 )
@@ -32,8 +32,8 @@ class VerifyPass:
 
     ``index`` int64 ``[R, K+1]``: position ``i`` of active row ``r`` -> its token in the
     flat pass (clamped to the row's last); ``drafted`` int64 ``[R]``; ``drafts`` int64
-    ``[R, K]`` (padding past a row's count); ``keys`` int64 ``[R, K+1]``: the sampling
-    keys of the positions each row may emit (keyed draws), else ``None``."""
+    ``[R, K]`` (padding past a row's count); ``keys`` int64 ``[n]``: the sampling key of
+    each real token of the pass (the position it may emit; keyed draws), else ``None``."""
 
     batch: PackedPass
     index: torch.Tensor
@@ -73,11 +73,12 @@ def verify_pass(
         flat = [r * (K + 1) + i for r in range(R) for i in range(1 + prop.drafted[r])]
         extra["last"] = Extra(last, (R, 1))
         extra["gather"] = Extra(flat, (len(flat),))
-    if keyed:  # the sampling keys of the positions each row may emit
+    if keyed:  # the sampling keys of the positions each row may emit, one per fed token
         starts = [len(state.outputs[state.rows[s]]) for s in slots]
         key_rows = [state.row_ids[state.rows[s]] for s in slots]  # what keys each row
-        keys = position_keys(seed, key_rows, starts, K + 1)
-        extra["keys"] = Extra(keys, (R, K + 1))
+        grid = position_keys(seed, key_rows, starts, K + 1)  # [R, K+1], row-major
+        keys = [grid[r * (K + 1) + i] for r in range(R) for i in range(1 + prop.drafted[r])]
+        extra["keys"] = Extra(keys, (len(keys),))
     batch = passes.pack(main, q_lens, state.cache_lens(), cache.lens.device, ids=ids, extra=extra)
     e = batch.extra
     if ids is None:
@@ -106,9 +107,13 @@ def accept(
         return forced_accept(v.drafted, best, forced, gen)
     if not params.do_sample:
         return greedy_accept_ids(v.drafts, logits.argmax(dim=-1)[v.index], v.drafted)
-    p = warp_probs(logits[v.index], params)  # [R, K+1, V]
     if v.keys is not None:  # deterministic drafts: kept while equal to the keyed draws
-        return keyed_accept(v.drafts, p, v.drafted, v.keys)
+        # drawn at the pass's real tokens only (the [R, K+1] grid repeats a short row's
+        # last token: warping and drawing over the vocabulary there would be wasted)
+        n = v.keys.shape[0]
+        draws = sample_keyed(warp_probs(logits[:n], params), v.keys)  # [n]
+        return greedy_accept_ids(v.drafts, draws[v.index], v.drafted)
+    p = warp_probs(logits[v.index], params)  # [R, K+1, V]
     K = v.drafts.shape[1]  # sampled drafts: lossless rejection sampling
     return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, gen)
 
