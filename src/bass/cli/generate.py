@@ -267,9 +267,13 @@ def cmd_generate(args) -> int:
 
 
 def _print(records: list[dict], n: int) -> None:
+    """Each row under a ``>>>`` header: its prompt's first line (``[...]`` when it has
+    more: a code block to edit, a document), then the completion."""
     for r in records:
         tag = f" (sample {r['sample'] + 1}/{n})" if n > 1 else ""
-        print(f">>> {r['prompt']}{tag}\n{r['completion']}\n", flush=True)
+        first, _, rest = r["prompt"].strip().partition("\n")
+        head = first + (" [...]" if rest.strip() else "")
+        print(f">>> {head}{tag}\n{r['completion']}\n", flush=True)
 
 
 def _kept(written: int, total: int, done: set, out_path: Path | None, scale=None) -> str:
