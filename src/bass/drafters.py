@@ -9,7 +9,7 @@ proposed (``<= length``), **accepted** what verification kept (``<= drafted``).
 
 A drafter's life in one :meth:`bass.Generator.generate`::
 
-    drafter.start(state, passes, max_len)    # once: the rows (BatchState), the pass settings
+    drafter.start(state, passes, max_len, device)  # once: the rows, the pass settings
     every step, for the active slots:
         drafter.signals(slots, caps)         # optional: what it can offer each row
         drafter.propose(slots, lengths, call)  # -> Proposal (up to lengths[r] tokens)
