@@ -189,8 +189,15 @@ def check_tp_size(config, tp: int, name: str = "the main model") -> None:
 def load_tensor_parallel(source, tp: int, *, dtype=None):
     """The causal LM ``source`` sharded over this rank's TP group by transformers' own
     plan (after :func:`init`; checked with :func:`check_tp_size` before loading)."""
+    import importlib.util
+
     from . import compat, models
 
+    if tp > 1 and importlib.util.find_spec("accelerate") is None:
+        raise DistributedError(
+            "tensor parallelism needs the accelerate package (transformers shards a model "
+            "through it): pip install 'bass[distributed]' (or pip install accelerate)"
+        )
     topo = topology()
     check_tp_size(models.load_config(source), tp, str(source))
     return models.load_causal_lm(source, dtype=dtype, **compat.tensor_parallel_kwargs(tp, topo.dp))
