@@ -213,3 +213,16 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, nproc, tp):
     assert proc.stdout.count("\nsummary") + proc.stdout.startswith("summary") == 1
     assert proc.stdout.count(">>> hello world (sample 1/2)") == 1
     assert not list(tmp_path.glob("two.jsonl.rank*"))  # shards merged and removed
+
+
+def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch, dirs):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "accelerate" else real(name, *a),
+    )
+    with pytest.raises(distributed.DistributedError, match=r"pip install 'bass\[distributed\]'"):
+        distributed.load_tensor_parallel(dirs / "main", 2)
