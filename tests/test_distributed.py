@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from models import perturbed, tiny_lm
 
 import bass
 from bass import distributed
+from bass.models import load_config
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1], [4, 5], [6, 7, 8, 6, 7, 8], [9]]
@@ -153,7 +155,7 @@ def test_a_rank_that_fails_mid_generation_ends_the_job_with_its_error(dirs, tmp_
 
 
 def test_a_tp_size_that_does_not_divide_the_heads_is_refused_before_loading(dirs):
-    config = bass.models.load_config(dirs / "main")  # 2 KV heads, 4 attention heads
+    config = load_config(dirs / "main")  # 2 KV heads, 4 attention heads
     distributed.check_tp_size(config, 2)
     with pytest.raises(
         distributed.DistributedError, match=r"--tp 4 does not divide .* 2 key/value heads"
@@ -161,6 +163,16 @@ def test_a_tp_size_that_does_not_divide_the_heads_is_refused_before_loading(dirs
         distributed.check_tp_size(config, 4)
     with pytest.raises(distributed.DistributedError, match="--tp 3 does not divide"):
         distributed.check_tp_size(config, 3)
+
+
+def test_a_family_transformers_cannot_shard_is_refused_before_loading(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_embd=32, n_layer=1, n_head=4).save_pretrained(tmp_path)  # no tp plan
+    config = load_config(tmp_path)
+    distributed.check_tp_size(config, 1)
+    with pytest.raises(distributed.DistributedError, match=r"--tp 2: .*'gpt2'.* without --tp"):
+        distributed.check_tp_size(config, 2)
 
 
 def test_shards_are_contiguous_balanced_and_cover_every_prompt():
@@ -213,6 +225,11 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, nproc, tp):
     assert proc.stdout.count("\nsummary") + proc.stdout.startswith("summary") == 1
     assert proc.stdout.count(">>> hello world (sample 1/2)") == 1
     assert not list(tmp_path.glob("two.jsonl.rank*"))  # shards merged and removed
+    # the groups ran side by side: the summary's time is the slowest group's, not their sum
+    batches = {(r["rank"], r["batch"]): r["stats"]["wall_seconds"] for r in two}
+    per_group = [sum(w for (g, _), w in batches.items() if g == r) for r in range(0, nproc, tp)]
+    shown = float(re.search(r"tokens generated +\d+ in ([\d.]+) s", proc.stdout).group(1))
+    assert shown == pytest.approx(max(per_group), abs=0.011), (shown, per_group)
 
 
 def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch, dirs):

@@ -172,10 +172,19 @@ def control_group(ranks: Sequence[int]):
 
 def check_tp_size(config, tp: int, name: str = "the main model") -> None:
     """Refuse, before loading, a TP size that does not divide the model's KV heads (or
-    its attention heads), naming both numbers."""
+    its attention heads), naming both numbers, and a model family transformers has no
+    tensor-parallel plan for (``config.base_model_tp_plan``)."""
     if tp == 1:
         return
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not getattr(text, "base_model_tp_plan", None):
+        family = getattr(text, "model_type", type(text).__name__)
+        raise DistributedError(
+            f"--tp {tp}: {name} is a {family!r} model, and transformers has no tensor-parallel "
+            "plan for that family (its config has no base_model_tp_plan); run it without "
+            "--tp (data parallel: each rank holds the whole model), or choose a family "
+            "transformers can shard (Llama, Mistral, Qwen2/3, Gemma, Phi-3, ...)"
+        )
     heads = getattr(text, "num_attention_heads", None)
     kv = getattr(text, "num_key_value_heads", None) or heads
     for what, n in (("key/value heads", kv), ("attention heads", heads)):

@@ -244,15 +244,20 @@ def cmd_generate(args) -> int:
         todo_rows = len(every)
     if not scale.prints:  # progress, completions and the summary: rank 0's
         return 0
-    summary = summary_text(
-        merge_stats(batch_stats), rows=todo_rows, batches=len(batch_stats), finish_reasons=reasons
-    )
+    merged = merge_stats(batch_stats)
+    if scale.sharded:  # the groups ran side by side: the job took its slowest group's time
+        merged.wall_seconds = max(sum(st.wall_seconds for st in p[1]) for p in parts)
+        merged.prefill_seconds = max(sum(st.prefill_seconds for st in p[1]) for p in parts)
+    summary = summary_text(merged, rows=todo_rows, batches=len(batch_stats), finish_reasons=reasons)
     print(summary)
     if compared:
         print(comparison_text(compared, gen))
     if scale.active:
         t = scale.topo
-        print(f"  ranks               {t.world} ({t.dp} data-parallel x {t.tp} tensor-parallel)")
+        side = "; times: the slowest group's" if scale.sharded else ""
+        print(
+            f"  ranks               {t.world} ({t.dp} data-parallel x {t.tp} tensor-parallel{side})"
+        )
     if done:
         print(f"  resumed             {len(done)} rows were already in {out_path}")
     if out_path is not None:
