@@ -5,10 +5,10 @@
 tests ran and none failed or errored. Tests are attributed by file and parameters:
 tests/test_triton_fused*.py -> ``fused``; tests/test_cutlass.py -> ``pad`` / ``split`` by
 their parameter (tests of both, such as the shared softmax, count for both);
-tests/test_ops_reference.py -> ``reference``; tests/test_ops_compile.py -> the
-implementation its parameter names. Exits 1 (printing nothing) when the file
-is missing or no implementation passed, so a calibration never silently trusts kernels
-that were not tested.
+tests/test_ops_reference.py -> ``reference``; tests/test_ops_compile.py and
+tests/test_ops_contract.py (opcheck) -> the implementation its parameter names. Exits 1
+(printing nothing) when the file is missing or no implementation passed, so a calibration
+never silently trusts kernels that were not tested.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def attribute(classname: str, name: str) -> set[str]:
         return ({"pad", "split"} & params) or {"pad", "split"}
     if "test_ops_reference" in classname:
         return {"reference"}
-    if "test_ops_compile" in classname:  # the Llama-shaped step, one impl per test
-        return params & {"reference", "fused", "pad", "split"}
+    if "test_ops_compile" in classname or "test_ops_contract" in classname:
+        return params & {"reference", "fused", "pad", "split"}  # one impl per test
     return set()
 
 

@@ -1,18 +1,22 @@
-"""A small run of every CUDA implementation of ragged_attention and kv_append, for
+"""A small run of every CUDA implementation of ragged_attention and kv_append, padded and
+packed (the form the engine runs), for
 ``compute-sanitizer`` (bench/gpu_suite.sh; run it with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so
 an access past a tensor is not hidden inside one of the caching allocator's large
 blocks): ragged lengths with zero-length rows, GQA, fp16 and bf16, and a long single-row
 decode (which sends ``fused`` down its split-KV path and combine kernel), each result
-compared with the reference."""
+compared with the reference. ``python bench/gpu_sanitize.py cpu`` runs the same checks on
+the CPU's implementations (the script's own test)."""
+
+import sys
 
 import torch
 
 import bass
 from bass import ops
+from bass.ops.packed import packed_implementations
 
 
-def main() -> None:
-    dev = "cuda"
+def main(dev: str = "cuda") -> None:
     g = torch.Generator().manual_seed(0)
     cases = {  # name: (B, Hq, Hkv, T, S, D, kv_lens, q_lens)
         "ragged": (5, 8, 2, 5, 300, 128, [300, 0, 17, 5, 260], [5, 0, 3, 5, 1]),
@@ -32,8 +36,22 @@ def main() -> None:
                 print(f"{impl} {dtype} {name}: ok")
             kc, vc = torch.zeros_like(k), torch.zeros_like(v)
             bass.ops.kv_append(kc, vc, k[:, :, :T], v[:, :, :T], kv - ql, ql)
-    torch.cuda.synchronize()
+            # the packed form: row b's q_lens[b] queries one after another, no padding
+            n = int(ql.sum())
+            cu = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+            cu[1:] = torch.cumsum(ql, 0)
+            qp = torch.randn(1, Hq, n, D, generator=g).to(dev, dtype)
+            args = (qp, k, v, cu, kv, D**-0.5)
+            ref = torch.ops.bass.ragged_attention_packed(*args, "reference")
+            for impl in packed_implementations(dev):
+                out = torch.ops.bass.ragged_attention_packed(*args, impl)
+                torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+                print(f"packed {impl} {dtype} {name}: ok")
+            kn = torch.randn(1, Hkv, n, D, generator=g).to(dev, dtype)
+            bass.ops.kv_append_packed(kc, vc, kn, kn, cu, kv - ql)
+    if dev == "cuda":
+        torch.cuda.synchronize()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python bench/gpu_sanitize.py [DEVICE]: cuda (default); cpu
+    main(*sys.argv[1:2])  # (tests/test_gpu_suite.py runs the same checks on the CPU)

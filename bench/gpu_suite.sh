@@ -24,8 +24,20 @@
 # pytest, hypothesis and nvcc preinstalled and no network: bass runs from src/. The
 # CUTLASS headers come from the nvidia-cutlass wheel, carried in .gpu_wheels/ (prepare it
 # here with: pip download --no-deps -d .gpu_wheels nvidia-cutlass==4.2.0.0).
+# GPU_SUITE_DRY_RUN=1 runs nothing: each stage's command is written to OUT_DIR/NAME.cmd
+# and named in the summary (tests/test_gpu_suite.py checks on a CPU, this way, that every
+# script, test file and flag the stages use exists; an unknown stage exits 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+known=",env,build,test,sanitize,kernels,calibrate,verify,e2e,all,"
+IFS=, read -ra asked <<<"${1:-all}"
+for s in "${asked[@]}"; do
+  if [[ -z $s || $known != *",$s,"* ]]; then
+    echo "gpu_suite.sh: unknown stage '$s'; stages: ${known:1:-1} (comma-separated)" >&2
+    exit 2
+  fi
+done
+dry=${GPU_SUITE_DRY_RUN:-}
 cuda_bin="${CUDA_HOME:-/usr/local/cuda}/bin"
 [[ -d $cuda_bin ]] && export PATH="$PATH:$cuda_bin"  # nvcc, compute-sanitizer
 has_matplotlib=$(python -c "import matplotlib" 2>/dev/null && echo 1)
@@ -37,6 +49,11 @@ status=0
 want() { [[ $stages == *",all,"* || $stages == *",$1,"* ]]; }
 run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
   local name=$1; shift
+  if [[ -n $dry ]]; then
+    printf '%q ' "$@" >"$out/$name.cmd"
+    echo "$name: dry run (see $name.cmd)" | tee -a "$out/summary.txt"
+    return
+  fi
   local t0=$(date +%s)
   "$@" >"$out/$name.log" 2>&1
   local rc=$?
@@ -57,9 +74,9 @@ import transformers; info["transformers"] = transformers.__version__
 info["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
 print(json.dumps(info, indent=1))
 PY
-  cp "$out/env.log" "$out/env.json"
+  [[ -n $dry ]] || cp "$out/env.log" "$out/env.json"
 fi
-if ls .gpu_wheels/*.whl >/dev/null 2>&1 && ! python -c "import cutlass_cppgen" 2>/dev/null; then
+if [[ -z $dry ]] && ls .gpu_wheels/*.whl >/dev/null 2>&1 && ! python -c "import cutlass_cppgen" 2>/dev/null; then
   python -m pip install --quiet --no-deps .gpu_wheels/*.whl  # a fresh machine each session
 fi
 if want build; then
@@ -71,7 +88,7 @@ if want test; then
   run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml" \
     tests/test_ops_reference.py tests/test_triton_fused.py tests/test_triton_fused_gpu.py \
     tests/test_cutlass.py tests/test_ops_compile.py tests/test_ops_packed.py \
-    tests/test_engine_gpu.py
+    tests/test_engine_gpu.py tests/test_ops_contract.py
   echo "calibrate hint: BASS_CALIBRATE_IMPLS=$(python bench/gpu_passed.py "$out/gpu_tests.xml")" \
     | tee -a "$out/summary.txt"
 fi
@@ -99,7 +116,7 @@ fi
 if want verify; then
   mkdir -p "$out/verify"
   run verify python bench/bench_kernels.py --mode gpu --out "$out/verify" --no-baselines $plot
-  grep -A6 "^## Summary" "$out/verify/gpu_kernels.md"
+  grep -A6 "^## Summary" "$out/verify/gpu_kernels.md" 2>/dev/null
 fi
 if want e2e; then
   run e2e python bench/bench_e2e.py --gpu --out "$out" ${has_matplotlib:---no-plots}
