@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
+import numpy as np
 import pytest
 import torch
 from models import tiny_lm
@@ -98,6 +99,50 @@ def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
     gen.generate(PROMPTS, max_new_tokens=4)  # greedy needs no probs
     with pytest.raises(ValueError, match="returned no probs"):
         gen.generate(PROMPTS, max_new_tokens=4, do_sample=True, seed=0)
+
+    class Bad(RepeatDrafter):  # proposals that would feed the model garbage
+        def __init__(self, make):
+            super().__init__()
+            self.make = make
+
+        def propose(self, slots, lengths, call):
+            return self.make(lengths)
+
+    cases = [
+        (lambda n: None, TypeError, "returned NoneType, expected a bass.drafters.Proposal"),
+        (
+            lambda n: Proposal(drafted=list(n), host_tokens=[[1.0] * k for k in n]),
+            TypeError,
+            "proposed 1.0: token ids are ints",
+        ),
+        (
+            lambda n: Proposal(drafted=list(n), host_tokens=[[64] * k for k in n]),
+            ValueError,
+            r"token id 64, outside the vocabulary \[0, 64\)",
+        ),
+        (
+            lambda n: Proposal(drafted=list(n), host_tokens=[[-1] * k for k in n]),
+            ValueError,
+            "token id -1",
+        ),
+        (
+            lambda n: Proposal(drafted=list(n), tokens=torch.ones(len(n), max(n))),
+            ValueError,
+            r"tokens must be an integer tensor \[rows=3, >= 2\], got torch.float32",
+        ),
+        (
+            lambda n: Proposal(drafted=list(n), tokens=torch.ones(len(n), 1, dtype=torch.long)),
+            ValueError,
+            "got torch.int64 \\[3, 1\\]",
+        ),
+    ]
+    for make, error, match in cases:
+        gen = bass.Generator(tiny_lm(), Bad(make), policy="constant", policy_options={"k": 2})
+        with pytest.raises(error, match=match):
+            gen.generate(PROMPTS, max_new_tokens=4)
+    np_ids = Bad(lambda n: Proposal(drafted=list(n), host_tokens=[[np.int64(1)] * k for k in n]))
+    gen = bass.Generator(tiny_lm(), np_ids, policy="constant", policy_options={"k": 2})
+    testing.assert_greedy_equivalent(gen, PROMPTS, 4)  # numpy ints are ints
 
     class Lazy(Drafter):
         pass

@@ -70,6 +70,7 @@ __all__ = [
     "ModelConfig",
     "PolicyConfig",
     "apply_config",
+    "as_config",
     "load_config",
     "read_toml",
 ]
@@ -311,19 +312,26 @@ def load_config(path: str | os.PathLike) -> Config:
     return Config.from_dict(read_toml(path), source=str(path))
 
 
+def as_config(path_or_config: str | os.PathLike | Config | dict) -> Config:
+    """A :class:`Config` from a config file's path, a :class:`Config` or a TOML-shaped
+    dict (validated)."""
+    if isinstance(path_or_config, Config):
+        return path_or_config
+    if isinstance(path_or_config, dict):
+        return Config.from_dict(path_or_config)
+    if isinstance(path_or_config, (str, os.PathLike)):
+        return load_config(path_or_config)
+    raise TypeError(
+        "a config is a path to a TOML file, a bass.config.Config or a dict, "
+        f"got {type(path_or_config).__name__}"
+    )
+
+
 def apply_config(path_or_config: str | os.PathLike | Config | dict) -> tuple[dict, dict]:
     """``(generator_kwargs, generate_kwargs)`` from a config file, a :class:`Config` or a
     TOML-shaped dict: ``Generator(main, draft, **g)`` then ``gen.generate(prompts, **r)``.
+    (``[model]``'s ``chat`` and ``dtype`` are not among them: :class:`bass.Generator`
+    applies them to ``generate_text`` and ``from_pretrained``.)
     """
-    if isinstance(path_or_config, Config):
-        config = path_or_config
-    elif isinstance(path_or_config, dict):
-        config = Config.from_dict(path_or_config)
-    elif isinstance(path_or_config, (str, os.PathLike)):
-        config = load_config(path_or_config)
-    else:
-        raise TypeError(
-            "apply_config takes a path to a TOML file, a bass.config.Config or a dict, "
-            f"got {type(path_or_config).__name__}"
-        )
+    config = as_config(path_or_config)
     return config.generator_kwargs(), config.generate_kwargs()

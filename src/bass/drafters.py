@@ -521,8 +521,9 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
         if draft.model is not None and not isinstance(draft, ModelDrafter):
             _check_vocab(main, draft.model, None)
         return draft
-    if isinstance(draft, str):
-        return load(draft)
+    if isinstance(draft, str):  # "none" as in the config file and the command line
+        name = draft.strip()
+        return None if name == "none" else load(name)
     if not isinstance(draft, torch.nn.Module) or not hasattr(draft, "get_output_embeddings"):
         raise TypeError(
             f"draft must be a causal LM (a transformers model), a bass.drafters.Drafter, a "

@@ -182,11 +182,13 @@ class Generator:
         forced_acceptance = checked["forced_acceptance"]
         prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
-        cfg_gen, self.generate_defaults = ({}, {})
+        cfg_gen, self.generate_defaults, self.chat_default = ({}, {}, None)
         if config is not None:
-            from .config import apply_config
+            from .config import as_config
 
-            cfg_gen, self.generate_defaults = apply_config(config)
+            cfg = as_config(config)
+            cfg_gen, self.generate_defaults = cfg.generator_kwargs(), cfg.generate_kwargs()
+            self.chat_default = cfg.model.chat  # generate_text's default
         if policy is None:
             policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:
@@ -197,6 +199,7 @@ class Generator:
             cpu_linear = cfg_gen.get("cpu_linear", "auto")
         self.forced_acceptance = forced_acceptance
         self.main = main
+        self.vocab = main.get_input_embeddings().weight.shape[0]  # ids a pass may take
         self.attention = attention or cfg_gen.get("attention", "auto")
         from .ops.packed import resolve_packed_implementation
 
@@ -277,6 +280,9 @@ class Generator:
         from . import drafters
         from .models import load_causal_lm, padded_vocab
 
+        main, draft, dtype, device = options.pretrained_arguments(
+            main, draft, dtype, device, kw.get("config")
+        )
         if tp_size != 1:
             from . import distributed
 
@@ -284,7 +290,7 @@ class Generator:
             main_model = distributed.load_tensor_parallel(main, tp_size, dtype=dtype)
         else:
             main_model = load_causal_lm(main, dtype=dtype, device=device)
-        draft_model = draft
+        draft_model = draft  # None, or an installed drafter's name
         if draft is not None and draft not in drafters.available():
             draft_model = load_causal_lm(draft, dtype=dtype, device=device)
             if kw.get("shared_vocab") is None:
@@ -507,7 +513,7 @@ class Generator:
         if any(lengths):
             call = DraftCall(params, gen, hooks.keep_drafting)
             prop = self.drafter.propose(slots, lengths, call)
-            check_proposal(self.drafter, prop, lengths, params)
+            check_proposal(self.drafter, prop, lengths, params, self.vocab)
         t_verify = time.perf_counter()
         # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
         keyed = params.do_sample and self.forced_acceptance is None and prop.probs is None
@@ -597,6 +603,8 @@ class Generator:
         ``stop_strings`` (in ``kw`` or the config) stop rows as in :meth:`generate`, and
         the returned text of a row that a stop string ended is cut right before the
         stop string (it is not included, as vLLM's default)."""
+        if chat is None:
+            chat = self.chat_default  # the config's [model].chat, if any
         texts, chat = options.text_arguments(texts, tokenizer, chat)
         from .models import encode_prompt
 

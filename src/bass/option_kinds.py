@@ -49,9 +49,13 @@ def _number(v: Any) -> float:
     """A finite real number (int, float, numpy's), never a bool."""
     if _is_bool(v) or not isinstance(v, Real):
         raise Refused()
-    if not math.isfinite(v):
+    try:
+        f = float(v)
+    except OverflowError:  # an int past float's range (10**400)
+        raise Refused("too large for a float") from None
+    if not math.isfinite(f):
         raise Refused()
-    return float(v)
+    return f
 
 
 def _bool(v: Any) -> bool:
@@ -246,6 +250,8 @@ def _policy(v: Any, ctx: Mapping) -> Any:
     if ctx.get("source") == "keyword":  # a policy object (the API only)
         from .policies import DraftLengthPolicy
 
+        if isinstance(v, type):
+            raise Refused(f"{v.__name__} is a class: pass an instance, {v.__name__}(...)")
         if isinstance(v, DraftLengthPolicy):
             return v
     raise Refused()
@@ -262,7 +268,8 @@ def _policy_text(ctx: Mapping) -> str:
 def _policy_options(v: Any, ctx: Mapping) -> dict:
     if not isinstance(v, Mapping) or not all(isinstance(k, str) for k in v):
         raise Refused()
-    return dict(v)
+    # numpy's scalars as Python's (the policy checks each option's type and range)
+    return {k: x.item() if isinstance(x, np.generic) else x for k, x in v.items()}
 
 
 def _main_model(v: Any, ctx: Mapping) -> Any:
@@ -286,6 +293,14 @@ def _texts(v: Any, ctx: Mapping) -> list[str]:
     bad = [t for t in v if not isinstance(t, str)]
     if bad:
         raise Refused(f"{show(bad[0], 30)} is not a string (token ids go to generate())")
+    for i, t in enumerate(v):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no tokenizer can take it
+            raise Refused(
+                f"text {i} is not valid Unicode ({show(t[exc.start : exc.end])} at character "
+                f"{exc.start}: a lone surrogate, e.g. from undecodable bytes)"
+            ) from None
     return list(v)
 
 

@@ -193,11 +193,14 @@ OPTIONS: dict[str, Option] = {
             "a bool: true or false",
             "when the tokenizer has a chat template",
         ),
-        Option("main_source", kinds._source, "a model name, directory or .gguf file"),
+        Option(
+            "main_source", kinds._source, "a model name, directory or .gguf file", keyword="main"
+        ),
         Option(
             "draft_source",
             kinds._source,
             "a model name, directory or .gguf file, 'ngram' or 'none'",
+            keyword="draft",
         ),
         Option("dtype", kinds._one_of(lambda: DTYPES), f"one of {', '.join(DTYPES)}"),
         Option(
@@ -342,21 +345,58 @@ def row_ids(value, n: int) -> list[int]:
     ``>= 0`` (each row's index in the whole job, which keys its sampled draws)."""
     if value is None:
         return list(range(n))
+    if hasattr(value, "ndim") and hasattr(value, "tolist") and value.ndim == 1:
+        value = value.tolist()  # a 1-D tensor or array
     ids = list(value) if isinstance(value, (list, tuple, range)) else None
-    if (
-        ids is None
-        or len(ids) != n
-        or any(kinds._is_bool(i) or not isinstance(i, int) or i < 0 for i in ids)
-        or len(set(ids)) != n
-    ):
+    if ids is not None:
+        try:
+            ids = [kinds._int(i) for i in ids]  # numpy ints too
+        except kinds.Refused:
+            ids = None
+    if ids is None or len(ids) != n or any(not 0 <= i < 2**63 for i in ids) or len(set(ids)) != n:
         raise OptionError(
             f"generate(): row_ids={show(value)} is not allowed; expected {n} distinct ints "
-            ">= 0, one per prompt (each row's index in the whole job, which keys its sampled "
-            "draws)",
+            ">= 0 and < 2**63, one per prompt (each row's index in the whole job, which keys "
+            "its sampled draws)",
             option="row_ids",
             value=value,
         )
     return ids
+
+
+def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
+    """``Generator.from_pretrained``'s loading arguments, checked before anything loads:
+    ``main`` a name, directory or .gguf file; ``draft`` one too, an installed drafter's
+    name or ``None`` (``"none"``: ``None``); ``dtype`` a torch dtype or its name (default:
+    the config's ``[model].dtype``, else float32); ``device`` one torch knows and this
+    machine has. Returns ``(main, draft, dtype, device)`` normalised."""
+    import torch
+
+    where = "Generator.from_pretrained()"
+    main = check("main_source", main, where=where)
+    if draft is not None:
+        draft = check("draft_source", draft, where=where)
+        draft = None if draft == "none" else draft
+    if dtype is None and config is not None:
+        from .config import as_config
+
+        dtype = as_config(config).model.dtype
+    if isinstance(dtype, str):
+        dtype = getattr(torch, check("dtype", dtype, where=where))
+    elif dtype is not None and not isinstance(dtype, torch.dtype):
+        raise fail("dtype", dtype, f"a torch dtype or one of {', '.join(DTYPES)}", where=where)
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise fail("device", device, "a torch device: 'cpu', 'cuda', 'cuda:1', ...",
+                       where=where) from None  # fmt: skip
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise fail(
+                "device", device, "a device this machine has: this torch build sees no CUDA "
+                "device (torch.cuda.is_available() is False)", where=where,
+            )  # fmt: skip
+    return main, draft, dtype, device
 
 
 def text_arguments(texts, tokenizer, chat) -> tuple[list[str], bool]:

@@ -134,10 +134,16 @@ def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
             "(greedy decoding takes the argmax of the logits)"
         )
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    x = logits.to(dtype) / params.temperature  # [..., V]
-    if params.top_k is not None and params.top_k < x.shape[-1]:
+    x = logits.to(dtype)  # [..., V]
+    drop_k = None
+    if params.top_k is not None and params.top_k < x.shape[-1]:  # on the logits themselves
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
-        x = x.masked_fill(x < kth, -math.inf)
+        drop_k = x < kth
+    # shifted so the largest logit is 0 before dividing: a tiny temperature sends the
+    # others to -inf (a one-hot), never the largest to +inf (inf - inf: NaN)
+    x = (x - x.amax(dim=-1, keepdim=True)) / params.temperature
+    if drop_k is not None:
+        x = x.masked_fill(drop_k, -math.inf)
     if params.top_p is not None and params.top_p < 1:
         probs = torch.softmax(x, dim=-1)  # [..., V]
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # [..., V] each

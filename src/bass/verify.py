@@ -6,6 +6,7 @@ in its step's phases 2-4; the terms are its glossary's.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -118,10 +119,19 @@ def accept(
     return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, gen)
 
 
-def check_proposal(drafter, prop: Proposal, lengths: list[int], params) -> None:
-    """A drafter's proposal must fit the lengths it was given (host lists only: no sync).
-    A stochastic drafter must say what it drew from when sampling."""
+def check_proposal(
+    drafter, prop: Proposal, lengths: list[int], params, vocab: int | None = None
+) -> None:
+    """A drafter's proposal must fit the lengths it was given, its host tokens be ids in
+    ``[0, vocab)`` and its device tokens an integer tensor of the right shape (host lists
+    and metadata only: no sync). A stochastic drafter must say what it drew from when
+    sampling."""
     name = type(drafter).__name__
+    if not isinstance(prop, Proposal):
+        raise TypeError(
+            f"drafter {name}: propose() returned {type(prop).__name__}, expected a "
+            "bass.drafters.Proposal"
+        )
     drafted = prop.drafted
     if len(drafted) != len(lengths) or any(
         not 0 <= d <= k for d, k in zip(drafted, lengths, strict=True)
@@ -132,11 +142,36 @@ def check_proposal(drafter, prop: Proposal, lengths: list[int], params) -> None:
         )
     if prop.host_tokens is None and prop.tokens is None:
         raise ValueError(f"drafter {name} returned a Proposal with neither tokens nor host_tokens")
-    if prop.host_tokens is not None and [len(t) for t in prop.host_tokens] != drafted:
-        raise ValueError(
-            f"drafter {name}: host_tokens have {[len(t) for t in prop.host_tokens]} tokens per "
-            f"row but drafted says {drafted}"
-        )
+    if prop.host_tokens is not None:
+        if [len(t) for t in prop.host_tokens] != drafted:
+            raise ValueError(
+                f"drafter {name}: host_tokens have {[len(t) for t in prop.host_tokens]} tokens "
+                f"per row but drafted says {drafted}"
+            )
+        for row in prop.host_tokens:
+            for t in row:
+                if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                    raise TypeError(f"drafter {name} proposed {t!r}: token ids are ints")
+                if not 0 <= t < (vocab if vocab is not None else t + 1):
+                    raise ValueError(
+                        f"drafter {name} proposed token id {t}, outside the vocabulary [0, {vocab})"
+                    )
+    if prop.tokens is not None:
+        t = prop.tokens
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.is_floating_point()
+            or t.is_complex()
+            or t.dtype == torch.bool
+            or t.dim() != 2
+            or t.shape[0] != len(lengths)
+            or t.shape[1] < max(drafted, default=0)
+        ):
+            raise ValueError(
+                f"drafter {name}: tokens must be an integer tensor [rows={len(lengths)}, "
+                f">= {max(drafted, default=0)}], got "
+                + (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t))
+            )
     if params.do_sample and not drafter.deterministic and prop.probs is None:
         raise ValueError(
             f"drafter {name} samples its drafts (deterministic = False) but returned no probs: "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -357,15 +358,22 @@ def validate_options(policy: Any) -> None:
         value, meta = getattr(policy, f.name), f.metadata
         if value is None and meta["optional"]:
             continue
-        # bool is an int subclass, but `k=True` is always a mistake.
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        # bool is an int subclass, but `k=True` is always a mistake; numpy's numbers are
+        # numbers (Integral, Real), stored as Python's
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
             fail(f, value)
-        if meta["kind"] is int and not isinstance(value, int):
-            fail(f, value)
+        if meta["kind"] is int:
+            if not isinstance(value, numbers.Integral):
+                fail(f, value)
+            setattr(policy, f.name, int(value))
         if meta["kind"] is float:
+            try:
+                value = float(value)
+            except OverflowError:
+                fail(f, value)
             if not math.isfinite(value):
                 fail(f, value)
-            setattr(policy, f.name, float(value))
+            setattr(policy, f.name, value)
     # Options bounded by another option (l0 <= l_limit) last, so a bad l_limit is
     # reported as itself rather than as an l0 out of range.
     for f in sorted(opts, key=lambda f: any(isinstance(f.metadata[b], str) for b in _BOUNDS)):
