@@ -277,24 +277,14 @@ class Generator:
         heads is refused before loading), the draft model replicated on every rank; every
         rank then calls :meth:`generate` with the same arguments (:mod:`bass.distributed`).
         """
-        from . import drafters
-        from .models import load_causal_lm, padded_vocab
+        from .models import load_pair
 
         main, draft, dtype, device = options.pretrained_arguments(
             main, draft, dtype, device, kw.get("config")
         )
-        if tp_size != 1:
-            from . import distributed
-
-            distributed.init(tp=tp_size)
-            main_model = distributed.load_tensor_parallel(main, tp_size, dtype=dtype)
-        else:
-            main_model = load_causal_lm(main, dtype=dtype, device=device)
-        draft_model = draft  # None, or an installed drafter's name
-        if draft is not None and draft not in drafters.available():
-            draft_model = load_causal_lm(draft, dtype=dtype, device=device)
-            if kw.get("shared_vocab") is None:
-                kw["shared_vocab"] = padded_vocab(main, draft, main_model, draft_model)
+        main_model, draft_model, padded = load_pair(main, draft, dtype, device, tp_size)
+        if kw.get("shared_vocab") is None:
+            kw["shared_vocab"] = padded
         return cls(main_model, draft_model, **kw)
 
     def new_policy(self):

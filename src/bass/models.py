@@ -168,6 +168,28 @@ def padded_vocab(main_source, draft_source, main_model, draft_model) -> int | No
     return shared_vocab(*tokenizers)
 
 
+def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
+    """:meth:`bass.Generator.from_pretrained`'s loading: ``(main model, draft, shared
+    vocabulary)``. The draft is ``None``, an installed drafter's name (passed on as is) or
+    a model loaded like the main one; the shared vocabulary is set where the two models'
+    logit counts differ only by padding (:func:`padded_vocab`). ``tp_size > 1``: the main
+    model is sharded over this rank's tensor-parallel group (:mod:`bass.distributed`),
+    the draft model replicated."""
+    from . import drafters
+
+    if tp_size != 1:
+        from . import distributed
+
+        distributed.init(tp=tp_size)
+        main_model = distributed.load_tensor_parallel(main, tp_size, dtype=dtype)
+    else:
+        main_model = load_causal_lm(main, dtype=dtype, device=device)
+    if draft is None or draft in drafters.available():
+        return main_model, draft, None
+    draft_model = load_causal_lm(draft, dtype=dtype, device=device)
+    return main_model, draft_model, padded_vocab(main, draft, main_model, draft_model)
+
+
 def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
     """Token ids of ``text``; with ``chat``, wrapped in the tokenizer's chat template as a
     user turn followed by the assistant's generation prompt."""
