@@ -7,8 +7,10 @@ model), ``bench`` (the committed benchmark runs of bench/commands.toml), ``slow`
 (minutes-long CPU checks), ``gpu`` (CUDA tests on a machine with a GPU and torch already
 installed).
 
-On a machine without CUDA every session installs ``torch==2.13.0`` (the CPU wheel) first,
-so nothing ever pulls an unpinned torch with gigabytes of CUDA packages.
+Every session but ``gpu`` makes its own virtual environment; on a machine without CUDA
+those that need torch install ``torch==2.13.0`` (the CPU wheel) first, so nothing ever
+pulls an unpinned torch with gigabytes of CUDA packages (``lint`` and ``docs`` need none;
+``gpu`` uses the machine's own torch).
 """
 
 from __future__ import annotations

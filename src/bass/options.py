@@ -164,7 +164,7 @@ OPTIONS: dict[str, Option] = {
             "static_shapes",
             lambda v, ctx: kinds._bool(v),
             "a bool: true or false",
-            "on with compile",
+            'on with compile="reduce-overhead"',
         ),
         Option("prefill_chunk_tokens", kinds._ints(lambda v: v >= 1), "an integer >= 1"),
         Option(

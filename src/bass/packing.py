@@ -36,8 +36,9 @@ import torch
 
 __all__ = ["TOKEN_BUCKETS", "Extra", "PackedPass", "bucket_tokens", "pack"]
 
-# Token counts a static-shape pass (CUDA graphs) is padded to: at most ~1.5x the real
-# count, few enough that one graph per bucket is cheap to capture.
+# Token counts a static-shape pass (CUDA graphs) is padded to: at most 1.6x the real
+# count up to 512 (5 -> 8), a multiple of 512 beyond; few enough that one graph per
+# bucket is cheap to capture.
 TOKEN_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 

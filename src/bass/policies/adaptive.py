@@ -63,9 +63,10 @@ Estimates, all measured online from the step statistics the engine reports:
 * ``C(N) = c0 + c1 N``: the slope from consecutive steps of different sizes (their
   differences cancel the machine's drift), the level from a running average of recent
   steps (:class:`VerifyCost`), plus each size's own correction (the running mean of its
-  residuals against the line, shrunk by how often it was seen): on a CPU the first draft
-  token of a batch-1 pass costs +4% and the second +30% (matrix-vector products turning
-  into matrix-matrix ones), a staircase no line draws. The first step decodes plainly and
+  residuals against the line, shrunk by how often it was seen): on a CPU one draft
+  token of a batch-1 pass costs 1.01x a plain pass and two 1.20x (matrix-vector products
+  turning into matrix-matrix ones; ``bench/results/cpu_pass_cost.md``), a staircase no
+  line draws. The first step decodes plainly and
   the second drafts one token for the row whose match is longest (a second size), so the
   line exists before any decision depends on it.
 * ``a_r`` and ``c_r``: successes over Bernoulli trials (a row that accepted ``x`` of
