@@ -130,3 +130,8 @@ def test_the_configs_model_dtype_and_chat_apply_to_the_python_api(model_dir, tmp
     tok.chat_template = None
     with pytest.raises(OptionError, match="chat=True is not allowed"):
         Generator(g.main, config=cfg).generate_text(["w1"], tok, max_new_tokens=2)
+
+
+def test_a_config_eos_past_the_vocabulary_is_refused_when_the_generator_is_built(gen):
+    with pytest.raises(OptionError, match=r"\[generation\]\.eos_token_id = 99 .* \[0, 64\)"):
+        Generator(gen.main, config={"generation": {"eos_token_id": 99}})

@@ -189,6 +189,11 @@ class Generator:
             cfg = as_config(config)
             cfg_gen, self.generate_defaults = cfg.generator_kwargs(), cfg.generate_kwargs()
             self.chat_default = cfg.model.chat  # generate_text's default
+            if self.generate_defaults.get("eos_token_id") is not None:  # needs the model
+                vocab = main.get_output_embeddings().weight.shape[0]
+                options.check("eos_token_id", self.generate_defaults["eos_token_id"],
+                              where="Generator(config=...)", label="[generation].eos_token_id",
+                              vocab=vocab)  # fmt: skip
         if policy is None:
             policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:
