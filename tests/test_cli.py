@@ -416,7 +416,7 @@ def test_error_empty_prompt_and_usage(model_dir, capsys):
     rc, _, err = run(capsys, f"generate --main {model_dir}")
     assert rc == 2 and "no prompt given" in err
     rc, _, err = run(capsys, "generate --n 0 hi")
-    assert rc == 2 and "--n must be >= 1" in err
+    assert rc == 2 and "command line: --n = 0 is not allowed; expected an integer >= 1" in err
     rc, _, err = run(capsys, "frobnicate")
     assert rc == 2 and "invalid choice" in err
     assert cli.main(["--help"]) == 0

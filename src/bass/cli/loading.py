@@ -11,14 +11,24 @@ from typing import Any
 from ..config import Config
 from .errors import UsageError
 
-__all__ = ["encode", "load_models", "make_generator", "use_chat"]
+__all__ = ["encode", "is_drafter_name", "load_models", "make_generator", "use_chat"]
+
+
+def is_drafter_name(draft: str) -> bool:
+    """Whether ``--draft`` / ``[model].draft`` names an installed drafter (``ngram``, or a
+    plugin registered under the entry-point group ``bass.drafters``) rather than a model.
+    A name wins over a directory of the same name (write ``./NAME`` for the directory)."""
+    from .. import drafters
+
+    return draft in drafters.available()
 
 
 def load_models(config: Config, *, log=None, tp: int = 1):
-    """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, ``"ngram"`` or
-    ``None``. ``tp > 1``: the main model sharded over this rank's tensor-parallel group
-    (after :func:`bass.distributed.init`; a size that does not divide its heads is refused
-    before loading), the draft replicated. Failures a user can fix become
+    """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, an installed
+    drafter's name (``"ngram"``, a plugin's: :func:`is_drafter_name`) or ``None``.
+    ``tp > 1``: the main model sharded over this rank's tensor-parallel group (after
+    :func:`bass.distributed.init`; a size that does not divide its heads is refused before
+    loading), the draft replicated. Failures a user can fix become
     :class:`UsageError`."""
     import torch
 
@@ -42,7 +52,7 @@ def load_models(config: Config, *, log=None, tp: int = 1):
     draft: Any = config.model.draft
     if draft == "none":
         draft = None
-    elif draft != "ngram":
+    elif not is_drafter_name(draft):
         log(f"loading draft model {draft} ...")
         draft = _load_lm(draft, dtype, "draft")
     log(f"models loaded in {time.perf_counter() - t0:.1f} s")
@@ -74,10 +84,15 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
     except Exception as exc:  # named with its source; --debug shows it
         # not a model directory, an unknown architecture, a corrupt or truncated file
         flag = "--main" if which == "main" else "--draft"
+        also = ""
+        if which == "draft":
+            from .. import drafters
+
+            also = f", an installed drafter ({', '.join(drafters.available())}) or 'none'"
         raise UsageError(
             f"cannot load the {which} model from {source}: {_short(exc)} ({flag} takes a "
             "Hugging Face model name, a transformers model directory with its config.json "
-            "and weights, or a .gguf file)"
+            f"and weights, or a .gguf file{also})"
         ) from exc
 
 
@@ -91,9 +106,11 @@ def make_generator(main, draft, config: Config):
     if isinstance(draft, torch.nn.Module):  # one tokenizer, padded embeddings: reconcile
         source = config.model.main or models.default_model_file()
         kwargs["shared_vocab"] = models.padded_vocab(source, config.model.draft, main, draft)
+    from ..drafters import DrafterLoadError
+
     try:
         return Generator(main, draft, **kwargs)
-    except ValueError as exc:  # vocabulary mismatch, bad policy options
+    except (ValueError, DrafterLoadError) as exc:  # vocabularies, policy options, a plugin
         raise UsageError(str(exc)) from exc
 
 

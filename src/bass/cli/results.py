@@ -1,7 +1,7 @@
 """``bass generate``'s inputs and outputs on disk: prompts that know where they came from,
-paths checked before any model loads, and a JSONL results file written batch by batch
-(appended and flushed, a batch's rows in one write that Ctrl-C does not cut) that
-``--resume`` continues."""
+paths checked before any model loads (writable, a regular file, no input overwritten),
+and a JSONL results file written batch by batch (appended unbuffered, a batch's rows in one
+write that Ctrl-C does not cut) that ``--resume`` checks and continues."""
 
 from __future__ import annotations
 
@@ -9,13 +9,22 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["Prompt", "ResultsFile", "check_writable", "deferred_interrupts", "read_done"]
+__all__ = [
+    "LineWriter",
+    "Prompt",
+    "ResultsFile",
+    "check_not_inputs",
+    "check_writable",
+    "deferred_interrupts",
+    "read_done",
+]
 
 
 class Prompt(str):
@@ -30,9 +39,11 @@ class Prompt(str):
         return self
 
 
-def check_writable(path: str, flag: str) -> Path:
+def check_writable(path: str, flag: str, *, resume: bool = False) -> Path:
     """Refuse, before any work, a ``path`` that ``flag`` would write and cannot: a
-    directory, a missing parent directory, no permission."""
+    directory, a missing parent directory, no permission, something that is not a file (a
+    named pipe would block until a reader comes; a character device such as /dev/null is
+    accepted, but not with ``resume``, which reads the file first)."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
@@ -42,6 +53,16 @@ def check_writable(path: str, flag: str) -> Path:
             f"{flag} {path}: the directory {parent} does not exist; create it first or choose "
             "another path"
         )
+    if p.exists() and not p.is_file():
+        mode = p.stat().st_mode
+        if not stat.S_ISCHR(mode) or resume:
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            allowed = "a regular file" if resume else "a regular file (or /dev/null)"
+            raise UsageError(
+                f"{flag} {path} is {kind}; {flag} "
+                + ("with --resume " if resume else "")
+                + f"takes {allowed}: choose another path"
+            )
     if p.exists() and not os.access(p, os.W_OK):
         raise UsageError(f"{flag} {path} is not writable (permission denied); choose another path")
     if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
@@ -50,6 +71,47 @@ def check_writable(path: str, flag: str) -> Path:
             "another path"
         )
     return p
+
+
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFCHR: "a character device",
+}
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one existing file (through links too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist
+        return False
+
+
+def check_not_inputs(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
+    """Refuse, before any work, an output path (``{flag: path}``) that names an input
+    (``{what: path}``: the ``--config`` file, the prompts file, a model file) or a file
+    inside an input directory (a model directory), or another output: writing it would
+    destroy the input."""
+    given = {flag: Path(path) for flag, path in outputs.items() if path}
+    sources = {what: Path(path) for what, path in inputs.items() if path}
+    for flag, out in given.items():
+        for what, src in sources.items():  # a model name that is no path is no file here
+            inside = src.is_dir() and out.exists() and out.resolve().is_relative_to(src.resolve())
+            if _same(out, src) or inside:
+                where = f"a file in the {what} directory" if inside else f"the {what}"
+                raise UsageError(
+                    f"{flag} {out} is {where}: writing it would overwrite that input; "
+                    "choose another path"
+                )
+    flags = list(given)
+    for k, first in enumerate(flags):
+        for second in flags[k + 1 :]:
+            if given[first].resolve() == given[second].resolve():
+                raise UsageError(
+                    f"{second} {given[second]} is also the {first} file; choose another path"
+                )
 
 
 @contextlib.contextmanager
@@ -72,72 +134,128 @@ def deferred_interrupts() -> Iterator[None]:
             os.kill(os.getpid(), signal.SIGINT)
 
 
-def read_done(path: Path, prompts: list[str], n: int) -> set[tuple[int, int]]:
-    """The ``(prompt index, sample)`` rows that the results file ``path`` (from an earlier
-    ``bass generate`` on the same prompts) already holds, for ``--resume``. A last line cut
-    short (the run was killed while writing it) is removed from the file; a line that is
-    not a row of these prompts is an error naming it."""
+#: What the start of every results line looks like (``json.dumps`` of a record, whose
+#: first key is the prompt): a last line cut short is cut from the file only if it does.
+ROW_START = b'{"prompt": '
+
+
+def read_done(
+    path: Path, prompts: list[str], n: int, settings: dict | None = None
+) -> tuple[set[tuple[int, int]], int]:
+    """For ``--resume``: the ``(prompt index, sample)`` rows that the results file ``path``
+    (from an earlier ``bass generate`` on the same prompts) already holds, and how many of
+    them carry no ``settings`` (written by an older bass: accepted unchecked). Every complete
+    line must be a row of these prompts and ``n``, made with these ``settings`` (the
+    output-affecting ones, :func:`bass.cli.generate.row_settings`), else an error names
+    the line. Only then is a last line cut short (the run was killed while writing it)
+    removed from the file, its row generated again."""
     if not path.exists():
-        return set()
+        return set(), 0
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"--output {path}: cannot read it to resume: {exc.strerror}") from None
-    if data and not data.endswith(b"\n"):  # a partial last line: its row is generated again
-        cut = data.rfind(b"\n") + 1
-        with path.open("r+b") as f:
-            f.truncate(cut)
-        data = data[:cut]
+    cut = data.rfind(b"\n") + 1  # the complete lines end here
     done: set[tuple[int, int]] = set()
-    for number, line in enumerate(data.splitlines(), 1):
+    unchecked = 0
+    lines = data[:cut].splitlines()
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        where = f"--output {path}:{number}"
+        row = _row(line, f"--output {path}:{number}", prompts, n, settings)
+        unchecked += "settings" not in row
+        done.add((row["prompt_index"], row["sample"]))
+    if cut < len(data):  # a partial last line: its row is generated again
+        if not data[cut:].startswith(ROW_START):
+            _not_a_row(f"--output {path}:{len(lines) + 1}")
+        with path.open("r+b") as f:
+            f.truncate(cut)
+    return done, unchecked
+
+
+def _not_a_row(where: str):
+    raise UsageError(
+        f"{where}: not a row that bass generate wrote (a JSON object with prompt, "
+        "prompt_index and sample); --resume continues such a file: check the path"
+    )
+
+
+def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict | None) -> dict:
+    """One complete line of a results file, checked against this run."""
+    try:
+        row = json.loads(line)
+        i, s, text = row["prompt_index"], row["sample"], row["prompt"]
+    except (ValueError, KeyError, TypeError):
+        _not_a_row(where)
+    if not (isinstance(i, int) and 0 <= i < len(prompts)) or text != prompts[i]:
+        given = f"prompt {i} is {prompts[i]!r}" if isinstance(i, int) and 0 <= i < len(
+            prompts
+        ) else f"there are {len(prompts)} prompts"  # fmt: skip
+        raise UsageError(
+            f"{where}: a row of prompt {i} ({text!r}), but {given}; --resume needs the "
+            "prompts of the run that wrote the file, in the same order (or use another "
+            "--output)"
+        )
+    if not (isinstance(s, int) and 0 <= s < n):
+        raise UsageError(
+            f"{where}: a row of sample {s}, but --n is {n}; --resume needs the --n of the "
+            "run that wrote the file"
+        )
+    theirs = row.get("settings")
+    if settings is not None and "settings" in row and theirs != settings:
+        if not isinstance(theirs, dict):
+            _not_a_row(where)
+        differ = [
+            k for k in dict.fromkeys([*settings, *theirs]) if theirs.get(k) != settings.get(k)
+        ]
+        shown = "; ".join(
+            f"{k}: {json.dumps(theirs.get(k))} there, {json.dumps(settings.get(k))} now"
+            for k in differ
+        )
+        raise UsageError(
+            f"{where}: a row generated with other settings ({shown}); --resume continues a "
+            "run with the same generation settings: rerun with the settings of the run that "
+            "wrote the file, or use another --output"
+        )
+    return row
+
+
+class LineWriter:
+    """An output file written a piece at a time, each piece in whole (Ctrl-C waits until it
+    is written) and unbuffered, so nothing is left to flush: a failed write (a full disk)
+    is one :class:`UsageError` naming ``flag``, and closing cannot fail again."""
+
+    def __init__(self, path: Path, flag: str, *, append: bool = False):
+        self.path, self.flag, self.lines = path, flag, 0
         try:
-            row = json.loads(line)
-            i, s, text = row["prompt_index"], row["sample"], row["prompt"]
-        except (ValueError, KeyError, TypeError):
-            raise UsageError(
-                f"{where}: not a row that bass generate wrote (a JSON object with prompt, "
-                "prompt_index and sample); --resume continues such a file: check the path"
-            ) from None
-        if not (isinstance(i, int) and 0 <= i < len(prompts)) or text != prompts[i]:
-            given = f"prompt {i} is {prompts[i]!r}" if isinstance(i, int) and 0 <= i < len(
-                prompts
-            ) else f"there are {len(prompts)} prompts"  # fmt: skip
-            raise UsageError(
-                f"{where}: a row of prompt {i} ({text!r}), but {given}; --resume needs the "
-                "prompts of the run that wrote the file, in the same order (or use another "
-                "--output)"
-            )
-        if not (isinstance(s, int) and 0 <= s < n):
-            raise UsageError(
-                f"{where}: a row of sample {s}, but --n is {n}; --resume needs the --n of the "
-                "run that wrote the file"
-            )
-        done.add((i, s))
-    return done
-
-
-class ResultsFile:
-    """The ``--output`` JSONL file: truncated (or, resuming, appended to) when generation
-    starts; each batch's rows appended in one write and flushed."""
-
-    def __init__(self, path: Path, resume: bool):
-        self.path = path
-        try:
-            self.file = path.open("a" if resume else "w", encoding="utf-8")
+            self.file = path.open("ab" if append else "wb", buffering=0)
         except OSError as exc:
-            raise UsageError(f"--output {path}: cannot open it: {exc.strerror}") from None
+            raise UsageError(f"{flag} {path}: cannot open it: {exc.strerror}") from None
 
-    def write(self, records: list[dict]) -> None:
-        text = "".join(json.dumps(r) + "\n" for r in records)
+    def write(self, text: str) -> None:
+        data = memoryview(text.encode("utf-8"))
         try:
             with deferred_interrupts():
-                self.file.write(text)
-                self.file.flush()
+                while data:
+                    data = data[self.file.write(data) :]
         except OSError as exc:  # a full disk, a file system gone read-only
-            raise UsageError(f"--output {self.path}: cannot write it: {exc.strerror}") from exc
+            raise UsageError(f"{self.flag} {self.path}: cannot write it: {exc.strerror}") from exc
+        self.lines += text.count("\n")
+
+    def flush(self) -> None:  # unbuffered: every write is already with the OS
+        pass
 
     def close(self) -> None:
-        self.file.close()
+        with contextlib.suppress(OSError):  # nothing is buffered: nothing to lose
+            self.file.close()
+
+
+class ResultsFile(LineWriter):
+    """The ``--output`` JSONL file: truncated (or, resuming, appended to) when generation
+    starts; each batch's rows appended in one write."""
+
+    def __init__(self, path: Path, resume: bool):
+        super().__init__(path, "--output", append=resume)
+
+    def write(self, records: list[dict]) -> None:  # type: ignore[override]
+        super().write("".join(json.dumps(r) + "\n" for r in records))

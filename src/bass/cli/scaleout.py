@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import UsageError, flag_error
 
 __all__ = ["Scaleout", "start"]
 
@@ -104,9 +104,10 @@ def start(args) -> Scaleout:
     ``--tp`` (initialised here, before any model loads)."""
     from .. import distributed
 
-    tp = getattr(args, "tp", None) or 1
+    tp = getattr(args, "tp", None)
+    tp = 1 if tp is None else tp
     if tp < 1:
-        raise UsageError(f"--tp must be >= 1, got {tp}")
+        raise flag_error("--tp", tp, "an integer >= 1", "1, no tensor parallelism")
     if not distributed.launched():
         if tp > 1:
             raise UsageError(

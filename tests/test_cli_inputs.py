@@ -1,0 +1,273 @@
+"""``bass`` under hostile input: usage errors are one ``bass: error:`` line (exit status 2)
+in the words of the config file and the API, refused before any model loads; prompts
+files by suffix in any case; invalid Unicode; bounds on rows and timeouts; drafter
+plugins by name; ``bass eval humaneval``'s flags, output and problem names."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+
+import pytest
+from cli_support import read_jsonl, run, save_model_dir
+
+import bass.cli.generate
+import bass.cli.humaneval
+import bass.drafters
+from bass import cli, humaneval
+from bass.drafters import Drafter, Proposal
+
+FAST = "--cpu-linear torch --dtype float64"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Loading a model fails the test: the command must refuse before it."""
+
+    def load(*a, **kw):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(bass.cli.generate, "load_models", load)
+    monkeypatch.setattr(bass.cli.humaneval, "load_models", load)
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("bass: error:")]
+    assert len(lines) == 1 and "Traceback" not in err and "usage:" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ argparse, one line
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("generate --seed 1.5 hi", "argument --seed: invalid int value: '1.5'"),
+        ("generate --max-new-tokens abc hi", "argument --max-new-tokens: invalid int value"),
+        ("generate --temperature abc hi", "argument --temperature: invalid float value"),
+        ("generate --dtype int8 hi", "argument --dtype: invalid choice: 'int8'"),
+        ("generate --cpu-linear x hi", "argument --cpu-linear: invalid choice: 'x'"),
+        ("generate hi --bogus", "unrecognized arguments: --bogus"),
+        ("eval humaneval --timeout x", "argument --timeout: invalid float value: 'x'"),
+        ("frobnicate", "argument COMMAND: invalid choice: 'frobnicate'"),
+        ("policies extra", "unrecognized arguments: extra"),
+    ],
+)
+def test_parser_errors_are_one_line(capsys, command, expected):
+    rc, out, err = run(capsys, command)
+    line = one_error_line(err)
+    assert rc == 2 and out == "" and err == line + "\n"
+    assert line.startswith(f"bass: error: {expected}")
+    prog = "bass " + " ".join(command.split()[: 2 if command.startswith("eval") else 1])
+    if command != "frobnicate":
+        assert line.endswith(f"(see {prog} --help)"), line
+    else:
+        assert line.endswith("(see bass --help)")
+
+
+# ---------------------------------------------------- command-line-only flags, one wording
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("--n 0", "command line: --n = 0 is not allowed; expected an integer >= 1"),
+        ("--batch-size 0", "command line: --batch-size = 0 is not allowed; expected an integer"),
+        ("--tp 0", "command line: --tp = 0 is not allowed; expected an integer >= 1"),
+        ("--tp -1", "command line: --tp = -1 is not allowed; expected an integer >= 1"),
+        ("--n 99999999999999", "at most 10,000,000 rows (prompts x --n) per run"),
+        ("--n 5000001", "2 prompts x --n 5000001 = 10000002 rows"),
+        ("--draft none --compare", "--compare compares drafting on with drafting off, but"),
+    ],
+)
+def test_flags_are_refused_before_any_model_loads(capsys, no_model_load, flags, expected):
+    rc, _, err = run(capsys, f"generate {flags} hello world")
+    assert rc == 2 and expected in one_error_line(err)
+
+
+def test_compare_with_draft_none_from_the_config(tmp_path, capsys, no_model_load):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\ndraft = "none"\n')
+    rc, _, err = run(capsys, f"generate --config {cfg} --compare hello")
+    assert rc == 2 and "but the draft is 'none'" in one_error_line(err)
+
+
+# ------------------------------------------------------------------------------ prompts
+
+
+def test_prompts_file_suffixes(model_dir, tmp_path, capsys, no_model_load):
+    upper = tmp_path / "p.JSONL"
+    upper.write_text('{"prompt": "hello"}\n{"text": 1}\n')
+    rc, _, err = run(capsys, f"generate --prompts-file {upper}")
+    # read as JSON lines (line 1 taken, line 2 refused), not as text
+    assert rc == 2 and f'{upper}:2: expected a JSON object with a "prompt"' in one_error_line(err)
+    for name in ("p.json", "p.JSON"):
+        path = tmp_path / name
+        path.write_text('[{"prompt": "hello"}]\n')
+        rc, _, err = run(capsys, f"generate --prompts-file {path}")
+        line = one_error_line(err)
+        assert rc == 2 and f"--prompts-file {path}: a .json file is not read" in line
+        assert "takes a .jsonl file" in line and "rename it to .jsonl" in line
+
+
+def test_prompts_file_upper_case_jsonl_generates(model_dir, tmp_path, capsys):
+    upper = tmp_path / "p.JSONL"
+    upper.write_text('{"prompt": "hello"}\n')
+    out = tmp_path / "o.jsonl"
+    rc, stdout, err = run(
+        capsys, f"generate --main {model_dir} {FAST} --max-new-tokens 2 --prompts-file {upper} "
+        f"-o {out}"
+    )  # fmt: skip
+    assert rc == 0 and stdout.startswith(">>> hello\n"), err
+    assert read_jsonl(out)[0]["prompt"] == "hello"
+
+
+def test_invalid_unicode_prompts_are_refused_while_reading(tmp_path, capsys, no_model_load):
+    # a byte the shell's locale cannot decode arrives as a surrogate escape
+    rc = cli.main(["generate", "fine", "hello \udcff"])
+    _, err = capsys.readouterr()
+    line = one_error_line(err)
+    assert rc == 2 and "PROMPT argument 2: not valid Unicode text (U+DCFF at character 7" in line
+    assert "the byte 0xff, which is not UTF-8" in line
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"prompt": "ok"}\n{"prompt": "a \\ud800 b"}\n')
+    rc, _, err = run(capsys, f"generate --prompts-file {jsonl}")
+    line = one_error_line(err)
+    assert rc == 2 and f"{jsonl}:2: not valid Unicode text (U+D800 at character 3" in line
+    assert "a lone surrogate" in line
+
+
+# --------------------------------------------------------------------- drafter plugins
+
+
+class RepeatLast(Drafter):
+    """Proposes the row's last token again (a drafter plugin for the tests)."""
+
+    name = "repeat-last"
+    calls = 0
+
+    def start(self, state, passes, max_len, device):
+        self.state = state
+        return 0
+
+    def propose(self, slots, lengths, call):
+        type(self).calls += 1
+        last = [self.state.seqs[s][-1] for s in slots]
+        return Proposal(drafted=list(lengths), host_tokens=[[t] * k for t, k in zip(last, lengths)])
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    eps = [
+        importlib.metadata.EntryPoint("repeat-last", "test_cli_inputs:RepeatLast", "bass.drafters"),
+        importlib.metadata.EntryPoint("ngram", "bass.drafters:NGramDrafter", "bass.drafters"),
+    ]
+    monkeypatch.setattr(bass.drafters, "entry_points", lambda: eps)
+    RepeatLast.calls = 0
+
+
+def test_a_drafter_plugin_by_name(model_dir, tmp_path, capsys, monkeypatch, plugin):
+    command = f"generate --main {model_dir} {FAST} --max-new-tokens 6 --policy constant"
+    rc, _, err = run(capsys, f"{command} --draft repeat-last hello world")
+    assert rc == 0, err
+    assert RepeatLast.calls > 0 and "bass: loading draft model" not in err
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\ndraft = "repeat-last"\n')
+    RepeatLast.calls = 0
+    rc, _, err = run(capsys, f"{command} --config {cfg} hello world")
+    assert rc == 0 and RepeatLast.calls > 0, err
+    # the name wins over a directory of that name; ./NAME is the directory
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "repeat-last").mkdir()
+    RepeatLast.calls = 0
+    rc, _, err = run(capsys, f"{command} --draft repeat-last hello world")
+    assert rc == 0 and RepeatLast.calls > 0, err
+    rc, _, err = run(capsys, f"{command} --draft ./repeat-last hello world")
+    line = one_error_line(err)
+    assert rc == 2 and "cannot load the draft model from ./repeat-last" in line
+    assert "an installed drafter (ngram, repeat-last) or 'none'" in line
+
+
+def test_a_broken_drafter_plugin_is_one_error_line(model_dir, capsys, monkeypatch):
+    eps = [importlib.metadata.EntryPoint("broken", "no_such_module_for_bass:X", "bass.drafters")]
+    monkeypatch.setattr(bass.drafters, "entry_points", lambda: eps)
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} --draft broken hello")
+    assert rc == 2 and "drafter 'broken' (entry point 'no_such_module_for_bass:X') failed" in err
+    assert "internal error" not in err
+
+
+# ------------------------------------------------------------------------ eval humaneval
+
+PROBLEMS = [
+    {"task_id": "Toy/0", "prompt": "def add(a, b):\n", "test": "", "entry_point": "add"},
+    {"task_id": "Toy/1", "prompt": " ".join(["w20"] * 300), "test": "", "entry_point": "f"},
+]
+
+
+@pytest.fixture
+def toy_problems(monkeypatch):
+    monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in PROBLEMS})
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("--timeout inf", "command line: --timeout = inf is not allowed; expected a finite"),
+        ("--timeout nan", "command line: --timeout = nan is not allowed"),
+        ("--timeout 0", "command line: --timeout = 0.0 is not allowed"),
+        ("--timeout 1e300", "> 0 and <= 86400"),
+        ("--n 0", "command line: --n = 0 is not allowed; expected an integer >= 1"),
+        ("--n 99999999999", "command line: --n = 99999999999 is not allowed"),
+        ("--problems 0:10:0", "command line: --problems = '0:10:0' is not allowed"),
+        ("--problems ''", "command line: --problems = '' is not allowed"),
+        ("--problems ' '", "command line: --problems = ' ' is not allowed"),
+    ],
+)
+def test_humaneval_flags_are_refused_before_any_model_loads(
+    capsys, no_model_load, toy_problems, flags, expected
+):
+    rc, _, err = run(capsys, f"eval humaneval {flags}")
+    assert rc == 2 and expected in one_error_line(err)
+
+
+def test_humaneval_output_is_not_an_input(tmp_path, capsys, no_model_load, toy_problems):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[generation]\nmax_new_tokens = 2\n")
+    rc, _, err = run(capsys, f"eval humaneval --config {cfg} -o {cfg}")
+    assert rc == 2 and f"--output {cfg} is the --config file" in one_error_line(err)
+    assert cfg.read_text() == "[generation]\nmax_new_tokens = 2\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_humaneval_a_failed_write_is_one_error_line(model_dir, capsys, monkeypatch, toy_problems):
+    def fake_sampler(problem, n):
+        return [humaneval.Sample("    return a + b\n", 3, True)] * n, None
+
+    monkeypatch.setattr(humaneval, "make_sampler", lambda *a, **kw: fake_sampler)
+    rc, _, err = run(capsys, f"eval humaneval --main {model_dir} {FAST} --problems 0 -o /dev/full")
+    line = one_error_line(err)
+    assert (
+        rc == 2
+        and line == "bass: error: --output /dev/full: cannot write it: No space left on device"
+    )
+    assert err.rstrip().endswith("bass: 0 of 1 problems' results are in /dev/full")
+
+
+def test_humaneval_names_a_too_long_problem_by_its_task_id(
+    model_dir, tmp_path, capsys, toy_problems
+):
+    out = tmp_path / "he.jsonl"
+    rc, _, err = run(
+        capsys, f"eval humaneval --main {model_dir} {FAST} --max-new-tokens 4 -o {out} --draft none"
+    )
+    line = one_error_line(err)
+    assert rc == 2 and "the prompt of Toy/1 (300 tokens) + max_new_tokens (4)" in line
+    assert err.rstrip().endswith(f"bass: 1 of 2 problems' results are in {out}")
+    assert [json.loads(x)["task_id"] for x in out.read_text().splitlines()] == ["Toy/0"]
