@@ -135,3 +135,11 @@ def test_the_configs_model_dtype_and_chat_apply_to_the_python_api(model_dir, tmp
 def test_a_config_eos_past_the_vocabulary_is_refused_when_the_generator_is_built(gen):
     with pytest.raises(OptionError, match=r"\[generation\]\.eos_token_id = 99 .* \[0, 64\)"):
         Generator(gen.main, config={"generation": {"eos_token_id": 99}})
+
+
+def test_no_texts_and_a_default_that_breaks_a_bound_say_so(gen, model_dir):
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    with pytest.raises(OptionError, match=r"texts=\[\] .* no texts: pass at least one"):
+        gen.generate_text([], tok, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"'k0' .* got 4, its default: set k0 too"):
+        Generator(gen.main, "ngram", policy="adaptive", policy_options={"k_max": 2})

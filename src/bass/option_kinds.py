@@ -290,6 +290,8 @@ def _texts(v: Any, ctx: Mapping) -> list[str]:
         raise Refused("for one text pass [text]")
     if not isinstance(v, (list, tuple)):
         raise Refused()
+    if not v:
+        raise Refused("no texts: pass at least one")
     bad = [t for t in v if not isinstance(t, str)]
     if bad:
         raise Refused(f"{show(bad[0], 30)} is not a string (token ids go to generate())")

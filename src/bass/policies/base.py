@@ -349,9 +349,11 @@ def validate_options(policy: Any) -> None:
     opts = [f for f in dataclasses.fields(policy) if "kind" in f.metadata]
 
     def fail(f: dataclasses.Field[Any], value: Any) -> None:
+        default = f.default is not dataclasses.MISSING and value == f.default
+        got = f"{value!r}, its default: set {f.name} too" if default else repr(value)
         raise ValueError(
             f"policy {name!r}: option {f.name!r} must be {_allowed_text(policy, f.metadata)}, "
-            f"got {value!r} (options: {_options_text(policy)})"
+            f"got {got} (options: {_options_text(policy)})"
         )
 
     for f in opts:
