@@ -143,3 +143,16 @@ def test_no_texts_and_a_default_that_breaks_a_bound_say_so(gen, model_dir):
         gen.generate_text([], tok, max_new_tokens=2)
     with pytest.raises(ValueError, match=r"'k0' .* got 4, its default: set k0 too"):
         Generator(gen.main, "ngram", policy="adaptive", policy_options={"k_max": 2})
+
+
+@pytest.mark.parametrize("draft", [None, "ngram", "none"])
+def test_shared_vocab_without_a_draft_model_is_refused(gen, draft):
+    with pytest.raises(
+        OptionError, match=r"shared_vocab=10 .* applies to a draft model .* not draft="
+    ):
+        Generator(gen.main, draft, shared_vocab=10)
+
+
+def test_compile_takes_no_array(gen):
+    with pytest.raises(OptionError, match=r"compile=array"):
+        Generator(gen.main, compile=np.array(["reduce-overhead"]))

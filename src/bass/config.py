@@ -327,6 +327,22 @@ def as_config(path_or_config: str | os.PathLike | Config | dict) -> Config:
     )
 
 
+def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
+    """What a :class:`bass.Generator` built with ``config`` (``None``: no config) for the
+    model ``main`` takes from it: ``(generator_kwargs, generate_kwargs, chat)`` (``chat``:
+    ``generate_text``'s default). An ``eos_token_id`` outside ``main``'s vocabulary is
+    refused here, naming the key, rather than at the first ``generate()``."""
+    if config is None:
+        return {}, {}, None
+    cfg = as_config(config)
+    defaults = cfg.generate_kwargs()
+    if defaults.get("eos_token_id") is not None:  # needs the model
+        vocab = main.get_output_embeddings().weight.shape[0]
+        options.check("eos_token_id", defaults["eos_token_id"], where="Generator(config=...)",
+                      label="[generation].eos_token_id", vocab=vocab)  # fmt: skip
+    return cfg.generator_kwargs(), defaults, cfg.model.chat
+
+
 def apply_config(path_or_config: str | os.PathLike | Config | dict) -> tuple[dict, dict]:
     """``(generator_kwargs, generate_kwargs)`` from a config file, a :class:`Config` or a
     TOML-shaped dict: ``Generator(main, draft, **g)`` then ``gen.generate(prompts, **r)``.

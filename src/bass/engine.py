@@ -178,22 +178,16 @@ class Generator:
             raise TypeError(
                 f"Generator(): backend must be a bass.backends.Backend, got {backend!r}"
             )
+        if shared_vocab is not None and not isinstance(draft, torch.nn.Module):
+            why = f"None: it applies to a draft model (logits padded), not draft={draft!r}"
+            raise options.fail("shared_vocab", shared_vocab, why, where="Generator()")
         policy_options, shared_vocab = checked["policy_options"], checked["shared_vocab"]
         forced_acceptance = checked["forced_acceptance"]
         prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
-        cfg_gen, self.generate_defaults, self.chat_default = ({}, {}, None)
-        if config is not None:
-            from .config import as_config
+        from .config import generator_defaults
 
-            cfg = as_config(config)
-            cfg_gen, self.generate_defaults = cfg.generator_kwargs(), cfg.generate_kwargs()
-            self.chat_default = cfg.model.chat  # generate_text's default
-            if self.generate_defaults.get("eos_token_id") is not None:  # needs the model
-                vocab = main.get_output_embeddings().weight.shape[0]
-                options.check("eos_token_id", self.generate_defaults["eos_token_id"],
-                              where="Generator(config=...)", label="[generation].eos_token_id",
-                              vocab=vocab)  # fmt: skip
+        cfg_gen, self.generate_defaults, self.chat_default = generator_defaults(config, main)
         if policy is None:
             policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:

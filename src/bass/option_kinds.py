@@ -219,9 +219,11 @@ def _backends() -> list[str]:
 
 
 def _compile(v: Any, ctx: Mapping) -> Any:
-    if isinstance(v, bool) or v == "reduce-overhead":
-        return v
+    if _is_bool(v):
+        return bool(v)
     if isinstance(v, str):
+        if v == "reduce-overhead":
+            return v
         if v in _backends():
             return v
         raise Refused()
