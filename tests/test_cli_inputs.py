@@ -271,3 +271,12 @@ def test_humaneval_names_a_too_long_problem_by_its_task_id(
     assert rc == 2 and "the prompt of Toy/1 (300 tokens) + max_new_tokens (4)" in line
     assert err.rstrip().endswith(f"bass: 1 of 2 problems' results are in {out}")
     assert [json.loads(x)["task_id"] for x in out.read_text().splitlines()] == ["Toy/0"]
+
+
+def test_a_config_eos_outside_the_vocabulary_names_the_file_and_key(model_dir, tmp_path, capsys):
+    cfg = tmp_path / "eos.toml"
+    cfg.write_text("[generation]\neos_token_id = 1000\n")
+    rc, _, err = run(capsys, f"generate --main {model_dir} --config {cfg} --max-new-tokens 2", "hi")
+    assert rc == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"bass: error: {cfg}: [generation].eos_token_id = 1000 is not allowed")
