@@ -42,3 +42,22 @@ def run(capsys, command: str, *prompts: str):
 
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def one_error_line(err: str) -> str:
+    """The one ``bass: error:`` line of ``err`` (no traceback, no usage block)."""
+    lines = [line for line in err.splitlines() if line.startswith("bass: error:")]
+    assert len(lines) == 1 and "Traceback" not in err and "usage:" not in err, err
+    return lines[0]
+
+
+def refuse_model_loads(monkeypatch) -> None:
+    """Loading a model fails the test: the command must refuse before it."""
+    import bass.cli.generate
+    import bass.cli.humaneval
+
+    def load(*a, **kw):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(bass.cli.generate, "load_models", load)
+    monkeypatch.setattr(bass.cli.humaneval, "load_models", load)

@@ -12,7 +12,15 @@ import time
 
 import pytest
 import torch
-from cli_support import WORDS, read_jsonl, run, save_model_dir, word_tokenizer
+from cli_support import (
+    WORDS,
+    one_error_line,
+    read_jsonl,
+    refuse_model_loads,
+    run,
+    save_model_dir,
+    word_tokenizer,
+)
 from models import tiny_lm
 
 import bass.cli.generate
@@ -27,18 +35,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    """Loading a model fails the test: the command must refuse before it."""
-
-    def load(*a, **kw):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(bass.cli.generate, "load_models", load)
-
-
-def one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("bass: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+    refuse_model_loads(monkeypatch)
 
 
 # ------------------------------------------------------------------ paths, before any work

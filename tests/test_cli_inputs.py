@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from cli_support import read_jsonl, run, save_model_dir
+from cli_support import one_error_line, read_jsonl, refuse_model_loads, run, save_model_dir
 
 import bass.cli.generate
 import bass.cli.humaneval
@@ -28,19 +28,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    """Loading a model fails the test: the command must refuse before it."""
-
-    def load(*a, **kw):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(bass.cli.generate, "load_models", load)
-    monkeypatch.setattr(bass.cli.humaneval, "load_models", load)
-
-
-def one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("bass: error:")]
-    assert len(lines) == 1 and "Traceback" not in err and "usage:" not in err, err
-    return lines[0]
+    refuse_model_loads(monkeypatch)
 
 
 # ------------------------------------------------------------------ argparse, one line
