@@ -32,3 +32,12 @@ def pytest_runtest_call(item):
     if seen:
         pytest.fail(deprecation_guard.report(seen), pytrace=False)
     return result
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """The CLI tests' guard: loading a model fails the test (the command must refuse
+    before it)."""
+    from cli_support import refuse_model_loads
+
+    refuse_model_loads(monkeypatch)

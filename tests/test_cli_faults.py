@@ -16,7 +16,6 @@ from cli_support import (
     WORDS,
     one_error_line,
     read_jsonl,
-    refuse_model_loads,
     run,
     save_model_dir,
     word_tokenizer,
@@ -31,11 +30,6 @@ FAST = "--cpu-linear torch --dtype float64"  # no calibration; exact greedy in a
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_model_dir(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    refuse_model_loads(monkeypatch)
 
 
 # ------------------------------------------------------------------ paths, before any work

@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from cli_support import one_error_line, read_jsonl, refuse_model_loads, run, save_model_dir
+from cli_support import one_error_line, read_jsonl, run, save_model_dir
 
 import bass.cli.generate
 import bass.cli.humaneval
@@ -24,11 +24,6 @@ FAST = "--cpu-linear torch --dtype float64"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_model_dir(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    refuse_model_loads(monkeypatch)
 
 
 # ------------------------------------------------------------------ argparse, one line
