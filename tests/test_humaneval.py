@@ -109,6 +109,11 @@ def test_select_problems_errors():
         humaneval.select_problems(problems, "5:9")
     with pytest.raises(humaneval.HumanEvalError, match="not a slice of integers"):
         humaneval.select_problems(problems, "a:b")
+    with pytest.raises(humaneval.HumanEvalError, match="a slice step cannot be 0"):
+        humaneval.select_problems(problems, "0:2:0")
+    with pytest.raises(humaneval.HumanEvalError, match="is empty"):
+        humaneval.select_problems(problems, " ")
+    assert len(humaneval.select_problems(problems, None)) == 2
 
 
 def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):

@@ -53,10 +53,12 @@ def select_problems(problems: dict[str, dict], spec: str | None) -> list[dict]:
     ['HumanEval/4', 'HumanEval/0']
     """
     ordered = list(problems.values())
-    if spec is None or not spec.strip():
+    if spec is None:
         return ordered
-    spec = spec.strip()
     hint = "use a slice like 0:5 or ids like HumanEval/0,HumanEval/3"
+    if not spec.strip():
+        raise HumanEvalError(f"--problems {spec!r} is empty; {hint} (or leave it out: all)")
+    spec = spec.strip()
     if ":" in spec and "/" not in spec:
         parts = spec.split(":")
         try:
@@ -67,6 +69,8 @@ def select_problems(problems: dict[str, dict], spec: str | None) -> list[dict]:
             ) from None
         if len(bounds) not in (2, 3):
             raise HumanEvalError(f"--problems {spec!r} is not start:stop[:step]; {hint}")
+        if len(bounds) == 3 and bounds[2] == 0:
+            raise HumanEvalError(f"--problems {spec!r}: a slice step cannot be 0; {hint}")
         chosen = ordered[slice(*bounds)]
     else:
         chosen = []
