@@ -341,9 +341,10 @@ def validate_options(policy: Any) -> None:
     """Check every :func:`option` field of the dataclass instance ``policy`` (types first,
     then ranges, so a bound naming another option compares against a checked value).
 
-    Raises ``ValueError`` naming the option, the policy (its ``name`` class attribute),
-    what is allowed and every option with its default. Float options given as ints are
-    converted to float.
+    Raises :class:`bass.options.OptionError` (a ``ValueError``) naming the option, the
+    policy (its ``name`` class attribute), what is allowed and every option with its
+    default. Float options given as ints are converted to float (numpy numbers to
+    Python's).
     """
     name = getattr(type(policy), "name", type(policy).__name__)
     opts = [f for f in dataclasses.fields(policy) if "kind" in f.metadata]
@@ -351,9 +352,13 @@ def validate_options(policy: Any) -> None:
     def fail(f: dataclasses.Field[Any], value: Any) -> None:
         default = f.default is not dataclasses.MISSING and value == f.default
         got = f"{value!r}, its default: set {f.name} too" if default else repr(value)
-        raise ValueError(
+        from ..options import OptionError  # a ValueError (and a TypeError), as every option's
+
+        raise OptionError(
             f"policy {name!r}: option {f.name!r} must be {_allowed_text(policy, f.metadata)}, "
-            f"got {got} (options: {_options_text(policy)})"
+            f"got {got} (options: {_options_text(policy)})",
+            option=f.name,
+            value=value,
         )
 
     for f in opts:
