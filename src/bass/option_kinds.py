@@ -64,28 +64,27 @@ def _bool(v: Any) -> bool:
     raise Refused()
 
 
-def _ints(ok: Callable[[int], bool]) -> Callable[[Any, Mapping], int]:
-    """A parser of integers for which ``ok`` holds."""
+def _satisfying(kind: Callable[[Any], Any], ok: Callable[[Any], bool]) -> Callable:
+    """A parser of ``kind``'s values (:func:`_int`, :func:`_number`) for which ``ok``
+    holds."""
 
-    def parse(v: Any, ctx: Mapping) -> int:
-        v = _int(v)
+    def parse(v: Any, ctx: Mapping) -> Any:
+        v = kind(v)
         if not ok(v):
             raise Refused()
         return v
 
     return parse
+
+
+def _ints(ok: Callable[[int], bool]) -> Callable[[Any, Mapping], int]:
+    """A parser of integers for which ``ok`` holds."""
+    return _satisfying(_int, ok)
 
 
 def _numbers(ok: Callable[[float], bool]) -> Callable[[Any, Mapping], float]:
     """A parser of finite numbers (as floats) for which ``ok`` holds."""
-
-    def parse(v: Any, ctx: Mapping) -> float:
-        v = _number(v)
-        if not ok(v):
-            raise Refused()
-        return v
-
-    return parse
+    return _satisfying(_number, ok)
 
 
 def _ids(v: Any) -> list | None:

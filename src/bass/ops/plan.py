@@ -30,11 +30,20 @@ __all__ = ["PackedPlan", "plan_packed"]
 
 
 class PackedPlan:
-    """One pass's attention and KV-append work (see the module docstring).
+    """One pass's attention and KV-append work (see the module docstring): a packed pass
+    whose row ``b`` brings ``q_lens[b]`` of the ``num_tokens`` tokens after
+    ``cache_lens[b]`` cached ones (host lists), with the pass's device tensors
+    ``cu_q_lens`` int32 ``[B+1]``, ``cache_lens_t`` and ``kv_lens_t`` int32 ``[B]`` (``kv =
+    cache + q``). ``impl``: a packed implementation name or ``"auto"`` (with host lengths:
+    the per-row SDPA, on every device); ``self.impl`` is the one that runs, ``self.q_lens``
+    and ``self.kv_lens`` host lists ``[B]``.
 
-    ``impl``: the implementation that runs (``auto`` resolved); ``q_lens``, ``kv_lens``:
-    host lists ``[B]``; ``cu_q_lens`` int32 ``[B+1]``, ``kv_lens_t`` and ``cache_lens_t``
-    int32 ``[B]``: the same on the device (the pass's tensors).
+    >>> import torch
+    >>> cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
+    >>> lens = torch.tensor([4, 4, 0], dtype=torch.int32)
+    >>> p = plan_packed("auto", [3, 0, 2], [4, 4, 0], 5, cu, lens, lens + cu.diff())
+    >>> p.impl.name, p.kv_lens, p.slots.tolist()
+    ('sdpa', [7, 4, 2], [4, 5, 6, 0, 1])
     """
 
     def __init__(
@@ -92,26 +101,6 @@ class PackedPlan:
             cache[self.rows, :, self.slots] = vals.to(cache.dtype)
 
 
-def plan_packed(
-    impl: str,
-    q_lens: Sequence[int],
-    cache_lens: Sequence[int],
-    num_tokens: int,
-    cu_q_lens: torch.Tensor,
-    cache_lens_t: torch.Tensor,
-    kv_lens_t: torch.Tensor,
-) -> PackedPlan:
-    """Plan a packed pass whose row ``b`` brings ``q_lens[b]`` of the ``num_tokens``
-    tokens after ``cache_lens[b]`` cached ones (host lists), with the pass's device
-    tensors ``cu_q_lens`` int32 ``[B+1]``, ``cache_lens_t`` and ``kv_lens_t`` int32
-    ``[B]`` (``kv = cache + q``). ``impl``: a packed implementation name or ``"auto"``
-    (with host lengths: the per-row SDPA, on every device).
 
-    >>> import torch
-    >>> cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
-    >>> lens = torch.tensor([4, 4, 0], dtype=torch.int32)
-    >>> p = plan_packed("auto", [3, 0, 2], [4, 4, 0], 5, cu, lens, lens + cu.diff())
-    >>> p.impl.name, p.kv_lens, p.slots.tolist()
-    ('sdpa', [7, 4, 2], [4, 5, 6, 0, 1])
-    """
-    return PackedPlan(impl, q_lens, cache_lens, num_tokens, cu_q_lens, cache_lens_t, kv_lens_t)
+#: Plan a packed pass (the constructor of :class:`PackedPlan`, under the name hf.py uses).
+plan_packed = PackedPlan
