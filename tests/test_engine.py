@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from models import FAMILIES, perturbed, reference_greedy, tiny_lm
 
 from bass import Generator, policies, testing
-from bass.hf import UnsupportedModelError
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
 
@@ -331,216 +330,6 @@ def test_compiled_models_of_one_class_keep_their_own_graphs():
     assert counter.frame_count <= 16
 
 
-# ----------------------------------------------------------------------------- errors
-
-
-def test_prompts_as_tensors_arrays_and_numpy_ints_are_token_ids(llama):
-    """Each prompt may be a list, a tuple, or a 1-D tensor or array of integers (numpy's
-    included): the same output as the lists of Python ints."""
-    import numpy as np
-
-    gen = Generator(llama, "ngram")
-    want = gen.generate([[1, 2, 3], [4, 5]], max_new_tokens=6).sequences
-    forms = [
-        [torch.tensor([1, 2, 3]), torch.tensor([4, 5])],
-        [np.array([1, 2, 3]), (4, 5)],
-        [[np.int64(1), np.int32(2), 3], [4, 5]],
-    ]
-    for prompts in forms:
-        assert gen.generate(prompts, max_new_tokens=6).sequences == want
-
-
-def test_errors_before_any_work(llama):
-    gen = Generator(llama, llama)
-    with pytest.raises(ValueError, match="prompt 1 is empty"):
-        gen.generate([[1], []], max_new_tokens=4)
-    with pytest.raises(ValueError, match="prompts is empty"):
-        gen.generate([], max_new_tokens=4)
-    with pytest.raises(
-        ValueError, match="max_new_tokens=0 is not allowed; expected an integer >= 1"
-    ):
-        gen.generate([[1]], max_new_tokens=0)
-    with pytest.raises(ValueError, match=r"exceeds .* context of 256"):
-        gen.generate([[1] * 200], max_new_tokens=60)
-    with pytest.raises(ValueError, match="temperature"):
-        gen.generate([[1]], max_new_tokens=4, do_sample=True, temperature=0.0)
-    with pytest.raises(ValueError, match="outside \\[0, 64\\)"):
-        gen.generate([[1, 64]], max_new_tokens=4)
-    with pytest.raises(TypeError, match=r"flat list of ints; for one prompt pass \[ids\]"):
-        gen.generate([1, 2, 3], max_new_tokens=4)
-    with pytest.raises(TypeError, match="2-D Tensor: a padded batch would feed its padding"):
-        gen.generate(torch.tensor([[1, 2], [3, 4]]), max_new_tokens=4)
-    with pytest.raises(TypeError, match=r"1-D Tensor; for one prompt pass \[ids\]"):
-        gen.generate(torch.tensor([1, 2]), max_new_tokens=4)
-    with pytest.raises(TypeError, match=r"prompt 1 is a string.*generate_text"):
-        gen.generate([[1], "hello"], max_new_tokens=4)
-    with pytest.raises(TypeError, match=r"prompt 0 has token ids that are not integers: \[1.0"):
-        gen.generate([[1.0, 2]], max_new_tokens=4)
-    with pytest.raises(TypeError, match="not integers: \\[True"):
-        gen.generate([[True, 2]], max_new_tokens=4)
-    with pytest.raises(ValueError, match="policy='bas' is not allowed; expected an installed "
-                       "policy: adaptive, bass"):  # fmt: skip
-        Generator(llama, llama, policy="bas")
-    with pytest.raises(ValueError, match="vocabularies differ"):
-        Generator(llama, tiny_lm("llama", vocab=80))
-    with pytest.raises(ValueError, match="unknown drafter 'gram'; installed: ngram"):
-        Generator(llama, "gram")
-    with pytest.raises(
-        ValueError, match=r"attention='pad' is not allowed; expected one of auto, ref"
-    ):
-        Generator(llama, attention="pad")  # BASS-PAD: CUDA and a built CUTLASS library
-    with pytest.raises(ValueError, match=r"attention='sdpa_padded' is not allowed"):
-        Generator(llama, attention="sdpa_padded")  # a padded-op kernel: passes are packed
-
-
-def test_unroutable_model_is_named():
-    from transformers import LlamaForCausalLM
-
-    from bass import hf
-
-    class LegacyAttentionLM(LlamaForCausalLM):  # as a model with hand-written attention
-        _supports_attention_backend = False
-
-    model = LegacyAttentionLM(tiny_lm("llama").config)
-    with pytest.raises(UnsupportedModelError, match=r"LegacyAttentionLM.*AttentionInterface"):
-        hf.prepare(model)
-    with pytest.raises(UnsupportedModelError, match="LegacyAttentionLM"):
-        Generator(model, "ngram").generate([[1, 2]], max_new_tokens=2)
-
-
-def test_sliding_window_shorter_than_context_is_refused():
-    from bass import hf
-
-    model = tiny_lm("mistral")
-    model.config.sliding_window = 16
-    with pytest.raises(UnsupportedModelError, match="sliding window of 16"):
-        hf.prepare(model, max_len=64)
-
-
-def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refused():
-    """The window is checked against the positions the generation really uses (the
-    longest prompt plus max_new_tokens), not the cache's rounded-up length: 13 tokens in
-    a 13-token window equal transformers' own greedy decoding, 14 are refused."""
-    model = tiny_lm("mistral")
-    model.config.sliding_window = 13
-    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
-    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 8)
-    with pytest.raises(UnsupportedModelError, match=r"needs 14 .*within 13 tokens"):
-        Generator(model, "ngram").generate(prompts, max_new_tokens=9)
-
-
-def test_model_is_handed_back_unchanged(llama):
-    before = llama.config._attn_implementation
-    Generator(llama, "ngram").generate([[1, 2]], max_new_tokens=3)
-    assert llama.config._attn_implementation == before
-
-
-def test_config_file_sets_defaults_and_arguments_win(llama, tmp_path):
-    cfg = tmp_path / "bass.toml"
-    cfg.write_text(
-        '[policy]\nname = "constant"\n[policy.options]\nk = 2\n[generation]\nmax_new_tokens = 5\n'
-    )
-    gen = Generator(llama, "ngram", config=cfg)
-    res = gen.generate(PROMPTS)
-    assert all(len(s) == 5 for s in res.sequences)
-    assert set(res.stats.draft_length_trace()) <= {0, 1, 2}
-    assert all(len(s) == 3 for s in gen.generate(PROMPTS, max_new_tokens=3).sequences)
-    gen = Generator(llama, "ngram", policy="bass", config=cfg)
-    assert type(gen.new_policy()).__name__ == "BassPolicy"
-
-
-def test_forced_acceptance_sets_the_mean_accepted_length(llama):
-    unrelated = tiny_lm("llama", seed=7, hidden=16, heads=2, kv_heads=1, layers=1)
-    means = {}
-    for p in (0.0, 0.5, 1.0):
-        gen = Generator(
-            llama, unrelated, policy="constant", policy_options={"k": 4}, forced_acceptance=p
-        )
-        res = gen.generate(PROMPTS * 4, max_new_tokens=40, seed=0, on_step=check_invariant)
-        assert res.stats.summary()["forced_acceptance"] == p
-        means[p] = res.stats.mean_accepted
-    assert means[0.0] == 0.0
-    # all 4 drafted tokens accepted, except where a row's budget caps its draft
-    assert means[1.0] > 3.0
-    assert 0.6 < means[0.5] < 1.2  # E[accepted] = sum_{i=1..4} 0.5^i = 0.94
-    with pytest.raises(ValueError, match="forced_acceptance"):
-        Generator(llama, llama, forced_acceptance=1.5)
-
-
-def test_stop_sequences_end_rows_like_eos(llama):
-    solo = [reference_greedy(llama, p, 12) for p in PROMPTS]
-    stop = solo[2][3:5]  # two tokens row 2 emits mid-way
-    gen = Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 3})
-    res = gen.generate(PROMPTS, max_new_tokens=12, stop_sequences=[stop], on_step=check_invariant)
-    for full, got in zip(solo, res.sequences):
-        ends = [i + 2 for i in range(len(full) - 1) if full[i : i + 2] == stop]
-        assert got == (full[: ends[0]] if ends else full)
-    assert res.sequences[2][-2:] == stop
-    with pytest.raises(ValueError, match="empty sequence"):
-        gen.generate(PROMPTS, max_new_tokens=2, stop_sequences=[[]])
-
-
-@pytest.mark.parametrize("kind", [None, "ngram", "perturbed"])
-def test_unsorted_prompts_of_one_length_group(llama, kind):
-    """Prompts of close, unsorted lengths are prefilled as one group: each row's logits
-    must go back to its own row (they once went to the row of the same sorted rank)."""
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (17, 17, 18, 13, 16)]
-    draft = {"perturbed": perturbed(llama)}.get(kind, kind)
-    gen = Generator(llama, draft, policy="constant", policy_options={"k": 3})
-    res = gen.generate(prompts, max_new_tokens=6, on_step=check_invariant)
-    for p, seq in zip(prompts, res.sequences):
-        assert seq == reference_greedy(llama, p, 6)
-
-
-# ----------------------------------------------------------------------------- non-finite
-
-
-def poisoned(model, token: int, value: float = float("nan")):
-    """A copy of ``model`` whose input embedding of ``token`` is ``value``: every
-    position at or after that token gets non-finite hidden states and logits."""
-    out = copy.deepcopy(model)
-    with torch.no_grad():
-        out.get_input_embeddings().weight[token] = value
-    return out
-
-
-@pytest.mark.parametrize("value", [float("nan"), float("inf")])
-@pytest.mark.parametrize("do_sample", [False, True])
-def test_nonfinite_main_logits_raise_at_the_prefill(llama, value, do_sample):
-    from bass import NonFiniteLogitsError
-
-    prompts = [[1, 2, 3], [4, 5], [6, 63, 7], [8]]
-    gen = Generator(poisoned(llama, 63, value), "ngram")
-    with pytest.raises(NonFiniteLogitsError, match=r"main model .* prompt 2 at the prefill"):
-        gen.generate(prompts, max_new_tokens=4, do_sample=do_sample, seed=0)
-
-
-@pytest.mark.parametrize("draft", [None, "ngram", "model"])
-def test_nonfinite_main_logits_raise_mid_generation(llama, draft):
-    """Row 1 emits a token whose embedding is NaN: the step that feeds it raises, naming
-    the row and the step, instead of emitting token 0 forever."""
-    from bass import NonFiniteLogitsError
-
-    prompts = [PROMPTS[0], PROMPTS[4]]
-    other = set(prompts[0] + reference_greedy(llama, prompts[0], 8) + prompts[1])
-    solo = reference_greedy(llama, prompts[1], 8)
-    bad = next(t for i, t in enumerate(solo) if i >= 2 and t not in other | set(solo[:i]))
-    main = poisoned(llama, bad)
-    d = perturbed(llama) if draft == "model" else draft
-    gen = Generator(main, d, policy="constant", policy_options={"k": 2})
-    with pytest.raises(NonFiniteLogitsError, match=r"main model .* prompt 1 at step \d+"):
-        gen.generate(prompts, max_new_tokens=8)
-
-
-def test_nonfinite_draft_logits_raise(llama):
-    from bass import NonFiniteLogitsError
-
-    gen = Generator(llama, poisoned(llama, 5), policy="constant", policy_options={"k": 2})
-    with pytest.raises(NonFiniteLogitsError, match=r"draft model .* prompt 0 at step 0"):
-        gen.generate([[5, 1, 2], [3, 4]], max_new_tokens=4)
-
-
 # ----------------------------------------------------------------------------- static shapes
 
 
@@ -632,3 +421,50 @@ def test_row_ids_make_a_split_job_draw_the_samples_of_one_call(llama, draft):
     for bad in ([0] * len(prompts), [-1, *range(1, len(prompts))], [0, 1]):
         with pytest.raises(ValueError, match=r"row_ids=.* is not allowed; expected"):
             gen.generate(prompts, max_new_tokens=2, row_ids=bad)
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+def test_forced_acceptance_sets_the_mean_accepted_length(llama):
+    unrelated = tiny_lm("llama", seed=7, hidden=16, heads=2, kv_heads=1, layers=1)
+    means = {}
+    for p in (0.0, 0.5, 1.0):
+        gen = Generator(
+            llama, unrelated, policy="constant", policy_options={"k": 4}, forced_acceptance=p
+        )
+        res = gen.generate(PROMPTS * 4, max_new_tokens=40, seed=0, on_step=check_invariant)
+        assert res.stats.summary()["forced_acceptance"] == p
+        means[p] = res.stats.mean_accepted
+    assert means[0.0] == 0.0
+    # all 4 drafted tokens accepted, except where a row's budget caps its draft
+    assert means[1.0] > 3.0
+    assert 0.6 < means[0.5] < 1.2  # E[accepted] = sum_{i=1..4} 0.5^i = 0.94
+    with pytest.raises(ValueError, match="forced_acceptance"):
+        Generator(llama, llama, forced_acceptance=1.5)
+
+
+def test_stop_sequences_end_rows_like_eos(llama):
+    solo = [reference_greedy(llama, p, 12) for p in PROMPTS]
+    stop = solo[2][3:5]  # two tokens row 2 emits mid-way
+    gen = Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 3})
+    res = gen.generate(PROMPTS, max_new_tokens=12, stop_sequences=[stop], on_step=check_invariant)
+    for full, got in zip(solo, res.sequences):
+        ends = [i + 2 for i in range(len(full) - 1) if full[i : i + 2] == stop]
+        assert got == (full[: ends[0]] if ends else full)
+    assert res.sequences[2][-2:] == stop
+    with pytest.raises(ValueError, match="empty sequence"):
+        gen.generate(PROMPTS, max_new_tokens=2, stop_sequences=[[]])
+
+
+@pytest.mark.parametrize("kind", [None, "ngram", "perturbed"])
+def test_unsorted_prompts_of_one_length_group(llama, kind):
+    """Prompts of close, unsorted lengths are prefilled as one group: each row's logits
+    must go back to its own row (they once went to the row of the same sorted rank)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (17, 17, 18, 13, 16)]
+    draft = {"perturbed": perturbed(llama)}.get(kind, kind)
+    gen = Generator(llama, draft, policy="constant", policy_options={"k": 3})
+    res = gen.generate(prompts, max_new_tokens=6, on_step=check_invariant)
+    for p, seq in zip(prompts, res.sequences):
+        assert seq == reference_greedy(llama, p, 6)
