@@ -27,6 +27,8 @@ round once, as the reference does.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -198,7 +200,7 @@ class _Batch:
         self.chosen, self.top = set(chosen), top
         self.uniform = len(chosen) == B
         self.n = n = cu[1] - cu[0] if self.uniform else 1
-        self.fallback = [(b, kv[b], _causal_mask(n, kv[b], device), 1 < n == kv[b]) for b in chosen]
+        self._fallback = (chosen, kv, n, device)
         lens = [kv[b] if b in self.chosen else 1 for b in range(B)]
         i = torch.arange(n)[:, None]  # query i of a row of length L sits at L - n + i
         pos = torch.tensor(lens)[:, None, None] - n + i  # [B, n, 1]
@@ -212,6 +214,13 @@ class _Batch:
         self.query = flat[m : m + B]
         self.picked = flat[m + B :]
         self.tokens = self.query.index_select(0, self.picked)
+
+    @functools.cached_property
+    def fallback(self) -> list:
+        """The chosen rows as one call each (``(row, kv_len, mask, causal)``), for when
+        the batched call's output was not finite: built only then."""
+        chosen, kv, n, device = self._fallback
+        return [(b, kv[b], _causal_mask(n, kv[b], device), 1 < n == kv[b]) for b in chosen]
 
 
 def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:

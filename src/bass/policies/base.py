@@ -187,31 +187,34 @@ class DraftContext:
 def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
     """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``:
     its ``draft_lengths(ctx)``, or for a policy with only ``draft_length()`` (the older
-    contract) that one length for every row. A length above the row's cap is capped; a
-    wrong number of lengths, or a length that is negative, a bool or not an integer, is
-    a ``ValueError`` that names the policy (and the row)."""
+    contract, or :class:`Policy`'s default ``draft_lengths``) that one length for every
+    row. A length above the row's cap is capped; a wrong number of lengths, or a length
+    that is negative, a bool or not an integer, is a ``ValueError`` that names the policy
+    (and the row). Called every step: the messages are built only for a bad value."""
     per_row = getattr(policy, "draft_lengths", None)
-    name = _policy_name(policy)
+    if isinstance(policy, Policy) and type(policy).draft_lengths is Policy.draft_lengths:
+        per_row = None  # the base class's default: one length for every row
     if per_row is None:
-        ks = [_length(policy.draft_length(), f"{name}.draft_length() returned")]
-        ks *= ctx.num_rows
-    else:
-        got = per_row(ctx)
-        if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
-            raise ValueError(
-                f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
-                f"{ctx.num_rows} draft lengths (integers >= 0), one per active row"
-            )
-        ks = list(got)
-        if len(ks) != ctx.num_rows:
-            raise ValueError(
-                f"policy {name}.draft_lengths returned {len(ks)} lengths "
-                f"for {ctx.num_rows} active rows"
-            )
-        ks = [
-            _length(k, f"{name}.draft_lengths returned, for row {r} (prompt {ctx.rows[r]}),")
-            for r, k in enumerate(ks)
-        ]
+        k = policy.draft_length()
+        if type(k) is not int or k < 0:
+            k = _length(k, f"{_policy_name(policy)}.draft_length() returned")
+        return [min(k, c) for c in ctx.max_draft]
+    got = per_row(ctx)
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
+        raise ValueError(
+            f"policy {_policy_name(policy)}.draft_lengths returned {got!r}; expected a "
+            f"sequence of {ctx.num_rows} draft lengths (integers >= 0), one per active row"
+        )
+    ks = list(got)
+    if len(ks) != ctx.num_rows:
+        raise ValueError(
+            f"policy {_policy_name(policy)}.draft_lengths returned {len(ks)} lengths "
+            f"for {ctx.num_rows} active rows"
+        )
+    for r, k in enumerate(ks):
+        if type(k) is not int or k < 0:
+            said = f"{_policy_name(policy)}.draft_lengths returned, for row {r} (prompt "
+            ks[r] = _length(k, said + f"{ctx.rows[r]}),")
     return [min(k, c) for k, c in zip(ks, ctx.max_draft)]
 
 
