@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .cpu_linear import MODES as CPU_LINEAR_MODES  # what Generator(cpu_linear=) accepts
+
 __all__ = [
     "PACKED_MEMORY_SHARE",
     "Backend",
@@ -44,8 +46,12 @@ __all__ = [
 #: copies may take; above it, ``cpu_linear="auto"`` uses the copy-free layouts only.
 PACKED_MEMORY_SHARE = 0.5
 
-#: What ``cpu_linear`` accepts (``Generator(cpu_linear=...)``).
-CPU_LINEAR_MODES = ("auto", "unpacked", "torch")
+
+def _check_mode(mode: str) -> None:
+    if mode not in CPU_LINEAR_MODES:
+        raise ValueError(
+            f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, got {mode!r}"
+        )
 
 
 def available_memory() -> int | None:
@@ -108,14 +114,10 @@ class CPUBackend(Backend):
     chosen: str = field(default="", init=False)  # the mode actually used
     reason: str = field(default="", init=False)
     packed_bytes: int = field(default=0, init=False)
-    routed: bool = field(default=False, init=False)
+    routed: bool = field(default=False, init=False)  # the main model's layers route
 
     def __post_init__(self) -> None:
-        if self.mode not in CPU_LINEAR_MODES:
-            raise ValueError(
-                f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, "
-                f"got {self.mode!r}"
-            )
+        _check_mode(self.mode)
         share = self.memory_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"memory_share must be a number in [0, 1], got {share!r}")
@@ -190,11 +192,7 @@ def select_backend(
         return backend
     if device.type == "cpu":
         return CPUBackend(mode=cpu_linear)
-    if cpu_linear not in CPU_LINEAR_MODES:
-        raise ValueError(
-            f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, "
-            f"got {cpu_linear!r}"
-        )
+    _check_mode(cpu_linear)
     return GenericBackend()
 
 

@@ -28,6 +28,7 @@ has not run yet (no GPU run so far).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime
 import hashlib
 import os
@@ -234,7 +235,7 @@ class Coordinator:
 
     def share_mask(self, keep: torch.Tensor) -> torch.Tensor:
         """A per-row early stop decided by the leader (bool ``[R']``), on every rank."""
-        host = torch.tensor([int(k) for k in keep.tolist()], dtype=torch.int64)
+        host = keep.to("cpu", torch.int64, copy=True)  # the broadcast writes into it
         dist.broadcast(host, self.leader, group=self.group)
         return host.bool().to(keep.device)
 
@@ -248,8 +249,6 @@ class Coordinator:
 
     def shared_hooks(self, hooks):
         """``hooks`` whose per-row early stop (if any) is the leader's on every rank."""
-        from .policies import PolicyHooks
-
         if hooks.keep_drafting is None:
             return hooks
         keep = hooks.keep_drafting
@@ -257,7 +256,7 @@ class Coordinator:
         def shared_keep(probs, index, rows):
             return self.share_mask(keep(probs, index, rows))
 
-        return PolicyHooks(hooks.policy, hooks.draft_lengths, hooks.update, shared_keep)
+        return dataclasses.replace(hooks, keep_drafting=shared_keep)
 
     def agree(self, what: str, payload) -> None:
         """Every rank of the group must pass an equal ``payload`` (pickled and hashed)."""

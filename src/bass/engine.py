@@ -62,17 +62,13 @@ from .batch_state import (
     raise_if_nonfinite,
 )
 from .cache import RaggedKVCache
+from .config import generator_defaults
 from .drafters import DraftCall, Drafter, Proposal, make_drafter, nonfinite
 from .ops import length_checks
+from .ops.packed import resolve_packed_implementation
 from .packing import TOKEN_BUCKETS
 from .policies import DraftContext
-from .sampling import (
-    SamplingParams,
-    generator_seed,
-    position_keys,
-    sample_keyed,
-    warp_probs,
-)
+from .sampling import SamplingParams, generator_seed, position_keys, sample_keyed, warp_probs
 from .stats import GenerationResult, GenerationStats, StepRecord
 from .stopping import StopStrings, decode_rows
 from .verify import accept, check_proposal, verify_pass
@@ -102,9 +98,9 @@ class Generator:
             probability regardless of the models (the main model's argmax follows), so
             random-weight models of real shapes can be timed at a known mean accepted
             length. Output is meaningless text; ``stats.forced_acceptance`` records it.
-        config: a TOML file path (or :class:`bass.config.Config`) whose ``[policy]``,
-            ``[model]`` and ``[generation]`` values become the defaults here and in
-            :meth:`generate`; arguments given explicitly win (``compile=False`` too).
+        config: a TOML file path (a :class:`bass.config.Config`, a dict): its
+            ``[policy]``, ``[generation]`` and ``[model]`` (``chat`` for generate_text)
+            are the defaults; arguments given explicitly win (``compile=False`` too).
         compile: ``True`` compiles the per-step forward (every packed pass after the
             prefill) with ``torch.compile(fullgraph=True)``; a backend name or callable
             selects the backend. ``"reduce-overhead"`` compiles it with Inductor's
@@ -174,10 +170,6 @@ class Generator:
             shared_vocab=shared_vocab,
             config=config,
         )
-        if backend is not None and not isinstance(backend, backends.Backend):
-            raise TypeError(
-                f"Generator(): backend must be a bass.backends.Backend, got {backend!r}"
-            )
         if shared_vocab is not None and not isinstance(draft, torch.nn.Module):
             why = f"None: it applies to a draft model (logits padded), not draft={draft!r}"
             raise options.fail("shared_vocab", shared_vocab, why, where="Generator()")
@@ -185,8 +177,6 @@ class Generator:
         forced_acceptance = checked["forced_acceptance"]
         prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
-        from .config import generator_defaults
-
         cfg_gen, self.generate_defaults, self.chat_default = generator_defaults(config, main)
         if policy is None:
             policy = cfg_gen.get("policy", policies.DEFAULT)
@@ -196,12 +186,11 @@ class Generator:
             compile = cfg_gen.get("compile", False)
         if cpu_linear is None:
             cpu_linear = cfg_gen.get("cpu_linear", "auto")
+        self.backend = backends.select_backend(main.device, cpu_linear, backend)
         self.forced_acceptance = forced_acceptance
         self.main = main
         self.vocab = main.get_input_embeddings().weight.shape[0]  # ids a pass may take
         self.attention = attention or cfg_gen.get("attention", "auto")
-        from .ops.packed import resolve_packed_implementation
-
         if self.attention != "auto":  # it must run on the main model's device
             resolve_packed_implementation(self.attention, main.device, planned=True)
         # 2) the policy (checked now, not mid-generation) and the drafter
@@ -212,7 +201,6 @@ class Generator:
         graphs = compile == "reduce-overhead"
         if static_shapes is None:
             static_shapes = graphs
-        self.backend = backends.select_backend(main.device, cpu_linear, backend)
         with locking.exclusive("Generator()"):  # not while a generation runs on them
             self.backend.prepare(self.models)
         forward = hf.forward_packed
@@ -451,9 +439,8 @@ class Generator:
         # 2) decoding steps until every row has finished (or the time budget is spent)
         if self.coord is not None:  # early stops too: the group's leader decides
             hooks = self.coord.shared_hooks(hooks)
-        while state.active():
+        while slots := state.active():
             t_step = time.perf_counter()
-            slots = state.active()
             stop = time_budget is not None and t_step - t0 > time_budget
             lengths = [0] * len(slots)
             if self.drafter is not None and not stop:
@@ -498,11 +485,12 @@ class Generator:
         rows = [state.rows[s] for s in slots]
         R = len(slots)
         # 2) draft
-        prop = Proposal.none(R)
         if any(lengths):
             call = DraftCall(params, gen, hooks.keep_drafting)
             prop = self.drafter.propose(slots, lengths, call)
             check_proposal(self.drafter, prop, lengths, params, self.vocab)
+        else:
+            prop = Proposal.none(R)
         t_verify = time.perf_counter()
         # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
         keyed = params.do_sample and self.forced_acceptance is None and prop.probs is None
@@ -603,6 +591,5 @@ class Generator:
         kw.setdefault("tokenizer", tokenizer)
         res = self.generate(prompts, **kw)
         stops = kw.get("stop_strings")
-        if stops is None:
-            stops = self.generate_defaults.get("stop_strings")
+        stops = self.generate_defaults.get("stop_strings") if stops is None else stops
         return decode_rows(tokenizer, res, stops)

@@ -192,7 +192,7 @@ def row_settings(config) -> dict:
 
 
 def cmd_generate(args) -> int:
-    from ..stopping import cut_at_stop
+    from ..stopping import decode_rows
 
     n = n_of(args)
     if args.batch_size is not None and args.batch_size < 1:
@@ -294,10 +294,10 @@ def cmd_generate(args) -> int:
                 raise error from exc
             progress.end_batch(len(batch) * max_new)
             records = []
-            for (i, s), seq, why in zip(batch, res.sequences, res.finish_reasons, strict=True):
-                text = tokenizer.decode(seq, skip_special_tokens=True)
-                if stops and why == "stop":
-                    text = cut_at_stop(text, stops)  # as generate_text: without the stop string
+            texts = decode_rows(tokenizer, res, stops)  # as generate_text: no stop string
+            for (i, s), seq, why, text in zip(
+                batch, res.sequences, res.finish_reasons, texts, strict=True
+            ):
                 records.append(
                     {
                         "prompt": str(prompts[i]),

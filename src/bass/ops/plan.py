@@ -101,6 +101,5 @@ class PackedPlan:
             cache[self.rows, :, self.slots] = vals.to(cache.dtype)
 
 
-
 #: Plan a packed pass (the constructor of :class:`PackedPlan`, under the name hf.py uses).
 plan_packed = PackedPlan
