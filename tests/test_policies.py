@@ -1,9 +1,7 @@
-"""Tests of bass.policies: the contract, the entry-point registry, the built-in policies
-(``bass`` against hand-computed traces of Algorithm 1) and bounds under random input.
-
-Nothing is installed: the ``bass.policies`` entry points are faked by monkeypatching
-``bass.policies.registry.entry_points``, the registry's only reader of installed metadata.
-"""
+"""Tests of bass.policies: the step statistics, the built-in policies (``bass`` against
+hand-computed traces of Algorithm 1, the others' traces, goodput's estimates), hooks
+bound from protocol policies, and bounds under random input. Loading (the entry-point
+registry, options) is tested in test_policy_registry.py."""
 
 from __future__ import annotations
 
@@ -12,11 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bass.policies import (
-    DraftContext,
-    StepStats,
-    bind,
-)
+from bass.policies import DraftContext, StepStats, bind
 from bass.policies.base import capabilities
 from bass.policies.builtin import (
     BassPolicy,
