@@ -1,7 +1,8 @@
-"""CUTLASS implementations ``pad`` and ``split`` of ``bass::ragged_attention`` (CUDA).
+"""``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT on CUTLASS (CUDA), selectable
+by name (not in ``auto``). Compiled by nvcc in CI; not yet run on a GPU.
 
 Both follow the BASS paper (arXiv 2404.15778, Fig. 4b/4c): two GEMMs with a masked softmax
-(:mod:`bass.ops.triton_softmax`) between them, per (batch row, KV head); the query heads
+(:mod:`bass.ops.cutlass_softmax`) between them, per (batch row, KV head); the query heads
 sharing a KV head are the ``G*T`` rows of one problem (GQA).
 
 * ``pad`` (``bass::ragged_attention_pad``): CUTLASS 3.x batched GEMMs (sm_90a, TMA +
@@ -15,7 +16,8 @@ sharing a KV head are the ``G*T`` rows of one problem (GQA).
   on the device by a tiny kernel, with no host read. It never reads past ``kv_len``.
 
 Both take float16/bfloat16 with ``D % 8 == 0``; other inputs (float32, float64, odd head
-dims) run the reference instead, so ``impl="auto"`` may pick them for any input. The
+dims) run the reference instead. A pass's tokens are gathered into rows padded to the
+longest row's query count (:func:`bass.ops.reference.row_slots`) and scattered back. The
 probabilities are rounded to the input dtype before the second GEMM (as in the paper and
 in flash attention); everything else accumulates in float32.
 
@@ -174,11 +176,8 @@ def unavailable_reason() -> str | None:
 
 
 def _reset() -> None:
-    from . import refresh_availability
-
     _load.cache_clear()
     _status.cache_clear()
-    refresh_availability()
 
 
 def build(arch: str | None = None, force: bool = False) -> Path:
@@ -268,13 +267,8 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def _unsupported(q: torch.Tensor) -> bool:
-    D = q.shape[-1]
-    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
-
-
 def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    from .triton_softmax import masked_softmax
+    from .cutlass_softmax import masked_softmax
 
     lib = _require()
     B, Hq, T, D = q.shape
@@ -309,7 +303,7 @@ def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    from .triton_softmax import masked_softmax
+    from .cutlass_softmax import masked_softmax
 
     lib = _require()
     B, Hq, T, D = q.shape
@@ -344,50 +338,52 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def _run(kind, q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    if _unsupported(q):
-        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
-    if q_lens.dtype != torch.int32 or kv_lens.dtype != torch.int32:
-        raise TypeError("q_lens and kv_lens must be int32 tensors")
     with torch.cuda.device(q.device):
-        out = (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
-    return out  # the op wrapper makes it contiguous (the contract and its fake)
+        return (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
 
 
-# --------------------------------------------------------------------------- ops & registration
+# The kernels as opaque ops on padded rows [B, Hq, T, D] (ctypes launches that Inductor
+# cannot see into), returning [B, Hq, T, D] contiguous.
+def _define(kind: str) -> None:
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: torch.Tensor,
+               kv_lens: torch.Tensor, scale: float) -> torch.Tensor:  # fmt: skip
+        return _run(kind, q, k, v, q_lens, kv_lens, scale).contiguous()
+
+    op = torch.library.custom_op(f"bass::ragged_attention_{kind}", kernel, mutates_args=(),
+                                 device_types="cuda")  # fmt: skip
+    op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
 
 
-def _define_ops() -> None:
-    from . import register_torch_implementation
+_define("pad")
+_define("split")
 
-    common = (
-        "; fp16/bf16 with D % 8 == 0 (other inputs run the reference); needs "
-        f"libbass_cutlass.so: {BUILD_HINT}"
-    )
-    # Neither is in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
-    # a GPU user gets the tested reference unless they ask for one by name.
-    register_torch_implementation(
-        "split",
-        functools.partial(_run, "split"),
-        devices=("cuda",),
-        available=available,
-        priority=5,
-        in_auto=False,
-        description="BASS-SPLIT: CUTLASS grouped GEMMs, one problem per (row, KV head), "
-        "Triton masked softmax, no host sync" + common,
-    )
-    register_torch_implementation(
-        "pad",
-        functools.partial(_run, "pad"),
-        devices=("cuda",),
-        available=available,
-        priority=4,
-        in_auto=False,
-        description="BASS-PAD: CUTLASS sm90 batched GEMMs over rows padded to the longest "
-        "kv_len (one host sync), Triton masked softmax" + common,
-    )
+
+def unsupported(q: torch.Tensor) -> bool:
+    """Inputs the kernels do not take (they run the reference): fp16/bf16 with D % 8 == 0
+    only."""
+    D = q.shape[-1]
+    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
+
+
+def prepare(plan) -> tuple:
+    """The gather into padded rows (the longest row's width) and the lengths."""
+    src, back = reference.row_slots(plan.starts, plan.q_lens, plan.width, plan.num_tokens)
+    return src, back, plan.starts, plan.q_lens, plan.kv_lens
+
+
+def runner(kind: str):
+    """``run`` of ``pad`` or ``split``: queries gathered into rows, the kernels, back."""
+    op = getattr(torch.ops.bass, f"ragged_attention_{kind}")
+
+    def run(state, q, k, v, scale: float) -> torch.Tensor:
+        src, back, starts, q_lens, kv_lens = state
+        if unsupported(q):
+            return reference.attention(q, k, v, starts, q_lens, kv_lens, scale)
+        rows = reference.to_rows(q, src).contiguous()  # [B, Hq, T, D]
+        return reference.from_rows(op(rows, k, v, q_lens, kv_lens, scale), back)
+
+    return run
 
 
 if __name__ == "__main__":
     sys.exit(main())
-else:
-    _define_ops()

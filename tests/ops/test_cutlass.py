@@ -28,9 +28,8 @@ import torch
 
 import bass
 from bass.ops import cutlass as bc
-from bass.ops import reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "cutlass_kernels"
 GENERATED = KERNELS / "generated"
 SCHEMA = "(Tensor q, Tensor k, Tensor v, Tensor q_lens, Tensor kv_lens, float scale) -> Tensor"
@@ -128,22 +127,20 @@ def test_loader_says_why_it_is_unavailable(tmp_path, monkeypatch, capsys):
     assert bc.library_path() == (None, f"{tmp_path / 'nope.so'} missing")
     assert bc.main(["status"]) == 0
     assert "available: False" in capsys.readouterr().out
-    assert "pad" not in bass.ops.available_implementations()
-    with pytest.raises(RuntimeError, match=r"'split' is not available.*bass.ops.cutlass build"):
-        bass.ops.resolve_implementation("split", torch.device("cuda"))
+    assert "pad" not in bass.ops.implementations()
+    with pytest.raises(RuntimeError, match=r"'split' is not available here \(no CUDA device"):
+        bass.ops.resolve("split", torch.device("cuda"))
 
 
 def test_ops_are_registered_with_schemas():
     for name in ("pad", "split"):
         op = getattr(torch.ops.bass, f"ragged_attention_{name}").default
         assert str(op._schema) == f"bass::ragged_attention_{name}{SCHEMA}"
-        impl = bass.ops._IMPLEMENTATIONS[name]
-        assert impl.op is op and impl.devices == ("cuda",)
-        assert impl.available is bc.available
-        assert "python -m bass.ops.cutlass build" in impl.description
-        assert bass.ops._IMPLEMENTATIONS["reference"].priority < impl.priority
-        fused = bass.ops._IMPLEMENTATIONS.get("fused")
-        assert fused is None or impl.priority < fused.priority
+        impl = bass.ops.plan.IMPLEMENTATIONS[name]
+        assert impl.devices == ("cuda",) and impl.unavailable is bc.unavailable_reason
+        assert not impl.single_launch and "not yet run on a GPU" in impl.description
+        for kind in bass.ops.PASS_KINDS:  # named explicitly only
+            assert bass.ops.resolve("auto", torch.device("cuda"), kind)[0].name != name
 
 
 @pytest.mark.parametrize("name", ["pad", "split"])
@@ -197,7 +194,7 @@ def softmax_interpreter_check() -> None:
 
         interpreter._patch_lang_tensor = patched
 
-    from bass.ops.triton_softmax import masked_softmax, masked_softmax_reference
+    from bass.ops.cutlass_softmax import masked_softmax, masked_softmax_reference
 
     g = torch.Generator().manual_seed(0)
     for B, Hkv, G, T, rows, per_row in SOFTMAX_CASES:
@@ -239,7 +236,7 @@ def test_masked_softmax_in_triton_interpreter():
     code = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {str(ROOT / "tests")!r})
+        sys.path.insert(0, {str(ROOT / "tests" / "ops")!r})
         import test_cutlass
         test_cutlass.softmax_interpreter_check()
         print("softmax ok")
@@ -315,7 +312,7 @@ def _gpu_case(name, dtype, seed=0):
 
 def _check(out, args):
     q, k, v, ql, kl, scale = args
-    expected = reference.ragged_attention(q, k, v, ql, kl, scale)
+    expected = torch.ops.bass.ragged_attention(q, k, v, ql, kl, scale, "reference")
     assert out.shape == q.shape and out.dtype == q.dtype and not out.isnan().any()
     tol = GPU_TOL[q.dtype] * max(1.0, float(v.abs().max()))
     torch.testing.assert_close(out.float(), expected.float(), rtol=GPU_TOL[q.dtype], atol=tol)
@@ -371,7 +368,8 @@ def test_gpu_strided_inputs_and_fallback(name):
     _check(out, args)
     f32 = (q.float(), k.float(), v.float(), ql, kl, scale)
     assert torch.equal(
-        torch.ops.bass.ragged_attention(*f32, impl=name), reference.ragged_attention(*f32)
+        torch.ops.bass.ragged_attention(*f32, impl=name),
+        torch.ops.bass.ragged_attention(*f32, impl="reference"),
     )
 
 
