@@ -180,6 +180,34 @@ SOFTMAX_CASES = [
 ]
 
 
+def masked_softmax_reference(
+    scores: torch.Tensor,
+    q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    *,
+    heads_kv: int,
+    q_len: int,
+    group: int,
+    scale: float,
+    n_keys: int,
+) -> torch.Tensor:
+    """What :func:`masked_softmax` writes (keys ``< n_keys``, every column), in torch.
+
+    The kernel's twin (in the Triton interpreter on CPU, or on a GPU).
+    """
+    n_problems, rows, ld = scores.shape
+    b = torch.arange(n_problems, device=scores.device) // heads_kv
+    ql = q_lens.to(torch.long)[b][:, None, None]
+    kl = kv_lens.to(torch.long)[b][:, None, None]
+    s = torch.arange(rows, device=scores.device)[None, :, None]
+    r = torch.arange(ld, device=scores.device)[None, None, :]
+    t = r % q_len
+    seen = (r < group * q_len) & (t < ql) & (s <= kl - ql + t) & (s < n_keys)
+    x = torch.where(seen, scores * scale, torch.tensor(float("-inf"), device=scores.device))
+    probs = torch.softmax(x, dim=1)
+    return torch.where(seen, probs, torch.zeros((), device=scores.device))
+
+
 def softmax_interpreter_check() -> None:
     """Run the masked softmax kernel on CPU tensors (call under TRITON_INTERPRET=1)."""
     import numpy as np
@@ -194,7 +222,7 @@ def softmax_interpreter_check() -> None:
 
         interpreter._patch_lang_tensor = patched
 
-    from bass.ops.cutlass_softmax import masked_softmax, masked_softmax_reference
+    from bass.ops.cutlass_softmax import masked_softmax
 
     g = torch.Generator().manual_seed(0)
     for B, Hkv, G, T, rows, per_row in SOFTMAX_CASES:

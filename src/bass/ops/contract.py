@@ -105,9 +105,17 @@ def check_lengths_tensor(name: str, t, size: int, what: str = "[B]", why: str = 
         raise ValueError(f"{name} must have shape {what} = [{size}]{why}, got {_shape(t)}")
 
 
-def _check_cu(cu, B: int) -> None:
-    why = f" (row offsets, starting at 0; B = {B} rows in the cache)"
-    check_lengths_tensor("cu_q_lens", cu, B + 1, "[B+1]", why)
+def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **tensors) -> None:
+    """``rows``: ``(name, tensor)`` of the per-row counts (``cu_q_lens`` ``[B+1]`` when
+    ``packed``), ``other``: the ``[B]`` lengths; all on the device of ``tensors``."""
+    name, lens = ("cu_q_lens", rows[1]) if packed else rows
+    if packed:
+        why = f" (row offsets, starting at 0; B = {B} rows in the cache)"
+        check_lengths_tensor(name, lens, B + 1, "[B+1]", why)
+    else:
+        check_lengths_tensor(name, lens, B)
+    check_lengths_tensor(*other, B)
+    _check_same_device(**tensors, **{name: lens, other[0]: other[1]})
 
 
 def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
@@ -164,13 +172,7 @@ def check_attention(q, k, v, lens, kv_lens, scale, packed: bool) -> None:
             f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv}) "
             f"(GQA/MQA): q is {q_layout}, k/v are {kv_layout}"
         )
-    if packed:
-        _check_cu(lens, B)
-    else:
-        check_lengths_tensor("q_lens", lens, B)
-    check_lengths_tensor("kv_lens", kv_lens, B)
-    name = "cu_q_lens" if packed else "q_lens"
-    _check_same_device(q=q, k=k, v=v, **{name: lens}, kv_lens=kv_lens)
+    _check_length_tensors(packed, B, ("q_lens", lens), ("kv_lens", kv_lens), q=q, k=k, v=v)
     if not isinstance(scale, (int, float)) or scale != scale or abs(scale) == float("inf"):
         raise ValueError(f"scale must be a finite float, got {scale!r}")
 
@@ -198,16 +200,8 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
         )
     if not packed and T > S:
         raise ValueError(f"cannot append T={T} tokens to a cache of S={S} slots")
-    if packed:
-        _check_cu(lens, B)
-    else:
-        check_lengths_tensor("new_lens", lens, B)
-    check_lengths_tensor("cache_lens", cache_lens, B)
-    name = "cu_q_lens" if packed else "new_lens"
-    _check_same_device(
-        k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new, **{name: lens},
-        cache_lens=cache_lens,
-    )  # fmt: skip
+    tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
+    _check_length_tensors(packed, B, ("new_lens", lens), ("cache_lens", cache_lens), **tensors)
 
 
 def q_lens_of_cu(op: str, cu: Sequence[int], N: int, n_name: str = "q.shape[2]") -> list[int]:

@@ -15,7 +15,7 @@ Keys ``s < n_keys`` are written, where ``n_keys`` is the padded length for ``pad
 ``kv_lens[b]`` for ``split`` (``per_row_keys=True``); columns ``r < ld`` are written.
 
 ``bass`` imports this module only when a CUTLASS op runs; it imports without Triton
-(then :func:`masked_softmax` raises).
+(then :func:`masked_softmax` raises). Its torch twin is in ``tests/ops/test_cutlass.py``.
 """
 
 from __future__ import annotations
@@ -147,31 +147,3 @@ def masked_softmax(
         BLOCK_S=block_s,
         BLOCK_R=block_r,
     )
-
-
-def masked_softmax_reference(
-    scores: torch.Tensor,
-    q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    *,
-    heads_kv: int,
-    q_len: int,
-    group: int,
-    scale: float,
-    n_keys: int,
-) -> torch.Tensor:
-    """What :func:`masked_softmax` writes (keys ``< n_keys``, every column), in torch.
-
-    Used by the tests to check the kernel (in the Triton interpreter on CPU, or on a GPU).
-    """
-    n_problems, rows, ld = scores.shape
-    b = torch.arange(n_problems, device=scores.device) // heads_kv
-    ql = q_lens.to(torch.long)[b][:, None, None]
-    kl = kv_lens.to(torch.long)[b][:, None, None]
-    s = torch.arange(rows, device=scores.device)[None, :, None]
-    r = torch.arange(ld, device=scores.device)[None, None, :]
-    t = r % q_len
-    seen = (r < group * q_len) & (t < ql) & (s <= kl - ql + t) & (s < n_keys)
-    x = torch.where(seen, scores * scale, torch.tensor(float("-inf"), device=scores.device))
-    probs = torch.softmax(x, dim=1)
-    return torch.where(seen, probs, torch.zeros((), device=scores.device))
