@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from . import hf
+from . import hf, plugins
 from .cache import RaggedKVCache
+from .errors import PluginLoadError
 from .sampling import SamplingParams, sample, warp_probs
 
 if TYPE_CHECKING:
@@ -461,21 +462,19 @@ class NGramDrafter(Drafter):
 # --------------------------------------------------------------------------- plugins
 
 
-class DrafterLoadError(ImportError):
+class DrafterLoadError(PluginLoadError):
     """A registered drafter's entry point could not be imported or is not a drafter
     (the original exception, if any, is chained)."""
 
 
 def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     """The installed entry points of group ``bass.drafters`` (the test seam)."""
-    return importlib.metadata.entry_points(group=GROUP)
+    return plugins.entry_points(GROUP)
 
 
 def available() -> dict[str, importlib.metadata.EntryPoint]:
     """Installed drafters, name -> entry point, sorted by name."""
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for ep in entry_points():
-        found.setdefault(ep.name, ep)
+    found = plugins.available(GROUP, entry_points())
     found.setdefault("ngram", None)  # built in, also when bass runs from a source tree
     return dict(sorted(found.items()))
 
@@ -493,19 +492,44 @@ def load(name: str) -> Drafter:
     if ep is None:
         return NGramDrafter()
     try:
-        target = ep.load()
+        target = plugins.load_target("drafter", GROUP, name, ep)
+    except PluginLoadError as exc:
+        raise DrafterLoadError(str(exc), plugin=name) from exc.__cause__
+    if plugins.is_builtin(target):
         drafter = target()
-    except Exception as exc:  # any import-time or construction failure of a plugin
-        raise DrafterLoadError(
-            f"drafter {name!r} (entry point {ep.value!r}) failed to load: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+    else:
+        drafter = plugins.build("drafter", plugins.describe("drafter", target, name, ep), target)
     if not isinstance(drafter, Drafter):
         raise DrafterLoadError(
             f"drafter {name!r} (entry point {ep.value!r}) built a {type(drafter).__name__}, "
-            "not a bass.drafters.Drafter"
+            "not a bass.drafters.Drafter",
+            plugin=name,
         )
-    return drafter
+    return _Guarded(drafter, plugins.describe("drafter", drafter, name, ep))
+
+
+class _Guarded(Drafter):
+    """Another package's drafter, each hook's exceptions reported as the drafter's
+    (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...)."""
+
+    def __init__(self, inner: Drafter, who: str):
+        self.inner, self.who = inner, who
+        self.name, self.deterministic = inner.name, inner.deterministic
+        self.model = inner.model
+        for hook in ("start", "signals", "propose", "commit", "compact"):
+            setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def guarded(drafter: Drafter) -> Drafter:
+    """``drafter`` with its hooks' failures named (another package's), or as is (bass's)."""
+    if plugins.is_builtin(drafter) or isinstance(drafter, _Guarded):
+        return drafter
+    if type(drafter).propose is Drafter.propose:  # refused when built, not at a step
+        raise NotImplementedError(f"{type(drafter).__name__} must implement propose()")
+    return _Guarded(drafter, plugins.describe("drafter", drafter, drafter.name))
 
 
 def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None:
@@ -520,7 +544,7 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
     if isinstance(draft, Drafter):
         if draft.model is not None and not isinstance(draft, ModelDrafter):
             _check_vocab(main, draft.model, None)
-        return draft
+        return guarded(draft)
     if isinstance(draft, str):  # "none" as in the config file and the command line
         name = draft.strip()
         return None if name == "none" else load(name)

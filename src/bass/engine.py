@@ -196,7 +196,8 @@ class Generator:
         # 2) the policy (checked now, not mid-generation) and the drafter
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()
-        self.drafter: Drafter | None = make_drafter(draft, main, shared_vocab)
+        # its hooks' failures named as its own when it is another package's (bass.plugins)
+        self._drafting: Drafter | None = make_drafter(draft, main, shared_vocab)
         # 3) how passes run: compiled or not, static shapes, the device's tuning
         graphs = compile == "reduce-overhead"
         if static_shapes is None:
@@ -231,6 +232,12 @@ class Generator:
             from .distributed import coordinator_for
 
             self.coord = coordinator_for(main)
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter: the one given (a draft model's :class:`bass.drafters.ModelDrafter`,
+        an n-gram drafter, yours), or ``None`` for regular decoding."""
+        return getattr(self._drafting, "inner", self._drafting)
 
     @property
     def models(self) -> list[torch.nn.Module]:
@@ -368,6 +375,7 @@ class Generator:
             try:
                 for model in models:
                     hf.prepare(model, need)  # a window is checked against real positions
+                self.backend.refresh(models)  # weights may have changed since, in any way
                 # The engine builds valid lengths by construction (tests check the invariant
                 # every step); skip the ops' host-side range checks in the hot loop.
                 with length_checks(False), compat.generation_mode(models):
@@ -426,7 +434,7 @@ class Generator:
         stats.prefill_passes = passes
         stats.prefill_tokens = sum(map(len, prompts))
         if self.drafter is not None:
-            stats.draft_passes += self.drafter.start(state, self.passes, max_len, device)
+            stats.draft_passes += self._drafting.start(state, self.passes, max_len, device)
         state.append(list(range(B)), [[t] for t in host[:B]])
         stats.prefill_seconds = time.perf_counter() - t0
         if self.passes.bucket is not None:  # CUDA graphs: buffers' addresses must not move
@@ -467,7 +475,7 @@ class Generator:
         proposes at most that)."""
         rows = [state.rows[s] for s in slots]
         caps = [state.remaining(s) - 1 for s in slots]  # the main model adds one token
-        signals = self.drafter.signals(slots, [min(c, MAX_LOOKUP) for c in caps])
+        signals = self._drafting.signals(slots, [min(c, MAX_LOOKUP) for c in caps])
         ctx = DraftContext(
             rows=rows,
             max_draft=caps,
@@ -487,7 +495,7 @@ class Generator:
         # 2) draft
         if any(lengths):
             call = DraftCall(params, gen, hooks.keep_drafting)
-            prop = self.drafter.propose(slots, lengths, call)
+            prop = self._drafting.propose(slots, lengths, call)
             check_proposal(self.drafter, prop, lengths, params, self.vocab)
         else:
             prop = Proposal.none(R)
@@ -521,7 +529,7 @@ class Generator:
         # 5) commit: rows append [d_1..d_a, next]; the main cache keeps [last, d_1..d_a]
         #    (its lengths follow from the rows: BatchState.cache_lens), the drafter rolls back
         if self.drafter is not None:
-            self.drafter.commit(slots, accepted)
+            self._drafting.commit(slots, accepted)
         state.append(slots, [[*drafts[r][: accepted[r]], next_tokens[r]] for r in range(R)])
         # 6) the step's record -> statistics and the policy
         rec = StepRecord(
@@ -568,7 +576,7 @@ class Generator:
             return
         self.cache.compact(keep)
         if self.drafter is not None:
-            self.drafter.compact(keep)
+            self._drafting.compact(keep)
         state.compact(keep)
 
     def generate_text(

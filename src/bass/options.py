@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import option_kinds as kinds
+from .errors import OptionError
 from .option_kinds import DTYPES, Refused, show
 
 __all__ = [
@@ -43,16 +44,6 @@ __all__ = [
 
 #: What ``temperature`` must be when sampling (a check between two options).
 SAMPLING_TEMPERATURE = "a number > 0 when do_sample is true (do_sample = false is greedy decoding)"
-
-
-class OptionError(TypeError, ValueError):
-    """A value an option does not allow (a wrong type or a value out of range: both a
-    ``TypeError`` and a ``ValueError``); the message names the option, the value and what
-    is allowed. ``option`` and ``value`` are kept on the exception."""
-
-    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
-        super().__init__(message)
-        self.option, self.value = option, value
 
 
 @dataclass(frozen=True)

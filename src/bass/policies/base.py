@@ -25,6 +25,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from .. import plugins
+from ..errors import OptionError, PluginOutputError
+
 __all__ = [
     "DraftContext",
     "DraftLengthPolicy",
@@ -185,35 +188,44 @@ class DraftContext:
 
 
 def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
-    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``:
-    its ``draft_lengths(ctx)``, or for a policy with only ``draft_length()`` (the older
-    contract, or :class:`Policy`'s default ``draft_lengths``) that one length for every
-    row. A length above the row's cap is capped; a wrong number of lengths, or a length
-    that is negative, a bool or not an integer, is a ``ValueError`` that names the policy
-    (and the row). Called every step: the messages are built only for a bad value."""
-    per_row = getattr(policy, "draft_lengths", None)
+    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``
+    (:func:`bind`'s ``draft_lengths``, for a single call)."""
+    return bind(policy).draft_lengths(ctx)
+
+
+def _per_row(policy: Any):
+    """``policy``'s own ``draft_lengths`` method, or ``None`` where it has only
+    ``draft_length()`` (or :class:`Policy`'s default, one length for every row)."""
     if isinstance(policy, Policy) and type(policy).draft_lengths is Policy.draft_lengths:
-        per_row = None  # the base class's default: one length for every row
+        return None
+    return getattr(policy, "draft_lengths", None)
+
+
+def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
+    """One draft length per row of ``ctx`` from ``per_row(ctx)`` or, without it, the one
+    ``single()`` for every row; capped at ``ctx.max_draft``. A wrong number of lengths, or
+    a length that is negative, a bool or not an integer, is a
+    :class:`~bass.errors.PluginOutputError` that names the policy (and the row). Called
+    every step: the messages are built only for a bad value."""
     if per_row is None:
-        k = policy.draft_length()
+        k = single()
         if type(k) is not int or k < 0:
-            k = _length(k, f"{_policy_name(policy)}.draft_length() returned")
+            k = _length(k, f"{name}.draft_length() returned")
         return [min(k, c) for c in ctx.max_draft]
     got = per_row(ctx)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
-        raise ValueError(
-            f"policy {_policy_name(policy)}.draft_lengths returned {got!r}; expected a "
-            f"sequence of {ctx.num_rows} draft lengths (integers >= 0), one per active row"
+        raise PluginOutputError(
+            f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
+            f"{ctx.num_rows} draft lengths (integers >= 0), one per active row"
         )
     ks = list(got)
     if len(ks) != ctx.num_rows:
-        raise ValueError(
-            f"policy {_policy_name(policy)}.draft_lengths returned {len(ks)} lengths "
-            f"for {ctx.num_rows} active rows"
+        raise PluginOutputError(
+            f"policy {name}.draft_lengths returned {len(ks)} lengths for {ctx.num_rows} active rows"
         )
     for r, k in enumerate(ks):
         if type(k) is not int or k < 0:
-            said = f"{_policy_name(policy)}.draft_lengths returned, for row {r} (prompt "
+            said = f"{name}.draft_lengths returned, for row {r} (prompt "
             ks[r] = _length(k, said + f"{ctx.rows[r]}),")
     return [min(k, c) for k, c in zip(ks, ctx.max_draft)]
 
@@ -235,7 +247,7 @@ def _length(k: Any, said: str) -> int:
     except TypeError:
         n = None
     if n is None or n < 0:
-        raise ValueError(
+        raise PluginOutputError(
             f"policy {said} {k!r}; a draft length must be an integer >= 0 (0: no drafting "
             "this step); lengths above what a row may still draft are capped"
         )
@@ -355,8 +367,6 @@ def validate_options(policy: Any) -> None:
     def fail(f: dataclasses.Field[Any], value: Any) -> None:
         default = f.default is not dataclasses.MISSING and value == f.default
         got = f"{value!r}, its default: set {f.name} too" if default else repr(value)
-        from ..options import OptionError  # a ValueError (and a TypeError), as every option's
-
         raise OptionError(
             f"policy {name!r}: option {f.name!r} must be {_allowed_text(policy, f.metadata)}, "
             f"got {got} (options: {_options_text(policy)})",
@@ -513,4 +523,19 @@ def bind(policy: Any) -> PolicyHooks:
             def keep(probs, index, rows, _old=old):  # the older two-argument contract
                 return _old(probs, index)
 
-    return PolicyHooks(policy, lambda ctx: lengths_for(policy, ctx), policy.update, keep)
+    name, per_row, update = _policy_name(policy), _per_row(policy), policy.update
+    single = None if per_row is not None else policy.draft_length
+    if not plugins.is_builtin(policy):  # what another package's policy raises is its own
+        who = plugins.describe("policy", policy, getattr(type(policy), "name", None) or None)
+        if per_row is not None:
+            per_row = plugins.guard(who, "draft_lengths", per_row)
+        else:
+            single = plugins.guard(who, "draft_length", single)
+        update = plugins.guard(who, "update", update)
+        if keep is not None:
+            keep = plugins.guard(who, "keep_drafting", keep)
+
+    def lengths(ctx: DraftContext) -> list[int]:
+        return _checked_lengths(name, per_row, single, ctx)
+
+    return PolicyHooks(policy, lengths, update, keep)
