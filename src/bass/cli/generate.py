@@ -13,12 +13,14 @@ stopped; the rows must come from the same prompts, ``--n`` and settings: see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 from . import scaleout
 from .errors import UsageError, add_note, flag_error
+from .filelock import command_line, lock_outputs
 from .loading import encode, load_models, make_generator, use_chat
 from .progress import Progress
 from .report import comparison_text, merge_stats, plot_steps, summary_text
@@ -192,6 +194,11 @@ def row_settings(config) -> dict:
 
 
 def cmd_generate(args) -> int:
+    with contextlib.ExitStack() as held:  # the output files' locks, until the command ends
+        return _generate(args, held)
+
+
+def _generate(args, held: contextlib.ExitStack) -> int:
     from ..stopping import decode_rows
 
     n = n_of(args)
@@ -208,6 +215,9 @@ def cmd_generate(args) -> int:
             "(drafting off): choose a drafter (--draft ngram or a draft model) or drop --compare"
         )
     out_path = _check_paths(args, config)
+    outputs = {"--output": args.output, "--plot": args.plot}
+    who = getattr(args, "command_line", None) or command_line(None)
+    scale.first(lambda: lock_outputs(held, outputs, who))  # one writer per file: rank 0's
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)

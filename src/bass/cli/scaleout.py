@@ -12,7 +12,8 @@ finishes, as one process does. With several groups, each group's first rank appe
 finished rows to ``OUTPUT.rank<r>`` (kept through a failure, read by ``--resume``); at the
 end rank 0 merges every row into ``--output`` in prompt order, removes the shards, and
 prints the completions and one summary over all ranks. Every record carries the ``rank``
-that generated it. Only rank 0 prints progress and the summary.
+that generated it. Only rank 0 prints progress and the summary. Rank 0 holds the output's
+lock (:mod:`bass.cli.filelock`) for the whole job.
 """
 
 from __future__ import annotations
@@ -65,6 +66,31 @@ class Scaleout:
 
     def shard_paths(self, out: Path) -> list[Path]:
         return [self.shard_path(out, r) for r in range(0, self.topo.world, self.topo.tp)]
+
+    def first(self, fn) -> None:
+        """``fn()`` on rank 0 while every other rank waits; an error it raises ends every
+        rank (a :class:`UsageError` with its own words), where the others would go on alone
+        or wait for rank 0 forever."""
+        error = None
+        if self.topo.is_main:
+            try:
+                fn()
+            except Exception as exc:  # shared before it is raised: no rank waits for rank 0
+                error = exc
+        if self.active:
+            import torch.distributed as dist
+
+            from .. import distributed
+
+            said: list = [None] * self.topo.world
+            told = None if error is None else (isinstance(error, UsageError), str(error))
+            group = distributed.control_group(range(self.topo.world))
+            dist.all_gather_object(said, told, group=group)
+            if error is None and said[0] is not None:
+                usage, text = said[0]
+                error = UsageError(text) if usage else RuntimeError(f"rank 0 failed: {text}")
+        if error is not None:
+            raise error
 
     def gather(self, value):
         """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere."""
