@@ -222,10 +222,8 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     if scale.prints:
         note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
-    if args.resume and scale.sharded:  # the shards of a stopped run join --output first
-        if scale.topo.is_main:
-            scale.merge(out_path)
-        scale.gather(None)  # every rank waits for the merge
+    if args.resume:  # the shards of a stopped data-parallel run join --output first
+        scale.first(lambda: scaleout.merge(out_path))
     done, unchecked = read_done(out_path, prompts, n, settings) if args.resume else (set(), 0)
     if unchecked and scale.prints:
         print(
@@ -279,8 +277,11 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     progress = Progress(todo_rows * max_new, enabled and scale.prints)
     results = None
     if out_path is not None and scale.writes:
+        # as one process: --output replaced (with the shards of an earlier run), or resumed
+        if scale.topo.is_main and not args.resume:
+            scale.replace(out_path)
         target = scale.shard_path(out_path) if scale.sharded else out_path
-        results = ResultsFile(target, args.resume or scale.sharded)
+        results = ResultsFile(target, args.resume)
     batch_stats, reasons, written, kept, compared = [], [], 0, [], []
     if plain is not None:  # first-use costs (allocations, layouts) land on neither run
         for g in (plain, gen):
@@ -346,7 +347,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         if parts is None:
             return 0
         if out_path is not None:
-            scale.merge(out_path)
+            scaleout.merge(out_path)
         every = sorted(
             (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
         )
