@@ -81,7 +81,8 @@ _GENERATION_FLAGS = [
 _GENERATE_FLAGS = [
     ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
                         "field per line) or text, one prompt per line (.txt or any other "
-                        "suffix but .json)"}),
+                        "suffix but .json); - (or /dev/stdin) reads text lines from "
+                        "standard input"}),
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),

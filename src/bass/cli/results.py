@@ -96,6 +96,8 @@ def check_not_inputs(outputs: dict[str, str | None], inputs: dict[str, str | Non
     destroy the input."""
     given = {flag: Path(path) for flag, path in outputs.items() if path}
     sources = {what: Path(path) for what, path in inputs.items() if path}
+    # a pipe or a terminal read as input (/dev/stdin) holds nothing a write could destroy
+    sources = {w: p for w, p in sources.items() if p.is_file() or p.is_dir() or not p.exists()}
     for flag, out in given.items():
         for what, src in sources.items():  # a model name that is no path is no file here
             inside = src.is_dir() and out.exists() and out.resolve().is_relative_to(src.resolve())
