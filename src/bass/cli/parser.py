@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import re
 from typing import NoReturn
 
-__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "unescape"]
+__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "unescape", "version_text"]
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 
@@ -118,10 +120,20 @@ def _add(p: argparse.ArgumentParser, title: str, flags: list) -> None:
         group.add_argument(*((flag,) if isinstance(flag, str) else flag), **kwargs)
 
 
+def version_text() -> str:
+    """``bass --version``: the version, where this bass runs from and on which Python (a
+    source tree and an installed copy are told apart)."""
+    import bass
+
+    where = os.path.dirname(os.path.abspath(bass.__file__))
+    return f"bass {bass.__version__} from {where} (Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="bass", description="Batched speculative decoding (BASS, arXiv 2404.15778)."
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     gen = sub.add_parser(
         "generate",
