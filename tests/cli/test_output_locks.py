@@ -135,3 +135,53 @@ def test_resume_refuses_a_file_with_a_row_twice(model_dir, tmp_path, capsys):
         "lines, or rerun without --resume to start over"
     )
     assert out.read_text() == before
+
+
+def test_where_no_lock_file_can_be_made_the_file_itself_is_locked(tmp_path, monkeypatch):
+    """A directory the user may not write (root is never refused: os.open is made to)."""
+    import errno
+    import os
+
+    from bass.cli.errors import UsageError
+
+    real_open = os.open
+
+    def no_lock_files(path, flags, *mode):
+        if str(path).endswith(".lock"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *mode)
+
+    monkeypatch.setattr(os, "open", no_lock_files)
+    out = tmp_path / "out.jsonl"
+    out.write_text("kept\n")
+    with OutputLock(out, "--output", "bass generate a -o out.jsonl"):
+        with pytest.raises(UsageError) as refused:
+            OutputLock(out, "--output", "bass generate b -o out.jsonl").acquire()
+        assert str(refused.value) == (
+            f"--output {out} is being written by another bass run (its details are not "
+            f"known; lock file {out}); a file takes one writer at a time: wait for that run "
+            "to end (or stop it), or choose another --output"
+        )
+    with OutputLock(out, "--output", "bass generate b -o out.jsonl"):  # released: free
+        pass
+    assert out.read_text() == "kept\n" and sorted(os.listdir(tmp_path)) == ["out.jsonl"]
+
+
+def test_a_file_system_without_locks_is_written_with_a_note(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    import bass.cli.filelock
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(bass.cli.filelock.fcntl, "flock", no_locks)
+    out = tmp_path / "out.jsonl"
+    with OutputLock(out, "--output", "bass generate a -o out.jsonl"):
+        pass
+    assert capsys.readouterr().err == (
+        f"bass: note: --output {out}: its file system cannot lock files; nothing stops a "
+        "second run from writing it at the same time\n"
+    )
+    assert os.listdir(tmp_path) == []  # its lock file not left behind

@@ -17,7 +17,8 @@ the lock; a run that takes a lock then checks that the file it locked is still t
 that path (not one just removed), so two runs never hold locks on two files of one name.
 
 Files that are not regular files (``/dev/null``) are not locked: they take any number of
-writers. Without ``fcntl`` (Windows) nothing is locked.
+writers. Without ``fcntl`` (Windows) nothing is locked, nor on a file system that cannot
+lock (a note says so).
 """
 
 from __future__ import annotations
@@ -74,14 +75,25 @@ class OutputLock:
         lock = self.target.with_name(self.target.name + LOCK_SUFFIX)
         for _ in range(100):  # more than one turn only when a holder removed it meanwhile
             fd, beside = self._open(lock)
-            if fd is None:
-                return
             try:
-                if not self._lock(fd, lock if beside else None):
-                    continue
+                took = self._lock(fd, lock if beside else None)
             except BaseException:
                 os.close(fd)
                 raise
+            if took == "again":
+                os.close(fd)
+                continue
+            if took == "unsupported":
+                if beside and os.fstat(fd).st_size == 0:  # made just now, by this run
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock)
+                os.close(fd)
+                print(
+                    f"bass: note: {self.flag} {self.path}: its file system cannot lock files; "
+                    "nothing stops a second run from writing it at the same time",
+                    file=sys.stderr,
+                )
+                return
             self.fd, self.lock_path = fd, lock if beside else None
             if beside:
                 self._claim(fd, lock)
@@ -90,7 +102,7 @@ class OutputLock:
             f"{self.flag} {self.path}: could not take its lock {lock}; try again"
         )
 
-    def _open(self, lock: Path) -> tuple[int | None, bool]:
+    def _open(self, lock: Path) -> tuple[int, bool]:
         """A descriptor to lock: ``lock``'s, or the output's own where ``lock`` cannot be
         made (a directory the user may not write); ``(fd, beside)``."""
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
@@ -98,7 +110,9 @@ class OutputLock:
             return os.open(lock, flags, 0o644), True
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and self.target.is_file():
-                return os.open(self.target, os.O_RDONLY | os.O_CLOEXEC), False
+                for mode in (os.O_RDONLY, os.O_WRONLY | os.O_APPEND):  # never truncating
+                    with contextlib.suppress(OSError):
+                        return os.open(self.target, mode | os.O_CLOEXEC), False
             what = {
                 errno.ELOOP: "it is a symbolic link",
                 errno.EISDIR: "it is a directory",
@@ -109,12 +123,15 @@ class OutputLock:
                 f"another {self.flag}"
             ) from None
 
-    def _lock(self, fd: int, lock: Path | None) -> bool:
-        """Take the lock on ``fd`` or refuse, naming the holder; False when ``lock`` (the
-        path) no longer names the file ``fd`` is (its holder removed it): try again."""
+    def _lock(self, fd: int, lock: Path | None) -> str:
+        """Take the lock on ``fd`` (``"locked"``) or refuse, naming the holder;
+        ``"again"`` when ``lock`` (the path) no longer names the file ``fd`` is (its holder
+        removed it), ``"unsupported"`` on a file system without locks."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP):
+                return "unsupported"
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise UsageError(
                     f"{self.flag} {self.path}: cannot lock it: {exc.strerror}; choose another "
@@ -122,16 +139,13 @@ class OutputLock:
                 ) from None
             raise UsageError(self._busy(fd, lock)) from None
         if lock is None:
-            return True
+            return "locked"
         try:
             now = os.stat(lock, follow_symlinks=False)
         except FileNotFoundError:
-            now = None
+            return "again"
         mine = os.fstat(fd)
-        if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
-            os.close(fd)
-            return False
-        return True
+        return "locked" if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino) else "again"
 
     def _claim(self, fd: int, lock: Path) -> None:
         """Write this run's details into the lock file ``fd`` holds, unless the file is
