@@ -1,14 +1,14 @@
 """``bass generate``: batched speculative generation for prompts, with a summary of the run.
 
-Nothing finished is lost: every path the command writes is checked before any model
-loads, and every prompt (its text, then its length against the model's context) before
-the first batch; each batch's rows are printed, then appended to ``--output`` (unbuffered),
-as soon as the batch finishes, so a failure in a later batch, a failed write or Ctrl-C
-keeps every finished row, and the last line says how many were written. ``--resume``
-skips the rows ``--output`` already holds (a rerun of the same command continues where it
-stopped; the rows must come from the same prompts, ``--n`` and settings: see
-:func:`row_settings`). Errors name a prompt by where it came from: its line in
-``--prompts-file`` or its position among the PROMPTs.
+Nothing finished is lost: every path the command writes is checked and locked (one writer
+per file: :mod:`bass.cli.filelock`) before any model loads, and every prompt (its text,
+then its length against the model's context) before the first batch; each batch's rows
+are printed, then appended to ``--output`` (unbuffered), as soon as the batch finishes, so
+a failure in a later batch, a failed write or Ctrl-C keeps every finished row, and the
+last line says how many were written. ``--resume`` skips the rows ``--output`` already
+holds (a rerun of the same command continues where it stopped; the rows must come from
+the same prompts, ``--n`` and settings: see :func:`row_settings`). Errors name a prompt by
+where it came from: its line in ``--prompts-file`` or its position among the PROMPTs.
 """
 
 from __future__ import annotations
