@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from . import ops
 
+#: The version (``bass --version``; pyproject reads it from here). The distribution on the
+#: package index is ``bass-decoding``: ``bass`` there is an unrelated project.
 __version__ = "0.1.0"
 
 _LAZY = {

@@ -290,8 +290,9 @@ def read_toml(path: str | os.PathLike) -> dict:
             "install it with: pip install tomli"
         )
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        # a UTF-8 byte-order mark (Windows editors write one) is not TOML: read past it
+        text = path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        return tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; check the path") from None
     except IsADirectoryError:

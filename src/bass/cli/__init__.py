@@ -33,6 +33,7 @@ import traceback
 # Besides what main needs: the names the single-module bass.cli had (the noqa ones).
 from ..config import ConfigError
 from .errors import UsageError, notes
+from .filelock import command_line
 from .generate import cmd_generate, read_prompts  # noqa: F401
 from .info import cmd_bench, cmd_ops, cmd_policies
 from .loading import encode, load_models, make_generator, use_chat  # noqa: F401
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2)
         return exc.code if isinstance(exc.code, int) else 2
+    args.command_line = command_line(argv)  # for the lock files: who writes an output
     commands = {
         "generate": cmd_generate,
         "policies": cmd_policies,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import re
 from typing import NoReturn
 
-__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "unescape"]
+__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "unescape", "version_text"]
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 
@@ -81,7 +83,8 @@ _GENERATION_FLAGS = [
 _GENERATE_FLAGS = [
     ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
                         "field per line) or text, one prompt per line (.txt or any other "
-                        "suffix but .json)"}),
+                        "suffix but .json); - (or /dev/stdin) reads text lines from "
+                        "standard input"}),
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),
@@ -117,10 +120,20 @@ def _add(p: argparse.ArgumentParser, title: str, flags: list) -> None:
         group.add_argument(*((flag,) if isinstance(flag, str) else flag), **kwargs)
 
 
+def version_text() -> str:
+    """``bass --version``: the version, where this bass runs from and on which Python (a
+    source tree and an installed copy are told apart)."""
+    import bass
+
+    where = os.path.dirname(os.path.abspath(bass.__file__))
+    return f"bass {bass.__version__} from {where} (Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="bass", description="Batched speculative decoding (BASS, arXiv 2404.15778)."
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     gen = sub.add_parser(
         "generate",
