@@ -553,6 +553,7 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
             f"draft must be a causal LM (a transformers model), a bass.drafters.Drafter, a "
             f"drafter's name ({', '.join(available())}) or None, got {type(draft).__name__}"
         )
+    hf.check_loaded(draft, "draft")
     tokens = _check_vocab(main, draft, shared_vocab)
     return ModelDrafter(draft, tokens=tokens, out_vocab=_vocab_size(main))
 

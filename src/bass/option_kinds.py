@@ -276,7 +276,13 @@ def _policy_options(v: Any, ctx: Mapping) -> dict:
 def _main_model(v: Any, ctx: Mapping) -> Any:
     from transformers import PreTrainedModel
 
-    if isinstance(v, PreTrainedModel):
+    from .hf import check_loaded
+
+    if isinstance(v, PreTrainedModel) or isinstance(getattr(v, "_orig_mod", None), PreTrainedModel):
+        try:
+            check_loaded(v, "main")
+        except (TypeError, ValueError) as exc:
+            raise Refused(str(exc)) from None
         return v
     if v is None or isinstance(v, (str, os.PathLike)):
         raise Refused(

@@ -71,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     fix (one ``bass: error:`` line), 130 when interrupted, 1 for a bug in bass (its type
     and message; the traceback with ``--debug`` or ``BASS_DEBUG=1``)."""
     from ..batch_state import NonFiniteLogitsError
+    from ..errors import OptionError, PluginError
     from ..humaneval import HumanEvalError
     from ..models import ModelNotFoundError
-    from ..options import OptionError
-    from ..policies import PolicyLoadError
 
     parser = build_parser()
     try:
@@ -102,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError,
         OptionError,
         ModelNotFoundError,
-        PolicyLoadError,
+        PluginError,  # a policy's or a drafter's of another package, named with it
         HumanEvalError,
         NonFiniteLogitsError,
     )
