@@ -10,6 +10,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     attention = "auto"     # attention implementation: "auto", "reference", "sdpa" (CPU), ...
     compile = false        # true: torch.compile each pass; "reduce-overhead": CUDA graphs
     cpu_linear = "auto"    # CPU: GEMM layout per row count, measured ("unpacked", "torch")
+    draft_sampling = "coupled"  # sampled drafts: coupled draws, or "rejection" sampling
     dtype = "float32"      # float32, float16, bfloat16 or float64
     chat = true            # apply the chat template (leave out: when the tokenizer has one)
 
@@ -118,6 +119,7 @@ class ModelConfig:
     chat: bool | None = None  # None: when the tokenizer has a chat template
     compile: bool | str = False  # true: torch.compile the passes; "reduce-overhead": CUDA graphs
     cpu_linear: str = "auto"  # CPU GEMM layouts: "auto", "unpacked" or "torch"
+    draft_sampling: str = "coupled"  # "coupled" (split-invariant samples) or "rejection"
 
 
 _TABLES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
@@ -271,6 +273,7 @@ class Config:
             "attention": self.model.attention,
             "compile": self.model.compile,
             "cpu_linear": self.model.cpu_linear,
+            "draft_sampling": self.model.draft_sampling,
         }
 
     def generate_kwargs(self) -> dict:

@@ -48,7 +48,7 @@ import torch
 from . import hf, plugins
 from .cache import RaggedKVCache
 from .errors import PluginLoadError
-from .sampling import SamplingParams, sample, warp_probs
+from .sampling import SamplingParams, sample, sample_keyed, warp_probs
 
 if TYPE_CHECKING:
     from .batch_state import BatchState
@@ -112,13 +112,24 @@ class Signals:
 @dataclass
 class DraftCall:
     """A step's settings for :meth:`Drafter.propose`: the sampling parameters, the
-    generator a stochastic drafter draws with, and the policy's per-row early stop
+    generator a stochastic drafter draws with, the policy's per-row early stop
     (``keep_drafting(probs [R', V], index, rows) -> bool [R']``, ``rows`` each probs
-    row's position among the step's rows; ``None`` when the policy has none)."""
+    row's position among the step's rows; ``None`` when the policy has none), and
+    ``keys``.
+
+    ``keys`` int64 ``[R, K]`` (coupled drafting, the default when sampling): the keys of
+    each active row's draft positions, ``keys[r, j]`` the one of the position draft token
+    ``j + 1`` would take (:func:`bass.sampling.position_keys`). A sampling drafter draws
+    token ``j`` of row ``r`` with ``sample_keyed(probs, keys[r, j])``, the same draw the
+    main model makes at that position, and returns no ``probs``: its drafts are verified
+    like deterministic ones (kept while they equal the main model's keyed draws), so the
+    output is plain sampling's, whatever the drafts. ``None``: draw with ``generator`` and
+    return ``probs`` for rejection sampling."""
 
     params: SamplingParams = field(default_factory=SamplingParams)
     generator: torch.Generator | None = None
     keep_drafting: Callable | None = None
+    keys: torch.Tensor | None = None
 
 
 class Drafter:
@@ -158,11 +169,20 @@ class Drafter:
         """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
 
 
-def choose(logits: torch.Tensor, params: SamplingParams, generator, need_probs: bool):
+def choose(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator,
+    need_probs: bool,
+    keys: torch.Tensor | None = None,
+):
     """Pick the next token from ``logits`` ``[B, V]``: argmax, or a sample from the warped
-    distribution. Returns ``(tokens [B], probs [B, V] or None)``."""
+    distribution (keyed by ``keys`` int64 ``[B]`` when given, else drawn with
+    ``generator``). Returns ``(tokens [B], probs [B, V] or None)``."""
     if params.do_sample:
         probs = warp_probs(logits, params)
+        if keys is not None:
+            return sample_keyed(probs, keys), probs
         return sample(probs, generator), probs
     probs = torch.softmax(logits.float(), dim=-1) if need_probs else None
     return logits.argmax(dim=-1), probs
@@ -286,8 +306,9 @@ class ModelDrafter(Drafter):
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
-            tok, probs = choose(logits, params, call.generator, keep_fn is not None)
-            if params.do_sample:
+            keys = call.keys[index, j] if call.keys is not None else None  # [len(order)]
+            tok, probs = choose(logits, params, call.generator, keep_fn is not None, keys)
+            if params.do_sample and keys is None:  # rejection sampling needs what it drew from
                 if probs_out is None:  # the main model's width (zero past the draft's)
                     probs_out = probs.new_zeros(R, K, self.out_vocab)
                 probs_out[index, j, : probs.shape[-1]] = probs

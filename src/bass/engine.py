@@ -122,6 +122,16 @@ class Generator:
             ``F.linear`` as is. Ignored off the CPU.
         backend: a :class:`bass.backends.Backend` instead of the one chosen for the main
             model's device (e.g. ``CPUBackend(memory_share=0.25)``).
+        draft_sampling: how a sampling drafter's tokens are drawn and verified.
+            ``"coupled"`` (default): each draft token is drawn with the keyed noise of the
+            position it would take, the draw the main model makes there
+            (:class:`bass.drafters.DraftCall`), and kept while the two agree: every
+            sampled row equals plain sampling with the same seed, whatever the drafter,
+            the policy or the batch (:func:`bass.testing.assert_sampled_equivalent`).
+            ``"rejection"``: rejection sampling (Leviathan et al.): the same distribution,
+            a draft kept with probability ``min(1, p/q)``, but which sample comes out
+            depends on the draft lengths, so on the batch. ``bench/coupling.py`` measures
+            how often each accepts a draft token.
         shared_vocab: a draft model whose logit count differs from the main model's only
             by embedding padding: the tokenizer's length (see :mod:`bass.drafters`).
 
@@ -153,6 +163,7 @@ class Generator:
         cpu_linear: str | None = None,
         shared_vocab: int | None = None,
         backend: backends.Backend | None = None,
+        draft_sampling: str | None = None,
     ):
         # Types and ranges first, before any work (bass.options: the config file and the
         # command line check these values the same way)
@@ -168,6 +179,7 @@ class Generator:
             prefill_chunk_tokens=prefill_chunk_tokens,
             cpu_linear=cpu_linear,
             shared_vocab=shared_vocab,
+            draft_sampling=draft_sampling,
             config=config,
         )
         if shared_vocab is not None and not isinstance(draft, torch.nn.Module):
@@ -186,6 +198,10 @@ class Generator:
             compile = cfg_gen.get("compile", False)
         if cpu_linear is None:
             cpu_linear = cfg_gen.get("cpu_linear", "auto")
+        if draft_sampling is None:
+            draft_sampling = cfg_gen.get("draft_sampling", "coupled")
+        self.draft_sampling = draft_sampling
+        self.coupled = draft_sampling == "coupled"
         self.backend = backends.select_backend(main.device, cpu_linear, backend)
         self.forced_acceptance = forced_acceptance
         self.main = main
@@ -492,16 +508,28 @@ class Generator:
         gen, seed = rng  # the draft model's generator; the key of sampled positions
         rows = [state.rows[s] for s in slots]
         R = len(slots)
-        # 2) draft
+        # 2) draft; coupled (the default when sampling): a sampling drafter draws each
+        #    draft token with the key of the position it would take, as the main model will
+        coupled = params.do_sample and self.forced_acceptance is None and self.coupled
         if any(lengths):
-            call = DraftCall(params, gen, hooks.keep_drafting)
+            keys = None
+            if coupled:
+                K = max(lengths)
+                starts = [len(state.outputs[p]) for p in rows]
+                grid = position_keys(seed, [state.row_ids[p] for p in rows], starts, K)
+                keys = torch.tensor(grid, dtype=torch.int64).view(R, K)
+                keys = keys.to(self.main.device, non_blocking=True)
+            call = DraftCall(params, gen, hooks.keep_drafting, keys)
             prop = self._drafting.propose(slots, lengths, call)
-            check_proposal(self.drafter, prop, lengths, params, self.vocab)
+            check_proposal(self.drafter, prop, lengths, params, self.vocab, coupled)
         else:
             prop = Proposal.none(R)
         t_verify = time.perf_counter()
-        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
-        keyed = params.do_sample and self.forced_acceptance is None and prop.probs is None
+        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass: coupled
+        #    (or deterministic) drafts against the main model's keyed draws
+        keyed = coupled or (
+            params.do_sample and self.forced_acceptance is None and prop.probs is None
+        )
         v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed)
         t_fwd = time.perf_counter()
         logits = self.passes.run(self.main, self.cache, v.batch)

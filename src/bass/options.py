@@ -29,6 +29,7 @@ from .errors import OptionError
 from .option_kinds import DTYPES, Refused, show
 
 __all__ = [
+    "DRAFT_SAMPLING",
     "DTYPES",
     "GENERATE",
     "OPTIONS",
@@ -41,6 +42,9 @@ __all__ = [
     "generation_kwargs",
     "show",
 ]
+
+#: How sampled drafts are drawn and verified (:class:`bass.Generator`'s ``draft_sampling``).
+DRAFT_SAMPLING = ("coupled", "rejection")
 
 #: What ``temperature`` must be when sampling (a check between two options).
 SAMPLING_TEMPERATURE = "a number > 0 when do_sample is true (do_sample = false is greedy decoding)"
@@ -163,6 +167,12 @@ OPTIONS: dict[str, Option] = {
             kinds._one_of(kinds._cpu_linear_choices),
             lambda ctx: " or ".join(f'"{m}"' for m in kinds._cpu_linear_choices()),
             "auto",
+        ),
+        Option(
+            "draft_sampling",
+            kinds._one_of(lambda: DRAFT_SAMPLING),
+            '"coupled" or "rejection"',
+            "coupled",
         ),
         Option(
             "shared_vocab",

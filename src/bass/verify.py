@@ -121,7 +121,12 @@ def accept(
 
 
 def check_proposal(
-    drafter, prop: Proposal, lengths: list[int], params, vocab: int | None = None
+    drafter,
+    prop: Proposal,
+    lengths: list[int],
+    params,
+    vocab: int | None = None,
+    coupled: bool = False,
 ) -> None:
     """A drafter's proposal must fit the lengths it was given, its host tokens be ids in
     ``[0, vocab)`` and its device tokens an integer tensor of the right shape (host lists
@@ -177,7 +182,7 @@ def check_proposal(
                 f">= {max(drafted, default=0)}], got "
                 + (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t))
             )
-    if params.do_sample and not drafter.deterministic and prop.probs is None:
+    if params.do_sample and not coupled and not drafter.deterministic and prop.probs is None:
         raise PluginOutputError(
             f"drafter {name} samples its drafts (deterministic = False) but returned no probs: "
             "rejection sampling needs the distributions the drafts were drawn from"

@@ -243,6 +243,7 @@ def cmd_generate(args) -> int:
 
 
 def _generate(args, held: contextlib.ExitStack) -> int:
+    from ..sampling import row_key
     from ..stopping import decode_rows
 
     n = n_of(args)
@@ -278,8 +279,9 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     mine = scale.rows(rows, len(prompts))  # this rank's group's rows
     size = args.batch_size or len(mine) or 1
     batches = [mine[i : i + size] for i in range(0, len(mine), size)]
-    # (batch number, its rows still to generate): a row's samples are keyed by its
-    # global index (prompt * n + sample), so batching and --resume change no sample
+    # (batch number, its rows still to generate): a row's samples are keyed by (prompt,
+    # sample) alone (bass.sampling.row_key), so batching, --resume, ranks and --n change
+    # no sample
     todo = [(b, [r for r in batch if r not in done]) for b, batch in enumerate(batches)]
     todo = [(b, batch) for b, batch in todo if batch]
     if done and scale.prints:
@@ -332,7 +334,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             g.generate([next(iter(encoded.values()))], max_new_tokens=2)
     try:
         for b, batch in todo:
-            ids = [i * n + s for i, s in batch]
+            ids = [row_key(i, s) for i, s in batch]
             try:
                 off = None
                 if plain is not None:  # drafting off first: the same rows and settings

@@ -55,6 +55,11 @@ _MODEL_FLAGS = [
     ("--cpu-linear", {"choices": ("auto", "unpacked", "torch"), "help": "CPU: each linear "
                       "layer's GEMM layout per row count, measured at load (auto, default; "
                       "unpacked: no packed weight copies) or torch's"}),
+    ("--draft-sampling", {"choices": ("coupled", "rejection"), "help": "sampling with a draft "
+                          "model: coupled (default: the draft draws with the main model's "
+                          "keyed noise; samples equal plain sampling's, however the job is "
+                          "split) or rejection (rejection sampling: the same distribution, "
+                          "samples that depend on the batch)"}),
     ("--dtype", {"choices": DTYPE_NAMES, "help": "model dtype (default float32)"}),
     ("--chat", {**_BOOL, "help": "apply the tokenizer's chat template (default: generate "
                 "when the tokenizer has one; eval: no)"}),

@@ -16,6 +16,7 @@ FLAG_KEYS = {
     "attention": ("model.attention", "--attention"),
     "compile": ("model.compile", "--compile"),
     "cpu_linear": ("model.cpu_linear", "--cpu-linear"),
+    "draft_sampling": ("model.draft_sampling", "--draft-sampling"),
     "dtype": ("model.dtype", "--dtype"),
     "chat": ("model.chat", "--chat/--no-chat"),
     "max_new_tokens": ("generation.max_new_tokens", "--max-new-tokens"),
