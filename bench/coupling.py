@@ -37,10 +37,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import header, run_meta  # noqa: E402
-from _prompts import CHAT, humaneval_prompts, tiny_llama  # noqa: E402
+from _machine import header, run_meta
+from _prompts import CHAT, humaneval_prompts, tiny_llama
 
-from bass.sampling import SamplingParams, warp_probs  # noqa: E402
+from bass.sampling import SamplingParams, warp_probs
 
 CANDIDATES = 32  # tokens summed exactly in the Gumbel-max agreement
 BLOCKS = (16, 64, 256)  # block sizes of the blocked Gumbel-max draws
@@ -81,10 +81,15 @@ def block_agreement(p: torch.Tensor, q: torch.Tensor, b: int) -> torch.Tensor:
     pb, qb = p.view(n, -1, b), q.view(n, -1, b)  # [n, C, b]
     P, Q = pb.sum(-1), qb.sum(-1)  # [n, C]
     ok = (P > 0) & (Q > 0)
-    ratio = torch.maximum(
-        P[:, None, :] / P[:, :, None].clamp_min(1e-300),
-        Q[:, None, :] / Q[:, :, None].clamp_min(1e-300),
-    ).sum(-1)  # [n, C]: sum over e of max(P_e/P_c, Q_e/Q_c)
+    ratio = torch.stack(
+        [  # one position at a time: [C, C]
+            torch.maximum(
+                P[i, None, :] / P[i, :, None].clamp_min(1e-300),
+                Q[i, None, :] / Q[i, :, None].clamp_min(1e-300),
+            ).sum(-1)
+            for i in range(n)
+        ]
+    )  # [n, C]: sum over e of max(P_e/P_c, Q_e/Q_c)
     g = torch.where(ok, 1 / ratio, torch.zeros_like(ratio))
     pn, qn = pb / P[..., None].clamp_min(1e-300), qb / Q[..., None].clamp_min(1e-300)
     Pc, Qc = pn.cumsum(-1), qn.cumsum(-1)

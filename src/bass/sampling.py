@@ -28,24 +28,24 @@ distribution ``q_{i-1}``) is accepted with probability ``min(1, p(d_i) / q(d_i))
 (``p`` the main model's warped distribution at the same position); the first rejection
 ends the row and its correction is drawn from ``normalize(max(0, p - q))``.
 
-Deterministic drafts (n-gram lookup) and plain decoding take a shortcut with the same
-exactness: the main model's token at each new position ``t`` of a row is drawn by
-inverse-CDF sampling (:func:`sample_keyed`) with a uniform number keyed by
-``(seed, row, t)`` (:func:`position_keys`, a counter-based hash), and a drafted token is
-accepted when it equals that draw. For a one-hot draft this is exactly the rejection
-rule above (the draft is accepted with probability ``p(d)``, and the draw given
-``!= d`` is the residual), and every committed token is the draw at its position, so
-**sampled output does not depend on the draft lengths**: with the same seed, n-gram
-speculation under any policy (timing-based ones included), and plain decoding, emit the
-same tokens (up to the rounding that differs between passes of different widths).
+Keyed draws, the default for every sampled token: the main model's token at each new
+position ``t`` of a row is drawn with randomness keyed by ``(seed, row, t)`` only
+(:func:`position_keys`, a counter-based hash; :func:`sample_keyed`), and a drafted token
+is accepted when it equals that draw. For a one-hot draft (n-gram lookup) this is exactly
+the rejection rule above (the draft is accepted with probability ``p(d)``, and the draw
+given ``!= d`` is the residual); a draft model draws its token for position ``t`` with the
+same key from its own distribution (coupled drafting), so the two agree as often as the
+shared noise makes them. Either way every committed token is the draw at its position, so
+**sampled output does not depend on the drafts, the draft lengths or the batch**: with the
+same seed, speculation with any drafter under any policy (timing-based ones included) and
+plain decoding emit the same tokens (up to the rounding that differs between passes of
+different widths).
 
 Everything here is batched over rows with no Python loop over rows or positions and no
 host synchronisation (except the host-side helpers :func:`output_tokens` and
-:func:`position_keys`). The draft model's sampling and its verification draw from one
+:func:`position_keys`). Rejection sampling (``draft_sampling="rejection"``) draws from one
 ``torch.Generator``, and each call consumes a number of draws fixed by the tensor shapes
-only, so a seeded run with a draft model repeats exactly as long as its draft lengths
-do (a policy that decides from measured times, like ``adaptive``, may draft differently
-from run to run: the same distribution, other samples).
+only, so such a run repeats exactly as long as its draft lengths do.
 """
 
 from __future__ import annotations
