@@ -92,9 +92,6 @@ class ConfigError(OptionError):
     """A configuration value that is not allowed; the message says where and what to do
     (a ``ValueError``; a wrong type is also a ``TypeError``, as :class:`OptionError`)."""
 
-    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
-        super().__init__(message, option=option, value=value)
-
 
 # --------------------------------------------------------------------------- the tables
 

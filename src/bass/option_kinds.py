@@ -1,23 +1,19 @@
 """Declaring an option once, and refusing a value in the option's words.
 
-An option is declared once, as an :class:`Option`: its name, its :class:`Kind` of value
-(what is allowed, in a phrase, and how a value is normalised), its default, a one-line
-doc, and where else it is spelled: the table and key of a config file, a ``bass`` flag.
-:mod:`bass.options` declares bass's public options with these; the Python API's checks,
-:mod:`bass.config`'s tables, :mod:`bass.cli.parser`'s flags and the docs' option tables
-are derived from those declarations. A draft-length policy declares its bounded options
-with the same :class:`Range` (:func:`bass.policies.base.option`).
-
-A refused value raises :class:`~bass.errors.OptionError` naming the option as its source
-spells it, the value and what is allowed (:meth:`Option.check`)::
+An :class:`Option` is declared once: its kind of value (:class:`Range`, :class:`Choice`,
+:class:`Value`: how a value is normalised, what is allowed in a phrase), its default, a
+one-line doc, and where else it is spelled (a config file's table and key, a ``bass``
+flag). :mod:`bass.options` declares bass's options with these, and the API's checks, the
+config file's tables, the flags and the docs' tables are made from them; a policy's
+:func:`~bass.policies.base.option` declares its bound as a :class:`Range` too. A refused
+value is an :class:`~bass.errors.OptionError` naming the option as its source spells it,
+the value and what is allowed (:meth:`Option.check`)::
 
     generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
     bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
-    command line: --seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (...)
 
-A core module: it imports nothing of bass but :mod:`bass.errors`, so every layer can use
-it. The kinds here need nothing installed; those that do (the policies, the attention
-implementations, a model) are :mod:`bass.options`' own.
+A core module that imports nothing of bass but :mod:`bass.errors`; the kinds that need
+what is installed (policies, attention implementations, a model) are :mod:`bass.options`'.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -195,17 +191,12 @@ Kind = Range | Choice | Value
 
 @dataclass(frozen=True)
 class Option:
-    """One option, declared once.
-
-    ``name`` names it in bass (:func:`bass.options.check`) and is its keyword argument,
-    unless ``keyword`` says otherwise (two options share ``main``: a model object for
-    ``Generator``, a name for ``from_pretrained``); ``call`` is the call that takes it.
-    ``default`` is its value when left out of a config file (or the flags); ``absent`` what
-    ``None`` (the API) or leaving it out means, in words, or ``None`` where the API requires
-    it; ``absent_config`` when that differs in a config file. ``table``/``key`` place it in
-    a config file (``[generation].seed``; ``key`` defaults to the keyword), ``flag`` on the
-    command line (``metavar``: its value in ``--help``). ``doc`` is the one-line doc of
-    the API, the config file, the flags and the docs alike."""
+    """One option, declared once: ``name`` (its keyword in ``call``, unless ``keyword``
+    says otherwise), ``kind``, ``doc`` (one line, for the API, the file, the flags and the
+    docs alike), ``default`` (its value when left out of a config file or the flags),
+    ``absent`` (what ``None`` or leaving it out means, in words; ``None``: the API requires
+    it) and ``absent_config`` where a file differs, ``table``/``key`` (its place in a config
+    file; ``key`` defaults to the keyword), ``flag``/``metavar`` (on the command line)."""
 
     name: str
     kind: Kind

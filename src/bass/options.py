@@ -1,26 +1,19 @@
 """Every option bass takes from a user, declared once, and the checks at the public edge.
 
-:data:`OPTIONS` declares each keyword of :class:`bass.Generator`,
-:meth:`~bass.Generator.generate`, :meth:`~bass.Generator.generate_text` and
-:meth:`~bass.Generator.from_pretrained` once (:class:`~bass.option_kinds.Option`: its
-kind of value, default, one-line doc, and its config-file key and ``bass`` flag where
-it has them). The rest is derived: the checks here, the config file's tables
-(:mod:`bass.config`), the flags (:mod:`bass.cli.parser`) and the docs' option tables
-(``docs/_ext/options_page.py``). A refused value raises
-:class:`~bass.errors.OptionError` (a ``TypeError`` and a ``ValueError``) naming the
-option as its source spells it, the value, and what is allowed::
+:data:`OPTIONS` declares each keyword of :class:`bass.Generator`, its ``generate``,
+``generate_text`` and ``from_pretrained`` once (:class:`~bass.option_kinds.Option`); the
+checks here, the config file's tables (:mod:`bass.config`), the flags
+(:mod:`bass.cli.parser`) and the docs' tables (``docs/_ext/options_page.py``) are made
+from it. A value is checked when a call starts, never per step; a refused one raises
+:class:`~bass.errors.OptionError` (a ``TypeError`` and a ``ValueError``) naming the option
+as its source spells it, the value and what is allowed::
 
     generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
     bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
 
-Values are checked here, when a call starts, and never again per step: :func:`check`
-validates one value; :func:`check_keywords` a call's keywords; :func:`generation_kwargs`
-the arguments of a ``generate`` call (with the checks between options: ``temperature >
-0`` when sampling, stop strings need a tokenizer, token ids within the vocabulary).
-
-A core module: the engine imports it, and it imports no layer above the core. Reading a
-``config=`` argument (a TOML file) is :mod:`bass.config`'s job, which installs its
-reader here when imported (:func:`use_config_reader`; ``import bass`` imports it).
+A core module: the engine imports it and it imports no layer above the core. A
+``config=`` argument (a TOML file) is read by :mod:`bass.config`, which installs its reader
+here when imported (:func:`use_config_reader`; ``import bass`` imports it).
 """  # noqa: E501
 
 from __future__ import annotations
@@ -139,6 +132,17 @@ def _config(v: Any, ctx: Mapping) -> Any:
     raise Refused()
 
 
+def _row_ids(v: Any, ctx: Mapping) -> list[int]:
+    if hasattr(v, "ndim") and hasattr(v, "tolist") and v.ndim == 1:
+        v = v.tolist()  # a 1-D tensor or array
+    if not isinstance(v, (list, tuple, range)):
+        raise Refused()
+    ids = [kinds.as_int(i) for i in v]  # numpy ints too
+    if len(ids) != ctx["n"] or any(not 0 <= i < 2**63 for i in ids) or len(set(ids)) != len(ids):
+        raise Refused()
+    return ids
+
+
 def _device(v: Any, ctx: Mapping) -> Any:
     import torch
 
@@ -252,6 +256,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("config", Value(_config, "a TOML file path, a bass.config.Config or a dict shaped "
            "like one"), "a config file whose tables are the defaults", G,
            absent="no config file"),
+    Option("row_ids", Value(_row_ids, lambda ctx: f"{ctx.get('n', 'n')} distinct ints >= 0 "
+           "and < 2**63, one per prompt (each row's index in the whole job, which keys its "
+           "sampled draws)"), "each prompt's index in the whole job", RUN,
+           absent="each prompt's index in this call"),
     Option("texts", Value(kinds.texts, "a list of strings"), "the prompts, as text", TEXT),
     Option("text_tokenizer", Value(kinds.has("decode", call=True), "a transformers tokenizer "
            "(tokenizer(text) and tokenizer.decode(ids))"), "encodes the texts and decodes "
@@ -349,25 +357,7 @@ def generation_kwargs(
 def row_ids(value, n: int) -> list[int]:
     """``generate``'s ``row_ids``: ``range(n)`` by default, else ``n`` distinct ints
     ``>= 0`` (each row's index in the whole job, which keys its sampled draws)."""
-    if value is None:
-        return list(range(n))
-    if hasattr(value, "ndim") and hasattr(value, "tolist") and value.ndim == 1:
-        value = value.tolist()  # a 1-D tensor or array
-    ids = list(value) if isinstance(value, (list, tuple, range)) else None
-    if ids is not None:
-        try:
-            ids = [kinds.as_int(i) for i in ids]  # numpy ints too
-        except Refused:
-            ids = None
-    if ids is None or len(ids) != n or any(not 0 <= i < 2**63 for i in ids) or len(set(ids)) != n:
-        raise OptionError(
-            f"generate(): row_ids={show(value)} is not allowed; expected {n} distinct ints "
-            ">= 0 and < 2**63, one per prompt (each row's index in the whole job, which keys "
-            "its sampled draws)",
-            option="row_ids",
-            value=value,
-        )
-    return ids
+    return list(range(n)) if value is None else check("row_ids", value, where="generate()", n=n)
 
 
 # --------------------------------------------------------------------------- config=
@@ -376,16 +366,14 @@ _read_config: Callable[[Any], Any] | None = None
 
 
 def use_config_reader(read: Callable[[Any], Any]) -> None:
-    """Install the reader of a ``config=`` argument: ``read(config)`` returns a
-    :class:`bass.config.Config` from a path, a dict or a Config. :mod:`bass.config` calls
-    this when imported (the engine, a core module, never imports that layer)."""
+    """Install ``read(config)``: a :class:`bass.config.Config` from a ``config=`` argument
+    (a path, a dict, a Config). :mod:`bass.config` calls it when imported."""
     global _read_config
     _read_config = read
 
 
 def _config_of(config) -> Any:
-    if _read_config is None:  # bass/__init__ imports bass.config, which installs it
-        raise RuntimeError("bass.config is not imported: no reader of config= is installed")
+    assert _read_config is not None, "bass/__init__ imports bass.config, which installs it"
     return _read_config(config)
 
 
