@@ -105,11 +105,13 @@ class Range:
         return isinstance(self.low, str) or isinstance(self.high, str)
 
     def within(self, v: Any, ctx: Mapping[str, Any]) -> bool:
+        if v is None:  # optional, and left out
+            return True
         values = ctx.get("values", {})
         low, high = (values.get(b) if isinstance(b, str) else b for b in (self.low, self.high))
         too_low = low is not None and (v <= low if self.low_open else v < low)
         too_high = high is not None and (v >= high if self.high_open else v > high)
-        return v is None or not (too_low or too_high)
+        return not (too_low or too_high)
 
     def parse(self, v: Any, ctx: Mapping[str, Any]) -> Any:
         v = self.convert(v)
