@@ -62,10 +62,10 @@ from .batch_state import (
     raise_if_nonfinite,
 )
 from .cache import RaggedKVCache
-from .config import generator_defaults
 from .drafters import DraftCall, Drafter, Proposal, make_drafter, nonfinite
 from .ops import length_checks
 from .ops.packed import resolve_packed_implementation
+from .options import generator_defaults
 from .packing import TOKEN_BUCKETS
 from .policies import DraftContext
 from .sampling import SamplingParams, generator_seed, position_keys, sample_keyed, warp_probs
