@@ -48,8 +48,9 @@ def available(group: str, found: Iterable | None = None) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def _package(ep: importlib.metadata.EntryPoint | None, module: str | None) -> str:
-    """``"name version"`` of the distribution that installed ``ep`` (or owns ``module``)."""
+def _package(ep: importlib.metadata.EntryPoint | None, module: str | None) -> str | None:
+    """``"name version"`` of the distribution that installed ``ep`` (or owns ``module``),
+    ``"module X"`` for a module no distribution owns, ``None`` when nothing is known."""
     dist = getattr(ep, "dist", None)
     if dist is not None:
         return f"{dist.metadata['Name']} {dist.version}"
@@ -60,15 +61,19 @@ def _package(ep: importlib.metadata.EntryPoint | None, module: str | None) -> st
             return f"{names[0]} {importlib.metadata.version(names[0])}"
         except importlib.metadata.PackageNotFoundError:
             return names[0]
-    return f"module {module}" if module else "an unknown package"
+    return f"module {module}" if module else None
+
+
+def _from(ep, module: str | None) -> str:
+    where = _package(ep, module)
+    return f", from {where}" if where else ""
 
 
 def describe(kind: str, obj: Any, name: str | None = None, ep=None) -> str:
     """How errors name a plugin: ``policy 'mine' (MyPolicy, from my-pkg 1.0)``."""
     cls = obj if isinstance(obj, type) else type(obj)
     label = f"{kind} {name!r}" if name else kind
-    where = _package(ep, getattr(cls, "__module__", None))
-    return f"{label} ({cls.__qualname__}, from {where})"
+    return f"{label} ({cls.__qualname__}{_from(ep, getattr(cls, '__module__', None))})"
 
 
 def is_builtin(obj: Any) -> bool:
@@ -84,13 +89,13 @@ def load_target(kind: str, group: str, name: str, ep) -> Callable[..., Any]:
         target = ep.load()
     except Exception as exc:  # any import-time failure of a plugin, SyntaxError included
         raise PluginLoadError(
-            f"{kind} {name!r} (entry point {ep.value!r}, from {_package(ep, None)}) failed "
-            f"to load: {type(exc).__name__}: {exc}",
+            f"{kind} {name!r} (entry point {ep.value!r}{_from(ep, None)}) failed to load: "
+            f"{type(exc).__name__}: {exc}",
             plugin=name,
         ) from exc
     if not callable(target):
         raise PluginLoadError(
-            f"{kind} {name!r} (entry point {ep.value!r}, from {_package(ep, None)}) is "
+            f"{kind} {name!r} (entry point {ep.value!r}{_from(ep, None)}) is "
             f"{type(target).__name__}, not a {kind} class or factory",
             plugin=name,
         )
