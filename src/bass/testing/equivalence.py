@@ -162,9 +162,9 @@ def assert_sampled_equivalent(
     keyed by ``(seed, row id, position)`` and accepts a draft when it equals that draw (a
     draft model draws its tokens with the same keys), so neither the drafts nor the
     policy's lengths (timing-based ones included) nor the batch may change a single
-    sampled token: a drafter, policy or scheduler that does broke the sampling. Use float64 models: a verify
-    pass and a one-token pass round differently, and a draw landing within that rounding
-    of a boundary between two tokens may flip it in lower precision.
+    sampled token: a drafter, policy or scheduler that does broke the sampling. Use float64
+    models: a verify pass and a one-token pass round differently, and a draw landing within
+    that rounding of a boundary between two tokens may flip it in lower precision.
 
     Runs ``generator.generate(prompts, max_new_tokens=..., do_sample=True, seed=seed,
     **generate_kwargs)`` and the plain decoding; raises ``AssertionError`` naming the row,
