@@ -5,10 +5,15 @@ running ``bass`` in-process."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 from models import tiny_lm
 
+import bass
 from bass import cli
 
 WORDS = ["<unk>", "<s>", "</s>", "hello", "world", "the", "sea", "is", "blue", "a", "cat"]
@@ -61,3 +66,38 @@ def refuse_model_loads(monkeypatch) -> None:
 
     monkeypatch.setattr(bass.cli.generate, "load_models", load)
     monkeypatch.setattr(bass.cli.humaneval, "load_models", load)
+
+
+def subprocess_env() -> dict:
+    """The environment of a ``bass`` subprocess: this test's bass (its source tree first
+    on ``PYTHONPATH``), output unbuffered, no ``BASS_DEBUG``."""
+    src = str(Path(bass.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("BASS_DEBUG", None)
+    return env
+
+
+def hold(command: str) -> subprocess.Popen:
+    """A second ``bass COMMAND`` process (tests/cli/hold_outputs.py) that has locked its
+    outputs and waits, instead of loading models, until :func:`release`."""
+    holder = Path(__file__).parent / "cli" / "hold_outputs.py"
+    proc = subprocess.Popen(
+        [sys.executable, str(holder), *shlex.split(command)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    line = proc.stdout.readline()  # blocks until it holds (or ends)
+    if line != "holding\n":
+        proc.kill()
+        raise AssertionError(f"the holder did not start: {line!r} {proc.communicate()}")
+    return proc
+
+
+def release(proc: subprocess.Popen) -> None:
+    """End a :func:`hold` process normally (its locks dropped, its lock files removed)."""
+    _, err = proc.communicate(input="", timeout=60)
+    assert proc.returncode == 0, err

@@ -66,6 +66,7 @@ def test_engine_kwargs_leave_out_none(tmp_path):
         "attention": "auto",
         "compile": False,
         "cpu_linear": "auto",
+        "draft_sampling": "coupled",
     }
     assert run_kw == {"max_new_tokens": 9, "do_sample": False, "temperature": 1.0}
     assert isinstance(run_kw["temperature"], float)

@@ -70,11 +70,16 @@ def test_a_deterministic_user_drafter_is_exact_greedy_and_sampled():
 
 
 def test_a_stochastic_user_drafter_keeps_the_distribution():
+    """Coupled (the default): whatever it draws, verified against the keyed draws, so the
+    very samples of plain decoding; rejection sampling: the distribution, not the draws."""
     V = 5
     main = tiny_lm("llama", vocab=V, sharpen=3.0)
     gen = bass.Generator(main, UniformDrafter(V), policy="constant", policy_options={"k": 2})
+    testing.assert_sampled_equivalent(gen, [[1, 2], [3, 4, 1]], 6)
+    kw = dict(policy="constant", policy_options={"k": 2}, draft_sampling="rejection")
+    gen = bass.Generator(main, UniformDrafter(V), **kw)
     testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=4000, seed=7)
-    with pytest.raises(ValueError, match="deterministic"):  # draw for draw: not promised
+    with pytest.raises(ValueError, match="rejection"):  # draw for draw: not promised
         testing.assert_sampled_equivalent(gen, [[1, 2]], 3)
 
 
@@ -97,6 +102,9 @@ def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
 
     gen = bass.Generator(tiny_lm(), NoProbs(64), policy="constant", policy_options={"k": 2})
     gen.generate(PROMPTS, max_new_tokens=4)  # greedy needs no probs
+    gen.generate(PROMPTS, max_new_tokens=4, do_sample=True, seed=0)  # nor coupled drafts
+    kw = dict(policy="constant", policy_options={"k": 2}, draft_sampling="rejection")
+    gen = bass.Generator(tiny_lm(), NoProbs(64), **kw)
     with pytest.raises(ValueError, match="returned no probs"):
         gen.generate(PROMPTS, max_new_tokens=4, do_sample=True, seed=0)
 

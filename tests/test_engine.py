@@ -233,8 +233,11 @@ def test_sampled_equivalence_check_fails_on_a_change_and_refuses_draft_models(ll
         .generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=2)
         .sequences
     )
-    with pytest.raises(ValueError, match="deterministic drafts"):
-        testing.assert_sampled_equivalent(Generator(llama, perturbed(llama)), PROMPTS, 4)
+    # a draft model's sampled drafts are coupled by default: plain sampling, row for row
+    testing.assert_sampled_equivalent(Generator(llama, perturbed(llama)), PROMPTS, 4)
+    with pytest.raises(ValueError, match="coupled or deterministic drafts"):
+        gen = Generator(llama, perturbed(llama), draft_sampling="rejection")
+        testing.assert_sampled_equivalent(gen, PROMPTS, 4)
 
 
 @pytest.mark.parametrize("mode", ["compiled", "static shapes"])

@@ -51,9 +51,9 @@ def goodness_of_fit(samples: list[tuple[int, ...]], exact: dict) -> float:
     return testing.chi_square_test(Counter(samples), exact).p_value
 
 
-def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None):
+def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None, mode=None):
     policy = policy or ("constant", {"k": k})
-    gen = Generator(main, draft, policy=policy[0], policy_options=policy[1])
+    gen = Generator(main, draft, policy=policy[0], policy_options=policy[1], draft_sampling=mode)
     res = gen.generate(
         [PROMPT] * N,
         max_new_tokens=L,
@@ -68,17 +68,20 @@ def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None
 
 
 @pytest.mark.parametrize(
-    "params,drafter",
+    "params,drafter,mode",
     [
-        (SamplingParams(True, 1.0), "model"),
-        (SamplingParams(True, 0.7, top_k=3, top_p=0.9), "model"),
-        (SamplingParams(True, 1.3), "ngram"),
+        (SamplingParams(True, 1.0), "model", "coupled"),
+        (SamplingParams(True, 1.0), "model", "rejection"),
+        (SamplingParams(True, 0.7, top_k=3, top_p=0.9), "model", "coupled"),
+        (SamplingParams(True, 0.7, top_k=3, top_p=0.9), "model", "rejection"),
+        (SamplingParams(True, 1.3), "ngram", None),
     ],
-    ids=["t1", "t0.7-topk3-topp0.9", "ngram-t1.3"],
+    ids=["t1", "t1-rejection", "t0.7-topk3-topp0.9", "t0.7-topk3-topp0.9-rejection", "ngram-t1.3"],
 )
-def test_continuations_follow_the_main_model(pair, params, drafter):
+def test_continuations_follow_the_main_model(pair, params, drafter, mode):
     main, draft = pair
-    samples, res = draw(main, draft if drafter == "model" else "ngram", params, seed=1234)
+    d = draft if drafter == "model" else "ngram"
+    samples, res = draw(main, d, params, seed=1234, mode=mode)
     exact = exact_distribution(main, params)
     assert goodness_of_fit(samples, exact) > ALPHA
     if drafter == "model":  # the draft disagrees: rejections really happened
@@ -98,22 +101,34 @@ def test_per_row_early_stop_keeps_the_distribution(pair):
     assert goodness_of_fit(samples, exact_distribution(main, params)) > ALPHA
 
 
-def test_the_check_has_power(pair, monkeypatch):
+@pytest.mark.parametrize("mode", ["coupled", "rejection"])
+def test_the_check_has_power(pair, monkeypatch, mode):
     """Accepting every draft token (a wrong rule) samples the draft's distribution; the
-    same check must reject it."""
+    same check must reject it, in each way of verifying sampled drafts."""
     main, draft = pair
-    real = bass.verify.speculative_accept
+    if mode == "rejection":
+        real = bass.verify.speculative_accept
 
-    def accept_all(drafts, draft_probs, target_probs, counts, gen):
-        acc = real(drafts, draft_probs, target_probs, counts, gen)
-        acc.accepted = counts.clone()
-        last = target_probs[torch.arange(len(counts)), counts]
-        acc.next_tokens = torch.multinomial(last, 1, generator=gen).squeeze(-1)
-        return acc
+        def accept_all(drafts, draft_probs, target_probs, counts, gen):
+            acc = real(drafts, draft_probs, target_probs, counts, gen)
+            acc.accepted = counts.clone()
+            last = target_probs[torch.arange(len(counts)), counts]
+            acc.next_tokens = torch.multinomial(last, 1, generator=gen).squeeze(-1)
+            return acc
 
-    monkeypatch.setattr(bass.verify, "speculative_accept", accept_all)
+        monkeypatch.setattr(bass.verify, "speculative_accept", accept_all)
+    else:  # coupled drafts kept whatever the main model's keyed draws were
+        real = bass.verify.greedy_accept_ids
+
+        def keep_all(drafts, draws, counts):
+            acc = real(drafts, draws, counts)
+            acc.accepted = counts.clone()
+            acc.next_tokens = draws.gather(1, counts[:, None]).squeeze(1)
+            return acc
+
+        monkeypatch.setattr(bass.verify, "greedy_accept_ids", keep_all)
     params = SamplingParams(True, 1.0)
-    samples, _ = draw(main, draft, params, seed=1234)
+    samples, _ = draw(main, draft, params, seed=1234, mode=mode)
     assert goodness_of_fit(samples, exact_distribution(main, params)) < ALPHA
 
 

@@ -179,11 +179,16 @@ def test_builtins_load_and_satisfy_protocol(builtin_eps):
 
 def test_builtin_entry_points_match_installed_metadata():
     """Once pyproject declares the table, installed metadata must mirror the constant."""
-    declared = {
-        ep.name: ep.value
-        for ep in importlib.metadata.distribution("bass").entry_points
-        if ep.group == GROUP
-    }
+    from pathlib import Path
+
+    from bass.config import read_toml
+
+    name = read_toml(Path(__file__).parents[1] / "pyproject.toml")["project"]["name"]
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"bass is not installed as {name!r} (reinstall: pip install -e .)")
+    declared = {ep.name: ep.value for ep in dist.entry_points if ep.group == GROUP}
     if not declared:
         pytest.skip("pyproject.toml declares no bass.policies entry points yet (reinstall)")
     assert declared == BUILTIN_ENTRY_POINTS

@@ -1,5 +1,6 @@
 """Keyed sampling (bass.sampling.position_keys, sample_keyed, keyed_accept): the draws of
-n-gram verification and plain sampled decoding, keyed by (seed, row, position)."""
+every sampled token (plain decoding, n-gram and coupled draft-model verification), keyed by
+(seed, row, position); sample_keyed against a plain-Python reference of its block race."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from bass import sampling
 from bass.sampling import (
     greedy_accept_ids,
     keyed_accept,
@@ -71,12 +73,60 @@ def test_sample_keyed_never_picks_a_zero_weight(weights, keys, dtype):
     tok = sample_keyed(probs, torch.tensor(keys))
     assert ((tok >= 0) & (tok < len(weights))).all()
     assert (probs.gather(1, tok[:, None]) > 0).all()
-    # the extremes: u = 0 picks the first positive weight, u -> 1 the first token at
-    # which the (float64) cumulative weight reaches its total
-    cdf = np.cumsum(weights.astype(np.float64))
-    first, last = int(np.argmax(cdf > 0)), int(np.argmax(cdf >= cdf[-1]))
-    edge = sample_keyed(probs[:1].expand(2, -1), torch.tensor([0, 2**53 - 1]))
-    assert edge.tolist() == [first, last]
+    assert tok.tolist() == [_reference_draw(probs[0].double().numpy(), k) for k in keys]
+
+
+def _splitmix(key: int, count: int) -> list[int]:
+    """Outputs 1..count of splitmix64 seeded with ``key`` (Python ints, mod 2**64)."""
+    out, m = [], 2**64 - 1
+    for i in range(1, count + 1):
+        z = (key + i * 0x9E3779B97F4A7C15) & m
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def _reference_draw(weights: np.ndarray, key: int) -> int:
+    """sample_keyed's contract, one row, in plain Python: the block race (one exponential
+    per block of BLOCK tokens from the key's stream), then inverse CDF in the winner."""
+    B = sampling.BLOCK
+    C = -(-len(weights) // B)
+    w = np.zeros(C * B)
+    w[: len(weights)] = weights
+    mass = w.reshape(C, B).sum(axis=1)
+    u = [(z >> 12) * 2.0**-52 + 2.0**-53 for z in _splitmix(key, C + 1)]
+    c = int(np.argmax(mass / -np.log(u[:C])))
+    cdf = np.cumsum(w[c * B : (c + 1) * B])
+    x = min(u[C] * cdf[-1], np.nextafter(cdf[-1], 0))
+    return c * B + int(np.searchsorted(cdf, x, side="right"))
+
+
+@HYP
+@given(
+    hnp.arrays(
+        np.float64,
+        st.integers(1, 300),
+        elements=st.floats(0, 1) | st.just(0.0),
+    ),
+    st.lists(st.integers(0, 2**53 - 1), min_size=1, max_size=6),
+)
+def test_sample_keyed_is_its_contract_over_many_blocks(weights, keys):
+    """Vocabularies of 1-300 tokens (several blocks, the last one partial) with zeros:
+    every draw is the plain-Python reference's."""
+    weights[np.argmax(weights)] += 1e-3
+    probs = torch.from_numpy(weights).expand(len(keys), -1)
+    got = sample_keyed(probs, torch.tensor(keys)).tolist()
+    assert got == [_reference_draw(weights, k) for k in keys]
+
+
+def test_sample_keyed_fits_a_distribution_over_many_blocks():
+    V = 3 * sampling.BLOCK + 5
+    p = torch.rand(V, generator=torch.Generator().manual_seed(0)) ** 4
+    p[::7] = 0.0
+    p = p / p.sum()
+    tok = sample_keyed(p.expand(N, V), keys_for(range(N), seed=3).view(N))
+    assert_fits(torch.bincount(tok, minlength=V).numpy(), p.double().numpy())
 
 
 @HYP

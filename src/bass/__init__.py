@@ -1,8 +1,10 @@
 """bass: batched speculative decoding with ragged attention as PyTorch custom ops.
 
 ``import bass`` registers ``torch.ops.bass.ragged_attention`` and
-``torch.ops.bass.kv_append`` (see :mod:`bass.ops`) and nothing heavier: the engine and its
-transformers integration load on first use of :class:`Generator` and friends.
+``torch.ops.bass.kv_append`` (see :mod:`bass.ops`) and loads the option declarations and
+the config file's reader (:mod:`bass.config`, which ``Generator(config=...)`` reads
+through), nothing heavier: the engine and its transformers integration load on first use
+of :class:`Generator` and friends.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from . import ops
+from . import config, ops  # noqa: F401  (config: installs the reader of config=)
 
+#: The version (``bass --version``; pyproject reads it from here). The distribution on the
+#: package index is ``bass-decoding``: ``bass`` there is an unrelated project.
 __version__ = "0.1.0"
 
 _LAZY = {

@@ -26,6 +26,7 @@ ops``). Two backends exist:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -83,6 +84,10 @@ class Backend:
     def prepare(self, models: list[torch.nn.Module]) -> None:
         """Make ``models`` (the main model, then a draft model) ready; called once."""
 
+    def refresh(self, models: list[torch.nn.Module]) -> None:
+        """A generation starts: bring whatever the backend derived from the models'
+        weights up to date with them (they may have changed since, in any way)."""
+
     def wrap(self, forward: Callable) -> Callable:
         """The function that runs a packed pass (``forward``'s signature)."""
         return forward
@@ -115,6 +120,8 @@ class CPUBackend(Backend):
     reason: str = field(default="", init=False)
     packed_bytes: int = field(default=0, init=False)
     routed: bool = field(default=False, init=False)  # the main model's layers route
+    check_seconds: float = field(default=0.0, init=False)  # the last refresh's time
+    repacked: int = field(default=0, init=False)  # copies the last refresh packed again
 
     def __post_init__(self) -> None:
         _check_mode(self.mode)
@@ -157,6 +164,17 @@ class CPUBackend(Backend):
         self.routed = plans[0] is not None
         self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
 
+    def refresh(self, models: list[torch.nn.Module]) -> None:
+        """Pack again the copies whose weights changed since they were packed, however
+        they changed (:func:`bass.cpu_linear.refresh`: one read of the packed weights)."""
+        if self.packed_bytes == 0:
+            return
+        from .cpu_linear import refresh
+
+        t0 = time.perf_counter()
+        self.repacked = sum(refresh(m) for m in models)
+        self.check_seconds = time.perf_counter() - t0
+
     def wrap(self, forward: Callable) -> Callable:
         if self.chosen == "torch" or not self.chosen:
             return forward  # routed layers (another Generator's) run F.linear here
@@ -176,6 +194,9 @@ class CPUBackend(Backend):
         if self.reason:
             out["reason"] = self.reason
         out["packed_copies_mib"] = round(self.packed_bytes / 2**20, 1)
+        if self.packed_bytes:  # this generation's check of the packed weights
+            out["weight_check_ms"] = round(1e3 * self.check_seconds, 1)
+            out["repacked"] = self.repacked
         return out
 
 

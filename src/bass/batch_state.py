@@ -158,6 +158,11 @@ def as_prompts(prompts) -> list[list[int]]:
                 "prompts must be a list of token-id lists, got a flat list of ints; for one "
                 "prompt pass [ids]"
             )
+        if getattr(getattr(p, "device", None), "type", None) == "meta":
+            raise TypeError(
+                f"prompt {i} is a tensor on the meta device: it holds no token ids; pass a "
+                "tensor with values (on any real device) or a list of ints"
+            )
         if hasattr(p, "tolist") and getattr(p, "ndim", 1) == 1:
             p = p.tolist()
         if not isinstance(p, Sequence):

@@ -1,4 +1,4 @@
-"""Typed configuration: a TOML file <-> dataclasses, validated key by key.
+"""The config file: TOML tables derived from the option declarations, checked key by key.
 
 A config file has three tables, all optional; a key left out keeps its default::
 
@@ -10,6 +10,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     attention = "auto"     # attention implementation: "auto", "reference", "sdpa" (CPU), ...
     compile = false        # true: torch.compile each pass; "reduce-overhead": CUDA graphs
     cpu_linear = "auto"    # CPU: GEMM layout per row count, measured ("unpacked", "torch")
+    draft_sampling = "coupled"  # sampled drafts: coupled draws, or "rejection" sampling
     dtype = "float32"      # float32, float16, bfloat16 or float64
     chat = true            # apply the chat template (leave out: when the tokenizer has one)
 
@@ -40,19 +41,28 @@ Use it with the engine::
 or on the command line: ``bass generate --config bass.toml "Hello"`` (flags override the
 file, which overrides the defaults). Every problem raises :class:`ConfigError` naming the
 file, the key (``[generation].temperature``), the value and what is allowed.
+
+Each key is an option of :data:`bass.options.OPTIONS` (its ``table`` and ``key``): the
+tables' dataclasses (:class:`PolicyConfig`, :class:`GenerationConfig`,
+:class:`ModelConfig`), their defaults and their checks are made from those declarations
+(and the docs' option tables: ``docs/_ext/options_page.py``). This is the configuration
+layer: it imports the core (the declarations, the policies), never the other way; a
+``Generator(config=...)`` reads its config through the reader this module installs in
+:mod:`bass.options` when imported.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
-from . import options
-from .options import DTYPES, OptionError
-from .policies import DEFAULT as DEFAULT_POLICY
+from . import options, policies
+from .option_kinds import DTYPES, Option
+from .options import OPTIONS, OptionError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,6 +74,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "DTYPES",
+    "TABLES",
     "Config",
     "ConfigError",
     "GenerationConfig",
@@ -71,6 +82,7 @@ __all__ = [
     "PolicyConfig",
     "apply_config",
     "as_config",
+    "generator_defaults",
     "load_config",
     "read_toml",
 ]
@@ -80,51 +92,39 @@ class ConfigError(OptionError):
     """A configuration value that is not allowed; the message says where and what to do
     (a ``ValueError``; a wrong type is also a ``TypeError``, as :class:`OptionError`)."""
 
-    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
-        super().__init__(message, option=option, value=value)
+
+# --------------------------------------------------------------------------- the tables
+
+#: Each table's options (``[policy]``, ``[generation]``, ``[model]``), by key, in the
+#: order :data:`bass.options.OPTIONS` declares them.
+TABLES: dict[str, dict[str, Option]] = {}
+for _o in OPTIONS.values():
+    if _o.table is not None:
+        TABLES.setdefault(_o.table, {})[_o.key or _o.said] = _o
 
 
-@dataclass
-class PolicyConfig:
-    """``[policy]``: the draft-length policy's name and its options."""
+def _section(table: str, name: str, doc: str) -> type:
+    """The dataclass of ``[table]``: one field per key, typed and defaulted as declared."""
 
-    name: str = DEFAULT_POLICY
-    options: dict[str, Any] = field(default_factory=dict)
+    def spec(key: str, o: Option) -> tuple:
+        hint = o.kind.type or Any
+        if o.default is None and hint is not Any:
+            hint = hint | None
+        if isinstance(o.default, (dict, list)):  # a fresh one per instance
+            return key, hint, field(default_factory=lambda d=o.default: copy.copy(d))
+        return key, hint, field(default=o.default)
 
-
-@dataclass
-class GenerationConfig:
-    """``[generation]``: the keyword arguments of :meth:`bass.Generator.generate`."""
-
-    max_new_tokens: int = 128
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    eos_token_id: int | list[int] | None = None
-    time_budget: float | None = None
-    stop_strings: list[str] | None = None
+    cls = make_dataclass(name, [spec(k, o) for k, o in TABLES[table].items()])
+    cls.__module__, cls.__doc__ = __name__, doc
+    return cls
 
 
-@dataclass
-class ModelConfig:
-    """``[model]``: which models to load and how to run their attention."""
-
-    main: str | None = None  # None: the embedded default (SmolLM2-135M-Instruct GGUF)
-    draft: str = "ngram"  # a model name/path, "ngram" or "none"
-    attention: str = "auto"
-    dtype: str = "float32"
-    chat: bool | None = None  # None: when the tokenizer has a chat template
-    compile: bool | str = False  # true: torch.compile the passes; "reduce-overhead": CUDA graphs
-    cpu_linear: str = "auto"  # CPU GEMM layouts: "auto", "unpacked" or "torch"
-
-
-_TABLES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
-
-
-def _allowed_keys(table: str) -> list[str]:
-    return [f.name for f in fields(_TABLES[table])]
+PolicyConfig = _section("policy", "PolicyConfig", "``[policy]``: the policy's name and options.")
+GenerationConfig = _section(
+    "generation", "GenerationConfig", "``[generation]``: :meth:`bass.Generator.generate`'s."
+)
+ModelConfig = _section("model", "ModelConfig", "``[model]``: the models and how they run.")
+_CLASSES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
 
 
 class _Checker:
@@ -140,16 +140,16 @@ class _Checker:
             return self.labels[dotted]
         return f"[{table}]" if name is None else f"[{table}].{name}"
 
-    def check(self, table: str, name: str, value: Any, option: str | None = None) -> Any:
-        """``value`` of ``[table].name`` checked as :mod:`bass.options` checks ``option``
-        (default: ``name``) wherever it comes from, named as the user spelled it."""
-        return options.check(
-            option or name, value, where=self.source, label=self.key(table, name), error=ConfigError
-        )
+    def check(self, table: str, key: str, value: Any) -> Any:
+        """``value`` of ``[table].key`` checked as its option is wherever it comes from,
+        named as the user spelled it."""
+        label = self.key(table, key)
+        return TABLES[table][key].check(value, where=self.source, label=label, error=ConfigError)
 
-    def fail(self, table: str, name: str | None, value: Any, allowed: str) -> ConfigError:
-        where = self.key(table, name)
-        return ConfigError(f"{self.source}: {where} = {value!r} is not allowed; expected {allowed}")
+    def fail(self, table: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(
+            f"{self.source}: {self.key(table)} = {value!r} is not allowed; expected {allowed}"
+        )
 
     def unknown(self, table: str | None, names: list[str], allowed: list[str]) -> ConfigError:
         what = "table" if table is None else f"key in [{table}]"
@@ -160,64 +160,38 @@ class _Checker:
         )
 
 
-def _table(c: _Checker, d: dict, name: str) -> dict:
-    raw = d.get(name, {})
+def _section_of(c: _Checker, d: dict, table: str):
+    """``[table]`` of the document ``d``, every key checked (keys left out: defaults)."""
+    raw = d.get(table, {})
     if raw is None:
-        return {}
+        raw = {}
     if not isinstance(raw, dict):
-        raise c.fail(name, None, raw, f"a table ([{name}] with key = value lines)")
-    unknown = [k for k in raw if k not in _allowed_keys(name)]
+        raise c.fail(table, raw, f"a table ([{table}] with key = value lines)")
+    unknown = [k for k in raw if k not in TABLES[table]]
     if unknown:
-        raise c.unknown(name, unknown, _allowed_keys(name))
-    return raw
+        raise c.unknown(table, unknown, list(TABLES[table]))
+    values = {k: c.check(table, k, v) for k, v in raw.items() if v is not None}
+    return _CLASSES[table](**values)
 
 
-def _generation(c: _Checker, raw: dict) -> GenerationConfig:
-    g = GenerationConfig()
-    for key in options.GENERATE:  # the same checks as generate()'s keyword arguments
-        if raw.get(key) is not None:
-            setattr(g, key, c.check("generation", key, raw[key]))
-    if g.do_sample and g.temperature <= 0:
-        raise options.fail(
-            "temperature",
-            g.temperature,
-            options.SAMPLING_TEMPERATURE,
-            where=c.source,
-            label=c.key("generation", "temperature"),
-            error=ConfigError,
-        )
-    return g
-
-
-# [model] key -> its option (a model is named here, passed as an object to the API)
-_MODEL_OPTIONS = {"main": "main_source", "draft": "draft_source"}
-
-
-def _model(c: _Checker, raw: dict) -> ModelConfig:
-    m = ModelConfig()
-    for f in fields(ModelConfig):
-        if raw.get(f.name) is not None:
-            value = c.check("model", f.name, raw[f.name], _MODEL_OPTIONS.get(f.name, f.name))
-            setattr(m, f.name, value)
-    return m
-
-
-def _policy(c: _Checker, raw: dict) -> PolicyConfig:
-    from . import policies
-
-    p = PolicyConfig()
-    name = c.check("policy", "name", raw.get("name", p.name), "policy")
-    opts = raw.get("options", {})
-    opts = c.check("policy", "options", {} if opts is None else opts, "policy_options")
+def _check_policy(c: _Checker, p) -> None:
+    c.check("policy", "name", p.name)  # the default too: it must be installed
     try:
-        policies.load(name, **opts)  # the policy validates its own options
+        policies.load(p.name, **p.options)  # the policy checks its own options
     except (ValueError, TypeError, ImportError) as exc:
         raise ConfigError(
-            f"{c.source}: {c.key('policy', 'options')} for policy {name!r}: {exc} "
+            f"{c.source}: {c.key('policy', 'options')} for policy {p.name!r}: {exc} "
             "(`bass policies` lists every option with its default)"
         ) from exc
-    p.name, p.options = name, opts
-    return p
+
+
+def _check_generation(c: _Checker, g) -> None:
+    label = c.key("generation", "temperature")
+    options.check_sampling(g.do_sample, g.temperature, c.source, label=label, error=ConfigError)
+
+
+# the checks between a table's options, after its keys' own
+_BETWEEN = {"policy": _check_policy, "generation": _check_generation}
 
 
 @dataclass
@@ -241,44 +215,47 @@ class Config:
         c = _Checker(source, labels)
         if not isinstance(d, dict):
             raise ConfigError(f"{source}: expected a table of tables, got {type(d).__name__}")
-        unknown = [k for k in d if k not in _TABLES]
+        unknown = [k for k in d if k not in TABLES]
         if unknown:
-            raise c.unknown(None, unknown, [f"[{t}]" for t in _TABLES])
-        return cls(
-            policy=_policy(c, _table(c, d, "policy")),
-            generation=_generation(c, _table(c, d, "generation")),
-            model=_model(c, _table(c, d, "model")),
-        )
+            raise c.unknown(None, unknown, [f"[{t}]" for t in TABLES])
+        sections = {}
+        for table in TABLES:  # in order: a bad [policy] is reported before [generation]
+            sections[table] = _section_of(c, d, table)
+            if table in _BETWEEN:
+                _BETWEEN[table](c, sections[table])
+        return cls(**sections)
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""
-        out: dict[str, dict] = {}
-        for name in _TABLES:
-            section = getattr(self, name)
-            out[name] = {
-                f.name: getattr(section, f.name)
-                for f in fields(section)
-                if getattr(section, f.name) is not None
+        return {
+            table: {
+                f.name: copy.copy(getattr(getattr(self, table), f.name))
+                for f in fields(getattr(self, table))
+                if getattr(getattr(self, table), f.name) is not None
             }
-        out["policy"]["options"] = dict(self.policy.options)
-        return out
+            for table in TABLES
+        }
+
+    def _kwargs(self, call: str) -> dict:
+        return {
+            o.name: copy.copy(getattr(getattr(self, o.table), key))
+            for table, keys in TABLES.items()
+            for key, o in keys.items()
+            if o.call == call
+        }
 
     def generator_kwargs(self) -> dict:
-        """Keyword arguments of :class:`bass.Generator` (policy, its options, attention)."""
-        return {
-            "policy": self.policy.name,
-            "policy_options": dict(self.policy.options),
-            "attention": self.model.attention,
-            "compile": self.model.compile,
-            "cpu_linear": self.model.cpu_linear,
-        }
+        """Keyword arguments of :class:`bass.Generator`: the policy, its options, and
+        ``[model]``'s attention, compile, cpu_linear and draft_sampling."""
+        return self._kwargs("Generator")
 
     def generate_kwargs(self) -> dict:
         """Keyword arguments of :meth:`bass.Generator.generate`; ``None`` values (no limit,
         no seed, the tokenizer's eos) are left out so the callee's defaults apply."""
-        g = self.generation
-        kw = {f.name: getattr(g, f.name) for f in fields(g)}
-        return {k: v for k, v in kw.items() if v is not None}
+        return {k: v for k, v in self._kwargs("generate").items() if v is not None}
+
+
+# --------------------------------------------------------------------------- files
 
 
 def read_toml(path: str | os.PathLike) -> dict:
@@ -290,8 +267,9 @@ def read_toml(path: str | os.PathLike) -> dict:
             "install it with: pip install tomli"
         )
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        # a UTF-8 byte-order mark (Windows editors write one) is not TOML: read past it
+        text = path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        return tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; check the path") from None
     except IsADirectoryError:
@@ -327,20 +305,10 @@ def as_config(path_or_config: str | os.PathLike | Config | dict) -> Config:
     )
 
 
-def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
-    """What a :class:`bass.Generator` built with ``config`` (``None``: no config) for the
-    model ``main`` takes from it: ``(generator_kwargs, generate_kwargs, chat)`` (``chat``:
-    ``generate_text``'s default). An ``eos_token_id`` outside ``main``'s vocabulary is
-    refused here, naming the key, rather than at the first ``generate()``."""
-    if config is None:
-        return {}, {}, None
-    cfg = as_config(config)
-    defaults = cfg.generate_kwargs()
-    if defaults.get("eos_token_id") is not None:  # needs the model
-        vocab = main.get_output_embeddings().weight.shape[0]
-        options.check("eos_token_id", defaults["eos_token_id"], where="Generator(config=...)",
-                      label="[generation].eos_token_id", vocab=vocab)  # fmt: skip
-    return cfg.generator_kwargs(), defaults, cfg.model.chat
+options.use_config_reader(as_config)  # Generator(config=...) reads through it
+
+#: What a :class:`bass.Generator` takes from a config (:func:`bass.options.generator_defaults`).
+generator_defaults = options.generator_defaults
 
 
 def apply_config(path_or_config: str | os.PathLike | Config | dict) -> tuple[dict, dict]:

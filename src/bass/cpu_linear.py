@@ -29,8 +29,17 @@ plan needs and routes each ``nn.Linear`` by it, inside bass's own passes only
 (:func:`active`, entered by :func:`bass.hf.run_packed`): the model's other callers,
 ``model.generate`` included, run ``F.linear`` as before. A ``torch.compile``d pass calls
 the custom op ``bass::cpu_linear``, which reads the row count at run time (one graph for
-every token count). A packed copy follows its weight: one changed in place (its version
-counter moved, e.g. ``load_state_dict``) or replaced is packed again at its next call.
+every token count).
+
+A packed copy follows its weight, however the weight changes between two generations:
+replaced, or changed in place with its version counter moving (``load_state_dict``) or
+without (``w.data.copy_(...)``, ``w.data.mul_(...)``: EMA updates and many trainers'
+weight syncs go through ``.data``, which no counter sees). :func:`refresh`, which the
+Generator calls at the start of every generation, compares each packed weight's
+:func:`fingerprint` (exclusive-or of its bit patterns along rows and along columns: any
+changed element, and any reordering, changes it) with the one taken when it was packed,
+and packs the changed ones again. It reads the packed weights once (about what one
+decoding step at one row reads); ``res.stats.backend`` reports its time.
 
 The :class:`bass.Generator` does all this for CPU models through its CPU backend
 (:class:`bass.backends.CPUBackend`: ``cpu_linear="auto"``, the default, with packed copies
@@ -50,6 +59,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -64,12 +74,14 @@ __all__ = [
     "calibrate",
     "choose",
     "cpu_linear_op",
+    "fingerprint",
     "install",
     "linear_bytes",
     "pack",
     "packed_bytes",
     "packed_linear",
     "prepare",
+    "refresh",
     "routing",
     "transposed_linear",
     "uninstall",
@@ -321,11 +333,12 @@ def active(on: bool = True) -> Iterator[None]:
 
 
 # the packed copies, by handle: [weight's data_ptr, its version, the copy, the layer that
-# owns it (a weak reference; its collection frees the copy)]
+# owns it (a weak reference; its collection frees the copy), the weight's fingerprint]
 _PACKS: dict[int, list] = {}
 _HANDLES = itertools.count()
 _HANDLE = "_bass_cpu_linear_pack"  # a routed layer's handle (-1: none) and plan code
 _CODE = "_bass_cpu_linear_code"
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # element size -> same-size int
 
 
 def _version(t: torch.Tensor) -> int:
@@ -335,27 +348,69 @@ def _version(t: torch.Tensor) -> int:
         return -1
 
 
+def fingerprint(weight: torch.Tensor) -> tuple[bytes, bytes]:
+    """What :func:`refresh` compares: the exclusive-or of ``weight``'s bit patterns
+    (``[out, in]``, any float dtype) along each row and along each column. Exact (no float
+    rounding): a change to any element changes its row's and its column's, and a reordering
+    within rows or within columns changes the other one. One read of the weight (numpy's
+    vectorised reductions: torch's integer reductions are several times slower on a CPU)."""
+    w = weight.detach()
+    if not w.is_contiguous():
+        w = w.contiguous()
+    bits = w.view(_BITS[w.element_size()]).numpy()
+    return (
+        np.bitwise_xor.reduce(bits, axis=1).tobytes(),
+        np.bitwise_xor.reduce(bits, axis=0).tobytes(),
+    )
+
+
+def _repack(entry: list, weight: torch.Tensor) -> None:
+    try:
+        copy = pack(weight)
+    except RuntimeError:  # e.g. the model was cast to a dtype oneDNN lacks
+        copy = None
+    entry[0], entry[1], entry[2], entry[4] = (
+        weight.data_ptr(),
+        _version(weight),
+        copy,
+        fingerprint(weight),
+    )
+
+
 def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
     """The packed copy of ``weight`` held under ``handle``, packed again if the weight
-    was changed in place or replaced since; ``None`` for an unknown handle."""
+    was replaced or changed in place with its version counter moving since (changes that
+    bypass the counter are :func:`refresh`'s); ``None`` for an unknown handle."""
     entry = _PACKS.get(handle)
     if entry is None:
         return None
-    ptr, version = weight.data_ptr(), _version(weight)
-    if entry[0] != ptr or entry[1] != version:
-        try:
-            entry[:3] = [ptr, version, pack(weight)]
-        except RuntimeError:  # e.g. the model was cast to a dtype oneDNN lacks
-            entry[:3] = [ptr, version, None]
+    if entry[0] != weight.data_ptr() or entry[1] != _version(weight):
+        _repack(entry, weight)
     return entry[2]
 
 
 def _new_pack(layer: torch.nn.Linear) -> int:
     handle = next(_HANDLES)
-    w = layer.weight
-    _PACKS[handle] = [w.data_ptr(), _version(w), pack(w), weakref.ref(layer)]
+    _PACKS[handle] = entry = [0, 0, None, weakref.ref(layer), None]
+    _repack(entry, layer.weight)
     weakref.finalize(layer, _PACKS.pop, handle, None)
     return handle
+
+
+def refresh(model: torch.nn.Module) -> int:
+    """Pack again every packed copy of ``model``'s routed layers whose weight changed since
+    it was packed, however it changed (see the module docstring; the Generator calls this
+    at the start of every generation). Returns how many copies were packed again."""
+    repacked = 0
+    with torch.no_grad():
+        for handle in _owned(model)[0]:
+            entry = _PACKS[handle]
+            w = entry[3]().weight  # the owning layer's (a copy of the model has its own)
+            moved = entry[0] != w.data_ptr() or entry[1] != _version(w)
+            if moved or entry[4] != fingerprint(w):
+                _repack(entry, w)
+                repacked += 1
+    return repacked
 
 
 def _owned(model: torch.nn.Module) -> tuple[set[int], bool]:

@@ -206,7 +206,7 @@ def load_tensor_parallel(source, tp: int, *, dtype=None):
     if tp > 1 and importlib.util.find_spec("accelerate") is None:
         raise DistributedError(
             "tensor parallelism needs the accelerate package (transformers shards a model "
-            "through it): pip install 'bass[distributed]' (or pip install accelerate)"
+            "through it): pip install accelerate (bass-decoding's 'distributed' extra)"
         )
     topo = topology()
     check_tp_size(models.load_config(source), tp, str(source))

@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from . import hf
+from . import hf, plugins
 from .cache import RaggedKVCache
-from .sampling import SamplingParams, sample, warp_probs
+from .errors import PluginLoadError
+from .sampling import SamplingParams, sample, sample_keyed, warp_probs
 
 if TYPE_CHECKING:
     from .batch_state import BatchState
@@ -111,13 +112,24 @@ class Signals:
 @dataclass
 class DraftCall:
     """A step's settings for :meth:`Drafter.propose`: the sampling parameters, the
-    generator a stochastic drafter draws with, and the policy's per-row early stop
+    generator a stochastic drafter draws with, the policy's per-row early stop
     (``keep_drafting(probs [R', V], index, rows) -> bool [R']``, ``rows`` each probs
-    row's position among the step's rows; ``None`` when the policy has none)."""
+    row's position among the step's rows; ``None`` when the policy has none), and
+    ``keys``.
+
+    ``keys`` int64 ``[R, K]`` (coupled drafting, the default when sampling): the keys of
+    each active row's draft positions, ``keys[r, j]`` the one of the position draft token
+    ``j + 1`` would take (:func:`bass.sampling.position_keys`). A sampling drafter draws
+    token ``j`` of row ``r`` with ``sample_keyed(probs, keys[r, j])``, the same draw the
+    main model makes at that position, and returns no ``probs``: its drafts are verified
+    like deterministic ones (kept while they equal the main model's keyed draws), so the
+    output is plain sampling's, whatever the drafts. ``None``: draw with ``generator`` and
+    return ``probs`` for rejection sampling."""
 
     params: SamplingParams = field(default_factory=SamplingParams)
     generator: torch.Generator | None = None
     keep_drafting: Callable | None = None
+    keys: torch.Tensor | None = None
 
 
 class Drafter:
@@ -157,11 +169,20 @@ class Drafter:
         """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
 
 
-def choose(logits: torch.Tensor, params: SamplingParams, generator, need_probs: bool):
+def choose(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator,
+    need_probs: bool,
+    keys: torch.Tensor | None = None,
+):
     """Pick the next token from ``logits`` ``[B, V]``: argmax, or a sample from the warped
-    distribution. Returns ``(tokens [B], probs [B, V] or None)``."""
+    distribution (keyed by ``keys`` int64 ``[B]`` when given, else drawn with
+    ``generator``). Returns ``(tokens [B], probs [B, V] or None)``."""
     if params.do_sample:
         probs = warp_probs(logits, params)
+        if keys is not None:
+            return sample_keyed(probs, keys), probs
         return sample(probs, generator), probs
     probs = torch.softmax(logits.float(), dim=-1) if need_probs else None
     return logits.argmax(dim=-1), probs
@@ -285,8 +306,9 @@ class ModelDrafter(Drafter):
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
-            tok, probs = choose(logits, params, call.generator, keep_fn is not None)
-            if params.do_sample:
+            keys = call.keys[index, j] if call.keys is not None else None  # [len(order)]
+            tok, probs = choose(logits, params, call.generator, keep_fn is not None, keys)
+            if params.do_sample and keys is None:  # rejection sampling needs what it drew from
                 if probs_out is None:  # the main model's width (zero past the draft's)
                     probs_out = probs.new_zeros(R, K, self.out_vocab)
                 probs_out[index, j, : probs.shape[-1]] = probs
@@ -461,21 +483,19 @@ class NGramDrafter(Drafter):
 # --------------------------------------------------------------------------- plugins
 
 
-class DrafterLoadError(ImportError):
+class DrafterLoadError(PluginLoadError):
     """A registered drafter's entry point could not be imported or is not a drafter
     (the original exception, if any, is chained)."""
 
 
 def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     """The installed entry points of group ``bass.drafters`` (the test seam)."""
-    return importlib.metadata.entry_points(group=GROUP)
+    return plugins.entry_points(GROUP)
 
 
 def available() -> dict[str, importlib.metadata.EntryPoint]:
     """Installed drafters, name -> entry point, sorted by name."""
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for ep in entry_points():
-        found.setdefault(ep.name, ep)
+    found = plugins.available(GROUP, entry_points())
     found.setdefault("ngram", None)  # built in, also when bass runs from a source tree
     return dict(sorted(found.items()))
 
@@ -493,19 +513,44 @@ def load(name: str) -> Drafter:
     if ep is None:
         return NGramDrafter()
     try:
-        target = ep.load()
+        target = plugins.load_target("drafter", GROUP, name, ep)
+    except PluginLoadError as exc:
+        raise DrafterLoadError(str(exc), plugin=name) from exc.__cause__
+    if plugins.is_builtin(target):
         drafter = target()
-    except Exception as exc:  # any import-time or construction failure of a plugin
-        raise DrafterLoadError(
-            f"drafter {name!r} (entry point {ep.value!r}) failed to load: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+    else:
+        drafter = plugins.build("drafter", plugins.describe("drafter", target, name, ep), target)
     if not isinstance(drafter, Drafter):
         raise DrafterLoadError(
             f"drafter {name!r} (entry point {ep.value!r}) built a {type(drafter).__name__}, "
-            "not a bass.drafters.Drafter"
+            "not a bass.drafters.Drafter",
+            plugin=name,
         )
-    return drafter
+    return _Guarded(drafter, plugins.describe("drafter", drafter, name, ep))
+
+
+class _Guarded(Drafter):
+    """Another package's drafter, each hook's exceptions reported as the drafter's
+    (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...)."""
+
+    def __init__(self, inner: Drafter, who: str):
+        self.inner, self.who = inner, who
+        self.name, self.deterministic = inner.name, inner.deterministic
+        self.model = inner.model
+        for hook in ("start", "signals", "propose", "commit", "compact"):
+            setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def guarded(drafter: Drafter) -> Drafter:
+    """``drafter`` with its hooks' failures named (another package's), or as is (bass's)."""
+    if plugins.is_builtin(drafter) or isinstance(drafter, _Guarded):
+        return drafter
+    if type(drafter).propose is Drafter.propose:  # refused when built, not at a step
+        raise NotImplementedError(f"{type(drafter).__name__} must implement propose()")
+    return _Guarded(drafter, plugins.describe("drafter", drafter, drafter.name))
 
 
 def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None:
@@ -520,7 +565,7 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
     if isinstance(draft, Drafter):
         if draft.model is not None and not isinstance(draft, ModelDrafter):
             _check_vocab(main, draft.model, None)
-        return draft
+        return guarded(draft)
     if isinstance(draft, str):  # "none" as in the config file and the command line
         name = draft.strip()
         return None if name == "none" else load(name)
@@ -529,6 +574,7 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
             f"draft must be a causal LM (a transformers model), a bass.drafters.Drafter, a "
             f"drafter's name ({', '.join(available())}) or None, got {type(draft).__name__}"
         )
+    hf.check_loaded(draft, "draft")
     tokens = _check_vocab(main, draft, shared_vocab)
     return ModelDrafter(draft, tokens=tokens, out_vocab=_vocab_size(main))
 

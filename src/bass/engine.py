@@ -62,10 +62,10 @@ from .batch_state import (
     raise_if_nonfinite,
 )
 from .cache import RaggedKVCache
-from .config import generator_defaults
 from .drafters import DraftCall, Drafter, Proposal, make_drafter, nonfinite
 from .ops import length_checks
 from .ops.packed import resolve_packed_implementation
+from .options import generator_defaults
 from .packing import TOKEN_BUCKETS
 from .policies import DraftContext
 from .sampling import SamplingParams, generator_seed, position_keys, sample_keyed, warp_probs
@@ -122,6 +122,16 @@ class Generator:
             ``F.linear`` as is. Ignored off the CPU.
         backend: a :class:`bass.backends.Backend` instead of the one chosen for the main
             model's device (e.g. ``CPUBackend(memory_share=0.25)``).
+        draft_sampling: how a sampling drafter's tokens are drawn and verified.
+            ``"coupled"`` (default): each draft token is drawn with the keyed noise of the
+            position it would take, the draw the main model makes there
+            (:class:`bass.drafters.DraftCall`), and kept while the two agree: every
+            sampled row equals plain sampling with the same seed, whatever the drafter,
+            the policy or the batch (:func:`bass.testing.assert_sampled_equivalent`).
+            ``"rejection"``: rejection sampling (Leviathan et al.): the same distribution,
+            a draft kept with probability ``min(1, p/q)``, but which sample comes out
+            depends on the draft lengths, so on the batch. ``bench/coupling.py`` measures
+            how often each accepts a draft token.
         shared_vocab: a draft model whose logit count differs from the main model's only
             by embedding padding: the tokenizer's length (see :mod:`bass.drafters`).
 
@@ -153,6 +163,7 @@ class Generator:
         cpu_linear: str | None = None,
         shared_vocab: int | None = None,
         backend: backends.Backend | None = None,
+        draft_sampling: str | None = None,
     ):
         # Types and ranges first, before any work (bass.options: the config file and the
         # command line check these values the same way)
@@ -168,6 +179,7 @@ class Generator:
             prefill_chunk_tokens=prefill_chunk_tokens,
             cpu_linear=cpu_linear,
             shared_vocab=shared_vocab,
+            draft_sampling=draft_sampling,
             config=config,
         )
         if shared_vocab is not None and not isinstance(draft, torch.nn.Module):
@@ -186,6 +198,10 @@ class Generator:
             compile = cfg_gen.get("compile", False)
         if cpu_linear is None:
             cpu_linear = cfg_gen.get("cpu_linear", "auto")
+        if draft_sampling is None:
+            draft_sampling = cfg_gen.get("draft_sampling", "coupled")
+        self.draft_sampling = draft_sampling
+        self.coupled = draft_sampling == "coupled"
         self.backend = backends.select_backend(main.device, cpu_linear, backend)
         self.forced_acceptance = forced_acceptance
         self.main = main
@@ -196,7 +212,8 @@ class Generator:
         # 2) the policy (checked now, not mid-generation) and the drafter
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()
-        self.drafter: Drafter | None = make_drafter(draft, main, shared_vocab)
+        # its hooks' failures named as its own when it is another package's (bass.plugins)
+        self._drafting: Drafter | None = make_drafter(draft, main, shared_vocab)
         # 3) how passes run: compiled or not, static shapes, the device's tuning
         graphs = compile == "reduce-overhead"
         if static_shapes is None:
@@ -231,6 +248,12 @@ class Generator:
             from .distributed import coordinator_for
 
             self.coord = coordinator_for(main)
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter: the one given (a draft model's :class:`bass.drafters.ModelDrafter`,
+        an n-gram drafter, yours), or ``None`` for regular decoding."""
+        return getattr(self._drafting, "inner", self._drafting)
 
     @property
     def models(self) -> list[torch.nn.Module]:
@@ -368,6 +391,7 @@ class Generator:
             try:
                 for model in models:
                     hf.prepare(model, need)  # a window is checked against real positions
+                self.backend.refresh(models)  # weights may have changed since, in any way
                 # The engine builds valid lengths by construction (tests check the invariant
                 # every step); skip the ops' host-side range checks in the hot loop.
                 with length_checks(False), compat.generation_mode(models):
@@ -426,7 +450,7 @@ class Generator:
         stats.prefill_passes = passes
         stats.prefill_tokens = sum(map(len, prompts))
         if self.drafter is not None:
-            stats.draft_passes += self.drafter.start(state, self.passes, max_len, device)
+            stats.draft_passes += self._drafting.start(state, self.passes, max_len, device)
         state.append(list(range(B)), [[t] for t in host[:B]])
         stats.prefill_seconds = time.perf_counter() - t0
         if self.passes.bucket is not None:  # CUDA graphs: buffers' addresses must not move
@@ -467,7 +491,7 @@ class Generator:
         proposes at most that)."""
         rows = [state.rows[s] for s in slots]
         caps = [state.remaining(s) - 1 for s in slots]  # the main model adds one token
-        signals = self.drafter.signals(slots, [min(c, MAX_LOOKUP) for c in caps])
+        signals = self._drafting.signals(slots, [min(c, MAX_LOOKUP) for c in caps])
         ctx = DraftContext(
             rows=rows,
             max_draft=caps,
@@ -484,16 +508,28 @@ class Generator:
         gen, seed = rng  # the draft model's generator; the key of sampled positions
         rows = [state.rows[s] for s in slots]
         R = len(slots)
-        # 2) draft
+        # 2) draft; coupled (the default when sampling): a sampling drafter draws each
+        #    draft token with the key of the position it would take, as the main model will
+        coupled = params.do_sample and self.forced_acceptance is None and self.coupled
         if any(lengths):
-            call = DraftCall(params, gen, hooks.keep_drafting)
-            prop = self.drafter.propose(slots, lengths, call)
-            check_proposal(self.drafter, prop, lengths, params, self.vocab)
+            keys = None
+            if coupled:
+                K = max(lengths)
+                starts = [len(state.outputs[p]) for p in rows]
+                grid = position_keys(seed, [state.row_ids[p] for p in rows], starts, K)
+                keys = torch.tensor(grid, dtype=torch.int64).view(R, K)
+                keys = keys.to(self.main.device, non_blocking=True)
+            call = DraftCall(params, gen, hooks.keep_drafting, keys)
+            prop = self._drafting.propose(slots, lengths, call)
+            check_proposal(self.drafter, prop, lengths, params, self.vocab, coupled)
         else:
             prop = Proposal.none(R)
         t_verify = time.perf_counter()
-        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
-        keyed = params.do_sample and self.forced_acceptance is None and prop.probs is None
+        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass: coupled
+        #    (or deterministic) drafts against the main model's keyed draws
+        keyed = coupled or (
+            params.do_sample and self.forced_acceptance is None and prop.probs is None
+        )
         v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed)
         t_fwd = time.perf_counter()
         logits = self.passes.run(self.main, self.cache, v.batch)
@@ -521,7 +557,7 @@ class Generator:
         # 5) commit: rows append [d_1..d_a, next]; the main cache keeps [last, d_1..d_a]
         #    (its lengths follow from the rows: BatchState.cache_lens), the drafter rolls back
         if self.drafter is not None:
-            self.drafter.commit(slots, accepted)
+            self._drafting.commit(slots, accepted)
         state.append(slots, [[*drafts[r][: accepted[r]], next_tokens[r]] for r in range(R)])
         # 6) the step's record -> statistics and the policy
         rec = StepRecord(
@@ -568,7 +604,7 @@ class Generator:
             return
         self.cache.compact(keep)
         if self.drafter is not None:
-            self.drafter.compact(keep)
+            self._drafting.compact(keep)
         state.compact(keep)
 
     def generate_text(

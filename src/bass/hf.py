@@ -118,6 +118,26 @@ def sliding_window(model) -> int | None:
     return None
 
 
+def check_loaded(model, role: str) -> None:
+    """Refuse a model bass cannot generate with, when a Generator is built: one that
+    ``torch.compile`` wrapped (bass compiles its own passes), or one with weights on the
+    meta device (never loaded). ``role``: ``"main"`` or ``"draft"``, for the message."""
+    if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        raise TypeError(
+            f"the {role} model is a torch.compile'd module ({type(model._orig_mod).__name__}): "
+            "pass the model itself (compiled._orig_mod); bass compiles its own passes: "
+            "Generator(..., compile=True)"
+        )
+    meta = next((n for n, p in model.named_parameters() if p.device.type == "meta"), None)
+    if meta is not None:
+        raise ValueError(
+            f"the {role} model {model_name(model)} has weights on the meta device ({meta}, "
+            "...): they were never loaded; load the model with its weights (from_pretrained "
+            "without init_empty_weights or a 'meta' device map), or offload with accelerate "
+            "to a real device"
+        )
+
+
 def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedModel:
     """Check ``model`` can be routed through bass and set ``attn_implementation="bass"``.
 

@@ -1,24 +1,43 @@
-"""The value kinds of :mod:`bass.options`: one parser per kind of value (integers, ranges,
-token ids, stop strings and sequences, choices among what is installed, models and
-tokenizers). Each takes ``(value, ctx)`` and returns the value normalised, or raises
-:class:`Refused`; :mod:`bass.options` pairs them with what each option allows (its
-messages). Private to bass: the names are bass.options' building blocks."""
+"""Declaring an option once, and refusing a value in the option's words.
+
+An :class:`Option` is declared once: its kind of value (:class:`Range`, :class:`Choice`,
+:class:`Value`: how a value is normalised, what is allowed in a phrase), its default, a
+one-line doc, and where else it is spelled (a config file's table and key, a ``bass``
+flag). :mod:`bass.options` declares bass's options with these, and the API's checks, the
+config file's tables, the flags and the docs' tables are made from them; a policy's
+:func:`~bass.policies.base.option` declares its bound as a :class:`Range` too. A refused
+value is an :class:`~bass.errors.OptionError` naming the option as its source spells it,
+the value and what is allowed (:meth:`Option.check`)::
+
+    generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
+    bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
+
+A core module that imports nothing of bass but :mod:`bass.errors`; the kinds that need
+what is installed (policies, attention implementations, a model) are :mod:`bass.options`'.
+"""  # noqa: E501
 
 from __future__ import annotations
 
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "Refused", "show"]
+from .errors import OptionError
+
+__all__ = ["BOOL", "DTYPES", "Choice", "Kind", "Option", "Range", "Refused", "Value", "show"]
+
+#: The model dtypes a config file, a flag or ``from_pretrained`` may name.
+DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 class Refused(Exception):
-    """Raised by a parser: the value is not allowed (``why``: a detail for the message)."""
+    """Raised by a kind's ``parse``: the value is not allowed (``why``: a detail for the
+    message)."""
 
     def __init__(self, why: str = ""):
         super().__init__(why)
@@ -31,23 +50,24 @@ def show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# --------------------------------------------------------------------------- value kinds
+# --------------------------------------------------------------------------- kinds
+# A kind has ``parse(value, ctx)``: the value normalised, or Refused; ``allowed(ctx)``: what
+# is allowed, in a phrase; ``type``: a value's type when it comes as text (a flag). ``ctx``
+# holds what a check needs: ``source`` ("keyword": the API, else "config"), ``vocab`` (the
+# main model's logit count), ``values`` (the other options', for a bound that names one),
+# ``docs`` (true: a phrase that does not depend on what this machine has installed).
 
 
-def _is_bool(v: Any) -> bool:
-    return isinstance(v, (bool, np.bool_))
-
-
-def _int(v: Any) -> int:
+def as_int(v: Any) -> int:
     """An integer (numpy's too), never a bool (``True`` for 1 is always a mistake)."""
-    if _is_bool(v) or not isinstance(v, Integral):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, Integral):
         raise Refused()
     return int(v)
 
 
-def _number(v: Any) -> float:
-    """A finite real number (int, float, numpy's), never a bool."""
-    if _is_bool(v) or not isinstance(v, Real):
+def as_number(v: Any) -> float:
+    """A finite real number (int, float, numpy's) as a float, never a bool."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, Real):
         raise Refused()
     try:
         f = float(v)
@@ -58,36 +78,205 @@ def _number(v: Any) -> float:
     return f
 
 
-def _bool(v: Any) -> bool:
-    if _is_bool(v):
+@dataclass(frozen=True)
+class Range:
+    """An ``int`` or a finite ``float`` within bounds: numbers, or the name of another
+    option (``high="l_limit"``: its value in ``ctx["values"]``), excluded with
+    ``low_open``/``high_open``; ``optional`` allows ``None``. The phrase is ``text``, or
+    made from the bounds (``an integer >= 1``, ``an int in [1, l_limit=32]``: ``noun`` is
+    ``an integer``/``a finite number`` unless given)."""
+
+    type: type = int
+    low: float | str | None = None
+    high: float | str | None = None
+    low_open: bool = False
+    high_open: bool = False
+    optional: bool = False
+    noun: str | None = None
+    text: str | None = None
+
+    def convert(self, v: Any) -> Any:
+        """``v`` as this range's type, bounds unchecked (or :class:`Refused`)."""
+        if v is None and self.optional:
+            return None
+        return as_int(v) if self.type is int else as_number(v)
+
+    def names_another(self) -> bool:
+        return isinstance(self.low, str) or isinstance(self.high, str)
+
+    def within(self, v: Any, ctx: Mapping[str, Any]) -> bool:
+        if v is None:  # optional, and left out
+            return True
+        values = ctx.get("values", {})
+        low, high = (values.get(b) if isinstance(b, str) else b for b in (self.low, self.high))
+        too_low = low is not None and (v <= low if self.low_open else v < low)
+        too_high = high is not None and (v >= high if self.high_open else v > high)
+        return not (too_low or too_high)
+
+    def parse(self, v: Any, ctx: Mapping[str, Any]) -> Any:
+        v = self.convert(v)
+        if not self.within(v, ctx):
+            raise Refused()
+        return v
+
+    def allowed(self, ctx: Mapping[str, Any]) -> str:
+        if self.text is not None:
+            return self.text
+        values = ctx.get("values", {})
+        low, high = (f"{b}={values[b]!r}" if b in values else str(b) for b in (self.low, self.high))
+        noun = self.noun or ("an integer" if self.type is int else "a finite number")
+        if self.low is not None and self.high is not None:
+            lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            text = f"{noun} in {lo}{low}, {high}{hi}"
+        elif self.low is not None:
+            text = f"{noun} {'>' if self.low_open else '>='} {low}"
+        elif self.high is not None:
+            text = f"{noun} {'<' if self.high_open else '<='} {high}"
+        else:
+            text = noun
+        return text + (" or None" if self.optional else "")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of some names: fixed (a tuple) or what is available here (a function; ``docs``
+    then says it without this machine's list); ``note`` follows the list."""
+
+    choices: tuple[str, ...] | Callable[[], Sequence[str]] = ()
+    note: str = ""
+    docs: str = ""
+    type: type = str
+
+    def parse(self, v: Any, ctx: Mapping[str, Any]) -> str:
+        names = self.choices() if callable(self.choices) else self.choices
+        if not isinstance(v, str) or v not in names:
+            raise Refused()
+        return v
+
+    def allowed(self, ctx: Mapping[str, Any]) -> str:
+        if ctx.get("docs") and self.docs:
+            return self.docs
+        names = self.choices() if callable(self.choices) else self.choices
+        return f"one of {', '.join(names)}" + (f" ({self.note})" if self.note else "")
+
+
+@dataclass(frozen=True)
+class Value:
+    """Any other kind: ``check(value, ctx)`` normalises or raises :class:`Refused`; ``text``
+    is the phrase (or a function of ``ctx`` that makes it)."""
+
+    check: Callable[[Any, Mapping[str, Any]], Any]
+    text: str | Callable[[Mapping[str, Any]], str]
+    type: type | None = None
+
+    def parse(self, v: Any, ctx: Mapping[str, Any]) -> Any:
+        return self.check(v, ctx)
+
+    def allowed(self, ctx: Mapping[str, Any]) -> str:
+        return self.text(ctx) if callable(self.text) else self.text
+
+
+def _bool(v: Any, ctx: Mapping) -> bool:
+    if isinstance(v, (bool, np.bool_)):
         return bool(v)
     raise Refused()
 
 
-def _satisfying(kind: Callable[[Any], Any], ok: Callable[[Any], bool]) -> Callable:
-    """A parser of ``kind``'s values (:func:`_int`, :func:`_number`) for which ``ok``
-    holds."""
+#: ``True`` or ``False`` (numpy's too); nothing else stands for one.
+BOOL = Value(_bool, "a bool: true or false", bool)
 
-    def parse(v: Any, ctx: Mapping) -> Any:
-        v = kind(v)
-        if not ok(v):
-            raise Refused()
-        return v
-
-    return parse
+Kind = Range | Choice | Value
 
 
-def _ints(ok: Callable[[int], bool]) -> Callable[[Any, Mapping], int]:
-    """A parser of integers for which ``ok`` holds."""
-    return _satisfying(_int, ok)
+# --------------------------------------------------------------------------- the option
 
 
-def _numbers(ok: Callable[[float], bool]) -> Callable[[Any, Mapping], float]:
-    """A parser of finite numbers (as floats) for which ``ok`` holds."""
-    return _satisfying(_number, ok)
+@dataclass(frozen=True)
+class Option:
+    """One option, declared once: ``name`` (its keyword in ``call``, unless ``keyword``
+    says otherwise), ``kind``, ``doc`` (one line, for the API, the file, the flags and the
+    docs alike), ``default`` (its value when left out of a config file or the flags),
+    ``absent`` (what ``None`` or leaving it out means, in words; ``None``: the API requires
+    it) and ``absent_config`` where a file differs, ``table``/``key`` (its place in a config
+    file; ``key`` defaults to the keyword), ``flag``/``metavar`` (on the command line)."""
+
+    name: str
+    kind: Kind
+    doc: str
+    call: str = ""
+    default: Any = None
+    absent: str | None = None
+    absent_config: str | None = None
+    table: str | None = None
+    key: str | None = None
+    flag: str | None = None
+    metavar: str | None = None
+    keyword: str | None = None
+
+    @property
+    def said(self) -> str:
+        """The keyword the API spells it with."""
+        return self.keyword or self.name
+
+    @property
+    def config_key(self) -> str | None:
+        """``table.key`` in a config file, or ``None``."""
+        return None if self.table is None else f"{self.table}.{self.key or self.said}"
+
+    def allowed_text(self, ctx: Mapping[str, Any]) -> str:
+        return self.kind.allowed(ctx)
+
+    def check(
+        self,
+        value: Any,
+        *,
+        where: str = "",
+        label: str | None = None,
+        error: type[OptionError] = OptionError,
+        **ctx: Any,
+    ) -> Any:
+        """``value`` normalised, or ``error`` (:class:`~bass.errors.OptionError`) naming
+        it as ``label`` spells it (``None``: the keyword argument, ``seed=-1``; else a
+        config key, ``[generation].seed``, or a flag, ``--seed``) after ``where``
+        (``"generate()"``, a file name, ``"command line"``)."""
+        ctx = {"source": "keyword" if label is None else "config", **ctx}
+        try:
+            return self.kind.parse(value, ctx)
+        except Refused as refused:
+            text = said(self.said, value, where, label)
+            text += f" is not allowed; expected {self.allowed_text(ctx)}"
+            absent = self.absent if label is None else (self.absent_config or self.absent)
+            if absent is not None:
+                text += f", or None ({absent})" if label is None else f" (leave it out: {absent})"
+            text += f"; {refused.why}" if refused.why else ""
+            raise error(text, option=self.name, value=value) from None
 
 
-def _ids(v: Any) -> list | None:
+def said(name: str, value: Any, where: str, label: str | None) -> str:
+    """How a message names a value: ``where: name=value`` or ``where: label = value``."""
+    text = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
+    return f"{where}: {text}" if where else text
+
+
+def refusal(
+    name: str,
+    value: Any,
+    allowed: str,
+    *,
+    where: str = "",
+    label: str | None = None,
+    error: type[OptionError] = OptionError,
+) -> OptionError:
+    """The error for a value that only a check between options refuses (``temperature=0``
+    with ``do_sample=True``), in :meth:`Option.check`'s words."""
+    message = said(name, value, where, label) + f" is not allowed; expected {allowed}"
+    return error(message, option=name, value=value)
+
+
+# --------------------------------------------------------------------------- values
+
+
+def ids(v: Any) -> list | None:
     """``v`` as a list when it is a 1-D sequence of ids (a list, a tuple, a 1-D tensor or
     array), ``None`` when it is not a sequence at all. Strings are refused."""
     if isinstance(v, (str, bytes)):
@@ -104,33 +293,40 @@ def _ids(v: Any) -> list | None:
 
 
 def _token(t: Any, ctx: Mapping) -> int:
-    t = _int(t)
+    t = as_int(t)
     vocab = ctx.get("vocab")
     if t < 0 or (vocab is not None and t >= vocab):
         raise Refused(f"token id {t} is outside the vocabulary" if t >= 0 else "")
     return t
 
 
-def _id_range(ctx: Mapping) -> str:
+def id_range(ctx: Mapping) -> str:
     vocab = ctx.get("vocab")
     return "a token id >= 0" if vocab is None else f"a token id in [0, {vocab})"
 
 
-# --------------------------------------------------------------------------- parsers
-
-
-def _eos(v: Any, ctx: Mapping) -> int | list[int]:
-    ids = _ids(v)
-    if ids is None:
+def eos(v: Any, ctx: Mapping) -> int | list[int]:
+    found = ids(v)
+    if found is None:
         if hasattr(v, "ndim"):  # a 0-d tensor or array: its one id
             v = v.item()
         return _token(v, ctx)
-    if not ids:
+    if not found:
         raise Refused("an empty list stops nothing (leave it out for no eos)")
-    return [_token(t, ctx) for t in ids]
+    return [_token(t, ctx) for t in found]
 
 
-def _stop_strings(v: Any, ctx: Mapping) -> list[str]:
+def _is_ids(v: Any) -> bool:
+    try:
+        found = ids(v)
+    except Refused:
+        return False
+    return isinstance(v, Integral) or (
+        found is not None and all(isinstance(t, Integral) for t in found)
+    )
+
+
+def stop_strings(v: Any, ctx: Mapping) -> list[str]:
     stops = [v] if isinstance(v, str) else v
     if not isinstance(stops, (list, tuple)):
         raise Refused()
@@ -142,151 +338,24 @@ def _stop_strings(v: Any, ctx: Mapping) -> list[str]:
     return list(stops)
 
 
-def _is_ids(v: Any) -> bool:
-    try:
-        ids = _ids(v)
-    except Refused:
-        return False
-    return isinstance(v, Integral) or (
-        ids is not None and all(isinstance(t, Integral) for t in ids)
-    )
-
-
-def _stop_sequences(v: Any, ctx: Mapping) -> list[tuple[int, ...]]:
-    seqs = _ids(v)
+def stop_sequences(v: Any, ctx: Mapping) -> list[tuple[int, ...]]:
+    seqs = ids(v)
     if seqs is None:
         raise Refused()
     if seqs and all(isinstance(t, Integral) for t in seqs):
         raise Refused(f"for one stop sequence pass [{show(list(seqs), 40)}]")
     out = []
     for seq in seqs:
-        ids = _ids(seq)
-        if ids is None:
+        found = ids(seq)
+        if found is None:
             raise Refused(f"{show(seq, 30)} is not a list of token ids")
-        if not ids:
+        if not found:
             raise Refused("an empty sequence would stop every row at once")
-        out.append(tuple(_token(t, ctx) for t in ids))
+        out.append(tuple(_token(t, ctx) for t in found))
     return out
 
 
-def _tokenizer(v: Any, ctx: Mapping) -> Any:
-    if not callable(getattr(v, "decode", None)):
-        raise Refused()
-    return v
-
-
-def _text_tokenizer(v: Any, ctx: Mapping) -> Any:
-    if not callable(v) or not callable(getattr(v, "decode", None)):
-        raise Refused()
-    return v
-
-
-def _callable(v: Any, ctx: Mapping) -> Any:
-    if not callable(v):
-        raise Refused()
-    return v
-
-
-def _one_of(choices: Callable[[], Sequence[str]]) -> Callable[[Any, Mapping], str]:
-    def parse(v: Any, ctx: Mapping) -> str:
-        if not isinstance(v, str) or v not in choices():
-            raise Refused()
-        return v
-
-    return parse
-
-
-def _attention_choices() -> list[str]:
-    from .ops import packed
-
-    return ["auto", *packed.packed_implementations()]
-
-
-def _cpu_linear_choices() -> Sequence[str]:
-    from .cpu_linear import MODES
-
-    return MODES
-
-
-DTYPES = ("float32", "float16", "bfloat16", "float64")
-
-
-def _backends() -> list[str]:
-    import torch
-
-    return torch._dynamo.list_backends(exclude_tags=())
-
-
-def _compile(v: Any, ctx: Mapping) -> Any:
-    if _is_bool(v):
-        return bool(v)
-    if isinstance(v, str):
-        if v == "reduce-overhead":
-            return v
-        if v in _backends():
-            return v
-        raise Refused()
-    if callable(v) and ctx.get("source") == "keyword":  # a backend function (the API only)
-        return v
-    raise Refused()
-
-
-def _source(v: Any, ctx: Mapping) -> str:
-    if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
-        raise Refused()
-    return str(v).strip()
-
-
-def _installed_policies() -> list[str]:
-    from . import policies
-
-    return list(policies.available())
-
-
-def _policy(v: Any, ctx: Mapping) -> Any:
-    if isinstance(v, str):
-        if v not in _installed_policies():
-            raise Refused()
-        return v
-    if ctx.get("source") == "keyword":  # a policy object (the API only)
-        from .policies import DraftLengthPolicy
-
-        if isinstance(v, type):
-            raise Refused(f"{v.__name__} is a class: pass an instance, {v.__name__}(...)")
-        if isinstance(v, DraftLengthPolicy):
-            return v
-    raise Refused()
-
-
-def _policy_text(ctx: Mapping) -> str:
-    names = ", ".join(_installed_policies()) or "(none installed)"
-    text = f"an installed policy: {names} (see `bass policies`)"
-    if ctx.get("source") == "keyword":
-        text += ", or a policy object with draft_length() and update(stats)"
-    return text
-
-
-def _policy_options(v: Any, ctx: Mapping) -> dict:
-    if not isinstance(v, Mapping) or not all(isinstance(k, str) for k in v):
-        raise Refused()
-    # numpy's scalars as Python's (the policy checks each option's type and range)
-    return {k: x.item() if isinstance(x, np.generic) else x for k, x in v.items()}
-
-
-def _main_model(v: Any, ctx: Mapping) -> Any:
-    from transformers import PreTrainedModel
-
-    if isinstance(v, PreTrainedModel):
-        return v
-    if v is None or isinstance(v, (str, os.PathLike)):
-        raise Refused(
-            "to load a model by name, directory or .gguf file use "
-            "Generator.from_pretrained(main, draft)"
-        )
-    raise Refused(f"got a {type(v).__name__}")
-
-
-def _texts(v: Any, ctx: Mapping) -> list[str]:
+def texts(v: Any, ctx: Mapping) -> list[str]:
     if isinstance(v, str):
         raise Refused("for one text pass [text]")
     if not isinstance(v, (list, tuple)):
@@ -307,9 +376,26 @@ def _texts(v: Any, ctx: Mapping) -> list[str]:
     return list(v)
 
 
-def _config(v: Any, ctx: Mapping) -> Any:
-    from .config import Config
+def has(*methods: str, call: bool = False) -> Callable[[Any, Mapping], Any]:
+    """A check that ``v`` has callable ``methods`` (and is callable itself, ``call``)."""
 
-    if isinstance(v, (str, os.PathLike, Config, dict)):
+    def check(v: Any, ctx: Mapping) -> Any:
+        if (call and not callable(v)) or not all(callable(getattr(v, m, None)) for m in methods):
+            raise Refused()
         return v
-    raise Refused()
+
+    return check
+
+
+def source(v: Any, ctx: Mapping) -> str:
+    """A model's name, directory or file (a path), stripped."""
+    if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
+        raise Refused()
+    return str(v).strip()
+
+
+def table(v: Any, ctx: Mapping) -> dict:
+    """A mapping of option names to values, numpy's scalars as Python's."""
+    if not isinstance(v, Mapping) or not all(isinstance(k, str) for k in v):
+        raise Refused()
+    return {k: x.item() if isinstance(x, np.generic) else x for k, x in v.items()}

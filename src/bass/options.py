@@ -1,33 +1,38 @@
-"""One validator per option: the Python API, the config file and the command line check a
-value the same way, before any work.
+"""Every option bass takes from a user, declared once, and the checks at the public edge.
 
-Every option bass takes from a user (the keywords of :class:`bass.Generator`,
-:meth:`~bass.Generator.generate` and :meth:`~bass.Generator.generate_text`, the keys of a
-config file, the ``bass`` flags that set them) is an :class:`Option` here: its name, what is
-allowed (a phrase), what leaving it out means, and a function that returns the value
-normalised (numpy integers as ``int``, a single stop string as a list...) or refuses it.
-A refused value raises :class:`OptionError` (a ``TypeError`` and a ``ValueError``) naming
-the option as its source spells it, the value, and what is allowed::
+:data:`OPTIONS` declares each keyword of :class:`bass.Generator`, its ``generate``,
+``generate_text`` and ``from_pretrained`` once (:class:`~bass.option_kinds.Option`); the
+checks here, the config file's tables (:mod:`bass.config`), the flags
+(:mod:`bass.cli.parser`) and the docs' tables (``docs/_ext/options_page.py``) are made
+from it. A value is checked when a call starts, never per step; a refused one raises
+:class:`~bass.errors.OptionError` (a ``TypeError`` and a ``ValueError``) naming the option
+as its source spells it, the value and what is allowed::
 
     generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
     bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
-    command line: --seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (...)
 
-:func:`check` validates one value; :func:`generation_kwargs` the arguments of a ``generate``
-call (with the checks between options: ``temperature > 0`` when sampling, stop strings
-need a tokenizer, token ids within the vocabulary).
+A core module: the engine imports it and it imports no layer above the core. A
+``config=`` argument (a TOML file) is read by :mod:`bass.config`, which installs its reader
+here when imported (:func:`use_config_reader`; ``import bass`` imports it).
 """  # noqa: E501
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import option_kinds as kinds
-from .option_kinds import DTYPES, Refused, show
+from . import policies
+from .cpu_linear import MODES as CPU_LINEAR_MODES
+from .errors import OptionError
+from .ops.packed import packed_implementations
+from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, show
 
 __all__ = [
+    "DRAFT_SAMPLING",
     "DTYPES",
     "GENERATE",
     "OPTIONS",
@@ -36,195 +41,240 @@ __all__ = [
     "OptionError",
     "check",
     "check_keywords",
+    "check_sampling",
     "fail",
     "generation_kwargs",
+    "generator_defaults",
+    "pretrained_arguments",
+    "row_ids",
     "show",
+    "text_arguments",
+    "use_config_reader",
 ]
+
+#: How sampled drafts are drawn and verified (:class:`bass.Generator`'s ``draft_sampling``).
+DRAFT_SAMPLING = ("coupled", "rejection")
 
 #: What ``temperature`` must be when sampling (a check between two options).
 SAMPLING_TEMPERATURE = "a number > 0 when do_sample is true (do_sample = false is greedy decoding)"
 
 
-class OptionError(TypeError, ValueError):
-    """A value an option does not allow (a wrong type or a value out of range: both a
-    ``TypeError`` and a ``ValueError``); the message names the option, the value and what
-    is allowed. ``option`` and ``value`` are kept on the exception."""
-
-    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
-        super().__init__(message)
-        self.option, self.value = option, value
+# --------------------------------------------------------------------------- kinds needing
+# what is installed here (the policies, the attention implementations, torch's backends)
 
 
-@dataclass(frozen=True)
-class Option:
-    """An option: ``parse(value, ctx)`` returns it normalised or raises :class:`Refused`;
-    ``allowed(ctx)`` says what is allowed; ``absent`` what ``None`` (the API) or leaving
-    it out (a file, the command line) means, or ``None`` where it is required;
-    ``absent_config`` when that differs in a config file; ``keyword`` the keyword
-    argument's name when two options share one (``generate_text``'s ``tokenizer``)."""
-
-    name: str
-    parse: Callable[[Any, Mapping[str, Any]], Any]
-    allowed: str | Callable[[Mapping[str, Any]], str]
-    absent: str | None = None
-    absent_config: str | None = None
-    keyword: str | None = None  # the keyword's name where it differs from ``name``
-
-    def allowed_text(self, ctx: Mapping[str, Any]) -> str:
-        return self.allowed(ctx) if callable(self.allowed) else self.allowed
+def _policy(v: Any, ctx: Mapping) -> Any:
+    if isinstance(v, str):
+        if v not in policies.available():
+            raise Refused()
+        return v
+    if ctx.get("source") == "keyword":  # a policy object (the API only)
+        if isinstance(v, type):
+            raise Refused(f"{v.__name__} is a class: pass an instance, {v.__name__}(...)")
+        if isinstance(v, policies.DraftLengthPolicy):
+            return v
+    raise Refused()
 
 
-OPTIONS: dict[str, Option] = {
-    o.name: o
-    for o in [
-        # generate()
-        Option("max_new_tokens", kinds._ints(lambda v: v >= 1), "an integer >= 1"),
-        Option("do_sample", lambda v, ctx: kinds._bool(v), "a bool: true or false"),
-        Option("temperature", kinds._numbers(lambda v: v >= 0), "a finite number >= 0"),
-        Option("top_k", kinds._ints(lambda v: v >= 1), "an integer >= 1", "no limit"),
-        Option(
-            "top_p",
-            kinds._numbers(lambda v: 0 < v <= 1),
-            "a number with 0 < top_p <= 1",
-            "no limit",
-        ),
-        Option(
-            "seed",
-            kinds._ints(lambda v: 0 <= v < 2**63),
-            "an integer >= 0 and < 2**63",
-            "a seed drawn from torch's global generator",
-        ),
-        Option(
-            "eos_token_id",
-            kinds._eos,
-            lambda ctx: f"{kinds._id_range(ctx)} or a non-empty list of them",
-            "no eos: rows end at max_new_tokens or a stop",
-            "the tokenizer's eos",
-        ),
-        Option(
-            "time_budget",
-            kinds._numbers(lambda v: v >= 0),
-            "a finite number of seconds >= 0 (0: stop after the prefill)",
-            "no limit",
-        ),
-        Option(
-            "stop_strings",
-            kinds._stop_strings,
-            'a non-empty string or a list of non-empty strings, e.g. ["\\n\\n"]',
-            "no stop strings",
-        ),
-        Option(
-            "stop_sequences",
-            kinds._stop_sequences,
-            lambda ctx: f"a list of non-empty token-id lists ({kinds._id_range(ctx)} each)",
-            "no stop sequences",
-        ),
-        Option(
-            "tokenizer",
-            kinds._tokenizer,
-            "a tokenizer (with decode(ids))",
-            "none; needed only with stop_strings",
-        ),
-        Option("on_step", kinds._callable, "a function of (generator, state)", "no callback"),
-        # Generator()
-        Option(
-            "main",
-            kinds._main_model,
-            "a transformers causal LM (a PreTrainedModel)",
-        ),
-        Option("policy", kinds._policy, kinds._policy_text, "the default policy"),
-        Option(
-            "policy_options",
-            kinds._policy_options,
-            "a table of option names to values (a dict; `bass policies` lists them)",
-            "the policy's defaults",
-        ),
-        Option(
-            "attention",
-            kinds._one_of(kinds._attention_choices),
-            lambda ctx: (
-                f"one of {', '.join(kinds._attention_choices())} (available here; see `bass ops`)"
-            ),
-            "auto",
-        ),
-        Option(
-            "compile",
-            kinds._compile,
-            'true, false, "reduce-overhead" (CUDA graphs) or a torch.compile backend '
-            "name (inductor, aot_eager, eager, ...)",
-            "off",
-        ),
-        Option(
-            "forced_acceptance",
-            kinds._numbers(lambda v: 0 <= v <= 1),
-            "a probability in [0, 1]",
-            "off",
-        ),
-        Option(
-            "static_shapes",
-            lambda v, ctx: kinds._bool(v),
-            "a bool: true or false",
-            'on with compile="reduce-overhead"',
-        ),
-        Option("prefill_chunk_tokens", kinds._ints(lambda v: v >= 1), "an integer >= 1"),
-        Option(
-            "cpu_linear",
-            kinds._one_of(kinds._cpu_linear_choices),
-            lambda ctx: " or ".join(f'"{m}"' for m in kinds._cpu_linear_choices()),
-            "auto",
-        ),
-        Option(
-            "shared_vocab",
-            kinds._ints(lambda v: v >= 1),
-            "an integer >= 1 (the tokenizer's length, len(tokenizer))",
-            "the models' logit counts must agree",
-        ),
-        # generate_text(), and [model] in a config file
-        Option("texts", kinds._texts, "a list of strings"),
-        Option(
-            "text_tokenizer",
-            kinds._text_tokenizer,
-            "a transformers tokenizer (tokenizer(text) and tokenizer.decode(ids))",
-            keyword="tokenizer",
-        ),
-        Option(
-            "chat",
-            lambda v, ctx: kinds._bool(v),
-            "a bool: true or false",
-            "when the tokenizer has a chat template",
-        ),
-        Option(
-            "main_source", kinds._source, "a model name, directory or .gguf file", keyword="main"
-        ),
-        Option(
-            "draft_source",
-            kinds._source,
-            "a model name, directory or .gguf file, 'ngram' or 'none'",
-            keyword="draft",
-        ),
-        Option("dtype", kinds._one_of(lambda: DTYPES), f"one of {', '.join(DTYPES)}"),
-        Option(
-            "config",
-            kinds._config,
-            "a TOML file path, a bass.config.Config or a dict shaped like one",
-            "no config file",
-        ),
-    ]
-}
+def _policy_text(ctx: Mapping) -> str:
+    if ctx.get("docs"):
+        text = "an installed policy's name (`bass policies` lists them)"
+    else:
+        names = ", ".join(policies.available()) or "(none installed)"
+        text = f"an installed policy: {names} (see `bass policies`)"
+    if ctx.get("source") == "keyword":
+        text += ", or a policy object with draft_length() and update(stats)"
+    return text
+
+
+def _attention_choices() -> list[str]:
+    return ["auto", *packed_implementations()]
+
+
+def _compile(v: Any, ctx: Mapping) -> Any:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, str):
+        import torch
+
+        if v == "reduce-overhead" or v in torch._dynamo.list_backends(exclude_tags=()):
+            return v
+        raise Refused()
+    if callable(v) and ctx.get("source") == "keyword":  # a backend function (the API only)
+        return v
+    raise Refused()
+
+
+def _main_model(v: Any, ctx: Mapping) -> Any:
+    # transformers loads here, on first use: the command line's --help need not wait for it
+    from transformers import PreTrainedModel
+
+    from .hf import check_loaded
+
+    if isinstance(v, PreTrainedModel) or isinstance(getattr(v, "_orig_mod", None), PreTrainedModel):
+        try:
+            check_loaded(v, "main")
+        except (TypeError, ValueError) as exc:
+            raise Refused(str(exc)) from None
+        return v
+    if v is None or isinstance(v, (str, os.PathLike)):
+        raise Refused(
+            "to load a model by name, directory or .gguf file use "
+            "Generator.from_pretrained(main, draft)"
+        )
+    raise Refused(f"got a {type(v).__name__}")
+
+
+def _config(v: Any, ctx: Mapping) -> Any:
+    # a bass.config.Config is known by its methods: this module does not import that layer
+    if isinstance(v, (str, os.PathLike, dict)) or callable(getattr(v, "generator_kwargs", None)):
+        return v
+    raise Refused()
+
+
+def _row_ids(v: Any, ctx: Mapping) -> list[int]:
+    if hasattr(v, "ndim") and hasattr(v, "tolist") and v.ndim == 1:
+        v = v.tolist()  # a 1-D tensor or array
+    if not isinstance(v, (list, tuple, range)):
+        raise Refused()
+    ids = [kinds.as_int(i) for i in v]  # numpy ints too
+    if len(ids) != ctx["n"] or any(not 0 <= i < 2**63 for i in ids) or len(set(ids)) != len(ids):
+        raise Refused()
+    return ids
+
+
+def _device(v: Any, ctx: Mapping) -> Any:
+    import torch
+
+    try:
+        dev = torch.device(v)
+    except (RuntimeError, TypeError):
+        raise Refused() from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise Refused("this torch build sees no CUDA device (torch.cuda.is_available() is False)")
+    return v
+
+
+# --------------------------------------------------------------------------- declarations
+# In the order of the config file's tables ([policy], [generation], [model]: their keys
+# keep this order in bass.config), then the API's own options.
+
+# fmt: off
+G, RUN, TEXT, LOAD = "Generator", "generate", "generate_text", "from_pretrained"
+_IDS = Value(kinds.eos, lambda ctx: f"{kinds.id_range(ctx)} or a non-empty list of them")
+_SEQS = Value(kinds.stop_sequences,
+              lambda ctx: f"a list of non-empty token-id lists ({kinds.id_range(ctx)} each)")
+_STOPS = 'a non-empty string or a list of non-empty strings, e.g. ["\\n\\n"]'
+_COMPILE = ('true, false, "reduce-overhead" (CUDA graphs) or a torch.compile backend name '
+            "(inductor, aot_eager, eager, ...)")
+_ATTENTION = Choice(_attention_choices, note="available here; see `bass ops`",
+                    docs="auto, or an implementation that runs here: reference, sdpa (CPU), "
+                    "fused (CUDA), ... (`bass ops` lists them)")
+_SOURCE = "a model name, directory or .gguf file"
+
+OPTIONS: dict[str, Option] = {o.name: o for o in [
+    Option("policy", Value(_policy, _policy_text), "the draft-length policy", G,
+           policies.DEFAULT, "the default policy", table="policy", key="name", flag="--policy",
+           metavar="NAME"),
+    Option("policy_options", Value(kinds.table, "a table of option names to values (a dict; "
+           "`bass policies` lists them)"), "the policy's options by name (`bass policies` "
+           "lists them with their defaults)", G, {}, "the policy's defaults", table="policy",
+           key="options"),
+    Option("max_new_tokens", Range(int, low=1), "the most new tokens of a row", RUN, 128,
+           table="generation", flag="--max-new-tokens", metavar="N"),
+    Option("do_sample", BOOL, "sample (with temperature, top_k, top_p), else greedy", RUN,
+           False, "greedy decoding", table="generation", flag="--sample"),
+    Option("temperature", Range(float, low=0), "the sampling temperature", RUN, 1.0, "1.0",
+           table="generation", flag="--temperature", metavar="T"),
+    Option("top_k", Range(int, low=1), "sample among the top_k likeliest tokens", RUN,
+           absent="no limit", table="generation", flag="--top-k", metavar="K"),
+    Option("top_p", Range(float, low=0, high=1, low_open=True,
+                          text="a number with 0 < top_p <= 1"),
+           "sample among the likeliest tokens whose probabilities sum to top_p (nucleus)", RUN,
+           absent="no limit", table="generation", flag="--top-p", metavar="P"),
+    Option("seed", Range(int, low=0, high=2**63, high_open=True,
+                         text="an integer >= 0 and < 2**63"),
+           "the seed: each row's draws are keyed by it and the row's index, however rows are "
+           "batched", RUN, absent="a seed drawn from torch's global generator",
+           table="generation", flag="--seed", metavar="S"),
+    Option("eos_token_id", _IDS, "the token id(s) that end a row", RUN,
+           absent="no eos: rows end at max_new_tokens or a stop",
+           absent_config="the tokenizer's eos", table="generation"),
+    Option("time_budget", Range(float, low=0, text="a finite number of seconds >= 0 (0: stop "
+                                "after the prefill)"),
+           "seconds after which every row stops where it is", RUN, absent="no limit",
+           table="generation", flag="--time-budget", metavar="SECONDS"),
+    Option("stop_strings", Value(kinds.stop_strings, _STOPS), "a row ends once its text "
+           "contains one of these (its tokens are kept)", RUN, absent="no stop strings",
+           table="generation", flag="--stop", metavar="TEXT"),
+    Option("main_source", Value(kinds.source, _SOURCE), "the main model: a Hugging Face name, "
+           "a local directory or a .gguf file", LOAD, keyword="main", table="model",
+           absent_config="the embedded SmolLM2-135M-Instruct", flag="--main", metavar="MODEL"),
+    Option("draft_source", Value(kinds.source, f"{_SOURCE}, 'ngram' or 'none'"), "the draft: "
+           "a model (name, directory or .gguf), 'ngram' (prompt lookup), an installed "
+           "drafter's name (entry points 'bass.drafters'; ./NAME for a directory of that name) "
+           "or 'none' (regular decoding)", LOAD, "ngram", "regular decoding",
+           absent_config="ngram", keyword="draft", table="model", flag="--draft", metavar="MODEL"),
+    Option("attention", _ATTENTION, "the attention implementation of the packed passes", G,
+           "auto", "auto", table="model", flag="--attention", metavar="IMPL"),
+    Option("dtype", Choice(DTYPES), "the models' dtype when loaded by name", LOAD, "float32",
+           absent_config="float32", table="model", flag="--dtype"),
+    Option("chat", BOOL, "apply the tokenizer's chat template to each text", TEXT,
+           absent="when the tokenizer has a chat template", table="model", flag="--chat"),
+    Option("compile", Value(_compile, _COMPILE), "torch.compile every pass after the prefill; "
+           '"reduce-overhead": replayed as CUDA graphs', G, False, "off", table="model",
+           flag="--compile", metavar="MODE"),
+    Option("cpu_linear", Choice(CPU_LINEAR_MODES), "CPU: each linear layer's GEMM layout per "
+           "row count, measured (auto), the copy-free layouts only (unpacked), or torch's", G,
+           "auto", "auto", table="model", flag="--cpu-linear"),
+    Option("draft_sampling", Choice(DRAFT_SAMPLING), "sampling with a drafter: coupled (its "
+           "draws use the main model's keyed noise: samples equal plain sampling's, however "
+           "the job is split) or rejection (rejection sampling: the same distribution, samples "
+           "that depend on the batch)", G, "coupled", "coupled", table="model",
+           flag="--draft-sampling"),
+    # the API's own
+    Option("stop_sequences", _SEQS, "a row ends once its new tokens end with one of these "
+           "(kept, as eos is)", RUN, absent="no stop sequences"),
+    Option("tokenizer", Value(kinds.has("decode"), "a tokenizer (with decode(ids))"),
+           "decodes the new tokens for stop_strings", RUN,
+           absent="none; needed only with stop_strings"),
+    Option("on_step", Value(kinds.has(call=True), "a function of (generator, state)"),
+           "called with (generator, state) after each step", RUN, absent="no callback"),
+    Option("main", Value(_main_model, "a transformers causal LM (a PreTrainedModel)"),
+           "the main model", G),
+    Option("forced_acceptance", Range(float, low=0, high=1, text="a probability in [0, 1]"),
+           "BENCHMARKING ONLY: accept each draft token with this probability", G,
+           absent="off"),
+    Option("static_shapes", BOOL, "pass shapes a CUDA graph can replay", G,
+           absent='on with compile="reduce-overhead"'),
+    Option("prefill_chunk_tokens", Range(int, low=1), "the most tokens one prefill pass "
+           "feeds", G, 8192),
+    Option("shared_vocab", Range(int, low=1, text="an integer >= 1 (the tokenizer's length, "
+                                 "len(tokenizer))"),
+           "a draft model whose logits differ from the main model's by padding: the "
+           "tokenizer's length", G, absent="the models' logit counts must agree"),
+    Option("config", Value(_config, "a TOML file path, a bass.config.Config or a dict shaped "
+           "like one"), "a config file whose tables are the defaults", G,
+           absent="no config file"),
+    Option("row_ids", Value(_row_ids, lambda ctx: f"{ctx.get('n', 'n')} distinct ints >= 0 "
+           "and < 2**63, one per prompt (each row's index in the whole job, which keys its "
+           "sampled draws)"), "each prompt's index in the whole job", RUN,
+           absent="each prompt's index in this call"),
+    Option("texts", Value(kinds.texts, "a list of strings"), "the prompts, as text", TEXT),
+    Option("text_tokenizer", Value(kinds.has("decode", call=True), "a transformers tokenizer "
+           "(tokenizer(text) and tokenizer.decode(ids))"), "encodes the texts and decodes "
+           "the completions", TEXT, keyword="tokenizer"),
+    Option("device", Value(_device, "a torch device: 'cpu', 'cuda', 'cuda:1', ..."),
+           "where the models load", LOAD, absent="the CPU"),
+]}
+# fmt: on
 
 #: The options of :meth:`bass.Generator.generate` that a config file's ``[generation]`` may
 #: also set.
-GENERATE = (
-    "max_new_tokens",
-    "do_sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "eos_token_id",
-    "seed",
-    "time_budget",
-    "stop_strings",
-)
+GENERATE = tuple(o.name for o in OPTIONS.values() if o.table == "generation")
+
+
+# --------------------------------------------------------------------------- checks
 
 
 def check(
@@ -242,46 +292,17 @@ def check(
     (``seed=-1``), else a config key (``[generation].seed``) or a flag (``--seed``);
     ``where`` prefixes the message (``"generate()"``, a file name, ``"command line"``).
     ``ctx`` holds what some checks need: ``vocab`` (the main model's logit count)."""
-    opt = OPTIONS[name]
-    source = "keyword" if label is None else "config"
-    ctx = {"source": source, **ctx}
-    try:
-        return opt.parse(value, ctx)
-    except Refused as refused:
-        raise error(
-            _message(opt, value, ctx, where, label, refused.why), option=name, value=value
-        ) from None
+    return OPTIONS[name].check(value, where=where, label=label, error=error, **ctx)
 
 
-def _message(opt: Option, value: Any, ctx: Mapping, where: str, label: str | None, why: str):
-    text = (
-        _said(opt.keyword or opt.name, value, where, label)
-        + f" is not allowed; expected {opt.allowed_text(ctx)}"
-    )
-    absent = opt.absent if label is None else (opt.absent_config or opt.absent)
-    if absent is not None:
-        text += f", or None ({absent})" if label is None else f" (leave it out: {absent})"
-    return text + (f"; {why}" if why else "")
+fail = kinds.refusal
 
 
-def _said(name: str, value: Any, where: str, label: str | None) -> str:
-    said = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
-    return f"{where}: {said}" if where else said
-
-
-def fail(
-    name: str,
-    value: Any,
-    allowed: str,
-    *,
-    where: str = "",
-    label: str | None = None,
-    error: type[OptionError] = OptionError,
-) -> OptionError:
-    """The error for a value that only a check between options refuses (``temperature=0``
-    with ``do_sample=True``), in :func:`check`'s words."""
-    message = _said(name, value, where, label) + f" is not allowed; expected {allowed}"
-    return error(message, option=name, value=value)
+def check_sampling(do_sample: bool, temperature: float, where: str, **label: Any) -> None:
+    """The check between ``do_sample`` and ``temperature``: sampling needs a temperature
+    above 0 (``label``, ``error``: as :func:`fail` takes them)."""
+    if do_sample and temperature <= 0:
+        raise fail("temperature", temperature, SAMPLING_TEMPERATURE, where=where, **label)
 
 
 def check_keywords(where: str, **values: Any) -> dict[str, Any]:
@@ -300,9 +321,9 @@ def generation_kwargs(
 ) -> dict[str, Any]:
     """The arguments of one ``generate`` call, checked and normalised: ``given`` (its
     keyword arguments; ``None``: not given) over ``defaults`` (a config's ``[generation]``,
-    checked when it was read; the vocabulary-dependent checks run again here). Returns
-    every key of ``given`` and :data:`GENERATE`, with ``eos_token_id`` as a set of ids and
-    ``stop_sequences`` as tuples."""
+    checked when it was read; the vocabulary-dependent checks run again here), over the
+    declared defaults. Returns every key of ``given`` and :data:`GENERATE`, with
+    ``eos_token_id`` as a set of ids and ``stop_sequences`` as tuples."""
     kw: dict[str, Any] = {}
     for name in dict.fromkeys([*GENERATE, *given]):
         value = given.get(name)
@@ -311,22 +332,15 @@ def generation_kwargs(
             value = defaults.get(name)
             where = "generate() (from the Generator's config)"
         kw[name] = None if value is None else check(name, value, where=where, vocab=vocab)
+        if kw[name] is None and OPTIONS[name].absent is not None:
+            kw[name] = OPTIONS[name].default  # do_sample False, temperature 1.0
     if kw.get("max_new_tokens") is None:
         raise OptionError(
             "generate(): max_new_tokens is required: pass max_new_tokens=N (an integer >= 1) "
             "or set it in the config's [generation] table",
             option="max_new_tokens",
         )
-    kw["do_sample"] = bool(kw.get("do_sample"))
-    if kw.get("temperature") is None:
-        kw["temperature"] = 1.0
-    if kw["do_sample"] and kw["temperature"] <= 0:
-        raise fail(
-            "temperature",
-            kw["temperature"],
-            SAMPLING_TEMPERATURE,
-            where="generate()",
-        )
+    check_sampling(kw["do_sample"], kw["temperature"], "generate()")
     if kw.get("stop_strings") and kw.get("tokenizer") is None:
         raise OptionError(
             "generate(): stop_strings need a tokenizer to decode the generated tokens: pass "
@@ -343,25 +357,40 @@ def generation_kwargs(
 def row_ids(value, n: int) -> list[int]:
     """``generate``'s ``row_ids``: ``range(n)`` by default, else ``n`` distinct ints
     ``>= 0`` (each row's index in the whole job, which keys its sampled draws)."""
-    if value is None:
-        return list(range(n))
-    if hasattr(value, "ndim") and hasattr(value, "tolist") and value.ndim == 1:
-        value = value.tolist()  # a 1-D tensor or array
-    ids = list(value) if isinstance(value, (list, tuple, range)) else None
-    if ids is not None:
-        try:
-            ids = [kinds._int(i) for i in ids]  # numpy ints too
-        except kinds.Refused:
-            ids = None
-    if ids is None or len(ids) != n or any(not 0 <= i < 2**63 for i in ids) or len(set(ids)) != n:
-        raise OptionError(
-            f"generate(): row_ids={show(value)} is not allowed; expected {n} distinct ints "
-            ">= 0 and < 2**63, one per prompt (each row's index in the whole job, which keys "
-            "its sampled draws)",
-            option="row_ids",
-            value=value,
-        )
-    return ids
+    return list(range(n)) if value is None else check("row_ids", value, where="generate()", n=n)
+
+
+# --------------------------------------------------------------------------- config=
+
+_read_config: Callable[[Any], Any] | None = None
+
+
+def use_config_reader(read: Callable[[Any], Any]) -> None:
+    """Install ``read(config)``: a :class:`bass.config.Config` from a ``config=`` argument
+    (a path, a dict, a Config). :mod:`bass.config` calls it when imported."""
+    global _read_config
+    _read_config = read
+
+
+def _config_of(config) -> Any:
+    assert _read_config is not None, "bass/__init__ imports bass.config, which installs it"
+    return _read_config(config)
+
+
+def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
+    """What a :class:`bass.Generator` built with ``config`` (``None``: no config) for the
+    model ``main`` takes from it: ``(generator_kwargs, generate_kwargs, chat)`` (``chat``:
+    ``generate_text``'s default). An ``eos_token_id`` outside ``main``'s vocabulary is
+    refused here, naming the key, rather than at the first ``generate()``."""
+    if config is None:
+        return {}, {}, None
+    cfg = _config_of(config)
+    defaults = cfg.generate_kwargs()
+    if defaults.get("eos_token_id") is not None:  # needs the model
+        vocab = main.get_output_embeddings().weight.shape[0]
+        check("eos_token_id", defaults["eos_token_id"], where="Generator(config=...)",
+              label="[generation].eos_token_id", vocab=vocab)  # fmt: skip
+    return cfg.generator_kwargs(), defaults, cfg.model.chat
 
 
 def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
@@ -378,24 +407,13 @@ def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
         draft = check("draft_source", draft, where=where)
         draft = None if draft == "none" else draft
     if dtype is None and config is not None:
-        from .config import as_config
-
-        dtype = as_config(config).model.dtype
+        dtype = _config_of(config).model.dtype
     if isinstance(dtype, str):
         dtype = getattr(torch, check("dtype", dtype, where=where))
     elif dtype is not None and not isinstance(dtype, torch.dtype):
         raise fail("dtype", dtype, f"a torch dtype or one of {', '.join(DTYPES)}", where=where)
     if device is not None:
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, TypeError):
-            raise fail("device", device, "a torch device: 'cpu', 'cuda', 'cuda:1', ...",
-                       where=where) from None  # fmt: skip
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise fail(
-                "device", device, "a device this machine has: this torch build sees no CUDA "
-                "device (torch.cuda.is_available() is False)", where=where,
-            )  # fmt: skip
+        check("device", device, where=where)
     return main, draft, dtype, device
 
 

@@ -28,24 +28,24 @@ distribution ``q_{i-1}``) is accepted with probability ``min(1, p(d_i) / q(d_i))
 (``p`` the main model's warped distribution at the same position); the first rejection
 ends the row and its correction is drawn from ``normalize(max(0, p - q))``.
 
-Deterministic drafts (n-gram lookup) and plain decoding take a shortcut with the same
-exactness: the main model's token at each new position ``t`` of a row is drawn by
-inverse-CDF sampling (:func:`sample_keyed`) with a uniform number keyed by
-``(seed, row, t)`` (:func:`position_keys`, a counter-based hash), and a drafted token is
-accepted when it equals that draw. For a one-hot draft this is exactly the rejection
-rule above (the draft is accepted with probability ``p(d)``, and the draw given
-``!= d`` is the residual), and every committed token is the draw at its position, so
-**sampled output does not depend on the draft lengths**: with the same seed, n-gram
-speculation under any policy (timing-based ones included), and plain decoding, emit the
-same tokens (up to the rounding that differs between passes of different widths).
+Keyed draws, the default for every sampled token: the main model's token at each new
+position ``t`` of a row is drawn with randomness keyed by ``(seed, row, t)`` only
+(:func:`position_keys`, a counter-based hash; :func:`sample_keyed`), and a drafted token
+is accepted when it equals that draw. For a one-hot draft (n-gram lookup) this is exactly
+the rejection rule above (the draft is accepted with probability ``p(d)``, and the draw
+given ``!= d`` is the residual); a draft model draws its token for position ``t`` with the
+same key from its own distribution (coupled drafting), so the two agree as often as the
+shared noise makes them. Either way every committed token is the draw at its position, so
+**sampled output does not depend on the drafts, the draft lengths or the batch**: with the
+same seed, speculation with any drafter under any policy (timing-based ones included) and
+plain decoding emit the same tokens (up to the rounding that differs between passes of
+different widths).
 
 Everything here is batched over rows with no Python loop over rows or positions and no
 host synchronisation (except the host-side helpers :func:`output_tokens` and
-:func:`position_keys`). The draft model's sampling and its verification draw from one
+:func:`position_keys`). Rejection sampling (``draft_sampling="rejection"``) draws from one
 ``torch.Generator``, and each call consumes a number of draws fixed by the tensor shapes
-only, so a seeded run with a draft model repeats exactly as long as its draft lengths
-do (a policy that decides from measured times, like ``adaptive``, may draft differently
-from run to run: the same distribution, other samples).
+only, so such a run repeats exactly as long as its draft lengths do.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ __all__ = [
     "keyed_accept",
     "output_tokens",
     "position_keys",
+    "row_key",
     "sample",
     "sample_keyed",
     "speculative_accept",
@@ -209,6 +210,27 @@ def position_keys(seed: int, rows, starts, width: int) -> list[int]:
     return (h >> np.uint64(11)).astype(np.int64).reshape(-1).tolist()
 
 
+#: :func:`row_key` keeps a prompt's sample index in the low bits: at most this many
+#: samples per prompt (and ``2**39`` prompts).
+SAMPLE_BITS = 24
+
+
+def row_key(prompt: int, sample: int) -> int:
+    """The row id (``generate(row_ids=...)``) of sample ``sample`` of prompt ``prompt`` in
+    a job: a function of the two alone, so a row draws the same samples however the job
+    is batched, resumed, split over ranks or given more samples per prompt.
+
+    >>> row_key(0, 0), row_key(0, 1), row_key(2, 1)
+    (0, 1, 33554433)
+    """
+    if not (0 <= sample < 2**SAMPLE_BITS and 0 <= prompt < 2 ** (63 - SAMPLE_BITS)):
+        raise ValueError(
+            f"row_key({prompt}, {sample}): expected 0 <= sample < 2**{SAMPLE_BITS} and 0 <= "
+            f"prompt < 2**{63 - SAMPLE_BITS}"
+        )
+    return (prompt << SAMPLE_BITS) | sample
+
+
 def generator_seed(seed: int, row_ids: list[int]) -> int:
     """The seed of a generation's ``torch.Generator`` (a draft model's sampling and its
     rejection sampling): ``seed`` for rows ``0..B-1``; for rows given the ids of a larger
@@ -223,19 +245,71 @@ def generator_seed(seed: int, row_ids: list[int]) -> int:
     return position_keys(seed, [row_ids[0]], [len(row_ids)], 1)[0] & (2**63 - 1)
 
 
-def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF sampling with given randomness: one token per row of ``probs``.
+#: Tokens per block of :func:`sample_keyed`'s race (``bench/results/cpu_coupling.md``: how
+#: often a coupled draft agrees with the main model's draw, by block size).
+BLOCK = 64
 
-    Row ``i`` picks the first token whose cumulative weight exceeds ``u_i * total``
-    with ``u_i = keys[i] * 2**-53`` (uniform on ``[0, 1)`` for the keys of
-    :func:`position_keys`), so token ``j`` comes with probability
-    ``probs[j] / probs.sum()`` and a token of weight 0 never. Float64 prefix sums; no
-    host sync.
+
+def _signed(x: int) -> int:
+    """``x`` modulo 2**64 as a signed int64 (torch has no uint64 arithmetic)."""
+    x &= 2**64 - 1
+    return x - 2**64 if x >= 2**63 else x
+
+
+_GAMMA, _M1, _M2 = (_signed(int(c)) for c in (_GOLDEN, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+_CONSTANTS: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def _constants(device: torch.device) -> dict[str, torch.Tensor]:
+    """:func:`_uniforms`' constants as int64 tensors on ``device`` (an operation with a
+    Python int that large takes a slow path: 20-300x slower on a CPU)."""
+    out = _CONSTANTS.get(device)
+    if out is None:
+        ints = {"gamma": _GAMMA, "m1": _M1, "m2": _M2, "one": 0x3FF << 52}
+        ints |= {f"mask{k}": (1 << (64 - k)) - 1 for k in (12, 27, 30, 31)}
+        out = {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in ints.items()}
+        _CONSTANTS[device] = out
+    return out
+
+
+def _uniforms(keys: torch.Tensor, count: int) -> torch.Tensor:
+    """float64 ``[..., count]`` in ``(0, 1)``: the splitmix64 stream of each key (its
+    outputs ``1..count``), on the keys' device. Integer arithmetic only (it wraps modulo
+    2**64 on every device torch supports; ``>>`` is arithmetic, hence the masks): the
+    same keys give the same numbers everywhere. The top 52 bits become a float64 in
+    ``[1, 2)`` by their bit pattern, moved to ``(0, 1)``."""
+    c = _constants(keys.device)
+    z = keys[..., None] + torch.arange(1, count + 1, device=keys.device) * c["gamma"]
+    z = (z ^ ((z >> 30) & c["mask30"])) * c["m1"]
+    z = (z ^ ((z >> 27) & c["mask27"])) * c["m2"]
+    z = z ^ ((z >> 31) & c["mask31"])
+    one_to_two = (((z >> 12) & c["mask12"]) | c["one"]).view(torch.float64)
+    return one_to_two - (1.0 - 2.0**-53)
+
+
+def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Sampling with given randomness: one token per row of ``probs``, a function of the
+    row's weights and its key only (no generator state, no host sync).
+
+    A Gumbel-max race over blocks of :data:`BLOCK` tokens: block ``c`` (its mass ``m_c``,
+    summed in float64) gets the exponential ``E_c = -log(u_c)`` of the key's ``c``-th
+    uniform and the block of largest ``m_c / E_c`` wins (the first of independent
+    exponential arrivals with rates ``m_c``: block ``c`` with probability ``m_c / sum
+    m``); within it, the token is drawn by inverse CDF with one more uniform. So token
+    ``j`` comes with probability ``probs[j] / probs.sum()`` and a token of weight 0
+    never. Two distributions drawn with one key (a draft model's and the main model's at
+    the same position: coupled drafting) share the race's noise, so they agree far more
+    often than two inverse-CDF draws over the whole vocabulary would, whose cumulative
+    sums drift apart token after token (``bench/results/cpu_coupling.md``); a race over
+    single tokens would agree a little more still, but needs a uniform per token of the
+    vocabulary for every draw.
 
     Args:
         probs: ``[..., V]`` non-negative weights, each row with a positive entry (need
             not be normalised).
-        keys: int64 ``[...]`` in ``[0, 2**53)``.
+        keys: int64 ``[...]`` (:func:`position_keys`' 53-bit keys).
 
     Returns:
         int64 ``[...]`` token ids.
@@ -245,12 +319,24 @@ def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
             f"keys must be {list(probs.shape[:-1])} for probs {list(probs.shape)}, "
             f"got {list(keys.shape)}"
         )
-    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [..., V], non-decreasing
+    V = probs.shape[-1]
+    pad = -V % BLOCK
+    if pad:
+        probs = torch.nn.functional.pad(probs, (0, pad))
+    blocks = probs.unflatten(-1, (-1, BLOCK))  # [..., C, BLOCK]
+    mass = blocks.sum(-1, dtype=torch.float64)  # [..., C]
+    C = mass.shape[-1]
+    u = _uniforms(keys, C + 1)  # [..., C + 1]: one per block, one within the winner
+    race = mass / -torch.log(u[..., :C])  # [..., C]: 0 for an empty block
+    c = race.argmax(dim=-1, keepdim=True)  # [..., 1]
+    inside = blocks.gather(-2, c[..., None].expand(*c.shape, BLOCK)).squeeze(-2)  # [..., B]
+    cdf = inside.to(torch.float64).cumsum(dim=-1)  # [..., BLOCK]
     total = cdf[..., -1:]  # [..., 1]
-    x = keys.to(torch.float64)[..., None] * 2.0**-53 * total  # [..., 1], in [0, total]
+    x = u[..., C:] * total
     # u * total may round up to total: stay below it, so the pick has positive weight
     x = torch.minimum(x, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, x, right=True).squeeze(-1)
+    j = torch.searchsorted(cdf, x, right=True)  # [..., 1]
+    return (c * BLOCK + j).squeeze(-1)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["StopStrings", "cut_at_stop"]
+__all__ = ["StopStrings", "cut_at_stop", "decode", "decode_rows"]
 
 
 def _as_list(stop_strings: str | Sequence[str]) -> list[str]:
@@ -72,7 +72,7 @@ class StopStrings:
         return bool(self.stops)
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return decode(self.tokenizer, ids)
 
     def _hit(self, text: str, old: int) -> bool:
         """Does a stop string end in ``text`` after its first ``old`` characters?"""
@@ -120,6 +120,19 @@ def decode_rows(tokenizer, result, stop_strings) -> list[str]:
     the stop string (as vLLM's default)."""
     out = []
     for seq, why in zip(result.sequences, result.finish_reasons, strict=True):
-        text = tokenizer.decode(seq, skip_special_tokens=True)
+        text = decode(tokenizer, seq)
         out.append(cut_at_stop(text, stop_strings) if stop_strings and why == "stop" else text)
     return out
+
+
+def decode(tokenizer, ids: list[int]) -> str:
+    """``tokenizer.decode(ids, skip_special_tokens=True)``, which must be text: anything
+    else (a tokenizer of another kind, a mock) is refused naming what it returned."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if not isinstance(text, str):
+        raise TypeError(
+            f"tokenizer.decode returned {type(text).__name__} ({text!r:.60}), not text: pass a "
+            f"tokenizer whose decode(ids, skip_special_tokens=True) returns a str (a "
+            f"transformers tokenizer; {type(tokenizer).__name__} is not one)"
+        )
+    return text

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import Proposal
+from .errors import PluginOutputError
 from .hf import Passes
 from .packing import Extra, PackedPass
 from .sampling import (
@@ -120,15 +121,22 @@ def accept(
 
 
 def check_proposal(
-    drafter, prop: Proposal, lengths: list[int], params, vocab: int | None = None
+    drafter,
+    prop: Proposal,
+    lengths: list[int],
+    params,
+    vocab: int | None = None,
+    coupled: bool = False,
 ) -> None:
     """A drafter's proposal must fit the lengths it was given, its host tokens be ids in
     ``[0, vocab)`` and its device tokens an integer tensor of the right shape (host lists
     and metadata only: no sync). A stochastic drafter must say what it drew from when
-    sampling."""
-    name = type(drafter).__name__
+    sampling. Anything else is a :class:`~bass.errors.PluginOutputError` (a ``ValueError``
+    and a ``TypeError``) naming the drafter."""
+    inner = getattr(drafter, "inner", drafter)  # another package's, its hooks guarded
+    name = type(inner).__name__
     if not isinstance(prop, Proposal):
-        raise TypeError(
+        raise PluginOutputError(
             f"drafter {name}: propose() returned {type(prop).__name__}, expected a "
             "bass.drafters.Proposal"
         )
@@ -136,24 +144,26 @@ def check_proposal(
     if len(drafted) != len(lengths) or any(
         not 0 <= d <= k for d, k in zip(drafted, lengths, strict=True)
     ):
-        raise ValueError(
+        raise PluginOutputError(
             f"drafter {name} proposed {drafted} tokens for rows allowed {lengths}: each "
             "row's count must be within 0..its length"
         )
     if prop.host_tokens is None and prop.tokens is None:
-        raise ValueError(f"drafter {name} returned a Proposal with neither tokens nor host_tokens")
+        raise PluginOutputError(
+            f"drafter {name} returned a Proposal with neither tokens nor host_tokens"
+        )
     if prop.host_tokens is not None:
         if [len(t) for t in prop.host_tokens] != drafted:
-            raise ValueError(
+            raise PluginOutputError(
                 f"drafter {name}: host_tokens have {[len(t) for t in prop.host_tokens]} tokens "
                 f"per row but drafted says {drafted}"
             )
         for row in prop.host_tokens:
             for t in row:
                 if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-                    raise TypeError(f"drafter {name} proposed {t!r}: token ids are ints")
+                    raise PluginOutputError(f"drafter {name} proposed {t!r}: token ids are ints")
                 if not 0 <= t < (vocab if vocab is not None else t + 1):
-                    raise ValueError(
+                    raise PluginOutputError(
                         f"drafter {name} proposed token id {t}, outside the vocabulary [0, {vocab})"
                     )
     if prop.tokens is not None:
@@ -167,13 +177,13 @@ def check_proposal(
             or t.shape[0] != len(lengths)
             or t.shape[1] < max(drafted, default=0)
         ):
-            raise ValueError(
+            raise PluginOutputError(
                 f"drafter {name}: tokens must be an integer tensor [rows={len(lengths)}, "
                 f">= {max(drafted, default=0)}], got "
                 + (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t))
             )
-    if params.do_sample and not drafter.deterministic and prop.probs is None:
-        raise ValueError(
+    if params.do_sample and not coupled and not drafter.deterministic and prop.probs is None:
+        raise PluginOutputError(
             f"drafter {name} samples its drafts (deterministic = False) but returned no probs: "
             "rejection sampling needs the distributions the drafts were drawn from"
         )

@@ -33,6 +33,7 @@ import traceback
 # Besides what main needs: the names the single-module bass.cli had (the noqa ones).
 from ..config import ConfigError
 from .errors import UsageError, notes
+from .filelock import command_line
 from .generate import cmd_generate, read_prompts  # noqa: F401
 from .info import cmd_bench, cmd_ops, cmd_policies
 from .loading import encode, load_models, make_generator, use_chat  # noqa: F401
@@ -70,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     fix (one ``bass: error:`` line), 130 when interrupted, 1 for a bug in bass (its type
     and message; the traceback with ``--debug`` or ``BASS_DEBUG=1``)."""
     from ..batch_state import NonFiniteLogitsError
+    from ..errors import OptionError, PluginError
     from ..humaneval import HumanEvalError
     from ..models import ModelNotFoundError
-    from ..options import OptionError
-    from ..policies import PolicyLoadError
 
     parser = build_parser()
     try:
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2)
         return exc.code if isinstance(exc.code, int) else 2
+    args.command_line = command_line(argv)  # for the lock files: who writes an output
     commands = {
         "generate": cmd_generate,
         "policies": cmd_policies,
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError,
         OptionError,
         ModelNotFoundError,
-        PolicyLoadError,
+        PluginError,  # a policy's or a drafter's of another package, named with it
         HumanEvalError,
         NonFiniteLogitsError,
     )

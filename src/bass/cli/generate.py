@@ -1,24 +1,29 @@
 """``bass generate``: batched speculative generation for prompts, with a summary of the run.
 
-Nothing finished is lost: every path the command writes is checked before any model
-loads, and every prompt (its text, then its length against the model's context) before
-the first batch; each batch's rows are printed, then appended to ``--output`` (unbuffered),
-as soon as the batch finishes, so a failure in a later batch, a failed write or Ctrl-C
-keeps every finished row, and the last line says how many were written. ``--resume``
-skips the rows ``--output`` already holds (a rerun of the same command continues where it
-stopped; the rows must come from the same prompts, ``--n`` and settings: see
-:func:`row_settings`). Errors name a prompt by where it came from: its line in
-``--prompts-file`` or its position among the PROMPTs.
+Nothing finished is lost: every path the command writes is checked and locked (one writer
+per file: :mod:`bass.cli.filelock`) before any model loads, and every prompt (its text,
+then its length against the model's context) before the first batch; each batch's rows
+are printed, then appended to ``--output`` (unbuffered), as soon as the batch finishes, so
+a failure in a later batch, a failed write or Ctrl-C keeps every finished row, and the
+last line says how many were written. ``--resume`` skips the rows ``--output`` already
+holds (a rerun of the same command continues where it stopped; the rows must come from
+the same prompts, ``--n`` and settings: see :func:`row_settings`). Errors name a prompt by
+where it came from: its line in ``--prompts-file`` or its position among the PROMPTs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import stat
 import sys
 from pathlib import Path
 
 from . import scaleout
 from .errors import UsageError, add_note, flag_error
+from .filelock import command_line, lock_outputs
 from .loading import encode, load_models, make_generator, use_chat
 from .progress import Progress
 from .report import comparison_text, merge_stats, plot_steps, summary_text
@@ -38,7 +43,7 @@ def read_prompts(args) -> list[Prompt]:
     they came from (``Prompt.where``)."""
     prompts = [Prompt(p, f"PROMPT argument {k}") for k, p in enumerate(args.prompts, 1)]
     if args.prompts_file:
-        prompts += _read_prompts_file(Path(args.prompts_file))
+        prompts += _read_prompts_file(args.prompts_file)
     if not prompts:
         raise UsageError("no prompt given; pass PROMPT arguments or --prompts-file FILE")
     for p in prompts:
@@ -73,39 +78,38 @@ def _check_unicode(p: Prompt) -> None:
         ) from None
 
 
-def _read_prompts_file(path: Path) -> list[Prompt]:
+#: Where a line ends in a prompts file: ``\r\n`` (Windows), ``\n`` or a lone ``\r`` (old
+#: Mac OS); not the other characters ``str.splitlines`` takes (a form feed is text).
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_END_BYTES = re.compile(rb"\r\n|\r|\n")
+
+
+def _read_prompts_file(name: str) -> list[Prompt]:
     """A .jsonl file's ``"prompt"`` fields (any case: ``.JSONL`` too), or the non-blank
-    lines of any other file but a ``.json`` one (UTF-8)."""
-    if path.suffix.lower() == ".json":
-        raise UsageError(
-            f"--prompts-file {path}: a .json file is not read; --prompts-file takes a .jsonl "
-            'file (one JSON object with a "prompt" field per line) or text (one prompt per '
-            "line, e.g. .txt): rename it to .jsonl if it holds one object per line"
-        )
-    if path.is_dir():
-        raise UsageError(f"--prompts-file {path} is a directory; pass a .txt or .jsonl file")
-    if not path.is_file():
-        raise UsageError(f"--prompts-file {path} does not exist; check the path")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"--prompts-file {path}: cannot read it: {exc.strerror}") from None
+    lines of any other file but a ``.json`` one (UTF-8). ``-`` is standard input (text
+    lines); a pipe or FIFO (``/dev/stdin``) is read as a file is."""
+    path = Path(name)
+    if name == "-":
+        path = Path("stdin")  # how its lines are named: stdin:3
+        data = _read_stdin()
+    else:
+        data = _read_file(path)
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = len(_LINE_END_BYTES.findall(data, 0, exc.start)) + 1
         raise UsageError(
             f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
             f"{exc.start}); --prompts-file takes UTF-8 text: convert the file (e.g. with "
             "iconv -t utf-8)"
         ) from None
+    jsonl = name != "-" and path.suffix.lower() == ".jsonl"
     out = []
-    for number, line in enumerate(text.split("\n"), 1):
-        line = line.removesuffix("\r")
+    for number, line in enumerate(_LINE_END.split(text), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        if path.suffix.lower() == ".jsonl":
+        if jsonl:
             try:
                 record = json.loads(line)
             except ValueError:
@@ -117,6 +121,47 @@ def _read_prompts_file(path: Path) -> list[Prompt]:
         else:
             out.append(Prompt(line, where))
     return out
+
+
+def _read_file(path: Path) -> bytes:
+    if path.suffix.lower() == ".json":
+        raise UsageError(
+            f"--prompts-file {path}: a .json file is not read; --prompts-file takes a .jsonl "
+            'file (one JSON object with a "prompt" field per line) or text (one prompt per '
+            "line, e.g. .txt): rename it to .jsonl if it holds one object per line"
+        )
+    if path.is_dir():
+        raise UsageError(f"--prompts-file {path} is a directory; pass a .txt or .jsonl file")
+    if not path.exists():  # a pipe (/dev/stdin) or a FIFO is read as a file is
+        raise UsageError(f"--prompts-file {path} does not exist; check the path")
+    if not path.is_file():
+        _note_terminal(os.stat(path).st_mode)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--prompts-file {path}: cannot read it: {exc.strerror}") from None
+
+
+def _read_stdin() -> bytes:
+    """``--prompts-file -``: standard input, to its end."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise UsageError("--prompts-file -: there is no standard input to read; pass a file")
+    with contextlib.suppress(OSError, ValueError):
+        _note_terminal(os.fstat(stream.fileno()).st_mode)
+    try:
+        return stream.read()
+    except OSError as exc:
+        raise UsageError(f"--prompts-file -: cannot read standard input: {exc.strerror}") from None
+
+
+def _note_terminal(mode: int) -> None:
+    """On a terminal, say how to end the prompts (a pipe or a file needs nothing)."""
+    if stat.S_ISCHR(mode) and sys.stdin.isatty():
+        print(
+            "bass: reading prompts from the terminal, one per line; end them with Ctrl-D",
+            file=sys.stderr,
+        )
 
 
 def _check_paths(args, config) -> Path | None:
@@ -146,9 +191,10 @@ def _check_paths(args, config) -> Path | None:
 
 def input_paths(args, config) -> dict[str, str | None]:
     """What a command reads, by what it is: no output may overwrite one."""
+    prompts_file = getattr(args, "prompts_file", None)
     return {
         "--config file": args.config,
-        "--prompts-file": getattr(args, "prompts_file", None),
+        "--prompts-file": None if prompts_file == "-" else prompts_file,
         "--main model": config.model.main,
         "--draft model": config.model.draft,
     }
@@ -192,6 +238,12 @@ def row_settings(config) -> dict:
 
 
 def cmd_generate(args) -> int:
+    with contextlib.ExitStack() as held:  # the output files' locks, until the command ends
+        return _generate(args, held)
+
+
+def _generate(args, held: contextlib.ExitStack) -> int:
+    from ..sampling import row_key
     from ..stopping import decode_rows
 
     n = n_of(args)
@@ -208,14 +260,15 @@ def cmd_generate(args) -> int:
             "(drafting off): choose a drafter (--draft ngram or a draft model) or drop --compare"
         )
     out_path = _check_paths(args, config)
+    outputs = {"--output": args.output, "--plot": args.plot}
+    who = getattr(args, "command_line", None) or command_line(None)
+    scale.first(lambda: lock_outputs(held, outputs, who))  # one writer per file: rank 0's
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
-    if args.resume and scale.sharded:  # the shards of a stopped run join --output first
-        if scale.topo.is_main:
-            scale.merge(out_path)
-        scale.gather(None)  # every rank waits for the merge
+    if args.resume:  # the shards of a stopped data-parallel run join --output first
+        scale.first(lambda: scaleout.merge(out_path))
     done, unchecked = read_done(out_path, prompts, n, settings) if args.resume else (set(), 0)
     if unchecked and scale.prints:
         print(
@@ -226,8 +279,9 @@ def cmd_generate(args) -> int:
     mine = scale.rows(rows, len(prompts))  # this rank's group's rows
     size = args.batch_size or len(mine) or 1
     batches = [mine[i : i + size] for i in range(0, len(mine), size)]
-    # (batch number, its rows still to generate): a row's samples are keyed by its
-    # global index (prompt * n + sample), so batching and --resume change no sample
+    # (batch number, its rows still to generate): a row's samples are keyed by (prompt,
+    # sample) alone (bass.sampling.row_key), so batching, --resume, ranks and --n change
+    # no sample
     todo = [(b, [r for r in batch if r not in done]) for b, batch in enumerate(batches)]
     todo = [(b, batch) for b, batch in todo if batch]
     if done and scale.prints:
@@ -269,15 +323,18 @@ def cmd_generate(args) -> int:
     progress = Progress(todo_rows * max_new, enabled and scale.prints)
     results = None
     if out_path is not None and scale.writes:
+        # as one process: --output replaced (with the shards of an earlier run), or resumed
+        if scale.topo.is_main and not args.resume:
+            scale.replace(out_path)
         target = scale.shard_path(out_path) if scale.sharded else out_path
-        results = ResultsFile(target, args.resume or scale.sharded)
+        results = ResultsFile(target, args.resume)
     batch_stats, reasons, written, kept, compared = [], [], 0, [], []
     if plain is not None:  # first-use costs (allocations, layouts) land on neither run
         for g in (plain, gen):
             g.generate([next(iter(encoded.values()))], max_new_tokens=2)
     try:
         for b, batch in todo:
-            ids = [i * n + s for i, s in batch]
+            ids = [row_key(i, s) for i, s in batch]
             try:
                 off = None
                 if plain is not None:  # drafting off first: the same rows and settings
@@ -336,7 +393,7 @@ def cmd_generate(args) -> int:
         if parts is None:
             return 0
         if out_path is not None:
-            scale.merge(out_path)
+            scaleout.merge(out_path)
         every = sorted(
             (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
         )

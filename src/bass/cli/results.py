@@ -96,6 +96,8 @@ def check_not_inputs(outputs: dict[str, str | None], inputs: dict[str, str | Non
     destroy the input."""
     given = {flag: Path(path) for flag, path in outputs.items() if path}
     sources = {what: Path(path) for what, path in inputs.items() if path}
+    # a pipe or a terminal read as input (/dev/stdin) holds nothing a write could destroy
+    sources = {w: p for w, p in sources.items() if p.is_file() or p.is_dir() or not p.exists()}
     for flag, out in given.items():
         for what, src in sources.items():  # a model name that is no path is no file here
             inside = src.is_dir() and out.exists() and out.resolve().is_relative_to(src.resolve())
@@ -147,8 +149,9 @@ def read_done(
     them carry no ``settings`` (written by an older bass: accepted unchecked). Every complete
     line must be a row of these prompts and ``n``, made with these ``settings`` (the
     output-affecting ones, :func:`bass.cli.generate.row_settings`), else an error names
-    the line. Only then is a last line cut short (the run was killed while writing it)
-    removed from the file, its row generated again."""
+    the line, and no row may appear twice (a file two runs wrote at once). Only then is a
+    last line cut short (the run was killed while writing it) removed from the file, its
+    row generated again."""
     if not path.exists():
         return set(), 0
     try:
@@ -156,21 +159,28 @@ def read_done(
     except OSError as exc:
         raise UsageError(f"--output {path}: cannot read it to resume: {exc.strerror}") from None
     cut = data.rfind(b"\n") + 1  # the complete lines end here
-    done: set[tuple[int, int]] = set()
+    done: dict[tuple[int, int], int] = {}  # row -> its line
     unchecked = 0
-    lines = data[:cut].splitlines()
+    lines = data[:cut].split(b"\n")[:-1]
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         row = _row(line, f"--output {path}:{number}", prompts, n, settings)
         unchecked += "settings" not in row
-        done.add((row["prompt_index"], row["sample"]))
+        key = (row["prompt_index"], row["sample"])
+        if key in done:  # two runs wrote the file at once (an older bass did not stop that)
+            raise UsageError(
+                f"--output {path}:{number}: a second row of prompt {key[0]}, sample {key[1]} "
+                f"(the first is line {done[key]}); the file is corrupt (written by two runs at "
+                "once?): remove the extra lines, or rerun without --resume to start over"
+            )
+        done[key] = number
     if cut < len(data):  # a partial last line: its row is generated again
         if not data[cut:].startswith(ROW_START):
             _not_a_row(f"--output {path}:{len(lines) + 1}")
         with path.open("r+b") as f:
             f.truncate(cut)
-    return done, unchecked
+    return set(done), unchecked
 
 
 def _not_a_row(where: str):

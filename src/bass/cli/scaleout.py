@@ -8,15 +8,22 @@ with the same seed (for n-gram drafting or none; a draft model's samples are exa
 distribution).
 
 Output: with one group (``--tp`` = world), rank 0 prints and writes each batch as it
-finishes, as one process does. With several groups, each group's first rank appends its
+finishes, as one process does. With several groups, each group's first rank writes its
 finished rows to ``OUTPUT.rank<r>`` (kept through a failure, read by ``--resume``); at the
 end rank 0 merges every row into ``--output`` in prompt order, removes the shards, and
 prints the completions and one summary over all ranks. Every record carries the ``rank``
 that generated it. Only rank 0 prints progress and the summary.
+
+``--output`` is replaced or continued as one process does it: a run without ``--resume``
+empties it (and removes the shards an earlier run left) when generation starts; with
+``--resume`` the shards an earlier run left, with any number of ranks, join it first
+(also when the run that continues is one process). Rank 0 holds the output's lock
+(:mod:`bass.cli.filelock`) for the whole job.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -63,8 +70,44 @@ class Scaleout:
     def shard_path(self, out: Path, rank: int | None = None) -> Path:
         return out.with_name(f"{out.name}.rank{self.topo.rank if rank is None else rank}")
 
-    def shard_paths(self, out: Path) -> list[Path]:
-        return [self.shard_path(out, r) for r in range(0, self.topo.world, self.topo.tp)]
+    def first(self, fn) -> None:
+        """``fn()`` on rank 0 while every other rank waits; an error it raises ends every
+        rank (a :class:`UsageError` with its own words), where the others would go on alone
+        or wait for rank 0 forever."""
+        error = None
+        if self.topo.is_main:
+            try:
+                fn()
+            except Exception as exc:  # shared before it is raised: no rank waits for rank 0
+                error = exc
+        if self.active:
+            import torch.distributed as dist
+
+            from .. import distributed
+
+            said: list = [None] * self.topo.world
+            told = None if error is None else (isinstance(error, UsageError), str(error))
+            group = distributed.control_group(range(self.topo.world))
+            dist.all_gather_object(said, told, group=group)
+            if error is None and said[0] is not None:
+                usage, text = said[0]
+                error = UsageError(text) if usage else RuntimeError(f"rank 0 failed: {text}")
+        if error is not None:
+            raise error
+
+    def replace(self, out: Path) -> None:
+        """Rank 0, when a run that does not resume starts writing: ``--output`` emptied and
+        the shards of an earlier run removed, as one process replaces its file (this run's
+        own shards are emptied by the ranks that write them)."""
+        ours = {self.shard_path(out, r) for r in range(0, self.topo.world, self.topo.tp)}
+        for path in shards(out):
+            if not (self.sharded and path in ours):
+                path.unlink(missing_ok=True)
+        if self.sharded:  # rank 0 writes its shard; --output gets the merged rows at the end
+            try:
+                out.write_bytes(b"")
+            except OSError as exc:
+                raise UsageError(f"--output {out}: cannot write it: {exc.strerror}") from None
 
     def gather(self, value):
         """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere."""
@@ -79,24 +122,57 @@ class Scaleout:
             return None
         return [p for r, p in enumerate(parts) if r % self.topo.tp == 0]
 
-    def merge(self, out: Path) -> list[dict]:
-        """Rank 0: every row of ``--output`` and the shards, in prompt order, written back
-        to ``--output`` (through a temporary file, then renamed); the shards removed.
-        Returns the rows."""
-        rows = []
-        for path in [out, *self.shard_paths(out)]:
-            if path.exists():
-                lines = path.read_text(encoding="utf-8").split("\n")
-                # the last piece is "" for a complete file, a row cut short when a rank
-                # died while writing it (that row is generated again)
-                rows += [json.loads(line) for line in lines[:-1] if line.strip()]
-        rows.sort(key=lambda r: (r["prompt_index"], r["sample"]))
-        tmp = out.with_name(out.name + ".merging")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, out)
-        for path in self.shard_paths(out):
-            path.unlink(missing_ok=True)
-        return rows
+
+def shards(out: Path) -> list[Path]:
+    """The shard files of ``out`` on disk (``OUT.rank<r>``), this run's or an earlier
+    run's with any number of ranks, by rank."""
+    prefix = out.name + ".rank"
+    found = [
+        p for p in out.parent.glob(glob.escape(prefix) + "*") if p.name[len(prefix) :].isdigit()
+    ]
+    return sorted(found, key=lambda p: int(p.name[len(prefix) :]))
+
+
+def merge(out: Path) -> list[dict]:
+    """Rank 0 (or one process resuming): every row of ``--output`` and of its shards, in
+    prompt order, written back to ``--output`` (through a temporary file, then renamed);
+    the shards removed. Returns the rows."""
+    parts = shards(out)
+    if not parts:
+        return []
+    rows = []
+    for path in [out, *parts]:
+        if path.exists():
+            lines = path.read_text(encoding="utf-8").split("\n")
+            # the last piece is "" for a complete file, a row cut short when a rank
+            # died while writing it (that row is generated again)
+            for number, line in enumerate(lines[:-1], 1):
+                if line.strip():
+                    rows.append(_row(line, f"{path}:{number}"))
+    rows.sort(key=lambda r: (r["prompt_index"], r["sample"]))
+    tmp = out.with_name(out.name + ".merging")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, out)
+    for path in parts:
+        path.unlink(missing_ok=True)
+    return rows
+
+
+def _row(line: str, where: str) -> dict:
+    """One line of ``--output`` or a shard, as a row (checked in full by ``read_done``)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        row = None
+    if not (isinstance(row, dict) and all(isinstance(row.get(k), int) for k in _KEY)):
+        raise UsageError(
+            f"{where}: not a row that bass generate wrote (a JSON object with prompt, "
+            "prompt_index and sample); --resume continues such a file: check the path"
+        )
+    return row
+
+
+_KEY = ("prompt_index", "sample")
 
 
 def start(args) -> Scaleout:

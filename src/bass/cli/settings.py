@@ -6,27 +6,17 @@ import argparse
 import sys
 
 from ..config import Config, ConfigError, read_toml
+from ..options import OPTIONS
+from .parser import flag_label
 
 __all__ = ["FLAG_KEYS", "note_sampling", "resolve_config"]
 
-# flag -> "table.key" of the config it overrides (names a bad value by its flag)
+#: argparse dest -> (the config key a flag overrides, the flag as an error names it), from
+#: the declarations (bass.options) of the options that have a flag
 FLAG_KEYS = {
-    "main": ("model.main", "--main"),
-    "draft": ("model.draft", "--draft"),
-    "attention": ("model.attention", "--attention"),
-    "compile": ("model.compile", "--compile"),
-    "cpu_linear": ("model.cpu_linear", "--cpu-linear"),
-    "dtype": ("model.dtype", "--dtype"),
-    "chat": ("model.chat", "--chat/--no-chat"),
-    "max_new_tokens": ("generation.max_new_tokens", "--max-new-tokens"),
-    "sample": ("generation.do_sample", "--sample"),
-    "temperature": ("generation.temperature", "--temperature"),
-    "top_k": ("generation.top_k", "--top-k"),
-    "top_p": ("generation.top_p", "--top-p"),
-    "seed": ("generation.seed", "--seed"),
-    "time_budget": ("generation.time_budget", "--time-budget"),
-    "stop": ("generation.stop_strings", "--stop"),
-    "policy": ("policy.name", "--policy"),
+    o.flag[2:].replace("-", "_"): (o.config_key, flag_label(o))
+    for o in OPTIONS.values()
+    if o.flag is not None and o.config_key is not None
 }
 
 

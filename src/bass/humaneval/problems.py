@@ -44,7 +44,7 @@ def load_problems() -> dict[str, dict]:
 def select_problems(problems: dict[str, dict], spec: str | None) -> list[dict]:
     """The problems ``spec`` picks, in order: ``None`` (all), a slice of the ordered list
     (``"0:5"``, ``":10"``, ``"3"``), or comma-separated task ids or indices
-    (``"HumanEval/0,HumanEval/3"``, ``"0,3"``).
+    (``"HumanEval/0,HumanEval/3"``, ``"0,3"``), each problem once.
 
     >>> ps = {f"HumanEval/{i}": {"task_id": f"HumanEval/{i}"} for i in range(5)}
     >>> [p["task_id"] for p in select_problems(ps, "1:3")]
@@ -73,17 +73,25 @@ def select_problems(problems: dict[str, dict], spec: str | None) -> list[dict]:
             raise HumanEvalError(f"--problems {spec!r}: a slice step cannot be 0; {hint}")
         chosen = ordered[slice(*bounds)]
     else:
-        chosen = []
+        chosen, named = [], {}  # problem index -> how the spec named it first
         for item in (s.strip() for s in spec.split(",")):
             if item in problems:
-                chosen.append(problems[item])
+                k = list(problems).index(item)
             elif item.isdigit() and int(item) < len(ordered):
-                chosen.append(ordered[int(item)])
+                k = int(item)
             else:
                 raise HumanEvalError(
                     f"--problems: no problem {item!r}; there are {len(ordered)} "
                     f"({ordered[0]['task_id']} .. {ordered[-1]['task_id']}); {hint}"
                 )
+            if k in named:  # scored twice, it would count twice in Pass@First/Pass@All
+                again = "" if named[k] == item else f" (as {named[k]!r} and {item!r})"
+                raise HumanEvalError(
+                    f"--problems {spec!r} names {list(problems)[k]} twice{again}; name each "
+                    "problem once"
+                )
+            named[k] = item
+            chosen.append(ordered[k])
     if not chosen:
         raise HumanEvalError(f"--problems {spec!r} selects no problem out of {len(ordered)}")
     return chosen

@@ -15,8 +15,6 @@ with :func:`bass.policies.load`) for each ``generate`` call.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +22,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+from .. import plugins
+from ..errors import OptionError, PluginOutputError
+from ..option_kinds import Range, Refused
 
 __all__ = [
     "DraftContext",
@@ -185,35 +187,44 @@ class DraftContext:
 
 
 def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
-    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``:
-    its ``draft_lengths(ctx)``, or for a policy with only ``draft_length()`` (the older
-    contract, or :class:`Policy`'s default ``draft_lengths``) that one length for every
-    row. A length above the row's cap is capped; a wrong number of lengths, or a length
-    that is negative, a bool or not an integer, is a ``ValueError`` that names the policy
-    (and the row). Called every step: the messages are built only for a bad value."""
-    per_row = getattr(policy, "draft_lengths", None)
+    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``
+    (:func:`bind`'s ``draft_lengths``, for a single call)."""
+    return bind(policy).draft_lengths(ctx)
+
+
+def _per_row(policy: Any):
+    """``policy``'s own ``draft_lengths`` method, or ``None`` where it has only
+    ``draft_length()`` (or :class:`Policy`'s default, one length for every row)."""
     if isinstance(policy, Policy) and type(policy).draft_lengths is Policy.draft_lengths:
-        per_row = None  # the base class's default: one length for every row
+        return None
+    return getattr(policy, "draft_lengths", None)
+
+
+def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
+    """One draft length per row of ``ctx`` from ``per_row(ctx)`` or, without it, the one
+    ``single()`` for every row; capped at ``ctx.max_draft``. A wrong number of lengths, or
+    a length that is negative, a bool or not an integer, is a
+    :class:`~bass.errors.PluginOutputError` that names the policy (and the row). Called
+    every step: the messages are built only for a bad value."""
     if per_row is None:
-        k = policy.draft_length()
+        k = single()
         if type(k) is not int or k < 0:
-            k = _length(k, f"{_policy_name(policy)}.draft_length() returned")
+            k = _length(k, f"{name}.draft_length() returned")
         return [min(k, c) for c in ctx.max_draft]
     got = per_row(ctx)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
-        raise ValueError(
-            f"policy {_policy_name(policy)}.draft_lengths returned {got!r}; expected a "
-            f"sequence of {ctx.num_rows} draft lengths (integers >= 0), one per active row"
+        raise PluginOutputError(
+            f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
+            f"{ctx.num_rows} draft lengths (integers >= 0), one per active row"
         )
     ks = list(got)
     if len(ks) != ctx.num_rows:
-        raise ValueError(
-            f"policy {_policy_name(policy)}.draft_lengths returned {len(ks)} lengths "
-            f"for {ctx.num_rows} active rows"
+        raise PluginOutputError(
+            f"policy {name}.draft_lengths returned {len(ks)} lengths for {ctx.num_rows} active rows"
         )
     for r, k in enumerate(ks):
         if type(k) is not int or k < 0:
-            said = f"{_policy_name(policy)}.draft_lengths returned, for row {r} (prompt "
+            said = f"{name}.draft_lengths returned, for row {r} (prompt "
             ks[r] = _length(k, said + f"{ctx.rows[r]}),")
     return [min(k, c) for k, c in zip(ks, ctx.max_draft)]
 
@@ -235,7 +246,7 @@ def _length(k: Any, said: str) -> int:
     except TypeError:
         n = None
     if n is None or n < 0:
-        raise ValueError(
+        raise PluginOutputError(
             f"policy {said} {k!r}; a draft length must be an integer >= 0 (0: no drafting "
             "this step); lengths above what a row may still draft are capped"
         )
@@ -294,109 +305,55 @@ def option(
     low_exclusive: bool = False,
     optional: bool = False,
 ) -> Any:
-    """A validated policy option: a dataclass field whose metadata :func:`validate_options`
-    and :func:`bass.policies.describe` read.
+    """A policy option, declared once: a dataclass field with its default, its bound (a
+    :class:`~bass.option_kinds.Range`, as the Generator's options declare theirs) and a
+    one-line doc, which :func:`validate_options` checks and :func:`bass.policies.describe`
+    lists.
 
     ``kind`` is ``int`` or ``float``; ``low``/``high`` are inclusive bounds (``low``
     exclusive with ``low_exclusive``), either numbers or the name of another option of the
     same policy (e.g. ``high="l_limit"``); ``optional`` allows ``None``.
     """
-    meta = {
-        "help": help,
-        "kind": kind,
-        "low": low,
-        "high": high,
-        "low_exclusive": low_exclusive,
-        "optional": optional,
-    }
-    return dataclasses.field(default=default, metadata=meta)
-
-
-def _options_text(policy: Any) -> str:
-    return ", ".join(
-        f"{f.name}={f.default!r}" for f in dataclasses.fields(policy) if "kind" in f.metadata
-    )
-
-
-def _allowed_text(policy: Any, meta: dict[str, Any]) -> str:
-    kind = "an int" if meta["kind"] is int else "a number"
-
-    def bound(b: float | str) -> str:
-        return f"{b}={getattr(policy, b)!r}" if isinstance(b, str) else repr(b)
-
-    low, high = meta["low"], meta["high"]
-    if low is not None and high is not None:
-        lo = "(" if meta["low_exclusive"] else "["
-        text = f"{kind} in {lo}{bound(low)}, {bound(high)}]"
-    elif low is not None:
-        text = f"{kind} {'>' if meta['low_exclusive'] else '>='} {bound(low)}"
-    elif high is not None:
-        text = f"{kind} <= {bound(high)}"
-    else:
-        text = kind
-    return text + (" or None" if meta["optional"] else "")
-
-
-_BOUNDS = ("low", "high")
+    noun = "an int" if kind is int else "a number"
+    bound = Range(kind, low, high, low_open=low_exclusive, optional=optional, noun=noun)
+    return dataclasses.field(default=default, metadata={"help": help, "kind": bound})
 
 
 def validate_options(policy: Any) -> None:
     """Check every :func:`option` field of the dataclass instance ``policy`` (types first,
     then ranges, so a bound naming another option compares against a checked value).
 
-    Raises :class:`bass.options.OptionError` (a ``ValueError``) naming the option, the
+    Raises :class:`bass.errors.OptionError` (a ``ValueError``) naming the option, the
     policy (its ``name`` class attribute), what is allowed and every option with its
     default. Float options given as ints are converted to float (numpy numbers to
     Python's).
     """
     name = getattr(type(policy), "name", type(policy).__name__)
-    opts = [f for f in dataclasses.fields(policy) if "kind" in f.metadata]
+    declared = [f for f in dataclasses.fields(policy) if "kind" in f.metadata]
 
     def fail(f: dataclasses.Field[Any], value: Any) -> None:
+        values = {g.name: getattr(policy, g.name) for g in declared}
         default = f.default is not dataclasses.MISSING and value == f.default
         got = f"{value!r}, its default: set {f.name} too" if default else repr(value)
-        from ..options import OptionError  # a ValueError (and a TypeError), as every option's
-
+        listing = ", ".join(f"{g.name}={g.default!r}" for g in declared)
         raise OptionError(
-            f"policy {name!r}: option {f.name!r} must be {_allowed_text(policy, f.metadata)}, "
-            f"got {got} (options: {_options_text(policy)})",
+            f"policy {name!r}: option {f.name!r} must be "
+            f"{f.metadata['kind'].allowed({'values': values})}, got {got} (options: {listing})",
             option=f.name,
             value=value,
         )
 
-    for f in opts:
-        value, meta = getattr(policy, f.name), f.metadata
-        if value is None and meta["optional"]:
-            continue
-        # bool is an int subclass, but `k=True` is always a mistake; numpy's numbers are
-        # numbers (Integral, Real), stored as Python's
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-            fail(f, value)
-        if meta["kind"] is int:
-            if not isinstance(value, numbers.Integral):
-                fail(f, value)
-            setattr(policy, f.name, int(value))
-        if meta["kind"] is float:
-            try:
-                value = float(value)
-            except OverflowError:
-                fail(f, value)
-            if not math.isfinite(value):
-                fail(f, value)
-            setattr(policy, f.name, value)
+    for f in declared:
+        try:
+            setattr(policy, f.name, f.metadata["kind"].convert(getattr(policy, f.name)))
+        except Refused:
+            fail(f, getattr(policy, f.name))
+    values = {"values": {f.name: getattr(policy, f.name) for f in declared}}
     # Options bounded by another option (l0 <= l_limit) last, so a bad l_limit is
     # reported as itself rather than as an l0 out of range.
-    for f in sorted(opts, key=lambda f: any(isinstance(f.metadata[b], str) for b in _BOUNDS)):
-        value, meta = getattr(policy, f.name), f.metadata
-        if value is None:
-            continue
-        low, high = meta["low"], meta["high"]
-        low = getattr(policy, low) if isinstance(low, str) else low
-        high = getattr(policy, high) if isinstance(high, str) else high
-        if low is not None and (value <= low if meta["low_exclusive"] else value < low):
-            fail(f, value)
-        if high is not None and value > high:
-            fail(f, value)
+    for f in sorted(declared, key=lambda f: f.metadata["kind"].names_another()):
+        if not f.metadata["kind"].within(getattr(policy, f.name), values):
+            fail(f, getattr(policy, f.name))
 
 
 class OptionsMixin:
@@ -513,4 +470,19 @@ def bind(policy: Any) -> PolicyHooks:
             def keep(probs, index, rows, _old=old):  # the older two-argument contract
                 return _old(probs, index)
 
-    return PolicyHooks(policy, lambda ctx: lengths_for(policy, ctx), policy.update, keep)
+    name, per_row, update = _policy_name(policy), _per_row(policy), policy.update
+    single = None if per_row is not None else policy.draft_length
+    if not plugins.is_builtin(policy):  # what another package's policy raises is its own
+        who = plugins.describe("policy", policy, getattr(type(policy), "name", None) or None)
+        if per_row is not None:
+            per_row = plugins.guard(who, "draft_lengths", per_row)
+        else:
+            single = plugins.guard(who, "draft_length", single)
+        update = plugins.guard(who, "update", update)
+        if keep is not None:
+            keep = plugins.guard(who, "keep_drafting", keep)
+
+    def lengths(ctx: DraftContext) -> list[int]:
+        return _checked_lengths(name, per_row, single, ctx)
+
+    return PolicyHooks(policy, lengths, update, keep)

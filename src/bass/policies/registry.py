@@ -20,6 +20,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from .. import plugins
+from ..errors import PluginLoadError
 from .base import DraftLengthPolicy
 
 __all__ = [
@@ -46,8 +48,8 @@ class _Required:
 REQUIRED: Any = _Required()
 
 
-class PolicyLoadError(ImportError):
-    """A registered policy's entry point could not be imported or is not usable.
+class PolicyLoadError(PluginLoadError):
+    """A registered policy's entry point could not be imported, built or used.
 
     The original exception, if any, is chained as ``__cause__``.
     """
@@ -63,7 +65,7 @@ class OptionInfo(NamedTuple):
 
 def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     """The installed entry points of group ``bass.policies`` (the test seam)."""
-    return importlib.metadata.entry_points(group=GROUP)
+    return plugins.entry_points(GROUP)
 
 
 def available() -> dict[str, importlib.metadata.EntryPoint]:
@@ -72,10 +74,7 @@ def available() -> dict[str, importlib.metadata.EntryPoint]:
     If two distributions register the same name, the first one found on ``sys.path``
     wins (the order :func:`importlib.metadata.entry_points` reports).
     """
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for ep in entry_points():
-        found.setdefault(ep.name, ep)
-    return dict(sorted(found.items()))
+    return plugins.available(GROUP, entry_points())
 
 
 def _entry_point(name: str) -> importlib.metadata.EntryPoint:
@@ -89,18 +88,9 @@ def _entry_point(name: str) -> importlib.metadata.EntryPoint:
 def _target(name: str) -> Callable[..., Any]:
     ep = _entry_point(name)
     try:
-        target = ep.load()
-    except Exception as exc:  # any import-time failure of a plugin, SyntaxError included
-        raise PolicyLoadError(
-            f"policy {name!r} (entry point {ep.value!r}) failed to load: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    if not callable(target):
-        raise PolicyLoadError(
-            f"policy {name!r} (entry point {ep.value!r}) is {type(target).__name__}, "
-            "not a policy class or factory"
-        )
-    return target
+        return plugins.load_target("policy", GROUP, name, ep)
+    except PluginLoadError as exc:
+        raise PolicyLoadError(str(exc), plugin=name) from exc.__cause__
 
 
 def _options(target: Callable[..., Any]) -> tuple[list[OptionInfo], bool]:
@@ -155,6 +145,8 @@ def load(name: str, **options: Any) -> DraftLengthPolicy:
             option and the policy and list its options with their defaults.
         PolicyLoadError: the plugin failed to import, or what it built is not a
             :class:`~bass.policies.DraftLengthPolicy`.
+        bass.errors.PluginError: another package's policy raised while being built (its
+            exception chained).
     """
     target = _target(name)
     infos, var_kw = _options(target)
@@ -169,11 +161,16 @@ def load(name: str, **options: Any) -> DraftLengthPolicy:
         raise ValueError(
             f"policy {name!r} needs option {missing[0]!r}; options: {_options_text(infos)}"
         )
-    policy = target(**options)
+    if plugins.is_builtin(target):
+        policy = target(**options)
+    else:  # a failure of another package's constructor is reported as that package's
+        who = plugins.describe("policy", target, name, _entry_point(name))
+        policy = plugins.build("policy", who, target, **options)
     if not isinstance(policy, DraftLengthPolicy):
         raise PolicyLoadError(
             f"policy {name!r} built a {type(policy).__name__}, which lacks draft_length() "
-            "or update() (see bass.policies.DraftLengthPolicy)"
+            "or update() (see bass.policies.DraftLengthPolicy)",
+            plugin=name,
         )
     return policy
 

@@ -153,33 +153,37 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
 def assert_sampled_equivalent(
     generator, prompts, max_new_tokens: int, *, seed: int = 0, **generate_kwargs
 ):
-    """Sampled generation with deterministic drafts (n-gram lookup, or a drafter of
-    yours whose proposals are deterministic) equals plain sampled
-    decoding (``draft=None``) of the same main model with the same seed, token for token.
+    """Sampled generation equals plain sampled decoding (``draft=None``) of the same main
+    model with the same seed, token for token: with deterministic drafts (n-gram lookup,
+    or a drafter of yours whose proposals are deterministic) and with a draft model's
+    coupled drafts (``draft_sampling="coupled"``, the default).
 
     bass draws the main model's token at each new position of a row from a uniform number
-    keyed by ``(seed, prompt index, position)`` and accepts a deterministic draft when it
-    equals that draw (:func:`bass.sampling.keyed_accept`), so neither the drafts nor the
-    policy's lengths (timing-based ones included) may change a single sampled token: a
-    policy or n-gram variant that does broke the sampling. Use float64 models: a verify
-    pass and a one-token pass round differently, and a draw landing within that rounding
-    of a boundary between two tokens may flip it in lower precision.
+    keyed by ``(seed, row id, position)`` and accepts a draft when it equals that draw (a
+    draft model draws its tokens with the same keys), so neither the drafts nor the
+    policy's lengths (timing-based ones included) nor the batch may change a single
+    sampled token: a drafter, policy or scheduler that does broke the sampling. Use float64
+    models: a verify pass and a one-token pass round differently, and a draw landing within
+    that rounding of a boundary between two tokens may flip it in lower precision.
 
     Runs ``generator.generate(prompts, max_new_tokens=..., do_sample=True, seed=seed,
     **generate_kwargs)`` and the plain decoding; raises ``AssertionError`` naming the row,
-    the first differing position and both tokens. A generator with a draft *model*
-    raises ``ValueError``: its sampled drafts are verified by rejection sampling, exact in
-    distribution (:func:`bass.testing.assert_distribution_equivalent`) but not draw for
-    draw (likewise any drafter with ``deterministic = False``). Returns the generator's
-    :class:`bass.GenerationResult`.
+    the first differing position and both tokens. A generator with
+    ``draft_sampling="rejection"`` and a sampling drafter raises ``ValueError``: its drafts
+    are verified by rejection sampling, exact in distribution
+    (:func:`bass.testing.assert_distribution_equivalent`) but not draw for draw. Returns
+    the generator's :class:`bass.GenerationResult`.
     """
     from ..engine import Generator
 
-    if generator.drafter is not None and not generator.drafter.deterministic:
+    drafter = generator.drafter
+    coupled = getattr(generator, "coupled", True)
+    if drafter is not None and not drafter.deterministic and not coupled:
         raise ValueError(
-            "assert_sampled_equivalent needs deterministic drafts (draft='ngram', None or a "
-            f"deterministic drafter); {type(generator.drafter).__name__} samples its drafts, "
-            "which are exact in distribution only: use assert_distribution_equivalent"
+            "assert_sampled_equivalent needs coupled or deterministic drafts; with "
+            f"draft_sampling='rejection' {type(drafter).__name__}'s sampled drafts are "
+            "verified by rejection sampling, exact in distribution only: use "
+            "assert_distribution_equivalent (or the default draft_sampling='coupled')"
         )
     if generate_kwargs.get("do_sample") is False:
         raise ValueError("assert_sampled_equivalent checks sampling: drop do_sample=False")

@@ -13,8 +13,8 @@ the strategies draw them by name:
 
 :data:`EXAMPLE_LENGTHS` holds one concrete batch shape per pattern (with the 17, 17, 18,
 13, 16 batch that found that bug) for ``@example``-pinned tests, so the patterns run on
-every test run whatever hypothesis draws. Needs ``hypothesis`` (``pip install
-bass[testing]``).
+every test run whatever hypothesis draws. Needs ``hypothesis`` (the ``testing`` extra of
+the ``bass-decoding`` distribution).
 
 >>> from hypothesis import given
 >>> from bass.testing.strategies import ragged_prompts

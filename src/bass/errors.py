@@ -1,0 +1,43 @@
+"""The exceptions bass raises for what a user or a plugin can fix (a core module: it
+imports nothing of bass, so every layer can raise them).
+
+* :class:`OptionError`: a value an option does not allow (the API, a config file or the
+  command line); both a ``TypeError`` and a ``ValueError``.
+* :class:`PluginError`: a plugin (a policy or a drafter of another package) raised; its
+  subclasses :class:`PluginOutputError` (it returned what its contract does not allow)
+  and :class:`PluginLoadError` (it could not be imported or built).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["OptionError", "PluginError", "PluginLoadError", "PluginOutputError"]
+
+
+class OptionError(TypeError, ValueError):
+    """A value an option does not allow (a wrong type or a value out of range: both a
+    ``TypeError`` and a ``ValueError``); the message names the option, the value and what
+    is allowed. ``option`` and ``value`` are kept on the exception."""
+
+    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
+        super().__init__(message)
+        self.option, self.value = option, value
+
+
+class PluginError(RuntimeError):
+    """A plugin raised (``__cause__`` is its exception), named in the message with its
+    package; ``plugin`` says which, ``hook`` where."""
+
+    def __init__(self, message: str, *, plugin: str = "", hook: str = ""):
+        super().__init__(message)
+        self.plugin, self.hook = plugin, hook
+
+
+class PluginOutputError(PluginError, ValueError, TypeError):
+    """A plugin returned what its contract does not allow (the message says what)."""
+
+
+class PluginLoadError(PluginError, ImportError):
+    """A registered plugin could not be imported or built, or is not what its group
+    needs (the original exception, if any, is chained)."""

@@ -1,0 +1,131 @@
+"""Plugins: finding them (entry points), naming them, and reporting their failures as theirs.
+
+bass takes two kinds of plugin, each from an entry-point group of installed packages:
+draft-length policies (``bass.policies``) and drafters (``bass.drafters``). This module
+is what both share: :func:`entry_points` (the one place that reads installed metadata;
+tests fake it), :func:`available`, :func:`load_target`, and :func:`guard`.
+
+Every exception a plugin raises, when it is built or in any of its hooks, reaches the
+caller as a :class:`bass.errors.PluginError` naming the plugin (its name, class and the package that
+installed it) and the hook, with the original exception chained: a plugin's bug is never
+reported as bass's. A plugin that returns what its contract does not allow gets a
+:class:`~bass.errors.PluginOutputError` (also a ``ValueError`` and a ``TypeError``).
+bass's own built-in policies and drafters are not wrapped: their errors are bass's.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .errors import OptionError, PluginError, PluginLoadError
+
+__all__ = [
+    "available",
+    "build",
+    "describe",
+    "entry_points",
+    "guard",
+    "is_builtin",
+    "load_target",
+]
+
+
+def entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
+    """The installed entry points of ``group`` (the test seam)."""
+    return importlib.metadata.entry_points(group=group)
+
+
+def available(group: str, found: Iterable | None = None) -> dict[str, Any]:
+    """Installed plugins of ``group``, name -> entry point, sorted by name (of two packages
+    registering one name, the first on ``sys.path`` wins). ``found``: the entry points to
+    use instead of reading them (the groups' own seams)."""
+    out: dict[str, Any] = {}
+    for ep in entry_points(group) if found is None else found:
+        out.setdefault(ep.name, ep)
+    return dict(sorted(out.items()))
+
+
+def _package(ep: importlib.metadata.EntryPoint | None, module: str | None) -> str | None:
+    """``"name version"`` of the distribution that installed ``ep`` (or owns ``module``),
+    ``"module X"`` for a module no distribution owns, ``None`` when nothing is known."""
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        return f"{dist.metadata['Name']} {dist.version}"
+    top = (module or "").partition(".")[0]
+    names = importlib.metadata.packages_distributions().get(top, []) if top else []
+    if names:
+        try:
+            return f"{names[0]} {importlib.metadata.version(names[0])}"
+        except importlib.metadata.PackageNotFoundError:
+            return names[0]
+    return f"module {module}" if module else None
+
+
+def _from(ep, module: str | None) -> str:
+    where = _package(ep, module)
+    return f", from {where}" if where else ""
+
+
+def describe(kind: str, obj: Any, name: str | None = None, ep=None) -> str:
+    """How errors name a plugin: ``policy 'mine' (MyPolicy, from my-pkg 1.0)``."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    label = f"{kind} {name!r}" if name else kind
+    return f"{label} ({cls.__qualname__}{_from(ep, getattr(cls, '__module__', None))})"
+
+
+def is_builtin(obj: Any) -> bool:
+    """Whether ``obj`` (a class or an instance) is one of bass's own."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return getattr(cls, "__module__", "").partition(".")[0] == "bass"
+
+
+def load_target(kind: str, group: str, name: str, ep) -> Callable[..., Any]:
+    """What entry point ``ep`` (of ``group``, registered as ``name``) names, imported;
+    a failure is a :class:`~bass.errors.PluginLoadError` naming it and its package."""
+    try:
+        target = ep.load()
+    except Exception as exc:  # any import-time failure of a plugin, SyntaxError included
+        raise PluginLoadError(
+            f"{kind} {name!r} (entry point {ep.value!r}{_from(ep, None)}) failed to load: "
+            f"{type(exc).__name__}: {exc}",
+            plugin=name,
+        ) from exc
+    if not callable(target):
+        raise PluginLoadError(
+            f"{kind} {name!r} (entry point {ep.value!r}{_from(ep, None)}) is "
+            f"{type(target).__name__}, not a {kind} class or factory",
+            plugin=name,
+        )
+    return target
+
+
+def _passes_through(exc: Exception) -> bool:
+    """Errors that are already reported as what they are: a plugin's own (re-raised by a
+    nested hook) and a bad option value (:class:`bass.errors.OptionError`)."""
+    return isinstance(exc, (PluginError, OptionError))
+
+
+def guard(who: str, hook: str, fn: Callable) -> Callable:
+    """``fn`` (a plugin's hook), raising :class:`~bass.errors.PluginError` naming ``who``
+    and ``hook`` for anything it raises. Resolved once when a generation starts, never per step."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if _passes_through(exc):
+                raise
+            raise PluginError(
+                f"{who} raised in {hook}(): {type(exc).__name__}: {exc}", plugin=who, hook=hook
+            ) from exc
+
+    return call
+
+
+def build(kind: str, who: str, target: Callable, **options) -> Any:
+    """``target(**options)`` (a plugin's class or factory), its failures named."""
+    return guard(who, "__init__", target)(**options)

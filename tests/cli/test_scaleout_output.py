@@ -1,0 +1,103 @@
+"""``--output`` of a data-parallel ``bass generate`` (torchrun, several groups) behaves as
+one process's: a run without ``--resume`` replaces the file (no stale row of an earlier
+run stays, nor its shards), ``--resume`` continues it (one process too, from the shards a
+stopped data-parallel run left), and a file another run writes is refused on every rank."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from cli_support import hold, read_jsonl, release, run, save_model_dir, subprocess_env
+
+FLAGS = "--dtype float64 --cpu-linear torch --samples 2 --sample --seed 3 --max-new-tokens 4"
+PROMPTS = ["hello world", "the sea is blue", "a cat"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+def torchrun(model_dir, out, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "bass", "generate", "--main", model_dir, *FLAGS.split(), "--no-progress",
+           "-o", str(out), *extra, *PROMPTS]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=subprocess_env())
+
+
+def rows_of(path) -> list[tuple]:
+    return [(r["prompt_index"], r["sample"], r["completion"]) for r in read_jsonl(path)]
+
+
+def stale_row(i: int) -> str:
+    return json.dumps({"prompt": "stale", "prompt_index": i, "sample": 0, "completion": "old"})
+
+
+def test_a_data_parallel_run_replaces_the_output_and_a_held_one_is_refused_on_every_rank(
+    model_dir, tmp_path, capsys
+):
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(stale_row(i) + "\n" for i in range(5)))  # an earlier run's rows
+    for r in (0, 3):  # the shards a stopped run left (this run writes rank 0's; never rank 3)
+        out.with_name(f"out.jsonl.rank{r}").write_text(stale_row(r) + "\n")
+    before = {p.name: p.read_text() for p in tmp_path.iterdir()}
+
+    proc = hold(f"generate hello -o {out}")
+    try:
+        refused = torchrun(model_dir, out)
+    finally:
+        release(proc)
+    assert refused.returncode != 0
+    said = refused.stderr.count("is being written by another bass run (pid")
+    assert said == 2, refused.stderr[-3000:]  # each rank says why it stopped
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before  # nothing touched
+
+    done = torchrun(model_dir, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_jsonl(out)
+    keys = [(i, s) for i in range(len(PROMPTS)) for s in range(2)]
+    assert [(r["prompt_index"], r["sample"]) for r in rows] == keys  # only this run's rows
+    assert [r["prompt"] for r in rows] == [p for p in PROMPTS for _ in range(2)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no shard, no lock
+    one = tmp_path / "one.jsonl"
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FLAGS} -o {one}", *PROMPTS)
+    assert rc == 0, err
+    assert [r["completion"] for r in rows] == [r["completion"] for r in read_jsonl(one)]
+
+
+def test_one_process_resumes_from_the_shards_a_stopped_run_left_and_replaces_them(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "out.jsonl"
+    args = f"generate --main {model_dir} {FLAGS} --no-progress -o {out}"
+    rc, _, err = run(capsys, args, *PROMPTS)
+    assert rc == 0, err
+    whole = out.read_text().splitlines(keepends=True)
+    expected = rows_of(out)
+    # a stopped 4-rank run: rank 2 wrote rows 2-3, rank 0 rows 0-1, rank 4 row 5 (cut short)
+    out.write_text("".join(whole[2:4]))
+    out.with_name("out.jsonl.rank0").write_text("".join(whole[:2]))
+    out.with_name("out.jsonl.rank4").write_text(whole[4] + whole[5][:20])
+
+    import bass.cli.generate
+
+    real_load = bass.cli.generate.load_models
+    loads = []
+    monkeypatch.setattr(
+        bass.cli.generate, "load_models", lambda *a, **kw: loads.append(1) or real_load(*a, **kw)
+    )
+    rc, _, err = run(capsys, f"{args} --resume", *PROMPTS)
+    assert rc == 0, err
+    assert "5 of 6 rows are already in" in err and len(loads) == 1  # row 5 generated again
+    assert out.read_text().startswith("".join(whole[:5]))
+    assert rows_of(out) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+    out.with_name("out.jsonl.rank1").write_text(whole[0])  # left by an earlier run
+    rc, _, err = run(capsys, args, *PROMPTS)  # no --resume: replaced, shards too
+    assert rc == 0, err
+    assert rows_of(out) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]

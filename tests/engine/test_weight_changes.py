@@ -1,0 +1,105 @@
+"""Weights that change between two ``generate`` calls: the second call sees them, however
+they changed (in place through ``.data``, under ``no_grad``, ``load_state_dict``, a new
+Parameter), on a Generator built before the change and on a new one, with the CPU's packed
+layouts in force (issue #32: ``w.data.copy_`` bypasses the version counter)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from models import tiny_lm
+
+from bass import Generator, cpu_linear
+from bass.cpu_linear import LinearPlan, install
+from bass.testing import greedy_reference
+
+PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9]]
+
+
+def _reference(model, prompts, n):
+    return [greedy_reference(model, p, n) for p in prompts]
+
+
+def _packed_everywhere(model):
+    """Route every linear layer of ``model`` through the packed layout at every row count
+    (what ``cpu_linear="auto"`` chooses for real models at verify-sized passes)."""
+    shapes = {
+        (m.weight.shape[0], m.weight.shape[1], m.weight.dtype)
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear)
+    }
+    install(model, LinearPlan({s: dict.fromkeys(range(1, 17), "packed") for s in shapes},
+                              dict.fromkeys(shapes, "packed")))  # fmt: skip
+
+
+def _changes():
+    """Ways trainers change weights; each takes the model and a donor of new weights."""
+
+    def data_copy(model, donor):
+        for p, q in zip(model.parameters(), donor.parameters()):
+            p.data.copy_(q.data)
+
+    def data_ema(model, donor):  # an EMA update through .data
+        for p, q in zip(model.parameters(), donor.parameters()):
+            p.data.mul_(0.5).add_(q.data, alpha=0.5)
+
+    def no_grad_inplace(model, donor):
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), donor.parameters()):
+                p.copy_(q)
+
+    def load_state_dict(model, donor):
+        model.load_state_dict(donor.state_dict())
+
+    def data_assign(model, donor):  # .data rebound to another tensor
+        for p, q in zip(model.parameters(), donor.parameters()):
+            p.data = q.data.clone()
+
+    def new_parameters(model, donor):
+        for (name, _), q in zip(list(model.named_parameters()), donor.parameters()):
+            owner, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(owner), attr, torch.nn.Parameter(q.detach().clone()))
+
+    def one_element(model, donor):  # the smallest change there is, through .data
+        w = model.get_output_embeddings().weight
+        w.data[3, 5] = -w.data[3, 5] + 1.0
+
+    def permuted_columns(model, donor):  # the same values, in another order within rows
+        w = model.get_output_embeddings().weight
+        w.data.copy_(w.data.flip(1))
+
+    return [data_copy, data_ema, no_grad_inplace, load_state_dict, data_assign,
+            new_parameters, one_element, permuted_columns]  # fmt: skip
+
+
+CASES = [(change, None) for change in _changes()]
+CASES += [(_changes()[1], "model"), (_changes()[6], "ngram")]  # .data EMA, one element
+
+
+@pytest.mark.parametrize(("change", "draft"), CASES, ids=lambda v: getattr(v, "__name__", v))
+def test_a_weight_change_between_calls_is_seen_by_the_next_call(change, draft):
+    main = tiny_lm(dtype=torch.float32)
+    _packed_everywhere(main)
+    d = None
+    if draft == "model":
+        d = tiny_lm(dtype=torch.float32, seed=1)
+        _packed_everywhere(d)
+    elif draft == "ngram":
+        d = "ngram"
+    gen = Generator(main, d, policy="constant", policy_options={"k": 3})
+    kw = dict(max_new_tokens=10)
+    before = gen.generate(PROMPTS, **kw).sequences
+    assert before == _reference(main, PROMPTS, 10)
+    donor = tiny_lm(dtype=torch.float32, seed=7)
+    change(main, donor)
+    if isinstance(d, torch.nn.Module):
+        change(d, tiny_lm(dtype=torch.float32, seed=8))
+    fresh = copy.deepcopy(main)  # the changed weights, with no bass state on them
+    cpu_linear.uninstall(fresh)
+    want = _reference(fresh, PROMPTS, 10)
+    assert want != before  # the change matters to the output
+    assert gen.generate(PROMPTS, **kw).sequences == want  # the Generator built before
+    again = Generator(main, d, policy="constant", policy_options={"k": 3})
+    assert again.generate(PROMPTS, **kw).sequences == want  # and a new one
