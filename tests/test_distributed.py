@@ -242,4 +242,4 @@ def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch,
         lambda name, *a: None if name == "accelerate" else real(name, *a),
     )
     with pytest.raises(distributed.DistributedError, match=r"pip install accelerate \("):
-        distributed.load_tensor_parallel(dirs / "main", 2)
+        bass.models.load_tensor_parallel(dirs / "main", 2)

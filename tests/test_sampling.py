@@ -31,8 +31,7 @@ from hypothesis.extra import numpy as hnp
 from bass.sampling import (
     Acceptance,
     SamplingParams,
-    greedy_accept,
-    output_tokens,
+    greedy_accept_ids,
     sample,
     speculative_accept,
     warp_probs,
@@ -177,7 +176,18 @@ def test_sample_shape_determinism_and_distribution():
     assert_fits(counts.numpy(), p.double().numpy())
 
 
-# --------------------------------------------------------------------------- greedy_accept
+# --------------------------------------------------------------------------- greedy
+
+
+def greedy_accept(drafts, logits, lens):
+    """Greedy verification as the engine composes it: drafts against the argmax."""
+    return greedy_accept_ids(drafts, logits.argmax(dim=-1), lens)
+
+
+def output_tokens(drafts, acc):
+    """Each row's committed tokens: its accepted drafts, then the next token."""
+    return [[*d[:n], t] for d, n, t in zip(drafts.tolist(), acc.accepted.tolist(),
+                                           acc.next_tokens.tolist(), strict=True)]  # fmt: skip
 
 
 @st.composite
@@ -547,4 +557,4 @@ def test_shape_errors():
     with pytest.raises(ValueError, match="draft_lens"):
         speculative_accept(d, q, p, lens.float())
     with pytest.raises(ValueError, match="draft_tokens"):
-        greedy_accept(d.int(), p, lens)
+        speculative_accept(d.int(), q, p, lens)

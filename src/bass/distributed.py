@@ -6,13 +6,13 @@ Launch with ``torchrun`` (one process per device, or per CPU group). The world i
 each generate their own share of the prompts.
 
 * **Tensor parallel** (``tp > 1``): the main model is sharded by transformers itself
-  (:func:`load_tensor_parallel`, through :func:`bass.compat.tensor_parallel_kwargs`); each
-  rank's cache and attention hold its local heads; a draft model is replicated. Every
-  rank of a group runs the same passes, so every host decision of a step (the policy's
-  draft lengths and early stops, the time budget, the seed) is taken by the group's
-  first rank and shared in one small collective per step on a CPU (gloo) group
-  (:class:`Coordinator`); :meth:`Coordinator.agree` checks at the start of each
-  generation that every rank got the same prompts and settings.
+  (:func:`bass.models.load_tensor_parallel`, through
+  :func:`bass.compat.tensor_parallel_kwargs`); each rank's cache and attention hold its
+  local heads; a draft model is replicated. Every rank of a group runs the same passes, so
+  every host decision of a step (the policy's draft lengths and early stops, the time
+  budget, the seed) is taken by the group's first rank and shared in one small collective
+  per step on a CPU (gloo) group (:class:`Coordinator`); :meth:`Coordinator.agree` checks
+  at the start of each generation that every rank got the same prompts and settings.
 * **Data parallel** (``dp > 1``): :func:`shard` gives each group a contiguous share of
   the prompts (all samples of one prompt stay together: siblings share n-gram text);
   :func:`gather` brings the results back to rank 0 in the original order. Sampled rows
@@ -48,7 +48,6 @@ __all__ = [
     "generate",
     "init",
     "launched",
-    "load_tensor_parallel",
     "shard",
     "topology",
 ]
@@ -194,23 +193,6 @@ def check_tp_size(config, tp: int, name: str = "the main model") -> None:
                 f"--tp {tp} does not divide {name}'s {n} {what}: each rank must hold whole "
                 f"heads; use a tensor-parallel size that divides {n}"
             )
-
-
-def load_tensor_parallel(source, tp: int, *, dtype=None):
-    """The causal LM ``source`` sharded over this rank's TP group by transformers' own
-    plan (after :func:`init`; checked with :func:`check_tp_size` before loading)."""
-    import importlib.util
-
-    from . import compat, models
-
-    if tp > 1 and importlib.util.find_spec("accelerate") is None:
-        raise DistributedError(
-            "tensor parallelism needs the accelerate package (transformers shards a model "
-            "through it): pip install accelerate (bass-decoding's 'distributed' extra)"
-        )
-    topo = topology()
-    check_tp_size(models.load_config(source), tp, str(source))
-    return models.load_causal_lm(source, dtype=dtype, **compat.tensor_parallel_kwargs(tp, topo.dp))
 
 
 class Coordinator:

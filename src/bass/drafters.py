@@ -19,8 +19,8 @@ A drafter's life in one :meth:`bass.Generator.generate`::
 Every method but :meth:`Drafter.propose` has a default. Exactness does not depend on the
 drafter (verification keeps the main model's output), but how drafts are verified when
 sampling does: a **deterministic** drafter (``Proposal.probs is None``; n-grams, lookups,
-rules) is verified against the main model's keyed draws (:func:`bass.sampling.
-keyed_accept`: seeded sampling then equals plain sampling token for token), a
+rules) is verified against the main model's keyed draws (:mod:`bass.sampling`: seeded
+sampling then equals plain sampling token for token), a
 **stochastic** one (a sampled draft model) must return the distributions it drew from
 (``Proposal.probs``) for lossless rejection sampling. ``bass.testing`` proves a drafter
 exact: :func:`bass.testing.assert_greedy_equivalent`, and
@@ -372,7 +372,7 @@ class NGramDrafter(Drafter):
     rows included) when their own text offers a shorter continuation. Its proposals are
     deterministic (a one-hot draft distribution: a token is accepted with probability
     ``p(token)``), and under sampling the engine verifies them against the main model's
-    keyed draws (:func:`bass.sampling.keyed_accept`), so they never change a sample.
+    keyed draws (:mod:`bass.sampling`), so they never change a sample.
 
     Matching uses a per-row index from each token to the positions where it occurs, kept
     up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of

@@ -168,6 +168,24 @@ def padded_vocab(main_source, draft_source, main_model, draft_model) -> int | No
     return shared_vocab(*tokenizers)
 
 
+def load_tensor_parallel(source, tp: int, *, dtype=None):
+    """The causal LM ``source`` sharded over this rank's TP group by transformers' own
+    plan (after :func:`bass.distributed.init`; checked with
+    :func:`bass.distributed.check_tp_size` before loading)."""
+    import importlib.util
+
+    from . import compat, distributed
+
+    if tp > 1 and importlib.util.find_spec("accelerate") is None:
+        raise distributed.DistributedError(
+            "tensor parallelism needs the accelerate package (transformers shards a model "
+            "through it): pip install accelerate (bass-decoding's 'distributed' extra)"
+        )
+    topo = distributed.topology()
+    distributed.check_tp_size(load_config(source), tp, str(source))
+    return load_causal_lm(source, dtype=dtype, **compat.tensor_parallel_kwargs(tp, topo.dp))
+
+
 def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
     """:meth:`bass.Generator.from_pretrained`'s loading: ``(main model, draft, shared
     vocabulary)``. The draft is ``None``, an installed drafter's name (passed on as is) or
@@ -181,7 +199,7 @@ def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
         from . import distributed
 
         distributed.init(tp=tp_size)
-        main_model = distributed.load_tensor_parallel(main, tp_size, dtype=dtype)
+        main_model = load_tensor_parallel(main, tp_size, dtype=dtype)
     else:
         main_model = load_causal_lm(main, dtype=dtype, device=device)
     if draft is None or draft in drafters.available():

@@ -19,7 +19,7 @@ its distribution for the token after ``last, d_1 .. d_i``. Terms, used throughou
   one correction or bonus token (``next_tokens[b]``): between 1 and ``n + 1`` tokens.
   A row with ``n == 0`` is plain decoding: it emits one token drawn from position 0.
 
-Verification is lossless: greedy mode (:func:`greedy_accept`) outputs exactly what
+Verification is lossless: greedy mode (:func:`greedy_accept_ids` on the argmax) outputs exactly what
 greedy decoding with the main model alone would; sampling mode
 (:func:`speculative_accept`, the rejection sampling of Leviathan et al. 2023 and
 Chen et al. 2023) outputs tokens distributed exactly as if sampled from the main model,
@@ -42,10 +42,10 @@ plain decoding emit the same tokens (up to the rounding that differs between pas
 different widths).
 
 Everything here is batched over rows with no Python loop over rows or positions and no
-host synchronisation (except the host-side helpers :func:`output_tokens` and
-:func:`position_keys`). Rejection sampling (``draft_sampling="rejection"``) draws from one
-``torch.Generator``, and each call consumes a number of draws fixed by the tensor shapes
-only, so such a run repeats exactly as long as its draft lengths do.
+host synchronisation (except the host-side :func:`position_keys`). Rejection sampling
+(``draft_sampling="rejection"``) draws from one ``torch.Generator``, and each call consumes
+a number of draws fixed by the tensor shapes only, so such a run repeats exactly as long
+as its draft lengths do.
 """
 
 from __future__ import annotations
@@ -61,10 +61,7 @@ __all__ = [
     "SamplingParams",
     "forced_accept",
     "generator_seed",
-    "greedy_accept",
     "greedy_accept_ids",
-    "keyed_accept",
-    "output_tokens",
     "position_keys",
     "row_key",
     "sample",
@@ -375,32 +372,21 @@ def _accept_prefix(accept: torch.Tensor) -> torch.Tensor:
     return accept.long().cumprod(dim=1).sum(dim=1)
 
 
-def greedy_accept(
-    draft_tokens: torch.Tensor, target_logits: torch.Tensor, draft_lens: torch.Tensor
-) -> Acceptance:
-    """Greedy verification: keep drafts while they equal the main model's argmax.
-
-    ``accepted[b]`` is the longest ``m <= draft_lens[b]`` with
-    ``draft_tokens[b, i] == argmax(target_logits[b, i])`` for all ``i < m``, and
-    ``next_tokens[b] = argmax(target_logits[b, accepted[b]])`` (ties as ``torch.argmax``).
-
-    Args:
-        draft_tokens: int64 ``[B, K]``; slots ``>= draft_lens[b]`` are padding.
-        target_logits: ``[B, K+1, V]`` main-model logits at the positions fed
-            ``[last, d_1 .. d_K]``.
-        draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked:
-            that would sync).
-    """
-    _check_draft_inputs(draft_tokens, target_logits, draft_lens, "target_logits")
-    return greedy_accept_ids(draft_tokens, target_logits.argmax(dim=-1), draft_lens)
-
-
 def greedy_accept_ids(
     draft_tokens: torch.Tensor, target_ids: torch.Tensor, draft_lens: torch.Tensor
 ) -> Acceptance:
-    """:func:`greedy_accept` from the main model's argmax ids ``target_ids`` int64
-    ``[B, K+1]`` instead of its logits (the engine takes the argmax over the packed
-    logits once, then gathers rows)."""
+    """Keep drafts while they equal the main model's tokens ``target_ids`` int64
+    ``[B, K+1]`` (its argmax when greedy, its keyed draws when sampling: the engine takes
+    them over the packed logits once, then gathers rows).
+
+    ``accepted[b]`` is the longest ``m <= draft_lens[b]`` with ``draft_tokens[b, i] ==
+    target_ids[b, i]`` for all ``i < m``; ``next_tokens[b] = target_ids[b, accepted[b]]``.
+    ``draft_tokens`` int64 ``[B, K]`` (slots ``>= draft_lens[b]`` are padding);
+    ``draft_lens`` int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked: that
+    would sync). With keyed draws (:func:`sample_keyed` with :func:`position_keys`) a
+    deterministic draft is accepted with probability ``p(d)`` and the token emitted on
+    rejection is ``p`` given ``!= d``: :func:`speculative_accept`'s rule for a one-hot
+    draft, and every committed token is the draw at its position."""
     k = draft_tokens.shape[1]
     if target_ids.shape != (draft_tokens.shape[0], k + 1):
         raise ValueError(
@@ -473,50 +459,6 @@ def speculative_accept(
     residual = torch.where(residual.sum(dim=1, keepdim=True) > 0, residual, p_at)
     next_tokens = sample(residual, generator)  # the race needs no normalization
     return Acceptance(accepted=accepted, next_tokens=next_tokens)
-
-
-def keyed_accept(
-    draft_tokens: torch.Tensor,
-    target_probs: torch.Tensor,
-    draft_lens: torch.Tensor,
-    keys: torch.Tensor,
-) -> Acceptance:
-    """Lossless verification of deterministic drafts (n-gram lookup) with keyed randomness.
-
-    The main model's own sample at every position, ``y_i = sample_keyed(p_i, keys[b, i])``
-    (``p_i = target_probs[b, i]``), is drawn first; drafts are accepted while they equal
-    it, and the row's next token is ``y`` at the first mismatch (or the bonus position).
-    A drafted token is thus accepted with probability ``p_i(d)``, and the token emitted
-    on rejection is ``p_i`` conditioned on not being ``d``: :func:`speculative_accept`'s
-    rule for a one-hot draft. Since each committed token is the draw at its position,
-    the output is the same whatever the drafts were, with the keys of
-    :func:`position_keys`.
-
-    Args:
-        draft_tokens: int64 ``[B, K]``; slots ``>= draft_lens[b]`` are padding.
-        target_probs: ``[B, K+1, V]`` warped main-model distributions.
-        draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked).
-        keys: int64 ``[B, K+1]``: row ``b``'s keys of the positions its step may emit.
-    """
-    _check_draft_inputs(draft_tokens, target_probs, draft_lens, "target_probs")
-    return greedy_accept_ids(draft_tokens, sample_keyed(target_probs, keys), draft_lens)
-
-
-def output_tokens(draft_tokens: torch.Tensor, acc: Acceptance) -> list[list[int]]:
-    """Each row's output tokens as Python ints (host side: syncs).
-
-    Args:
-        draft_tokens: int64 ``[B, K]``.
-        acc: the verdict for those drafts.
-
-    >>> acc = Acceptance(accepted=torch.tensor([2, 0]), next_tokens=torch.tensor([9, 7]))
-    >>> output_tokens(torch.tensor([[4, 5, 6], [1, 2, 3]]), acc)
-    [[4, 5, 9], [7]]
-    """
-    drafts = draft_tokens.tolist()
-    accepted = acc.accepted.tolist()
-    nexts = acc.next_tokens.tolist()
-    return [[*d[:n], t] for d, n, t in zip(drafts, accepted, nexts, strict=True)]
 
 
 def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:

@@ -70,7 +70,7 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
 
     try:
         if tp > 1:
-            return distributed.load_tensor_parallel(source, tp, dtype=dtype)
+            return models.load_tensor_parallel(source, tp, dtype=dtype)
         return models.load_causal_lm(source, dtype=dtype)
     except models.ModelNotFoundError:
         raise

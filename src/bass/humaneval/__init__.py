@@ -65,7 +65,6 @@ __all__ = [
     "MethodReport",
     "ProblemScore",
     "Sample",
-    "command",
     "evaluate",
     "format_table",
     "load_problems",
@@ -77,10 +76,3 @@ __all__ = [
     "select_problems",
     "truncate",
 ]
-
-
-def command(args) -> int:
-    """``bass eval humaneval``: see :func:`bass.cli.humaneval.cmd_humaneval`."""
-    from ..cli.humaneval import cmd_humaneval
-
-    return cmd_humaneval(args)
