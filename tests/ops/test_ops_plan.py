@@ -179,6 +179,7 @@ def test_the_engine_plans_each_pass_once_and_never_reads_lengths_per_layer(monke
     assert calls["plans"] == res.stats.main_passes + res.stats.draft_passes
     picks = gen.passes.attention(torch.device("cpu"))
     assert list(picks) == ["eager"] and picks["eager"].startswith("sdpa: measured fastest")
+    assert res.stats.attention == picks  # res.stats says what auto picked and why
 
 
 def test_worked_example_of_the_plan_docstring():
