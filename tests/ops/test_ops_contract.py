@@ -537,7 +537,7 @@ def test_docstrings_reach_torch_ops():
     assert doc.startswith("Causal attention of ragged new queries over per-row KV caches.")
     for phrase in (
         "kv_lens[b] - q_lens[b] + i",
-        "output is 0",
+        "(output 0)",
         "h // (Hq // Hkv)",
         "Inference only",
     ):

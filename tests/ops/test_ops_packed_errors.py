@@ -262,6 +262,6 @@ def test_docstrings_reach_torch_ops():
         assert getattr(torch.ops.bass, name).__doc__ == wrapper.__doc__
         assert getattr(torch.ops.bass, name).default.__doc__ == wrapper.__doc__
     doc = torch.ops.bass.ragged_attention_packed.__doc__
-    for phrase in ("kv_lens[b] - q_len_b + i", "output is 0", "[1, Hq, N, D]", "token-major"):
+    for phrase in ("kv_lens[b] - q_len_b + i", "output 0", "[1, Hq, N, D]", "token-major"):
         assert phrase in doc
     assert "cache_lens[b] + j -" in torch.ops.bass.kv_append_packed.__doc__

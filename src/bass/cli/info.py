@@ -98,8 +98,8 @@ def cmd_ops(args) -> int:
             print(textwrap.fill(line, 92, initial_indent="  ", subsequent_indent=" " * 14))
     print(
         "\nPass kinds: eager; compiled (torch.compile); graphs (compiled with static shapes: "
-        "CUDA graphs). A generation's picks are in res.stats; impl=NAME (attention= for the "
-        "Generator) overrides auto."
+        "CUDA graphs). A generation's picks are in res.stats.attention; impl=NAME (attention= "
+        "for the Generator) overrides auto."
     )
     from ..backends import PACKED_MEMORY_SHARE, available_memory
 

@@ -11,17 +11,16 @@ Importing this module (``import bass`` does) registers, in namespace ``bass``:
 * ``bass::kv_append`` and ``bass::kv_append_packed``: a pass's new keys and values written
   into preallocated caches at per-row offsets (they mutate the caches).
 
-One family (:mod:`bass.ops.plan`): both attention ops are served by the same
-implementations, chosen by the same dispatch. The modules: :mod:`~bass.ops.contract`
-(schemas, fakes, input checks), :mod:`~bass.ops.plan` (the choice of implementation per
-device and pass kind, and each pass's plan), one module per implementation
-(:mod:`~bass.ops.reference`, :mod:`~bass.ops.sdpa`, :mod:`~bass.ops.flex`,
-:mod:`~bass.ops.fused`, :mod:`~bass.ops.cutlass`). ``bass ops`` lists them.
+Both attention ops are served by one family of implementations through one dispatch
+(:mod:`~bass.ops.plan`); :mod:`~bass.ops.contract` holds the schemas, fakes and checks,
+and each implementation has its own module (:mod:`~bass.ops.reference`,
+:mod:`~bass.ops.sdpa`, :mod:`~bass.ops.flex`, :mod:`~bass.ops.fused`,
+:mod:`~bass.ops.cutlass`). ``bass ops`` lists them.
 
-The ragged convention, used everywhere in bass: lengths are int32 tensors (never Python
-lists, which would recompile on every new value), ``[B]`` per row, or ``cu_q_lens`` ``[B+1]``
-row offsets starting at 0 for packed tokens. Query slots and tokens that belong to no row
-hold :data:`PAD_OUTPUT` in outputs.
+The ragged convention, used everywhere in bass: lengths are int32 tensors (Python lists
+would recompile on every new value), ``[B]`` per row, or ``cu_q_lens`` ``[B+1]`` row
+offsets starting at 0 for packed tokens. Outputs of slots and tokens of no row hold
+:data:`PAD_OUTPUT`.
 
 Worked example (padded): ``q_lens = [2, 0, 1]``, ``kv_lens = [5, 3, 1]``, ``T = 2``. Row 0's
 two queries sit at positions 3 and 4 and see keys 0..3 and 0..4; row 1 has no query (its
@@ -76,10 +75,9 @@ def ragged_attention(
 ) -> torch.Tensor:
     """Causal attention of ragged new queries over per-row KV caches.
 
-    ``torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)`` (this
-    function calls it). Row ``b``'s query ``i < q_lens[b]`` sits at absolute position
-    ``kv_lens[b] - q_lens[b] + i`` and attends to keys ``0..`` that position of row ``b``.
-    Query slots ``i >= q_lens[b]`` are padding and their output is 0.
+    ``torch.ops.bass.ragged_attention`` (this function calls it). Row ``b``'s query ``i <
+    q_lens[b]`` sits at position ``kv_lens[b] - q_lens[b] + i`` and attends to keys ``0..``
+    that position of row ``b``; slots ``i >= q_lens[b]`` are padding (output 0).
 
     Args:
         q: ``[B, Hq, T, D]`` queries (torch SDPA's and transformers' layout); float16,
@@ -95,8 +93,8 @@ def ragged_attention(
     Returns:
         ``[B, Hq, T, D]`` in q's dtype, contiguous whatever q's strides.
 
-    Inference only: inputs requiring grad raise. In eager mode the lengths are range-
-    checked on the host (:func:`length_checks` skips that in a trusted hot loop).
+    Inference only (inputs requiring grad raise). In eager mode the lengths are range-
+    checked on the host (:func:`length_checks` turns that off).
 
     Example (row 0: two new tokens after three cached; row 1: one token, no history)::
 
@@ -125,14 +123,11 @@ def ragged_attention_packed(
 ) -> torch.Tensor:
     """Causal attention of packed new queries over per-row KV caches.
 
-    ``torch.ops.bass.ragged_attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl)``
-    (this function calls it). Token ``j`` with ``cu_q_lens[b] <= j < cu_q_lens[b+1]`` is
-    row ``b``'s query ``i = j - cu_q_lens[b]`` at absolute position
-    ``kv_lens[b] - q_len_b + i`` (``q_len_b = cu_q_lens[b+1] - cu_q_lens[b]``); it attends
-    to keys ``0..`` that position of row ``b``. Tokens past ``cu_q_lens[B]`` belong to no
-    row (padding, e.g. a
-    CUDA-graph bucket) and their output is 0. Worked example: rows feeding 3, 0 and 2
-    tokens give ``N = 5``, ``cu_q_lens = [0, 3, 3, 5]``: tokens 0-2 are row 0's, 3-4 row 2's.
+    ``torch.ops.bass.ragged_attention_packed`` (this function calls it). Token ``j`` with
+    ``cu_q_lens[b] <= j < cu_q_lens[b+1]`` is row ``b``'s query ``i = j - cu_q_lens[b]`` at
+    position ``kv_lens[b] - q_len_b + i`` (``q_len_b = cu_q_lens[b+1] - cu_q_lens[b]``) and
+    attends to keys ``0..`` that position of row ``b``. Tokens past ``cu_q_lens[B]`` belong
+    to no row (e.g. a CUDA-graph bucket's padding): output 0.
 
     Args:
         q: ``[1, Hq, N, D]`` packed queries, any strides; float16, bfloat16, float32 or
@@ -144,14 +139,11 @@ def ragged_attention_packed(
         kv_lens: int32 ``[B]``, ``q_len_b <= kv_lens[b] <= S`` (the new keys are in the
             cache already).
         scale: softmax scale, usually ``D ** -0.5``.
-        impl: ``"auto"`` or an implementation's name (``bass ops`` lists them and what
-            ``auto`` picks per device and pass kind).
+        impl: ``"auto"`` or an implementation's name (``bass ops`` lists them).
 
     Returns:
         ``[1, Hq, N, D]`` in q's dtype, stored token-major (``out.transpose(1, 2)`` is
         contiguous, so ``out.transpose(1, 2).reshape(1, N, Hq * D)`` copies nothing).
-
-    Inference only, range-checked in eager mode, like :func:`ragged_attention`.
 
     Example (rows feeding 2, 0 and 1 tokens; row 0 had 3 cached, row 2 none)::
 
@@ -177,20 +169,15 @@ def kv_append(
 ) -> None:
     """Write a step's new keys and values into per-row caches, in place.
 
-    ``torch.ops.bass.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)``
-    (this function calls it). For every row ``b`` and ``i < new_lens[b]``::
-
-        k_cache[b, :, cache_lens[b] + i] = k_new[b, :, i]     (and the same for v)
-
-    Nothing else in the caches changes. The caller advances its lengths itself
-    (``cache_lens + new_lens``); the op returns nothing.
+    ``torch.ops.bass.kv_append`` (this function calls it): for ``i < new_lens[b]``,
+    ``k_cache[b, :, cache_lens[b] + i] = k_new[b, :, i]`` (and the same for v); nothing
+    else changes. The caller advances its lengths itself.
 
     Args:
         k_cache, v_cache: ``[B, Hkv, S, D]`` preallocated caches (mutated).
         k_new, v_new: ``[B, Hkv, T, D]`` new entries, ``T <= S``; slots
             ``i >= new_lens[b]`` are padding and are ignored.
-        cache_lens: int32 ``[B]``, each row's current length (where its first new entry
-            goes).
+        cache_lens: int32 ``[B]``, each row's current length.
         new_lens: int32 ``[B]``, ``new_lens[b] <= T`` and
             ``cache_lens[b] + new_lens[b] <= S``.
 
@@ -219,11 +206,9 @@ def kv_append_packed(
 ) -> None:
     """Write a packed pass's new keys and values into per-row caches, in place.
 
-    ``torch.ops.bass.kv_append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens,
-    cache_lens)`` (this function calls it). Token ``j`` of row ``b`` (``cu_q_lens[b] <= j <
-    cu_q_lens[b+1]``) goes to slot ``cache_lens[b] + j - cu_q_lens[b]`` of row ``b``; tokens
-    past ``cu_q_lens[B]`` (padding) and every other slot are left alone. The caller
-    advances its lengths itself.
+    ``torch.ops.bass.kv_append_packed`` (this function calls it). Token ``j`` of row ``b``
+    goes to slot ``cache_lens[b] + j - cu_q_lens[b]``; padding tokens and every other slot
+    are left alone. The caller advances its lengths itself.
 
     Args:
         k_cache, v_cache: ``[B, Hkv, S, D]`` preallocated caches (mutated).

@@ -1,20 +1,12 @@
-"""The contract of the ragged-attention family, in one place: schemas, fakes, input checks.
-
-Four ops in namespace ``bass`` (their kernels are registered by :mod:`bass.ops.plan`, the
-one dispatch; :mod:`bass.ops` documents them):
-
-* ``ragged_attention(q [B, Hq, T, D], k, v, q_lens, kv_lens, scale, impl)`` (padded);
-* ``ragged_attention_packed(q [1, Hq, N, D], k, v, cu_q_lens, kv_lens, scale, impl)``;
-* ``kv_append`` / ``kv_append_packed``: a pass's new keys and values into the caches.
+"""The contract of the ragged-attention family: the four ops' schemas and fakes (their
+kernels: :mod:`bass.ops.plan`; their documentation: :mod:`bass.ops`), and input checks.
 
 The oracle every implementation is judged by is the float64 loop of
-:mod:`bass.testing.oracles` (it shares no code with any implementation, so it lives
-outside the ops); :mod:`bass.ops.reference` is the vectorised pure-PyTorch implementation.
+:mod:`bass.testing.oracles`, which shares no code with any implementation.
 
-Checks read metadata only, except the length range checks, which read the length tensors
-back to the host (a device sync on CUDA): those run only on concrete tensors in eager mode
-and can be switched off with :func:`length_checks` by callers that build valid lengths
-themselves (the engine does).
+Checks read metadata only, except the length range checks, which read the lengths back
+to the host (a sync on CUDA): those run on concrete tensors in eager mode only, and
+:func:`length_checks` switches them off for callers that build valid lengths (the engine).
 """
 
 from __future__ import annotations
@@ -94,28 +86,24 @@ def _shape(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
-def check_lengths_tensor(name: str, t, size: int, what: str = "[B]", why: str = "") -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 tensor of shape {what}, got {type(t).__name__}")
-    if t.dtype != LENGTH_DTYPE:
-        raise TypeError(
-            f"{name} must be int32 (got {t.dtype}); convert with {name}.to(torch.int32)"
-        )
-    if t.dim() != 1 or t.shape[0] != size:
-        raise ValueError(f"{name} must have shape {what} = [{size}]{why}, got {_shape(t)}")
-
-
 def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **tensors) -> None:
     """``rows``: ``(name, tensor)`` of the per-row counts (``cu_q_lens`` ``[B+1]`` when
     ``packed``), ``other``: the ``[B]`` lengths; all on the device of ``tensors``."""
-    name, lens = ("cu_q_lens", rows[1]) if packed else rows
-    if packed:
-        why = f" (row offsets, starting at 0; B = {B} rows in the cache)"
-        check_lengths_tensor(name, lens, B + 1, "[B+1]", why)
-    else:
-        check_lengths_tensor(name, lens, B)
-    check_lengths_tensor(*other, B)
-    _check_same_device(**tensors, **{name: lens, other[0]: other[1]})
+    rows = ("cu_q_lens", rows[1]) if packed else rows
+    for (name, t), size in ((rows, B + packed), (other, B)):
+        what = "[B+1]" if size > B else "[B]"
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(
+                f"{name} must be an int32 tensor of shape {what}, got {type(t).__name__}"
+            )
+        if t.dtype != LENGTH_DTYPE:
+            raise TypeError(
+                f"{name} must be int32 (got {t.dtype}); convert with {name}.to(torch.int32)"
+            )
+        if t.dim() != 1 or t.shape[0] != size:
+            why = f" (row offsets, starting at 0; B = {B} rows in the cache)" if size > B else ""
+            raise ValueError(f"{name} must have shape {what} = [{size}]{why}, got {_shape(t)}")
+    _check_same_device(**tensors, **dict((rows, other)))
 
 
 def check_no_grad(op: str, **tensors: torch.Tensor) -> None:

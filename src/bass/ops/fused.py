@@ -1,12 +1,33 @@
-"""``fused``: bass's own Triton flash-attention kernel over the ragged pass, one launch per
-layer (two with split-KV); the kernels are in :mod:`bass.ops.fused_kernels`.
+"""``fused``: bass's Triton flash-attention kernel over the ragged pass, one launch per
+layer (two with split-KV), beside its launcher and op.
 
 Selectable by name on CUDA; not in ``auto`` (``flex`` is the CUDA default). The op
-``bass::ragged_attention_fused`` is a ``torch.library.triton_op``, so Inductor sees the
-kernels inside a compiled graph; its launch reads no length (the grid comes from shapes),
-so a CUDA graph can capture it. In a process started with ``TRITON_INTERPRET=1`` Triton's
-interpreter runs the kernels, on CPU tensors too: that is how the CPU tests check them.
-Checked in the interpreter only; not yet run on a GPU.
+``bass::ragged_attention_fused`` is a ``torch.library.triton_op`` (Inductor sees the
+kernels in a compiled graph); its grid comes from shapes only, so a CUDA graph can capture
+it. In a process started with ``TRITON_INTERPRET=1`` Triton's interpreter runs the kernels
+on CPU tensors: that is how the CPU tests check them. Not yet run on a GPU.
+
+Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //
+Hkv`` query heads sharing that KV head are flattened with the row's query slots into the
+tile's M dimension, token-major: ``m = t * G + g`` is query ``t`` of query head ``kvh * G +
+g``, so each K/V tile is loaded once for all G heads.
+
+Grid axis 0 walks the query blocks of the whole pass (vLLM's unified attention): row
+``b``'s blocks start at ``start_b = G * starts[b] // BLOCK_M + b``, which grows by at least
+the ``cdiv(G * q_len_b, BLOCK_M)`` blocks the row needs, so ``G * N // BLOCK_M + B``
+programs per KV head cover every row whatever the lengths. A program's row is the last
+``b`` with ``start_b <= block``; a block past its row's queries reads nothing. Worked
+example: ``G = 2``, ``BLOCK_M = 16``, ``starts = [0, 3, 3]``, ``q_lens = [3, 0, 9]`` (``N =
+12``): block starts ``0, 1, 2``, so block 0 is row 0 (6 query rows), block 1 row 1 (empty),
+blocks 2-3 row 2 (18 query rows); ``G * N // 16 + B = 4`` programs.
+
+Each program walks keys in tiles of BLOCK_N up to the causal limit of its last live query:
+whole tiles every query of the block sees need no mask, the rest mask ``key <= position``.
+Keys at or past ``kv_lens[b]`` are never loaded (a cache from ``torch.empty`` is harmless).
+Split-KV (flash-decoding): with few programs and long caches a third grid axis cuts each
+program's keys into chunks whose normalised partial outputs and log-sum-exps (base 2) go
+to fp32 scratch, merged by ``_ragged_attention_combine``. float16, bfloat16 and float32
+(exact fp32 dots, not TF32) run in the kernels; float64 runs the reference.
 """
 
 from __future__ import annotations
@@ -15,14 +36,200 @@ import torch
 from torch.library import wrap_triton
 
 from . import reference
-from .fused_kernels import LOG2E, _ragged_attention_combine, _ragged_attention_fwd
 
 try:
     import triton
+    import triton.language as tl
 except ImportError:  # the op stays registered; the implementation reports unavailable
-    triton = None
+    triton = tl = None
 
 __all__ = ["fused_attention", "num_kv_splits"]
+
+LOG2E = 1.4426950408889634  # scores are kept in the log2 domain (exp2 is the fast path)
+
+
+def _jit(fn):
+    return fn if triton is None else triton.jit(fn)
+
+
+@_jit
+def _ragged_attention_fwd(
+    Q,  # [1, Hq, N, D]
+    K,  # [B, Hkv, S, D]
+    V,  # [B, Hkv, S, D]
+    starts,  # int32 [B]: row b's first token
+    q_lens,  # int32 [B]
+    kv_lens,  # int32 [B]
+    Out,  # [1, Hq, N, D] q's dtype, token-major, zeroed (output; direct path)
+    PartOut,  # fp32 [splits, Hq, N, D] contiguous, zeroed (output; split path only)
+    PartLse,  # fp32 [splits, Hq, N], -inf filled, log2 domain (output; split path only)
+    qk_scale,  # float: scale * log2(e)
+    B,  # int: rows
+    N,  # int: the pass's tokens
+    D,  # int: head dim
+    stride_qh, stride_qt, stride_qd,  # Q strides
+    stride_kb, stride_kh, stride_ks, stride_kd,  # K strides
+    stride_vb, stride_vh, stride_vs, stride_vd,  # V strides
+    stride_oh, stride_ot,  # Out strides (token-major: D, Hq * D)
+    G: tl.constexpr,  # query heads per KV head
+    BLOCK_B: tl.constexpr,  # next power of two >= B
+    SPLIT: tl.constexpr,  # False: write Out; True: write PartOut/PartLse (grid axis 2)
+    BLOCK_M: tl.constexpr,  # query rows (m = t * G + g) per program
+    BLOCK_N: tl.constexpr,  # keys per tile
+    BLOCK_D: tl.constexpr,  # next power of two >= D (>= 16)
+    UPCAST_DOT: tl.constexpr,  # dots in fp32 (interpreter: Triton 3.6 mis-multiplies bf16)
+    IEEE_FP32: tl.constexpr,  # fp32 inputs: exact fp32 dots, not TF32 (as the reference)
+):  # fmt: skip
+    pid_blk = tl.program_id(0)
+    kvh = tl.program_id(1).to(tl.int64)
+    pid_s = tl.program_id(2)  # KV split (0 on the direct path)
+    num_splits = tl.num_programs(2)
+    Hq = tl.num_programs(1) * G
+
+    # 0) the program's row: the last b whose first block is at or before this one
+    idx = tl.arange(0, BLOCK_B)
+    in_b = idx < B
+    first_blocks = (tl.load(starts + idx, mask=in_b, other=0) * G) // BLOCK_M + idx
+    b = tl.maximum(tl.sum(((first_blocks <= pid_blk) & in_b).to(tl.int32), 0) - 1, 0)
+    q_start = tl.load(starts + b)
+    q_len = tl.load(q_lens + b)
+    kv_len = tl.load(kv_lens + b)
+    pid_m = pid_blk - ((q_start * G) // BLOCK_M + b)  # the block within row b
+    q_len = tl.where(pid_m >= 0, q_len, 0)
+    b = b.to(tl.int64)  # offsets into large caches overflow int32
+
+    # 1) this block's query rows, token-major: m = t * G + g
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = offs_m // G
+    h = kvh * G + offs_m % G  # query head of each row
+    row_ok = (t >= 0) & (t < q_len)
+    pos = kv_len - q_len + t  # absolute position of each query
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+
+    # 2) the keys this program reads, [lo, end): the block's causal window [0, hi) cut
+    # into num_splits chunks of whole tiles; an all-padding block gets hi = 0.
+    t_first = pid_m * BLOCK_M // G
+    t_last = tl.minimum(((pid_m + 1) * BLOCK_M - 1) // G, q_len - 1)
+    hi = tl.where((t_first >= 0) & (t_first < q_len), kv_len - q_len + t_last + 1, 0)
+    tiles_per_split = tl.cdiv(tl.cdiv(hi, BLOCK_N), num_splits)
+    lo = pid_s * tiles_per_split * BLOCK_N
+    end = tl.minimum(lo + tiles_per_split * BLOCK_N, hi)
+    # keys < kv_len - q_len + t_first + 1 are visible to every query of the block
+    full = tl.minimum(end, kv_len - q_len + t_first + 1)
+    mid = lo + tl.maximum(full - lo, 0) // BLOCK_N * BLOCK_N  # end of the unmasked tiles
+
+    tok = q_start + t  # the query's token
+    q_mask = row_ok[:, None] & d_ok[None, :]
+    q_ptrs = Q + h[:, None] * stride_qh + tok[:, None] * stride_qt + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+    if UPCAST_DOT:
+        q = q.to(tl.float32)
+    k_base = K + b * stride_kb + kvh * stride_kh + offs_d[:, None] * stride_kd  # [BLOCK_D, 1]
+    v_base = V + b * stride_vb + kvh * stride_vh + offs_d[None, :] * stride_vd  # [1, BLOCK_D]
+
+    # 3) online softmax over the key tiles (log2 domain, fp32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for stage in tl.static_range(2):  # 0: whole tiles every query sees; 1: masked tiles
+        if stage == 0:
+            start_n = lo
+            stop_n = mid
+        else:
+            start_n = mid
+            stop_n = end
+        for start in range(start_n, stop_n, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            # masked lanes must read 0 (0 * garbage could be NaN)
+            if stage == 0:  # whole tiles of live keys visible to every query: no key mask
+                k_mask = d_ok[:, None]
+                v_mask = d_ok[None, :]
+            else:
+                k_mask = d_ok[:, None] & (offs_n < end)[None, :]
+                v_mask = (offs_n < end)[:, None] & d_ok[None, :]
+            k = tl.load(k_base + offs_n[None, :] * stride_ks, mask=k_mask, other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * stride_vs, mask=v_mask, other=0.0)
+            if UPCAST_DOT:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            if IEEE_FP32:
+                qk = tl.dot(q, k, input_precision="ieee")  # [BLOCK_M, BLOCK_N]
+            else:
+                qk = tl.dot(q, k)
+            qk = qk * qk_scale
+            if stage == 1:
+                visible = (offs_n[None, :] <= pos[:, None]) & (offs_n[None, :] < end)
+                qk = tl.where(visible, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            # a row with no visible key yet keeps m = -inf: shift by 0 so exp2 gives 0, not NaN
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_ref)
+            p = tl.exp2(qk - m_ref[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            if IEEE_FP32:
+                acc += tl.dot(p, v, input_precision="ieee")
+            else:
+                acc += tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+
+    # 4) epilogue: normalise; only this row's own tokens are stored (the slots after
+    # them are the next row's), so padding keeps its zeros
+    has_keys = l_i > 0.0
+    l_safe = tl.where(has_keys, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    if SPLIT:
+        lse = tl.where(has_keys, m_i + tl.log2(l_safe), float("-inf"))
+        part = (pid_s * Hq + h) * N + tok  # [splits, Hq, N]: one slot per (head, token)
+        tl.store(PartOut + part[:, None] * D + offs_d[None, :], o, mask=q_mask)
+        tl.store(PartLse + part, lse, mask=row_ok)
+    else:
+        out_ptrs = Out + h[:, None] * stride_oh + tok[:, None] * stride_ot + offs_d[None, :]
+        tl.store(out_ptrs, o.to(Out.dtype.element_ty), mask=q_mask)
+
+
+@_jit
+def _ragged_attention_combine(
+    PartOut,  # fp32 [splits, Hq, N, D] contiguous
+    PartLse,  # fp32 [splits, Hq, N] contiguous, log2 domain; -inf for an empty chunk
+    Out,  # [1, Hq, N, D] q's dtype, token-major (output)
+    Hq,  # int: query heads
+    N,  # int: tokens
+    D,  # int: head dim
+    num_splits,  # int: chunks per row
+    stride_oh,
+    stride_ot,  # Out strides
+    BLOCK_T: tl.constexpr,  # tokens per program
+    BLOCK_D: tl.constexpr,  # next power of two >= D
+):
+    h = tl.program_id(0)
+    offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = offs_t < N
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    row = h.to(tl.int64) * N + offs_t  # flat [Hq, N] index
+
+    lse_max = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    for s in range(num_splits):
+        lse = tl.load(PartLse + s * Hq * N + row, mask=t_ok, other=float("-inf"))
+        lse_max = tl.maximum(lse_max, lse)
+    ref = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+    acc = tl.zeros([BLOCK_T, BLOCK_D], tl.float32)
+    w_sum = tl.zeros([BLOCK_T], tl.float32)
+    for s in range(num_splits):
+        part = s * Hq * N + row
+        w = tl.exp2(tl.load(PartLse + part, mask=t_ok, other=float("-inf")) - ref)
+        o_mask = t_ok[:, None] & d_ok[None, :]
+        o = tl.load(PartOut + part[:, None] * D + offs_d[None, :], mask=o_mask, other=0.0)
+        acc += w[:, None] * o
+        w_sum += w
+    out = acc / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]  # no row, no key: 0
+    out_ptrs = Out + h.to(tl.int64) * stride_oh + offs_t[:, None].to(tl.int64) * stride_ot
+    tl.store(
+        out_ptrs + offs_d[None, :], out.to(Out.dtype.element_ty), mask=t_ok[:, None] & d_ok[None, :]
+    )
+
 
 ASSUMED_SMS = 132  # H100 SXM; used where no CUDA device can be asked (CPU/interpreter)
 MIN_KEYS_PER_SPLIT = 256  # a split chunk shorter than this costs more than it hides

@@ -1,19 +1,17 @@
 """The one dispatch of the ragged-attention family, shaped like FlashInfer's plan/run.
 
 A decoder's forward pass calls attention (and the KV append) once per layer with the same
-lengths. :class:`Plan` does everything that depends only on those lengths once per pass:
-it chooses the implementation (:func:`resolve`, from the device and the pass kind) and
-runs that implementation's ``prepare`` (block masks, row gathers, per-row masks); each
-layer's :meth:`Plan.attend` and :meth:`Plan.append` then take tensors only and never read
-the device. The engine plans each pass from the host lengths it holds
-(:meth:`Plan.for_pass`); the four ops plan each call from their tensors (their kernels
-below), reading the lengths back only where that is free (a CPU) or the implementation
-needs them.
+lengths. :class:`Plan` does what depends only on them once per pass: it chooses the
+implementation (:func:`resolve`, by device and pass kind) and runs its ``prepare`` (block
+masks, row gathers, per-row masks); every layer's :meth:`Plan.attend` and
+:meth:`Plan.append` then take tensors only. The engine plans each pass from the host
+lengths it holds (:meth:`Plan.for_pass`); the four ops plan each call from their tensors,
+reading the lengths back only where that is free (a CPU) or needed.
 
-Every implementation sees one layout (:mod:`bass.ops.reference`): flat queries ``[1, Hq,
-N, D]`` with row ``b`` owning tokens ``starts[b] .. starts[b] + q_lens[b] - 1``. The packed
-op's rows are its ``cu_q_lens``; the padded op's ``[B, Hq, T, D]`` queries are flattened
-row after row (``starts[b] = b * T``).
+Every implementation sees one layout: flat queries ``[1, Hq, N, D]``, row ``b`` owning
+tokens ``starts[b] .. starts[b] + q_lens[b] - 1``; tokens of no row are padding (output
+0). The packed op's rows are its ``cu_q_lens`` (``starts = cu_q_lens[:-1]``); the padded
+op's ``[B, Hq, T, D]`` queries flattened row after row give ``starts[b] = b * T``.
 
 Pass kinds (:data:`PASS_KINDS`): ``eager``; ``compiled`` (``torch.compile(fullgraph=True)``:
 a traceable implementation's ``run`` is traced into the caller's graph, any other runs as
@@ -41,14 +39,13 @@ PASS_KINDS = ("eager", "compiled", "graphs")
 class Implementation:
     """One implementation of the family.
 
-    ``prepare(plan) -> state``: its per-pass work, once per pass; ``run(state, q, k, v,
-    scale) -> out``: one layer, q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``, out ``[1, Hq,
-    N, D]`` token-major. ``devices``: the device types it runs on; ``unavailable()``: why it
-    cannot run in this process (``None``: it can). ``single_launch``: one kernel launch per
-    layer for the whole pass, whatever the lengths. ``traceable``: ``run`` may be traced
-    into a compiled graph (else compiled passes call the packed op, opaque).
-    ``host_lengths``: ``prepare`` reads the host lengths (a device sync when the op is
-    called directly on a GPU; free in a planned pass).
+    ``prepare(plan) -> state``: its per-pass work; ``run(state, q, k, v, scale) -> out``:
+    one layer, q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``, out ``[1, Hq, N, D]``
+    token-major. ``devices``: where it runs; ``unavailable()``: why it cannot run in this
+    process (``None``: it can). ``single_launch``: one kernel launch per layer whatever
+    the lengths. ``traceable``: ``run`` may be traced into a compiled graph (else compiled
+    passes call the packed op, opaque). ``host_lengths``: ``prepare`` reads the host
+    lengths (a device sync when the op is called directly on a GPU).
     """
 
     name: str
@@ -98,18 +95,15 @@ AUTO: dict[str, dict[str, tuple[str, str]]] = {
     },
     "cuda": {k: ("flex", _ONE_LAUNCH + "; CPU-checked; not yet run on a GPU") for k in PASS_KINDS},
 }  # fmt: skip
-# Forces auto's pick everywhere, for running a suite through one implementation (the
-# tests run the engine's suites through the CUDA default on CPU this way).
+# Forces auto's pick everywhere (to run a suite through one implementation)
 AUTO_OVERRIDE = "BASS_AUTO_ATTENTION"
 
 
 def resolve(impl: str, device: torch.device, kind: str = "eager") -> tuple[Implementation, str]:
-    """The implementation ``impl`` names on ``device`` for a pass of ``kind``, and why.
-
-    ``"auto"``: the :data:`AUTO` table's pick (``$BASS_AUTO_ATTENTION`` overrides it),
-    else ``reference`` when that pick cannot run here. A name: that implementation, or an
-    error saying why it cannot run and what can.
-    """
+    """The implementation ``impl`` names on ``device`` for a pass of ``kind``, and why:
+    for ``"auto"`` the :data:`AUTO` table's pick (``$BASS_AUTO_ATTENTION`` overrides it),
+    ``reference`` when that cannot run here; for a name, that implementation or an error
+    saying why it cannot run and what can."""
     if impl != "auto":
         found = IMPLEMENTATIONS.get(impl)
         if found is None:
@@ -160,11 +154,10 @@ class Plan:
     """One pass's attention and KV append (see the module docstring).
 
     Tensors on the pass's device: ``starts``, ``q_lens``, ``kv_lens`` int32 ``[B]``; for
-    packed passes also ``cu_q_lens`` int32 ``[B+1]`` and ``cache_lens`` int32 ``[B]``.
-    ``num_tokens``: the pass's ``N``; ``cache_size``: ``S``; ``host``: the lengths on the
-    host (:class:`HostLengths`) or ``None``; ``width``: the longest row's query count,
-    bucketed (:func:`bass.ops.bucket_query_len`; ``N`` when the lengths are not on the
-    host). ``self.impl`` is the implementation that runs and ``self.reason`` why.
+    packed passes ``cu_q_lens`` ``[B+1]`` and ``cache_lens`` ``[B]`` too. ``num_tokens``:
+    ``N``; ``cache_size``: ``S``; ``host``: the lengths on the host or ``None``; ``width``:
+    the longest row's query count, bucketed (``N`` without host lengths). ``self.impl``
+    runs, ``self.reason`` says why.
 
     >>> import torch
     >>> cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
@@ -199,8 +192,7 @@ class Plan:
         if width is None:
             width = num_tokens if host is None else bucket_query_len(max(host.q_lens, default=1))
         self.width = max(1, width)
-        # a compiled pass calls an untraceable implementation through the op, which plans
-        # for itself: nothing to prepare here
+        # compiled, an untraceable implementation runs as the op, which plans for itself
         opaque = kind != "eager" and not self.impl.traceable
         self.state = None if opaque else self.impl.prepare(self)
         self._index = None
@@ -221,9 +213,9 @@ class Plan:
         cache_size: int,
         kind: str = "eager",
     ) -> Plan:
-        """An engine's packed pass (:mod:`bass.packing`): row ``b`` brings ``q_lens[b]``
-        tokens after ``cache_lens[b]`` cached (host lists), with the pass's device tensors
-        ``cu_q_lens`` ``[B+1]``, ``cache_lens_t`` and ``kv_lens_t`` ``[B]``."""
+        """An engine's packed pass: row ``b`` brings ``q_lens[b]`` tokens after
+        ``cache_lens[b]`` cached (host lists); the device tensors ``cu_q_lens`` ``[B+1]``,
+        ``cache_lens_t`` and ``kv_lens_t`` ``[B]``."""
         starts = [0] * len(q_lens)
         for b in range(1, len(q_lens)):
             starts[b] = starts[b - 1] + q_lens[b - 1]
@@ -253,10 +245,9 @@ class Plan:
 
 
 # --------------------------------------------------------------------------- op kernels
-# The ops plan each call from their tensors. On a CPU the lengths are read on the host
-# (free), checked, and the plan is kept per set of lengths, which every layer of a pass
-# shares; elsewhere they are read only to check them (in eager mode, with checks on) or
-# when the implementation needs them, else the plan comes from the tensors alone.
+# The ops plan each call from their tensors. On a CPU the lengths are read (free) and the
+# plan kept per set of lengths, shared by every layer of a pass; elsewhere they are read
+# only to check them or when the implementation needs them.
 
 _PLANS: dict[tuple, Plan] = {}
 

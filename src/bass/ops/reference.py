@@ -1,15 +1,10 @@
-"""``reference``: the pure-PyTorch implementation, and the layout helpers others share.
+"""``reference``: the pure-PyTorch implementation, and the helpers of the one layout
+(:mod:`bass.ops.plan`) that other implementations share (row gathers, the KV append).
 
-Every implementation sees one layout (:mod:`bass.ops.plan`): queries flat ``[1, Hq, N,
-D]``, row ``b`` owning tokens ``starts[b] .. starts[b] + q_lens[b] - 1``; tokens of no row
-are padding (output 0). The packed op's rows are its ``cu_q_lens`` (``starts =
-cu_q_lens[:-1]``); the padded op's ``[B, Hq, T, D]`` queries flattened row after row give
-``starts[b] = b * T``.
-
-The reference is vectorised over tokens and heads (no Python loop over either), reads no
-length on the host (a CUDA graph can capture it) and computes in float32 (float64 stays
-float64). Memory and time grow with ``N * S``: it is the CPU-checkable twin of every
-fast path and the fallback for inputs a kernel does not take, not a fast path itself.
+The reference is vectorised over tokens and heads, reads no length on the host (a CUDA
+graph can capture it) and computes in float32 (float64 stays float64). Time and memory
+grow with ``N * S``: it is the CPU-checkable twin of every fast path and the fallback for
+inputs a kernel does not take, not a fast path itself.
 """
 
 from __future__ import annotations
@@ -29,9 +24,8 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def token_rows(starts: torch.Tensor, q_lens: torch.Tensor, n: int):
     """For each of ``n`` flat tokens: its row (int64 ``[n]``, clamped to ``0..B-1``), its
-    index within the row, and whether it belongs to a row at all. Rows are disjoint and in
-    order, so a token's row is the last one starting at or before it (an empty row shares
-    its start with the next row, which owns the token)."""
+    index within the row, and whether it belongs to a row: the last row starting at or
+    before it (rows are disjoint and in order; an empty row shares the next one's start)."""
     j = torch.arange(n, device=starts.device)
     s = starts.to(torch.long)
     row = (torch.searchsorted(s, j, right=True) - 1).clamp(min=0)
@@ -118,12 +112,10 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def append(k_cache, v_cache, k_new, v_new, starts, q_lens, cache_lens) -> None:
-    """Token ``j`` of row ``b`` to slot ``cache_lens[b] + j - starts[b]``; vectorised, no
-    host read: one gather and one index_put per cache. Every token writes somewhere, so
-    the index has a fixed size: a padding token repeats the first real token's write, and
-    when the pass has no real token every token writes back the value its slot holds.
-    Duplicate indices therefore always carry equal values, whatever order the scatter
-    applies them in.
+    """Token ``j`` of row ``b`` to slot ``cache_lens[b] + j - starts[b]``; no host read,
+    one index_put per cache of a fixed size: a padding token repeats the first real
+    token's write (with none, every token writes back its slot's value), so duplicate
+    indices always carry equal values.
 
     Shapes: k_cache, v_cache ``[B, Hkv, S, D]`` (mutated); k_new, v_new ``[1, Hkv, N,
     D]``; starts, q_lens, cache_lens int32 ``[B]``.
@@ -143,8 +135,8 @@ def append(k_cache, v_cache, k_new, v_new, starts, q_lens, cache_lens) -> None:
 
 
 def append_index(q_lens: list[int], cache_lens: list[int], device) -> tuple[torch.Tensor, ...]:
-    """The real tokens' (row, slot) pairs of a packed pass from host lengths, built once
-    per pass (every layer appends with the same ones), moved to ``device`` in one copy."""
+    """The real tokens' (row, slot) pairs of a packed pass from host lengths (once per
+    pass), moved to ``device`` in one copy."""
     rows = [b for b, n in enumerate(q_lens) for _ in range(n)]
     slots = [s for n, c in zip(q_lens, cache_lens) for s in range(c, c + n)]
     pairs = torch.tensor([rows, slots], dtype=torch.long).reshape(2, -1)

@@ -1,17 +1,12 @@
 """``sdpa``: ``F.scaled_dot_product_attention`` on each row's own slices (BASS-SPLIT's CPU
 analogue), planned once per pass from host lengths.
 
-Row ``b`` attends with its ``q_lens[b]`` real queries to its first ``kv_lens[b]`` keys, so
-nothing past a row's length is ever read and no padded work is done; the causal mask is
-bottom-right aligned (query ``i`` sees keys ``0..kv_len - q_len + i``). Rows of similar
-lengths that all bring the same number of tokens (a verify pass of equal draft lengths),
-or decode rows that are most of the batch, share ONE call over the cache padded to the
-longest of them (see :data:`BATCH_MIN_FILL`). fp16/bf16 compute in float32 and round once,
-as the reference does.
-
-It needs the lengths on the host: free on a CPU, where it is ``auto``'s pick for eager
-passes (measured fastest there, ``bench/results/cpu_kernels.md``); on a GPU it is a launch
-per row, so ``auto`` never picks it there.
+Row ``b``'s ``q_lens[b]`` queries attend to its first ``kv_lens[b]`` keys (bottom-right
+causal), so no padded work is done. Rows of similar lengths that all bring the same number
+of tokens, or decode rows that are most of the batch, share ONE call over the cache padded
+to the longest of them (:data:`BATCH_MIN_FILL`). fp16/bf16 compute in float32, rounded
+once. Host lengths are free on a CPU, where it is ``auto``'s pick for eager passes
+(``bench/results/cpu_kernels.md``); on a GPU it is a launch per row, never ``auto``'s pick.
 """
 
 from __future__ import annotations
@@ -23,24 +18,21 @@ import torch.nn.functional as F
 
 from .contract import token_major
 
-# Rows share ONE SDPA call over the cache padded to the longest of them (a length mask
-# over a view of the cache buffers) when their lengths fill at least BATCH_MIN_FILL of
-# the longest and either every row brings the same number of tokens or at least half the
-# rows, BATCH_MIN_ROWS or more, decode one token. Attention here is bound by reading the
-# cache, so the padding computed must stay small to beat a call per row (measured on CPU:
-# a batch of 4-16 rows of a 135M model takes 20-40% less time than its calls per row).
+# Rows share ONE call over the cache padded to the longest of them when their lengths fill
+# at least BATCH_MIN_FILL of the longest and either every row brings the same number of
+# tokens or at least half the rows, BATCH_MIN_ROWS or more, decode one token. Reading the
+# cache bounds this, so the padding must stay small to beat a call per row (measured on
+# CPU: 4-16 rows of a 135M model take 20-40% less time than their calls per row).
 BATCH_MIN_ROWS = 2
 BATCH_MIN_FILL = 0.8
 
 
 class SdpaPlan:
-    """What one pass's attention does, from host lists (``starts``, ``q_lens``,
-    ``kv_lens``, each ``[B]``; ``N`` tokens), shared by every layer of the pass.
-
-    ``batch``: the rows run in one padded call (:class:`_Batch`), ``None`` if none;
-    ``rows``: the others, one call each, ``(b, start, n, kv_len, mask, is_causal)``.
-    ``check_finite``: whether a batched call checks its result for NaN leaking from past a
-    row's length through a zero weight (a host read: free on a CPU).
+    """One pass's attention from host lists (``starts``, ``q_lens``, ``kv_lens``, each
+    ``[B]``; ``N`` tokens). ``batch``: the rows run in one padded call (:class:`_Batch`) or
+    ``None``; ``rows``: the others, one call each, ``(b, start, n, kv_len, mask,
+    is_causal)``. ``check_finite``: a batched call checks its result for NaN leaking from
+    past a row's length through a zero weight (a host read: free on a CPU).
     """
 
     def __init__(self, starts, q_lens, kv_lens, N: int, device=None, check_finite=True):
@@ -111,12 +103,10 @@ def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
 
 
 class _Batch:
-    """Rows in one SDPA call. Every cache row joins (a view: nothing is copied), padded to
-    the longest chosen row ``top`` with a mask of each row's own causal window.
-
-    ``uniform``: every row brings ``n`` tokens back to back, so the queries ``[B, Hq, n,
-    D]`` and the output are views of the flat ones. Otherwise the chosen rows decode
-    (``n == 1``): their tokens are gathered, the other rows attend to key 0 and are dropped.
+    """Rows in one SDPA call over every cache row (a view), padded to the longest chosen
+    row ``top``, each row masked to its own causal window. ``uniform``: every row brings
+    ``n`` tokens back to back (queries and output are views of the flat ones); else the
+    chosen rows decode one token, gathered, and the other rows attend to key 0, dropped.
     """
 
     def __init__(self, chosen, starts, kv, n: int, uniform: bool, top: int, device):
@@ -138,8 +128,7 @@ class _Batch:
 
     @functools.cached_property
     def fallback(self) -> list:
-        """The chosen rows as one call each, for when the batched call's output was not
-        finite: built only then."""
+        """The chosen rows as one call each (a batched result was not finite)."""
         chosen, starts, kv, device = self._fallback
         n = self.n
         return [
@@ -148,8 +137,7 @@ class _Batch:
 
     def run(self, q, k, v, out, scale, gqa, check_finite: bool) -> bool:
         """Run the batched rows into ``out``; False (nothing written) when the result is
-        not finite: NaN/Inf stored past a row's length reached it through a zero weight
-        (0 * NaN is NaN), and the caller redoes those rows one call each."""
+        not finite (NaN past a row's length times a zero weight): then one call per row."""
         ks, vs = k.narrow(2, 0, self.top), v.narrow(2, 0, self.top)
         if self.uniform:
             B, n = k.shape[0], self.n
@@ -169,8 +157,7 @@ class _Batch:
 
 
 def prepare(plan) -> SdpaPlan:
-    """The per-pass work from a :class:`bass.ops.plan.Plan`'s host lengths (NaN checks of
-    batched calls on a CPU only: elsewhere they would sync)."""
+    """The pass's :class:`SdpaPlan` (NaN checks on a CPU only: elsewhere they sync)."""
     host = plan.host
     cpu = plan.device.type == "cpu"
     return SdpaPlan(host.starts, host.q_lens, host.kv_lens, plan.num_tokens, plan.device, cpu)
