@@ -43,6 +43,11 @@ from . import reference
 from .contract import token_major
 
 BLOCK = 128  # sparse block size for queries and keys: the one flex's kernels are tuned for
+# The mask's per-row lengths sit in a table of a static size (at least this many rows, not
+# [B]; marked static for compiled callers with dynamic shapes): Inductor's CPU flex template
+# (torch 2.13) garbles a symbolic size of a tensor the mask indexes (it renames symbols by
+# text, so ks2 turns ks28 into cur_kvSplitSize8: a C++ compile error).
+TABLE_ROWS = 256
 
 
 class FlexState(NamedTuple):
@@ -53,7 +58,7 @@ class FlexState(NamedTuple):
     starts: torch.Tensor  # int32 [B] (the reference fallback)
     q_lens: torch.Tensor  # int32 [B]
     kv_lens: torch.Tensor  # int32 [B]
-    offsets: torch.Tensor  # int32 [B]: kv_lens - q_lens, row b's first query position
+    table: torch.Tensor  # int32 [2, R >= B]: q_lens, and each row's first query position
     blocks: tuple  # kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices
     block_mask: BlockMask | None  # built once for eager passes
 
@@ -80,13 +85,16 @@ def prepare(plan) -> FlexState:
         j.int().expand(B, 1, first.shape[0], j.shape[0]).contiguous(),
     )
     src, back = reference.row_slots(plan.starts, q_lens, T, N)
-    state = FlexState(src, back, plan.starts, q_lens, kv_lens,
-                      (kv_lens - q_lens).contiguous(), blocks, None)  # fmt: skip
+    table = torch.zeros(2, max(TABLE_ROWS, 1 << (B - 1).bit_length()), dtype=torch.int32,
+                        device=dev)  # fmt: skip
+    table[0, :B], table[1, :B] = q_lens, kv_lens - q_lens
+    torch._dynamo.mark_static(table)
+    state = FlexState(src, back, plan.starts, q_lens, kv_lens, table, blocks, None)
     return state._replace(block_mask=_block_mask(state, S)) if plan.kind == "eager" else state
 
 
 def _block_mask(state: FlexState, S: int) -> BlockMask:
-    q_lens, offsets = state.q_lens, state.offsets
+    q_lens, offsets = state.table[0], state.table[1]
 
     def mask_mod(b, h, q_idx, kv_idx):  # query q_idx of row b sits at offsets[b] + q_idx
         return (q_idx < q_lens[b]) & (kv_idx <= offsets[b] + q_idx)

@@ -1,6 +1,6 @@
-"""Names the engine and the option checks import from here (``engine.py`` and
-``option_kinds.py``, owned by the engine's own work); they go when those modules import
-:func:`bass.ops.resolve` and :func:`bass.ops.implementations` directly."""
+"""Names ``engine.py`` and ``options.py`` import from here (files of the engine's own
+work); this module goes when they import :func:`bass.ops.resolve` and
+:func:`bass.ops.implementations` directly."""
 
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ the opaque packed op); ``graphs`` (compiled with static shapes: CUDA graphs on C
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,7 +69,7 @@ def register(impl: Implementation) -> None:
     if impl.name == "auto":
         raise ValueError("'auto' is reserved for automatic selection")
     IMPLEMENTATIONS[impl.name] = impl
-    _PLANS.clear()  # plans made for the name's previous holder
+    _host_plan.cache_clear()  # plans made for the name's previous holder
 
 
 def implementations(device: str | torch.device | None = None) -> list[str]:
@@ -216,9 +218,7 @@ class Plan:
         """An engine's packed pass: row ``b`` brings ``q_lens[b]`` tokens after
         ``cache_lens[b]`` cached (host lists); the device tensors ``cu_q_lens`` ``[B+1]``,
         ``cache_lens_t`` and ``kv_lens_t`` ``[B]``."""
-        starts = [0] * len(q_lens)
-        for b in range(1, len(q_lens)):
-            starts[b] = starts[b - 1] + q_lens[b - 1]
+        starts = [0, *itertools.accumulate(q_lens)][:-1]
         kv = [n + q for n, q in zip(cache_lens, q_lens)]
         return cls(impl, cu_q_lens[:-1], kv_lens_t - cache_lens_t, kv_lens_t, num_tokens,
                    cache_size, kind=kind, host=HostLengths(starts, list(q_lens), kv),
@@ -249,16 +249,16 @@ class Plan:
 # plan kept per set of lengths, shared by every layer of a pass; elsewhere they are read
 # only to check them or when the implementation needs them.
 
-_PLANS: dict[tuple, Plan] = {}
+
+@functools.lru_cache(maxsize=256)  # per set of lengths: every layer of a pass shares it
+def _host_plan(impl, device, N, S, width, starts: tuple, q: tuple, kv: tuple) -> Plan:
+    t = torch.tensor([starts, q, kv], dtype=LENGTH_DTYPE).reshape(3, len(kv)).to(device)
+    return Plan(impl, t[0], t[1], t[2], N, S, host=HostLengths(starts, q, kv), width=width)
 
 
-def _remember(key: tuple, build: Callable[[], Any], cache: dict = _PLANS):
-    found = cache.get(key)
-    if found is None:
-        if len(cache) >= 256:  # bounded: a long run sees many sets of lengths
-            cache.clear()
-        found = cache[key] = build()
-    return found
+@functools.lru_cache(maxsize=256)
+def _host_index(q_lens: tuple, cache_lens: tuple) -> tuple:
+    return reference.append_index(q_lens, cache_lens, "cpu")
 
 
 def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
@@ -272,13 +272,7 @@ def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
             check_rows(op, q, kv, S, T=width, cu=raw if packed else None)
         if device.type == "cpu" or found.host_lengths:
             starts = raw[:-1] if packed else [b * width for b in range(B)]
-
-            def build() -> Plan:
-                t = torch.tensor([starts, q, kv], dtype=LENGTH_DTYPE).reshape(3, B).to(device)
-                host = HostLengths(starts, q, kv)
-                return Plan(impl, t[0], t[1], t[2], N, S, host=host, width=width)
-
-            return _remember((impl, device, N, S, width, *raw, -1, *kv), build)
+            return _host_plan(impl, device, N, S, width, tuple(starts), tuple(q), tuple(kv))
     if packed:
         return Plan(impl, lens[:-1], lens.diff(), kv_lens, N, S, width=width, cu_q_lens=lens)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=device) * width
@@ -314,14 +308,9 @@ def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
         if contract.checking_lengths(cu_q_lens, cache_lens):
             check_rows("kv_append_packed", q_lens, lens, S, append=True, cu=cu)
         if k_cache.device.type == "cpu":  # one index per set of lengths
-            index = _remember(
-                (*cu, -1, *lens), lambda: reference.append_index(q_lens, lens, "cpu"), _INDEX
-            )
+            index = _host_index(tuple(q_lens), tuple(lens))
             return reference.append_at(k_cache, v_cache, k_new, v_new, index)
     reference.append(k_cache, v_cache, k_new, v_new, cu_q_lens[:-1], cu_q_lens.diff(), cache_lens)
-
-
-_INDEX: dict[tuple, tuple] = {}
 
 
 def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
