@@ -1,7 +1,7 @@
 """Attention implementations side by side in the engine itself, per pass kind, on CPU.
 
     python bench/attention_passes.py [--batches 4,8] [--max-new 48] [--rounds 3]
-        [--kinds eager,compiled] [--impls sdpa,flex]
+        [--kinds eager,compiled] [--impls sdpa,flex] [--compiled-impls reference,sdpa,flex]
 
 The embedded SmolLM2-135M with the n-gram drafter on HumanEval prompts (bench_e2e.py's
 CPU workload): for every (pass kind, batch), one Generator per implementation, built and
@@ -34,15 +34,21 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kinds", default="eager,compiled")
     ap.add_argument("--impls", default="sdpa,flex")
+    ap.add_argument("--compiled-impls", default=None, help="compiled passes' (default: --impls)")
     ap.add_argument("--name", default="cpu_attention_passes")
     args = ap.parse_args(argv)
     from bass import Generator
 
     batches = [int(b) for b in args.batches.split(",")]
-    impls, kinds = args.impls.split(","), args.kinds.split(",")
+    kinds = args.kinds.split(",")
+    per_kind = {k: args.impls.split(",") for k in kinds}
+    if args.compiled_impls and "compiled" in per_kind:
+        per_kind["compiled"] = args.compiled_impls.split(",")
     main_model, draft, prompts, label = cpu_setup(max(batches))
+    meta = run_meta("attention_passes.py", argv if argv is not None else sys.argv[1:])
     rows = []
     for kind in kinds:
+        impls = per_kind[kind]
         for B in batches:
             gens = {}
             for impl in impls:
@@ -55,31 +61,38 @@ def main(argv=None) -> int:
                 for impl in impls:
                     res = gens[impl][0].generate(prompts[:B], max_new_tokens=args.max_new)
                     rates[impl].append(res.stats.tokens_generated / res.stats.wall_seconds)
-            row = {"kind": kind, "batch": B}
+            row = {"kind": kind, "batch": B, "impls": impls, "rates": rates}
             for impl in impls:
                 row[impl] = statistics.median(rates[impl])
                 row[f"{impl}_warmup_s"] = gens[impl][1]
             rows.append(row)
             print(kind, B, {i: f"{row[i]:.1f} tok/s" for i in impls}, flush=True)
-    meta = run_meta("attention_passes.py", argv if argv is not None else sys.argv[1:])
+            write(args, meta, label, rows)  # after every row: a run cut short keeps its rows
+    print((RESULTS / f"{args.name}.md").read_text())
+    return 0
+
+
+def write(args, meta, label, rows) -> None:
     lines = [
         *header(f"Attention implementations in the engine, per pass kind ({label})", meta),
         "",
-        f"Median tokens/s of {args.rounds} alternating rounds after a warm-up (compiled "
-        f"passes compile there), {args.max_new} new tokens per row.",
+        f"Median tokens/s of {args.rounds} alternating rounds after a warm-up generation "
+        f"(compiled passes compile there; its seconds in brackets), {args.max_new} new tokens "
+        "per row.",
         "",
-        "| pass kind | batch | " + " | ".join(f"{i} tok/s" for i in impls) + " | fastest |",
-        "|---|---:|" + "---:|" * len(impls) + "---|",
+        "| pass kind | batch | implementation | tok/s | warm-up s | vs the kind's fastest |",
+        "|---|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        best = max(impls, key=lambda i: r[i])
-        cells = " | ".join(f"{r[i]:.1f}" for i in impls)
-        lines.append(f"| {r['kind']} | {r['batch']} | {cells} | {best} |")
+        best = max(r[i] for i in r["impls"])
+        for i in r["impls"]:
+            lines.append(
+                f"| {r['kind']} | {r['batch']} | {i} | {r[i]:.1f} | {r[f'{i}_warmup_s']:.0f} "
+                f"| {r[i] / best:.2f}x |"
+            )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     (RESULTS / f"{args.name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
-    print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ For every case (a packed pass: decode, verify passes of equal and of spread draf
 a prefill chunk beside verify rows) and every implementation that runs on the device,
 called by name as an eager pass calls it: the pass is planned once (:class:`bass.ops.Plan`,
 its cost timed as ``plan µs``) and one layer's ``attend`` is timed (``layer µs``, the
-median of ``torch.utils.benchmark`` blocks). The block-mask section times what ``flex``'s
+median of ``torch.utils.benchmark`` blocks), with the bandwidth it achieved (the bytes it
+must move: each row's ``kv_len`` keys and values, the queries and the output) as a share
+of the device's measured copy bandwidth. The block-mask section times what ``flex``'s
 plan does for a pass (the block mask built directly from the lengths, with its row gather)
 against ``create_block_mask`` evaluating the same ``mask_mod`` over the ``T x S`` grid.
 
@@ -25,7 +27,7 @@ import torch
 from torch.utils import benchmark as tb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import header, run_meta
+from _machine import copy_bandwidth_gbs, header, run_meta
 
 import bass
 from bass.ops import flex, plan
@@ -94,21 +96,29 @@ def main(argv=None) -> int:
     meta = run_meta(
         "bench_kernels.py", argv if argv is not None else sys.argv[1:], cuda=mode == "gpu"
     )
+    meta["copy_gbs"] = copy = copy_bandwidth_gbs(device, 1 << (28 if mode == "gpu" else 26))
+    for r in rows:
+        for i in impls:
+            r[i]["gbs"] = r["bytes"] / r[i]["layer_us"] / 1e3
     Hq, Hkv, D, S, dtype = geometry
     lines = [
         *header(f"Ragged attention implementations, {mode}", meta),
         "",
         f"Heads {Hq}/{Hkv}, head dim {D}, cache size {S}, {str(dtype)[6:]}; packed passes as "
-        "an eager engine pass runs them: `layer µs`, one layer's attention; `plan µs`, the "
-        "pass's plan (once for every layer).",
+        "an eager engine pass runs them: `layer µs`, one layer's attention (and the share of "
+        f"the measured copy bandwidth, {copy:.0f} GB/s, it achieved); `plan µs`, the pass's "
+        "plan (once for every layer).",
         "",
         "| case | B | N | longest q | "
-        + " | ".join(f"{i} layer µs | {i} plan µs" for i in impls)
+        + " | ".join(f"{i} layer µs (% copy bw) | {i} plan µs" for i in impls)
         + " |",
         "|---|---:|---:|---:|" + "---:|---:|" * len(impls),
     ]
     for r in rows:
-        cells = " | ".join(f"{r[i]['layer_us']:.0f} | {r[i]['plan_us']:.0f}" for i in impls)
+        cells = " | ".join(
+            f"{r[i]['layer_us']:.0f} ({100 * r[i]['gbs'] / copy:.0f}%) | {r[i]['plan_us']:.0f}"
+            for i in impls
+        )
         lines.append(f"| {r['case']} | {r['B']} | {r['N']} | {r['max_q']} | {cells} |")
     lines += [
         "",
@@ -137,6 +147,10 @@ def time_case(name, q_lens, cache_lens, geometry, device, impls, min_run):
         return plan.Plan.for_pass(impl, q_lens, cache_lens, q.shape[2], cu, lens, kv, k.shape[2])
 
     row = {"case": name, "B": len(q_lens), "N": q.shape[2], "max_q": max(q_lens)}
+    # what attention must move: each row's live keys and values, the queries, the output
+    row["bytes"] = (2 * k.shape[1] * sum(kv.tolist()) + 2 * q.shape[1] * q.shape[2]) * (
+        q.shape[3] * q.element_size()
+    )
     for impl in impls:
         p = make(impl)
         row[impl] = {

@@ -7,8 +7,10 @@ Each run is ``python bench/bench_e2e.py BENCH_E2E_ARGS --no-plots --out <tmp>`` 
 ``git worktree`` of its commit (its own ``src`` first on ``PYTHONPATH``), so both commits
 run their own engine and their own benchmark script. Alternating runs and quoting each
 run's paired ratio to transformers' ``generate`` (measured in the same run) keep the
-machine's drift between minutes from passing for a difference between the commits.
-Writes ``bench/results/cpu_<NAME>.md`` and ``cpu_<NAME>_runs.json``.
+machine's drift between minutes from passing for a difference between the commits. Each
+commit's runs share an Inductor cache of their own (``TORCHINDUCTOR_CACHE_DIR``): one cache
+for both could hand one commit's compiled code to the other (custom ops of the same name
+that differ). Writes ``bench/results/cpu_<NAME>.md`` and ``cpu_<NAME>_runs.json``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ ORDER = (
 
 
 def run_once(commit: str, tree: Path, bench_args: list[str], out: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    cache = str(tree.parent / f"inductor_{tree.name}")
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "TORCHINDUCTOR_CACHE_DIR": cache}
     cmd = [sys.executable, "bench/bench_e2e.py", *bench_args, "--no-plots", "--out", str(out)]
     subprocess.run(cmd, cwd=tree, env=env, check=True)
     return json.loads(next(out.glob("*_e2e.json")).read_text())
