@@ -45,7 +45,7 @@ class RandomRows:
         raise AssertionError("draft_lengths is the contract used")
 
     def draft_lengths(self, ctx):
-        return [self.rng.randint(0, self.k_max) for _ in ctx.rows]
+        return [self.rng.randint(0, self.k_max) for _ in ctx.prompts]
 
     def update(self, stats):
         pass
