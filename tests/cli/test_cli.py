@@ -269,7 +269,7 @@ def test_progress_uses_on_step(model_dir, capsys, monkeypatch):
 def test_merge_stats_sums_batches():
     from bass.engine import GenerationStats, StepRecord
 
-    step = StepRecord(3, [0, 1], [3, 3], [1, 2], 0.0, 0.0)
+    step = StepRecord(3, accepted=[1, 2], drafted=[3, 3], prompts=[0, 1])
     a = GenerationStats(steps=[step], main_passes=2, tokens_generated=5, wall_seconds=1.0)
     b = GenerationStats(
         steps=[step],
