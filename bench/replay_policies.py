@@ -55,7 +55,6 @@ from bench_policies import POLICIES, smollm_setup, tiny_setup, workload_args
 
 from bass import Generator
 from bass.drafters import NGramDrafter
-from bass.engine import MAX_LOOKUP
 from bass.policies import DraftContext, StepRecord, registry
 from bass.policies.base import lengths_for
 
@@ -78,7 +77,7 @@ def record(main, prompts, max_new: int) -> list[dict]:
         lookup.attach([prompt], [seq])
         steps = []
         for t in range(1, len(out)):
-            found, n = lookup.lookup(0, MAX_LOOKUP)
+            found, n = lookup.lookup(0, NGramDrafter.max_lookup)
             acc = 0
             while acc < len(found) and t + acc < len(out) and found[acc] == out[t + acc]:
                 acc += 1

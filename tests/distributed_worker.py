@@ -18,6 +18,7 @@ import torch
 
 import bass
 from bass import distributed
+from bass.models import load_tensor_parallel
 from bass.policies import Policy
 
 
@@ -39,7 +40,7 @@ def main(spec_path: str, out_dir: str) -> int:
     topo = distributed.init(tp=spec["tp"], timeout=spec.get("timeout", 60))
     dtype = torch.float64
     if spec["mode"] == "tp":
-        main_model = bass.models.load_tensor_parallel(spec["main"], spec["tp"], dtype=dtype)
+        main_model = load_tensor_parallel(spec["main"], spec["tp"], dtype=dtype)
     else:
         main_model = bass.load_causal_lm(spec["main"], dtype=dtype)
     draft_model = bass.load_causal_lm(spec["draft"], dtype=dtype) if spec.get("draft") else None

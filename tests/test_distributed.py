@@ -18,7 +18,7 @@ from models import perturbed, tiny_lm
 
 import bass
 from bass import distributed
-from bass.models import load_config
+from bass.models import load_config, load_tensor_parallel
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1], [4, 5], [6, 7, 8, 6, 7, 8], [9]]
@@ -242,4 +242,4 @@ def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch,
         lambda name, *a: None if name == "accelerate" else real(name, *a),
     )
     with pytest.raises(distributed.DistributedError, match=r"pip install accelerate \("):
-        bass.models.load_tensor_parallel(dirs / "main", 2)
+        load_tensor_parallel(dirs / "main", 2)
