@@ -116,7 +116,7 @@ def cutlass(session: nox.Session) -> None:
     """Compile the generated CUTLASS sources with nvcc (no GPU needed; minutes)."""
     _install(session, groups=("test",))
     session.install("--no-deps", CUTLASS)
-    session.run("pytest", "-m", "cutlass_compile", "tests/test_cutlass.py", *session.posargs)
+    session.run("pytest", "-m", "cutlass_compile", "tests/ops/test_cutlass.py", *session.posargs)
 
 
 @nox.session
@@ -155,7 +155,8 @@ def slow(session: nox.Session) -> None:
         "not slow and not gpu and not cutlass_compile",
         "tests/test_batch_invariance.py",
         "tests/test_testing.py",
-        "tests/test_ops_reference.py",
+        "tests/ops/test_ops_reference.py",
+        "tests/ops/test_ops_flex.py",
         "tests/test_sampling.py",
         env={"HYPOTHESIS_PROFILE": "thorough"},
     )
@@ -186,30 +187,6 @@ def bench(session: nox.Session) -> None:
     for run in runs:
         if not session.posargs or run["name"] in session.posargs:
             session.run(*shlex.split(run["command"]))
-
-
-@nox.session(default=False)
-def calibrate(session: nox.Session) -> None:
-    """Calibrate impl="auto" for this machine: time the kernels, write the rule, re-time.
-
-    The rule goes to $BASS_AUTO_RULES when set (your own rules, searched first), else into
-    src/bass/ops/auto_rules/ (the packaged ones). Only calibrate implementations whose tests
-    passed here: pass them after --, e.g. ``nox -s calibrate -- --impls sdpa,sdpa_padded``.
-    """
-    _install(session, "plot", groups=("test",))
-    tag = "gpu" if _has_cuda() else "cpu"
-    name = f"{tag}_kernels_calibration"
-    # the commands of bench/commands.toml's kernels-calibration, calibrate and kernels runs
-    session.run("python", "bench/bench_kernels.py", "--mode", tag, "--plot", "--name", name)
-    out = os.environ.get("BASS_AUTO_RULES")
-    session.run(
-        "python",
-        "bench/calibrate_auto.py",
-        f"bench/results/{name}.json",
-        *(["--out", out] if out else []),
-        *session.posargs,
-    )
-    session.run("python", "bench/bench_kernels.py", "--mode", tag, "--plot")  # the new rule
 
 
 @nox.session(default=False, venv_backend="none")

@@ -9,20 +9,19 @@ Two ways to run it:
   ``.json`` (median µs per call and the ratio to the plain-Python reference function).
 
 What is compared, for ``ragged_attention``: the public op (dispatcher, input checks
-including the host read of the lengths, implementation choice), the same with
-``length_checks(False)``, the reference op called directly (dispatcher + custom-op
-wrapper, no checks), the plain function ``bass.ops.reference.ragged_attention`` (no
-dispatcher: the baseline, ratio 1) and, for scale, a plain
-``torch.nn.functional.scaled_dot_product_attention`` on the same tensors (GQA, no mask:
-it computes less than the ragged op). For ``kv_append``: the op, its Python wrapper and
-the plain ``bass.ops.reference.kv_append`` (the baseline).
+including the host read of the lengths, the plan, kept per set of lengths on a CPU), the
+same with ``length_checks(False)``, the plan's ``attend`` alone on the op's flattened
+queries (what ``impl=auto`` runs on CPU, planned once: the baseline, ratio 1) and, for
+scale, a plain ``torch.nn.functional.scaled_dot_product_attention`` on the same tensors
+(GQA, no mask: it computes less than the ragged op). For ``kv_append``: the op, its
+Python wrapper and the plain ``bass.ops.reference.append`` it runs (the baseline).
 
 The packed forms (what the engine calls, twice per layer per pass): the same rows as one
 flat batch of ``N = sum(q_lens)`` tokens, the queries and new keys transposed views as a
 Hugging Face decoder hands them over. ``ragged_attention_packed`` is timed against the
-plain function ``impl=auto`` runs on CPU (``bass.ops.packed.sdpa_attention_packed``, the
-baseline), so ``overhead µs`` is what dispatch, checks and the implementation choice
-cost; ``kv_append_packed`` against its plain CPU function likewise. Both also on an
+plan's ``attend`` (``impl=auto`` on CPU, planned once from host lengths as an engine pass
+does: the baseline), so ``overhead µs`` is what dispatch, checks and planning per call
+cost; ``kv_append_packed`` against the plan's ``append`` likewise. Both also on an
 empty pass (every row brings no token, ``N = 0``), where the plain functions do almost
 nothing: the op's time there is its fixed cost per call.
 
@@ -51,7 +50,7 @@ from _machine import git_commit
 from torch.utils import benchmark as torch_benchmark
 
 import bass
-from bass.ops import packed, reference
+from bass.ops import plan, reference
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULT_NAME = "cpu_op_overhead"
@@ -65,10 +64,31 @@ SHAPES: dict[str, dict[str, int]] = {
 # machine a second OpenMP thread turns other processes' load into 10-40 ms stalls per call.
 THREADS = 1
 
-ATTENTION_BASELINE = "bass.ops.reference.ragged_attention (plain Python)"
-APPEND_BASELINE = "bass.ops.reference.kv_append (plain Python)"
-PACKED_ATTENTION_BASELINE = "bass.ops.packed.sdpa_attention_packed (plain Python)"
-PACKED_APPEND_BASELINE = "bass.ops.packed.cpu_append_packed (plain Python)"
+ATTENTION_BASELINE = "Plan.attend, planned once (plain Python)"
+APPEND_BASELINE = "bass.ops.reference.append (plain Python)"
+PACKED_ATTENTION_BASELINE = "Plan.attend of a packed pass, planned once (plain Python)"
+PACKED_APPEND_BASELINE = "Plan.append of a packed pass, planned once (plain Python)"
+
+
+def padded_plan(q, k, q_lens, kv_lens):
+    """The plan the padded op makes for these rows, and its flattened queries."""
+    B, Hq, T, D = q.shape
+    p = plan._plan_call("ragged_attention", "auto", q_lens, kv_lens, B * T, k.shape[2], False, T)
+    return p, q.transpose(0, 1).reshape(1, Hq, B * T, D)
+
+
+def packed_plan(cu, cache_lens, N, S):
+    q_lens, lens = cu.diff().tolist(), cache_lens.tolist()
+    return plan.Plan.for_pass("auto", q_lens, lens, N, cu, cache_lens, cache_lens + cu.diff(), S)
+
+
+def flat_append(k, v, k_new, v_new, cache_lens, new_lens):
+    B, H, T, D = k_new.shape
+    starts = torch.arange(B, dtype=torch.int32) * T
+    flat = [t.transpose(0, 1).reshape(1, H, B * T, D) for t in (k_new, v_new)]
+    return (k, v, *flat, starts, new_lens, cache_lens)
+
+
 BASELINES = {
     "ragged_attention": ATTENTION_BASELINE,
     "kv_append": APPEND_BASELINE,
@@ -128,6 +148,8 @@ def make_calls(x: dict) -> list[Call]:
     q, k, v, q_lens, kv_lens, scale = (x[n] for n in ("q", "k", "v", "q_lens", "kv_lens", "scale"))
     append = (k, v, x["k_new"], x["v_new"], x["cache_lens"], x["new_lens"])
     attention = "ragged_attention"
+    padded, flat_q = padded_plan(q, k, q_lens, kv_lens)
+    flat = flat_append(*append)
     return [
         Call(
             "torch.ops.bass.ragged_attention (impl=auto)",
@@ -141,14 +163,9 @@ def make_calls(x: dict) -> list[Call]:
             length_checks=False,
         ),
         Call(
-            "torch.ops.bass.ragged_attention_reference (direct)",
-            attention,
-            lambda: torch.ops.bass.ragged_attention_reference(q, k, v, q_lens, kv_lens, scale),
-        ),
-        Call(
             ATTENTION_BASELINE,
             attention,
-            lambda: reference.ragged_attention(q, k, v, q_lens, kv_lens, scale),
+            lambda: padded.attend(flat_q, k, v, scale),
         ),
         Call(
             "F.scaled_dot_product_attention (enable_gqa, no mask)",
@@ -159,7 +176,7 @@ def make_calls(x: dict) -> list[Call]:
         Call(
             "bass.ops.kv_append (Python wrapper)", "kv_append", lambda: bass.ops.kv_append(*append)
         ),
-        Call(APPEND_BASELINE, "kv_append", lambda: reference.kv_append(*append)),
+        Call(APPEND_BASELINE, "kv_append", lambda: reference.append(*flat)),
         *make_packed_calls(x),
     ]
 
@@ -177,8 +194,10 @@ def make_packed_calls(x: dict) -> list[Call]:
     empty_new = x["k_new_packed"][:, :, :0]
     attention_empty = (empty_q, k, v, none, kv_lens, scale)
     append_empty = (k, v, empty_new, empty_new, none, x["cache_lens"])
-    fn_empty = "bass.ops.packed.sdpa_attention_packed (plain Python, empty pass)"
-    append_fn_empty = "bass.ops.packed.cpu_append_packed (plain Python, empty pass)"
+    fn_empty = "Plan.attend of a packed pass (plain Python, empty pass)"
+    append_fn_empty = "Plan.append of a packed pass (plain Python, empty pass)"
+    N, S = x["q_packed"].shape[2], k.shape[2]
+    full, empty = packed_plan(cu, x["cache_lens"], N, S), packed_plan(none, x["cache_lens"], 0, S)
     return [
         Call("torch.ops.bass.ragged_attention_packed (impl=auto)", group, lambda: op(*attention)),
         Call(
@@ -190,12 +209,7 @@ def make_packed_calls(x: dict) -> list[Call]:
         Call(
             PACKED_ATTENTION_BASELINE,
             group,
-            lambda: packed.sdpa_attention_packed(*attention),
-        ),
-        Call(
-            "bass.ops.packed.reference_attention_packed (plain Python)",
-            group,
-            lambda: packed.reference_attention_packed(*attention),
+            lambda: full.attend(x["q_packed"], k, v, scale),
         ),
         Call("torch.ops.bass.kv_append_packed", append_group, lambda: append_op(*append)),
         Call(
@@ -204,7 +218,7 @@ def make_packed_calls(x: dict) -> list[Call]:
             lambda: append_op(*append),
             length_checks=False,
         ),
-        Call(PACKED_APPEND_BASELINE, append_group, lambda: packed.cpu_append_packed(*append)),
+        Call(PACKED_APPEND_BASELINE, append_group, lambda: full.append(*append[:4])),
         Call(
             "torch.ops.bass.ragged_attention_packed (empty pass, length_checks off)",
             group,
@@ -215,7 +229,7 @@ def make_packed_calls(x: dict) -> list[Call]:
         Call(
             fn_empty,
             group,
-            lambda: packed.sdpa_attention_packed(*attention_empty),
+            lambda: empty.attend(empty_q, k, v, scale),
             against=fn_empty,
         ),
         Call(
@@ -228,7 +242,7 @@ def make_packed_calls(x: dict) -> list[Call]:
         Call(
             append_fn_empty,
             append_group,
-            lambda: packed.cpu_append_packed(*append_empty),
+            lambda: empty.append(*append_empty[:4]),
             against=append_fn_empty,
         ),
     ]
@@ -355,9 +369,8 @@ def to_markdown(rows: list[dict], info: dict, command: str) -> str:
         "Median wall time per call (`torch.utils.benchmark.Timer`, float32, default grad "
         "mode; the calls are timed round-robin in several rounds and the median is over all "
         "timed blocks). Ratio and overhead: against the plain-Python function of the same "
-        "op on the same shape (`bass.ops.reference.ragged_attention` or "
-        "`bass.ops.reference.kv_append`; for the packed ops the function their CPU kernel "
-        "runs, `bass.ops.packed.sdpa_attention_packed` or `bass.ops.packed.cpu_append_packed`, "
+        "op on the same shape (the plan's `attend` or `reference.append` the op runs, "
+        "planned once; for the packed ops the plan's `attend` or `append` of the pass, "
         "so the overhead is dispatch, checks and the implementation choice). The packed "
         "calls take the same rows as one flat batch of N = sum(q_lens) tokens, queries and "
         "new keys as transposed views; on an empty pass (no row brings a token, N = 0) "

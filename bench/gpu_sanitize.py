@@ -1,5 +1,5 @@
-"""A small run of every CUDA implementation of ragged_attention and kv_append, padded and
-packed (the form the engine runs), for
+"""A small run of every CUDA implementation of the ragged attention family and the KV
+appends, padded and packed (the form the engine runs), for
 ``compute-sanitizer`` (bench/gpu_suite.sh; run it with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so
 an access past a tensor is not hidden inside one of the caching allocator's large
 blocks): ragged lengths with zero-length rows, GQA, fp16 and bf16, and a long single-row
@@ -13,7 +13,6 @@ import torch
 
 import bass
 from bass import ops
-from bass.ops.packed import packed_implementations
 
 
 def main(dev: str = "cuda") -> None:
@@ -30,7 +29,7 @@ def main(dev: str = "cuda") -> None:
             kv = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
             ql = torch.minimum(torch.tensor(q_lens, dtype=torch.int32, device=dev), kv)
             ref = torch.ops.bass.ragged_attention(q, k, v, ql, kv, D**-0.5, "reference")
-            for impl in ops.available_implementations(dev):
+            for impl in ops.implementations(dev):
                 out = torch.ops.bass.ragged_attention(q, k, v, ql, kv, D**-0.5, impl)
                 torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
                 print(f"{impl} {dtype} {name}: ok")
@@ -43,7 +42,7 @@ def main(dev: str = "cuda") -> None:
             qp = torch.randn(1, Hq, n, D, generator=g).to(dev, dtype)
             args = (qp, k, v, cu, kv, D**-0.5)
             ref = torch.ops.bass.ragged_attention_packed(*args, "reference")
-            for impl in packed_implementations(dev):
+            for impl in ops.implementations(dev):
                 out = torch.ops.bass.ragged_attention_packed(*args, impl)
                 torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
                 print(f"packed {impl} {dtype} {name}: ok")

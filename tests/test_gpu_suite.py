@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "bench" / "gpu_suite.sh"
-STAGES = ["env", "build", "test", "sanitize", "kernels", "calibrate", "verify", "e2e"]
+STAGES = ["env", "build", "test", "sanitize", "kernels", "e2e"]
 
 
 def suite(tmp_path, stages: str, **env):
@@ -31,7 +31,7 @@ def suite(tmp_path, stages: str, **env):
 
 
 def test_a_dry_run_of_every_stage_names_scripts_tests_and_flags_that_exist(tmp_path):
-    proc = suite(tmp_path, "all", BASS_CALIBRATE_IMPLS="reference,fused")
+    proc = suite(tmp_path, "all")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (tmp_path / "summary.txt").read_text()
     for stage in STAGES:
@@ -66,8 +66,8 @@ def test_a_dry_run_of_every_stage_names_scripts_tests_and_flags_that_exist(tmp_p
     assert named and all((ROOT / w).is_file() for w in named)
     # every file with a CUDA test (marked gpu) is in the test stage's list
     gpu_files = {
-        f"tests/{p.name}"
-        for p in (ROOT / "tests").glob("test_*.py")
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").rglob("test_*.py")
         if re.search(r"^(@pytest\.mark\.gpu\b|\s+pytest\.mark\.gpu,)", p.read_text(), re.M)
     }
     assert gpu_files <= set(named), gpu_files - set(named)
@@ -78,12 +78,6 @@ def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
     assert proc.returncode == 2
     assert "unknown stage 'kernals'" in proc.stderr and "kernels" in proc.stderr
     assert not (tmp_path / "summary.txt").exists()
-
-
-def test_calibrate_without_tested_implementations_fails_loudly(tmp_path):
-    proc = suite(tmp_path, "calibrate", BASS_CALIBRATE_IMPLS="")
-    assert proc.returncode == 1
-    assert "no implementation known to pass its GPU tests" in proc.stdout
 
 
 def test_the_sanitizer_script_checks_pass_on_the_cpu_implementations():

@@ -50,7 +50,7 @@ class RaggedKVCache:
         self.lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
         self.q_lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
         self.cu_q_lens: torch.Tensor | None = None  # int32 [B+1] during a packed pass
-        self.plan = None  # the packed pass's plan (bass.ops.plan), eager passes only
+        self.plan = None  # the packed pass's attention plan (bass.ops.Plan), if any
 
     # ----------------------------------------------------------------- engine side
 
@@ -80,8 +80,8 @@ class RaggedKVCache:
         ``lens`` (int32 ``[B]``), when given, replaces the committed lengths first (the
         engine keeps them on the host and hands them over with the pass's other small
         tensors, so no device arithmetic is needed). ``plan``: the pass's
-        :class:`bass.ops.plan.PackedPlan` (eager passes), whose append every layer's
-        :meth:`update` runs. Returns ``kv_lens`` (int32 ``[B]``).
+        :class:`bass.ops.Plan`, whose append every layer's :meth:`update` runs. Returns
+        ``kv_lens`` (int32 ``[B]``).
         """
         if lens is not None:
             self.lens = lens

@@ -434,6 +434,7 @@ class Generator:
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
         stats.backend = self.backend.describe()
+        stats.attention = self.passes.attention(self.main.device)
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         state = BatchState([list(p) for p in prompts], max_new_tokens, *eos)
         state.row_ids = row_ids  # what keys each prompt's sampled draws

@@ -5,8 +5,8 @@ Importing this module registers, under the name ``"bass"``:
 * an attention function (``transformers.AttentionInterface``) that routes every layer's
   attention to bass's ragged attention, with the per-row lengths that reach it as keyword
   arguments of the model's forward (``bass_cu_q_lens`` / ``bass_kv_lens`` for packed
-  passes, and the pass's attention plan ``bass_plan`` in eager mode, see
-  :mod:`bass.ops.plan`; ``bass_q_lens`` / ``bass_kv_lens`` for padded ones);
+  passes, with the pass's attention plan ``bass_plan``, see :mod:`bass.ops.plan`;
+  ``bass_q_lens`` / ``bass_kv_lens`` for padded ones);
 * a mask function (``transformers.AttentionMaskInterface``) that builds no mask: the op
   masks by lengths. Without this registration transformers would silently build none
   either, for the wrong reason, and a model could run unmasked.
@@ -25,7 +25,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
-from .ops.plan import PackedPlan, plan_packed
+from .ops.plan import Plan, resolve
 from .packing import Extra, PackedPass, pack
 
 ATTN_NAME = "bass"
@@ -47,7 +47,7 @@ def bass_attention_forward(
     bass_kv_lens: torch.Tensor | None = None,  # int32 [B]
     bass_impl: str = "auto",
     bass_cu_q_lens: torch.Tensor | None = None,  # int32 [B+1] (packed passes)
-    bass_plan: PackedPlan | None = None,  # the pass's attention plan (eager packed passes)
+    bass_plan: Plan | None = None,  # the pass's attention plan (packed passes)
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs,
@@ -55,8 +55,8 @@ def bass_attention_forward(
     """The ``"bass"`` attention function: returns ``([B, T, Hq, D], None)`` as HF expects.
 
     A packed pass (``bass_cu_q_lens`` given; ``query`` is ``[1, Hq, N, D]``) runs its
-    plan when it has one (eager passes), else ``torch.ops.bass.ragged_attention_packed``;
-    a padded one goes to ``ragged_attention``.
+    plan when it has one, else ``torch.ops.bass.ragged_attention_packed``; a padded one
+    goes to ``ragged_attention``.
     """
     name = type(module).__name__
     if (bass_q_lens is None and bass_cu_q_lens is None) or bass_kv_lens is None:
@@ -228,15 +228,16 @@ def forward_packed(
     lens: torch.Tensor,  # int32 [B]: committed cache lengths before the pass
     impl: str = "auto",
     logits_index: torch.Tensor | None = None,  # int64 [L]: tokens whose logits are needed
-    plan: PackedPlan | None = None,  # eager passes: the attention planned on the host
+    plan: Plan | None = None,  # the pass's attention, planned on the host
 ) -> torch.Tensor:  # [1, N, V] (or [1, L, V])
     """One packed forward pass (see :mod:`bass.packing`): appends the tokens to ``cache``
     (uncommitted) and returns their logits (only at ``logits_index`` when given: the lm
     head is the largest matmul of a pass and most positions' logits are never read).
 
-    Compiled, only tensors go in (``plan`` is ``None``), so the function compiles to one
-    graph per shape and can be captured as a CUDA graph; eager passes carry their
-    attention plan (:mod:`bass.ops.plan`), which every layer runs without a device read.
+    ``plan`` (:mod:`bass.ops.plan`) is built on the host before the pass, eager or
+    compiled: every layer runs it without a device read. Compiled, its tensors are graph
+    inputs and its implementation's per-layer work is traced into the graph (one graph per
+    shape, which a CUDA graph can capture).
     """
     _check_routed(model)
     kv_lens = cache.begin_packed(cu_q_lens, lens, plan)
@@ -319,11 +320,12 @@ class Passes:
     ``forward``: runs one decoding pass (:func:`forward_packed`, or its compiled form,
     possibly framed by the device backend: :meth:`bass.backends.Backend.wrap`);
     ``eager``: the same uncompiled, for the prefill (its widths vary); ``compiled``:
-    whether ``forward`` is compiled (then passes carry no attention plan); ``impl``: the packed
-    attention implementation; ``bucket``: token buckets of static-shape passes (CUDA
-    graphs) or ``None``; ``separate``: each small tensor its own allocation (compiled
-    passes guard on views' offsets); ``logits_multiple(model)``: the device's multiple of
-    logit rows (:meth:`bass.backends.Backend.logits_multiple`); ``chunk_tokens``: the
+    whether ``forward`` is compiled (the pass kind its attention is planned for: with
+    ``bucket``, CUDA graphs' static shapes); ``impl``: the attention implementation;
+    ``bucket``: token buckets of static-shape passes (CUDA graphs) or ``None``;
+    ``separate``: each small tensor its own allocation (compiled passes guard on views'
+    offsets); ``logits_multiple(model)``: the device's multiple of logit rows
+    (:meth:`bass.backends.Backend.logits_multiple`); ``chunk_tokens``: the
     most tokens one prefill pass feeds.
     """
 
@@ -335,6 +337,22 @@ class Passes:
     separate: bool = False
     logits_multiple: Callable[[torch.nn.Module], int] = lambda model: 1
     chunk_tokens: int = 8192
+
+    @property
+    def pass_kind(self) -> str:
+        """What its attention is planned for (:data:`bass.ops.PASS_KINDS`)."""
+        if not self.compiled:
+            return "eager"
+        return "graphs" if self.bucket is not None else "compiled"
+
+    def attention(self, device) -> dict[str, str]:
+        """The attention implementation its passes run on ``device`` per pass kind
+        (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``."""
+        picks = {}
+        for kind in dict.fromkeys(("eager", self.pass_kind)):
+            impl, why = resolve(self.impl, torch.device(device), kind)
+            picks[kind] = f"{impl.name}: {why}"
+        return picks
 
     def pack(
         self,
@@ -364,18 +382,18 @@ class Passes:
 
     def run(self, model, cache, batch: PackedPass) -> torch.Tensor:
         """Run ``batch`` through ``model`` (appending to ``cache``); returns ``[N or L,
-        V]`` logits. Eager passes plan their attention here, once for every layer."""
-        plan = None
-        if not self.compiled:
-            plan = plan_packed(
-                self.impl,
-                batch.q_lens,
-                batch.host_lens,
-                batch.tokens,
-                batch.cu_q_lens,
-                batch.lens,
-                batch.kv_lens,
-            )
+        V]`` logits. The pass's attention is planned here, once for every layer."""
+        plan = Plan.for_pass(
+            self.impl,
+            batch.q_lens,
+            batch.host_lens,
+            batch.tokens,
+            batch.cu_q_lens,
+            batch.lens,
+            batch.kv_lens,
+            cache.max_len,
+            self.pass_kind,
+        )
         logits = self.forward(
             model,
             cache,

@@ -90,6 +90,8 @@ class GenerationStats:
     prefill_passes: int = 0  # main-model passes of the prefill (chunks of prompt tokens)
     prefill_tokens: int = 0  # prompt tokens the main model's prefill computed
     backend: dict = field(default_factory=dict)  # the device tuning (bass.backends)
+    # the attention implementation per pass kind, and why (what impl="auto" picked)
+    attention: dict = field(default_factory=dict)
 
     @classmethod
     def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
@@ -100,7 +102,7 @@ class GenerationStats:
             values = [getattr(p, f.name) for p in parts]
             if f.name == "forced_acceptance":
                 merged = values[0] if values and all(v == values[0] for v in values) else None
-            elif f.name == "backend":  # one Generator's batches: the same tuning
+            elif f.name in ("backend", "attention"):  # one Generator's: the same choice
                 merged = values[0] if values else {}
             elif f.type in ("bool", bool):
                 merged = any(values)

@@ -67,67 +67,40 @@ def cmd_bench(args) -> int:
 
 
 def cmd_ops(args) -> int:
-    """The ragged attention implementations, where each runs, and what ``auto`` uses."""
+    """The ragged attention implementations, where each runs, and what ``auto`` picks per
+    device and pass kind, and why (``--device`` asks about a device this machine lacks)."""
     import torch
 
-    from .. import ops
-    from ..ops import auto, cutlass
+    from ..ops import PASS_KINDS, plan
 
-    devices = [torch.device("cpu")]
-    if torch.cuda.is_available():
+    wanted = getattr(args, "device", None)
+    devices = [torch.device(wanted)] if wanted else [torch.device("cpu")]
+    if not wanted and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
-    print("torch.ops.bass.ragged_attention implementations (impl=NAME):")
-    for name, impl in ops._IMPLEMENTATIONS.items():
-        here = [d.type for d in devices if d.type in impl.devices]
-        if not here:
-            state = f"not here: no {'/'.join(impl.devices)} device"
-        elif impl.available():
-            state = "runs here"
-        elif name in ("pad", "split"):
-            state = f"not available: {cutlass.unavailable_reason()}"
-        else:
-            state = "not available (see below)"
-        print(f"  {name:<12} on {'/'.join(impl.devices):<9} {state}")
-        print(
-            textwrap.fill(impl.description, 92, initial_indent=" " * 6, subsequent_indent=" " * 6)
-        )
-    print()
-    for device in devices:
-        key = auto.device_key(device)
-        rule = auto.load_rule(key)
-        static = ops.resolve_implementation("auto", device).name
-        if rule is None:
-            print(f"auto on {key}: no calibrated rule; the static order runs `{static}`")
-            continue
-        where = next(d for d in auto.rules_dirs() if (d / f"{key}.json").is_file())
-        print(
-            f"auto on {key}: rule {where / (key + '.json')} ({len(rule.points)} measured "
-            f"points over {', '.join(rule.implementations)}; from {rule.source or '?'})"
-        )
     print(
-        "\nCalibrate for this machine: `nox -s calibrate` (set BASS_AUTO_RULES=DIR to keep "
-        "your rules outside the package)."
+        "ragged attention implementations (impl=NAME of torch.ops.bass.ragged_attention and "
+        "ragged_attention_packed):"
     )
-    from ..ops import packed
-
-    print("\ntorch.ops.bass.ragged_attention_packed implementations (the engine's passes):")
-    for name, impl in packed._PACKED.items():
-        here = [d.type for d in devices if d.type in impl.devices]
-        if not here:
-            state = f"not here: no {'/'.join(impl.devices)} device"
-        else:
-            state = "runs here" if impl.available() else "not available"
-        print(f"  {name:<12} on {'/'.join(impl.devices):<9} {state}")
+    for name, impl in plan.IMPLEMENTATIONS.items():
+        why = impl.unavailable()
+        state = "runs here" if why is None else f"not available here: {why}"
+        launch = "one launch per layer" if impl.single_launch else "several launches per layer"
+        print(f"  {name:<10} on {'/'.join(impl.devices):<9} {launch}; {state}")
         print(
             textwrap.fill(impl.description, 92, initial_indent=" " * 6, subsequent_indent=" " * 6)
         )
     for device in devices:
-        pick = packed.resolve_packed_implementation("auto", device).name
-        planned = packed.resolve_packed_implementation("auto", device, planned=True).name
-        print(
-            f"auto on {device.type}: `{planned}` in the engine's eager passes (planned once per "
-            f"pass from host lengths), `{pick}` when the op is called directly or compiled"
-        )
+        print(f"\nauto on {device.type} (every layer of a pass runs the pick):")
+        for kind in PASS_KINDS:
+            impl, why = plan.resolve("auto", device, kind)
+            launch = "one launch per layer" if impl.single_launch else "not one launch per layer"
+            line = f"{kind:<9} {impl.name} ({launch}): {why}"
+            print(textwrap.fill(line, 92, initial_indent="  ", subsequent_indent=" " * 14))
+    print(
+        "\nPass kinds: eager; compiled (torch.compile); graphs (compiled with static shapes: "
+        "CUDA graphs). A generation's picks are in res.stats.attention; impl=NAME (attention= "
+        "for the Generator) overrides auto."
+    )
     from ..backends import PACKED_MEMORY_SHARE, available_memory
 
     free = available_memory()

@@ -180,9 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
         _add(p, "generation", _GENERATION_FLAGS)
     info = [
         sub.add_parser("policies", help="list installed draft-length policies and their options"),
-        sub.add_parser("ops", help="ragged attention implementations here and what auto uses"),
+        ops := sub.add_parser("ops", help="ragged attention implementations and what auto picks"),
         sub.add_parser("bench", help="where the latest benchmark results are"),
     ]
+    ops.add_argument(
+        "--device", help="what auto picks on this device type (e.g. cuda), here or not"
+    )
     for p in (gen, he, *info):
         p.add_argument(_DEBUG[0], **_DEBUG[1])
     return parser

@@ -1,30 +1,28 @@
-"""CUTLASS implementations ``pad`` and ``split`` of ``bass::ragged_attention`` (CUDA).
+"""``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT on CUTLASS (CUDA), selectable
+by name (not in ``auto``). Compiled by nvcc in CI; not yet run on a GPU.
 
 Both follow the BASS paper (arXiv 2404.15778, Fig. 4b/4c): two GEMMs with a masked softmax
-(:mod:`bass.ops.triton_softmax`) between them, per (batch row, KV head); the query heads
-sharing a KV head are the ``G*T`` rows of one problem (GQA).
+(a Triton kernel, :func:`masked_softmax`) between them, per (batch row, KV head); the query
+heads sharing a KV head are the ``G*T`` rows of one problem (GQA).
 
 * ``pad`` (``bass::ragged_attention_pad``): CUTLASS 3.x batched GEMMs (sm_90a, TMA +
-  WGMMA) over every row padded to the batch's longest ``kv_len``. It reads that length
-  back to the host (one sync per call), so it cannot be captured in a CUDA graph. Value
-  slots past a row's ``kv_len`` (up to the longest) are multiplied by exact zeros: finite
-  garbage there changes nothing, but NaN/Inf there propagates (bass's cache is
-  zero-initialised; use ``split`` or ``fused`` when a cache may hold NaN).
+  WGMMA) over every row padded to the batch's longest ``kv_len``, read back to the host
+  (one sync per call: no CUDA graph). Value slots past a row's ``kv_len`` get exact zero
+  weights, so NaN/Inf stored there propagates (bass's cache is zero-initialised).
 * ``split`` (``bass::ragged_attention_split``): CUTLASS 2.x grouped GEMMs, one problem
-  per (row, KV head) of ``((G-1)*T + q_len) x kv_len``; sizes and pointers are computed
-  on the device by a tiny kernel, with no host read. It never reads past ``kv_len``.
+  per (row, KV head) of ``((G-1)*T + q_len) x kv_len``, sizes and pointers computed on the
+  device (no host read). It never reads past ``kv_len``.
 
-Both take float16/bfloat16 with ``D % 8 == 0``; other inputs (float32, float64, odd head
-dims) run the reference instead, so ``impl="auto"`` may pick them for any input. The
-probabilities are rounded to the input dtype before the second GEMM (as in the paper and
-in flash attention); everything else accumulates in float32.
+Both take float16/bfloat16 with ``D % 8 == 0``; other inputs run the reference. A pass's
+tokens are gathered into rows of the longest row's query count
+(:func:`bass.ops.reference.row_slots`) and scattered back. The probabilities are rounded
+to the input dtype before the second GEMM (as in the paper and flash attention).
 
-The kernels live in ``libbass_cutlass.so``, built from ``cutlass_kernels/`` by
-``python -m bass.ops.cutlass build`` (or :func:`build`) into ``$BASS_CUTLASS_CACHE``
-(default ``~/.cache/bass/cutlass``); ``$BASS_CUTLASS_LIB`` names a library explicitly.
-Importing this module touches no CUDA, nvcc or CUTLASS Python code: the library is
-loaded with ctypes on first use, and :func:`available` says whether that can work here
-(:func:`unavailable_reason` says why not).
+The kernels live in ``libbass_cutlass.so``, built from ``cutlass_kernels/`` by ``python
+cutlass_kernels/build.py`` into ``$BASS_CUTLASS_CACHE`` (default ``~/.cache/bass/cutlass``);
+``$BASS_CUTLASS_LIB`` names a library explicitly. Importing this module touches no CUDA or
+nvcc: the library is loaded with ctypes on first use (:func:`unavailable_reason` says why
+it cannot be).
 """
 
 from __future__ import annotations
@@ -34,19 +32,24 @@ import functools
 import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
 
 from . import reference
 
-__all__ = ["available", "build", "library_path", "main", "unavailable_reason"]
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # importable without Triton (then masked_softmax raises)
+    triton = tl = None
+
+__all__ = ["available", "library_path", "masked_softmax", "unavailable_reason"]
 
 ABI_VERSION = 1  # cutlass_kernels/glue.cu's BASS_CUTLASS_ABI_VERSION
 KERNELS_DIR = Path(__file__).resolve().parents[3] / "cutlass_kernels"
 BUILD_HINT = (
-    "build it with `python -m bass.ops.cutlass build` (needs nvcc and "
+    "build it with `python cutlass_kernels/build.py` (needs nvcc and "
     "`pip install --no-deps nvidia-cutlass`; see cutlass_kernels/README.md)"
 )
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
@@ -173,43 +176,134 @@ def unavailable_reason() -> str | None:
     return None if ok else why
 
 
-def _reset() -> None:
-    from . import refresh_availability
-
-    _load.cache_clear()
-    _status.cache_clear()
-    refresh_availability()
-
-
-def build(arch: str | None = None, force: bool = False) -> Path:
-    """Build ``libbass_cutlass.so`` from ``cutlass_kernels/`` (minutes; cached by hash)."""
-    builder = _build_module()
-    if builder is None:
-        raise RuntimeError(f"{KERNELS_DIR} is missing: building needs a source checkout of bass")
-    path = builder.build(arch or _wanted_arch(), force=force)
-    _reset()
-    return path
+# --------------------------------------------------------------------------- masked softmax
+# Between the two GEMMs (layout: cutlass_kernels/generate.py). For every (row b, KV head h)
+# problem p = b * Hkv + h the first GEMM wrote float32 scores^T[p, s, r] (key s, query row
+# r = g * T + t of the G query heads sharing h); the kernel writes P^T[p, s, r] in the input
+# dtype: query t of row b is valid when t < q_lens[b], sits at kv_lens[b] - q_lens[b] + t
+# and sees keys s <= that position; P = softmax(scale * scores) over those, in float32;
+# every other entry is 0 and its score never read. Its torch twin is in
+# tests/ops/test_cutlass.py.
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bass.ops.cutlass build|check|status [build.py options]``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv.pop(0) if argv else "status"
-    if command == "status":
-        path, why = library_path()
-        print(f"library: {path or '-'} ({why})")
-        print(f"available: {available()} ({unavailable_reason() or _status()[1]})")
-        return 0
-    builder = _build_module()
-    if builder is None:
-        print(f"error: {KERNELS_DIR} is missing (needs a source checkout)", file=sys.stderr)
-        return 1
-    if command == "build":
-        return builder.main(argv)
-    if command == "check":
-        return builder.main(["--check", *argv])
-    print(f"unknown command {command!r}: use build, check or status", file=sys.stderr)
-    return 2
+def _jit(fn):
+    return fn if triton is None else triton.jit(fn)
+
+
+@_jit
+def _masked_softmax_kernel(
+    scores_ptr,  # float32 [P, rows, ld]
+    probs_ptr,  # fp16/bf16 [P, rows, ld]
+    q_lens_ptr,  # int32 [B]
+    kv_lens_ptr,  # int32 [B]
+    n_keys,  # keys written per problem when not PER_ROW_KEYS
+    slab,  # elements between problems (rows * ld)
+    ld,  # elements between keys (row stride)
+    n_rows,  # G * T query rows per problem
+    heads_kv,
+    T,
+    scale,
+    PER_ROW_KEYS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):
+    p = tl.program_id(0)
+    b = p // heads_kv
+    ql = tl.load(q_lens_ptr + b)
+    kl = tl.load(kv_lens_ptr + b)
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    t = r % T
+    valid = (r < n_rows) & (t < ql)
+    pos = kl - ql + t  # last key each query row sees
+    if PER_ROW_KEYS:
+        limit = tl.minimum(kl, n_keys)
+    else:
+        limit = n_keys
+    base = p.to(tl.int64) * slab
+    in_cols = r < ld
+
+    # pass 1: running max and normaliser per query row (online softmax)
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    den = tl.zeros([BLOCK_R], tl.float32)
+    for s0 in range(0, limit, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        seen = valid[None, :] & (s[:, None] <= pos[None, :]) & (s[:, None] < limit)
+        offs = base + s[:, None].to(tl.int64) * ld + r[None, :]
+        x = tl.load(scores_ptr + offs, mask=seen, other=0.0)
+        x = tl.where(seen, x * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        e = tl.where(seen, tl.exp(x - m_safe[None, :]), 0.0)
+        den = den * tl.exp(m - m_safe) + tl.sum(e, axis=0)
+        m = m_new
+
+    # pass 2: write P (0 wherever a key is not seen)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    inv = tl.where(den > 0.0, 1.0 / tl.where(den > 0.0, den, 1.0), 0.0)
+    for s0 in range(0, limit, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        inside = (s[:, None] < limit) & in_cols[None, :]
+        seen = valid[None, :] & (s[:, None] <= pos[None, :]) & (s[:, None] < limit)
+        offs = base + s[:, None].to(tl.int64) * ld + r[None, :]
+        x = tl.load(scores_ptr + offs, mask=seen, other=0.0)
+        prob = tl.where(seen, tl.exp(x * scale - m_safe[None, :]) * inv[None, :], 0.0)
+        tl.store(probs_ptr + offs, prob.to(probs_ptr.dtype.element_ty), mask=inside)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def masked_softmax(
+    scores: torch.Tensor,
+    probs: torch.Tensor,
+    q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    *,
+    heads_kv: int,
+    q_len: int,
+    group: int,
+    scale: float,
+    n_keys: int,
+    per_row_keys: bool,
+) -> None:
+    """Write ``probs`` (``[P, rows, ld]``, fp16/bf16) from ``scores`` (same, float32).
+
+    ``P = B * heads_kv``; query rows ``r < group * q_len`` are ``r = g * q_len + t``.
+    Without ``per_row_keys`` keys ``s < n_keys`` are written; with it, keys
+    ``s < min(kv_lens[b], n_keys)`` (the rest of ``probs`` is left as it was), and
+    ``n_keys`` must bound every ``kv_lens[b]`` (the cache length).
+    """
+    if triton is None:
+        raise RuntimeError("the masked softmax needs triton (pip install triton)")
+    n_problems, rows, ld = scores.shape
+    if probs.shape != scores.shape or scores.dtype != torch.float32:
+        raise ValueError("scores must be float32 and probs the same shape")
+    if not (scores.is_contiguous() and probs.is_contiguous()):
+        raise ValueError("scores and probs must be contiguous")
+    n_rows = group * q_len
+    if n_problems == 0 or n_rows == 0 or rows == 0:
+        return
+    q_lens, kv_lens = q_lens.contiguous(), kv_lens.contiguous()  # indexed as flat [B]
+    block_r = min(64, max(8, _next_pow2(ld)))
+    block_s = max(16, 4096 // block_r)
+    grid = (n_problems, triton.cdiv(ld, block_r))
+    _masked_softmax_kernel[grid](
+        scores,
+        probs,
+        q_lens,
+        kv_lens,
+        n_keys,
+        rows * ld,
+        ld,
+        n_rows,
+        heads_kv,
+        q_len,
+        float(scale),
+        PER_ROW_KEYS=per_row_keys,
+        BLOCK_S=block_s,
+        BLOCK_R=block_r,
+    )
 
 
 # --------------------------------------------------------------------------- the computation
@@ -268,14 +362,7 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def _unsupported(q: torch.Tensor) -> bool:
-    D = q.shape[-1]
-    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
-
-
 def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    from .triton_softmax import masked_softmax
-
     lib = _require()
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -309,8 +396,6 @@ def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    from .triton_softmax import masked_softmax
-
     lib = _require()
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -344,50 +429,48 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def _run(kind, q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    if _unsupported(q):
-        return reference.ragged_attention(q, k, v, q_lens, kv_lens, scale)
-    if q_lens.dtype != torch.int32 or kv_lens.dtype != torch.int32:
-        raise TypeError("q_lens and kv_lens must be int32 tensors")
     with torch.cuda.device(q.device):
-        out = (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
-    return out  # the op wrapper makes it contiguous (the contract and its fake)
+        return (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
 
 
-# --------------------------------------------------------------------------- ops & registration
+# The kernels as opaque ops on padded rows [B, Hq, T, D] (ctypes launches that Inductor
+# cannot see into), returning [B, Hq, T, D] contiguous.
+def _define(kind: str) -> None:
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: torch.Tensor,
+               kv_lens: torch.Tensor, scale: float) -> torch.Tensor:  # fmt: skip
+        return _run(kind, q, k, v, q_lens, kv_lens, scale).contiguous()
+
+    op = torch.library.custom_op(f"bass::ragged_attention_{kind}", kernel, mutates_args=(),
+                                 device_types="cuda")  # fmt: skip
+    op.register_fake(lambda q, k, v, q_lens, kv_lens, scale: q.new_empty(q.shape))
 
 
-def _define_ops() -> None:
-    from . import register_torch_implementation
-
-    common = (
-        "; fp16/bf16 with D % 8 == 0 (other inputs run the reference); needs "
-        f"libbass_cutlass.so: {BUILD_HINT}"
-    )
-    # Neither is in "auto" until it has passed the CUDA tests on a GPU (none has run yet):
-    # a GPU user gets the tested reference unless they ask for one by name.
-    register_torch_implementation(
-        "split",
-        functools.partial(_run, "split"),
-        devices=("cuda",),
-        available=available,
-        priority=5,
-        in_auto=False,
-        description="BASS-SPLIT: CUTLASS grouped GEMMs, one problem per (row, KV head), "
-        "Triton masked softmax, no host sync" + common,
-    )
-    register_torch_implementation(
-        "pad",
-        functools.partial(_run, "pad"),
-        devices=("cuda",),
-        available=available,
-        priority=4,
-        in_auto=False,
-        description="BASS-PAD: CUTLASS sm90 batched GEMMs over rows padded to the longest "
-        "kv_len (one host sync), Triton masked softmax" + common,
-    )
+_define("pad")
+_define("split")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-else:
-    _define_ops()
+def unsupported(q: torch.Tensor) -> bool:
+    """Inputs the kernels do not take (they run the reference): fp16/bf16 with D % 8 == 0
+    only."""
+    D = q.shape[-1]
+    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
+
+
+def prepare(plan) -> tuple:
+    """The gather into padded rows (the longest row's width) and the lengths."""
+    src, back = reference.row_slots(plan.starts, plan.q_lens, plan.width, plan.num_tokens)
+    return src, back, plan.starts, plan.q_lens, plan.kv_lens
+
+
+def runner(kind: str):
+    """``run`` of ``pad`` or ``split``: queries gathered into rows, the kernels, back."""
+    op = getattr(torch.ops.bass, f"ragged_attention_{kind}")
+
+    def run(state, q, k, v, scale: float) -> torch.Tensor:
+        src, back, starts, q_lens, kv_lens = state
+        if unsupported(q):
+            return reference.attention(q, k, v, starts, q_lens, kv_lens, scale)
+        rows = reference.to_rows(q, src).contiguous()  # [B, Hq, T, D]
+        return reference.from_rows(op(rows, k, v, q_lens, kv_lens, scale), back)
+
+    return run

@@ -1,105 +1,387 @@
-"""A packed pass's attention, planned once and run by every layer (FlashInfer's plan/run).
+"""The one dispatch of the ragged-attention family, shaped like FlashInfer's plan/run.
 
-A decoder's forward pass calls attention (and the KV append) once per layer, with the same
-lengths each time. Whatever depends only on those lengths (choosing the implementation,
-grouping rows for one batched call, building masks and scatter indices) is done once per
-pass by :func:`plan_packed`, on the host, from the lengths the engine already holds there;
-each layer's :meth:`PackedPlan.attend` and :meth:`PackedPlan.append` then take only
-tensors and the plan, and never read the device. That is what lets the per-row SDPA
-implementation serve a GPU in eager mode without a device sync per layer.
+A decoder's forward pass calls attention (and the KV append) once per layer with the same
+lengths. :class:`Plan` does what depends only on them once per pass: it chooses the
+implementation (:func:`resolve`, by device and pass kind) and runs its ``prepare`` (block
+masks, row gathers, per-row masks); every layer's :meth:`Plan.attend` and
+:meth:`Plan.append` then take tensors only. The engine plans each pass from the host
+lengths it holds (:meth:`Plan.for_pass`); the four ops plan each call from their tensors,
+reading the lengths back only where that is free (a CPU) or needed.
 
-The plan travels with the pass: :class:`bass.cache.RaggedKVCache` holds it for its
-``update`` and hands it to the model's forward as the keyword argument ``bass_plan``,
-which transformers passes down to bass's attention function. Compiled passes carry no plan
-(a Python object would be guarded on): they call the ops with tensors only.
+Every implementation sees one layout: flat queries ``[1, Hq, N, D]``, row ``b`` owning
+tokens ``starts[b] .. starts[b] + q_lens[b] - 1``; tokens of no row are padding (output
+0). The packed op's rows are its ``cu_q_lens`` (``starts = cu_q_lens[:-1]``); the padded
+op's ``[B, Hq, T, D]`` queries flattened row after row give ``starts[b] = b * T``.
 
-Worked example: rows feeding 3, 0 and 2 tokens after 4, 4 and 0 cached
-(``q_lens = [3, 0, 2]``, ``cache_lens = [4, 4, 0]``): the plan holds ``kv_lens = [7, 4,
-2]`` on the host; ``attend`` runs row 0's 3 queries over its first 7 keys and row 2's 2
-over its first 2 (one call each, or one batched call when the rows are alike);
-``append`` writes row 0's slots 4-6 and row 2's slots 0-1 with one scatter per cache.
+Pass kinds (:data:`PASS_KINDS`): ``eager``; ``compiled`` (``torch.compile(fullgraph=True)``:
+a traceable implementation's ``run`` is traced into the caller's graph, any other runs as
+the opaque packed op); ``graphs`` (compiled with static shapes: CUDA graphs on CUDA).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["PackedPlan", "plan_packed"]
+from . import contract, cutlass, flex, fused, reference, sdpa
+from .contract import LENGTH_DTYPE, bucket_query_len, check_no_grad, check_rows, lib
+
+__all__ = ["PASS_KINDS", "Implementation", "Plan", "implementations", "register", "resolve"]
+
+PASS_KINDS = ("eager", "compiled", "graphs")
 
 
-class PackedPlan:
-    """One pass's attention and KV-append work (see the module docstring): a packed pass
-    whose row ``b`` brings ``q_lens[b]`` of the ``num_tokens`` tokens after
-    ``cache_lens[b]`` cached ones (host lists), with the pass's device tensors
-    ``cu_q_lens`` int32 ``[B+1]``, ``cache_lens_t`` and ``kv_lens_t`` int32 ``[B]`` (``kv =
-    cache + q``). ``impl``: a packed implementation name or ``"auto"`` (with host lengths:
-    the per-row SDPA, on every device); ``self.impl`` is the one that runs, ``self.q_lens``
-    and ``self.kv_lens`` host lists ``[B]``.
+@dataclass(frozen=True)
+class Implementation:
+    """One implementation of the family.
+
+    ``prepare(plan) -> state``: its per-pass work; ``run(state, q, k, v, scale) -> out``:
+    one layer, q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``, out ``[1, Hq, N, D]``
+    token-major. ``devices``: where it runs; ``unavailable()``: why it cannot run in this
+    process (``None``: it can). ``single_launch``: one kernel launch per layer whatever
+    the lengths. ``traceable``: ``run`` may be traced into a compiled graph (else compiled
+    passes call the packed op, opaque). ``host_lengths``: ``prepare`` reads the host
+    lengths (a device sync when the op is called directly on a GPU).
+    """
+
+    name: str
+    devices: tuple[str, ...]
+    prepare: Callable[[Plan], Any]
+    run: Callable[..., torch.Tensor]
+    description: str
+    single_launch: bool = False
+    traceable: bool = True
+    host_lengths: bool = False
+    unavailable: Callable[[], str | None] = lambda: None
+
+
+IMPLEMENTATIONS: dict[str, Implementation] = {}
+
+
+def register(impl: Implementation) -> None:
+    """Add (or replace) an implementation, selectable as ``impl=<name>``."""
+    if impl.name == "auto":
+        raise ValueError("'auto' is reserved for automatic selection")
+    IMPLEMENTATIONS[impl.name] = impl
+    _PLANS.clear()  # plans made for the name's previous holder
+
+
+def implementations(device: str | torch.device | None = None) -> list[str]:
+    """Names of the implementations that can run here (on ``device``'s type, if given)."""
+    kind = None if device is None else torch.device(device).type
+    return [
+        n
+        for n, i in IMPLEMENTATIONS.items()
+        if (kind is None or kind in i.devices) and i.unavailable() is None
+    ]
+
+
+_ONE_LAUNCH = (
+    "one FlexAttention launch per layer for the whole ragged pass, its block mask built "
+    "once per pass from the lengths; valid in eager, compiled and CUDA-graph passes"
+)
+# auto: per device type and pass kind, the implementation and why (measurements:
+# bench/results/cpu_kernels.md and docs/benchmarks/kernels.md)
+AUTO: dict[str, dict[str, tuple[str, str]]] = {
+    "cpu": {
+        "eager": ("sdpa", "measured fastest on CPU in eager passes (one call per row, or "
+                  "one for rows alike; no compile step)"),
+        "compiled": ("flex", "measured fastest on CPU in compiled passes: " + _ONE_LAUNCH),
+        "graphs": ("flex", "as compiled passes (CPU has no CUDA graphs): " + _ONE_LAUNCH),
+    },
+    "cuda": {k: ("flex", _ONE_LAUNCH + "; CPU-checked; not yet run on a GPU") for k in PASS_KINDS},
+}  # fmt: skip
+# Forces auto's pick everywhere (to run a suite through one implementation)
+AUTO_OVERRIDE = "BASS_AUTO_ATTENTION"
+
+
+def resolve(impl: str, device: torch.device, kind: str = "eager") -> tuple[Implementation, str]:
+    """The implementation ``impl`` names on ``device`` for a pass of ``kind``, and why:
+    for ``"auto"`` the :data:`AUTO` table's pick (``$BASS_AUTO_ATTENTION`` overrides it),
+    ``reference`` when that cannot run here; for a name, that implementation or an error
+    saying why it cannot run and what can."""
+    if impl != "auto":
+        found = IMPLEMENTATIONS.get(impl)
+        if found is None:
+            names = ", ".join(["auto", *IMPLEMENTATIONS])
+            raise ValueError(
+                f"unknown ragged attention implementation {impl!r}; registered: {names}"
+            )
+        here = implementations(device)
+        if device.type not in found.devices:
+            raise ValueError(
+                f"ragged attention implementation {impl!r} runs on {', '.join(found.devices)}, "
+                f"not {device.type}; use impl='auto' or one of {here}"
+            )
+        why = found.unavailable()
+        if why is not None:
+            raise RuntimeError(
+                f"ragged attention implementation {impl!r} is not available here ({why}); "
+                f"available on {device.type}: {here}"
+            )
+        return found, "named explicitly"
+    forced = os.environ.get(AUTO_OVERRIDE)
+    name, why = (
+        (forced, f"${AUTO_OVERRIDE}")
+        if forced
+        else AUTO.get(device.type, {}).get(
+            kind, ("reference", f"no implementation chosen for {device.type} {kind} passes")
+        )
+    )
+    found = IMPLEMENTATIONS[name]
+    missing = found.unavailable() or (None if device.type in found.devices else "wrong device")
+    if missing is None:
+        return found, why
+    if device.type not in IMPLEMENTATIONS["reference"].devices:
+        raise RuntimeError(f"no ragged attention implementation runs on {device.type}")
+    return IMPLEMENTATIONS["reference"], f"{name} unavailable ({missing}); the reference"
+
+
+class HostLengths(NamedTuple):
+    """A pass's lengths on the host, lists ``[B]``: each row's first token, its tokens,
+    its keys (the cache length once the pass's tokens are in)."""
+
+    starts: Sequence[int]
+    q_lens: Sequence[int]
+    kv_lens: Sequence[int]
+
+
+class Plan:
+    """One pass's attention and KV append (see the module docstring).
+
+    Tensors on the pass's device: ``starts``, ``q_lens``, ``kv_lens`` int32 ``[B]``; for
+    packed passes ``cu_q_lens`` ``[B+1]`` and ``cache_lens`` ``[B]`` too. ``num_tokens``:
+    ``N``; ``cache_size``: ``S``; ``host``: the lengths on the host or ``None``; ``width``:
+    the longest row's query count, bucketed (``N`` without host lengths). ``self.impl``
+    runs, ``self.reason`` says why.
 
     >>> import torch
     >>> cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
     >>> lens = torch.tensor([4, 4, 0], dtype=torch.int32)
-    >>> p = plan_packed("auto", [3, 0, 2], [4, 4, 0], 5, cu, lens, lens + cu.diff())
-    >>> p.impl.name, p.kv_lens, p.slots.tolist()
-    ('sdpa', [7, 4, 2], [4, 5, 6, 0, 1])
+    >>> p = Plan.for_pass("reference", [3, 0, 2], [4, 4, 0], 5, cu, lens, lens + cu.diff(), 16)
+    >>> kv = torch.ones(3, 1, 16, 8)  # B=3, Hkv=1, S=16, D=8
+    >>> p.host.kv_lens, p.width, p.attend(torch.zeros(1, 2, 5, 8), kv, kv, 1.0).shape
+    ([7, 4, 2], 4, torch.Size([1, 2, 5, 8]))
     """
 
     def __init__(
         self,
         impl: str,
+        starts,
+        q_lens,
+        kv_lens,
+        num_tokens: int,
+        cache_size: int,
+        *,
+        kind: str = "eager",
+        host: HostLengths | None = None,
+        width: int | None = None,
+        cu_q_lens=None,
+        cache_lens=None,
+    ):
+        self.device = q_lens.device
+        self.kind = kind
+        self.impl, self.reason = resolve(impl, self.device, kind)
+        self.starts, self.q_lens, self.kv_lens = starts, q_lens, kv_lens
+        self.cu_q_lens, self.cache_lens = cu_q_lens, cache_lens
+        self.num_tokens, self.cache_size, self.host = num_tokens, cache_size, host
+        if width is None:
+            width = num_tokens if host is None else bucket_query_len(max(host.q_lens, default=1))
+        self.width = max(1, width)
+        # compiled, an untraceable implementation runs as the op, which plans for itself
+        opaque = kind != "eager" and not self.impl.traceable
+        self.state = None if opaque else self.impl.prepare(self)
+        self._index = None
+        if kind == "eager" and host is not None and cache_lens is not None:
+            caches = [n - q for n, q in zip(host.kv_lens, host.q_lens)]
+            self._index = reference.append_index(host.q_lens, caches, self.device)
+
+    @classmethod
+    def for_pass(
+        cls,
+        impl: str,
         q_lens: Sequence[int],
         cache_lens: Sequence[int],
         num_tokens: int,
-        cu_q_lens: torch.Tensor,
-        cache_lens_t: torch.Tensor,
-        kv_lens_t: torch.Tensor,
-    ):
-        from .packed import resolve_packed_implementation
-
-        device = cu_q_lens.device
-        self.q_lens = list(q_lens)
-        self.kv_lens = [n + q for n, q in zip(cache_lens, q_lens)]
-        self.cu_q_lens, self.cache_lens_t, self.kv_lens_t = cu_q_lens, cache_lens_t, kv_lens_t
-        self.num_tokens = num_tokens
-        if impl == "auto":  # with host lengths, the per-row SDPA runs on any device
-            impl = "sdpa"
-        self.impl = resolve_packed_implementation(impl, device, planned=True)
-        self.cu = [0]
-        for n in self.q_lens:
-            self.cu.append(self.cu[-1] + n)
-        self.device = device
-        self._run = self.impl.plan(self) if self.impl.plan is not None else None
-        # the real tokens' (row, slot) pairs for the append: one scatter per cache
-        rows = [b for b, n in enumerate(self.q_lens) for _ in range(n)]
-        slots = [s for n, q in zip(cache_lens, self.q_lens) for s in range(n, n + q)]
-        pairs = torch.tensor([rows, slots], dtype=torch.long).reshape(2, -1)
-        pairs = pairs.to(device, non_blocking=True)
-        self.rows, self.slots, self.real = pairs[0], pairs[1], self.cu[-1]
-
-    @property
-    def max_q_len(self) -> int:
-        return max(self.q_lens, default=0)
+        cu_q_lens,
+        cache_lens_t,
+        kv_lens_t,
+        cache_size: int,
+        kind: str = "eager",
+    ) -> Plan:
+        """An engine's packed pass: row ``b`` brings ``q_lens[b]`` tokens after
+        ``cache_lens[b]`` cached (host lists); the device tensors ``cu_q_lens`` ``[B+1]``,
+        ``cache_lens_t`` and ``kv_lens_t`` ``[B]``."""
+        starts = [0] * len(q_lens)
+        for b in range(1, len(q_lens)):
+            starts[b] = starts[b - 1] + q_lens[b - 1]
+        kv = [n + q for n, q in zip(cache_lens, q_lens)]
+        return cls(impl, cu_q_lens[:-1], kv_lens_t - cache_lens_t, kv_lens_t, num_tokens,
+                   cache_size, kind=kind, host=HostLengths(starts, list(q_lens), kv),
+                   cu_q_lens=cu_q_lens, cache_lens=cache_lens_t)  # fmt: skip
 
     def attend(self, q, k, v, scale: float) -> torch.Tensor:
-        """One layer's attention: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]`` (this
-        pass's keys already appended); returns ``[1, Hq, N, D]`` token-major."""
-        if self._run is not None:
-            return self._run(q, k, v, scale)
-        return self.impl.op(q, k, v, self.cu_q_lens, self.kv_lens_t, scale)
+        """One layer's attention: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]`` (the pass's
+        keys already appended); returns ``[1, Hq, N, D]`` token-major."""
+        if self.state is None:  # compiled, untraceable: the op plans for itself
+            return torch.ops.bass.ragged_attention_packed(
+                q, k, v, self.cu_q_lens, self.kv_lens, scale, self.impl.name
+            )
+        return self.impl.run(self.state, q, k, v, scale)
 
     def append(self, k_cache, v_cache, k_new, v_new) -> None:
-        """One layer's KV append: token ``j`` of row ``b`` to slot ``cache_lens[b] + j -
-        cu_q_lens[b]`` (``k_new``, ``v_new``: ``[1, Hkv, N, D]``)."""
-        real = self.real
-        if real == 0:
-            return
-        for cache, new in ((k_cache, k_new), (v_cache, v_new)):
-            vals = new[0] if real == new.shape[2] else new[0].narrow(1, 0, real)
-            vals = vals.transpose(0, 1)  # [real, Hkv, D]: what cache[rows, :, slots] is
-            cache[self.rows, :, self.slots] = vals.to(cache.dtype)
+        """One layer's KV append of a packed pass (``k_new``, ``v_new``: ``[1, Hkv, N,
+        D]``): token ``j`` of row ``b`` to slot ``cache_lens[b] + j - cu_q_lens[b]``."""
+        if self._index is not None:  # eager: the pass's (row, slot) pairs, built once
+            reference.append_at(k_cache, v_cache, k_new, v_new, self._index)
+        else:
+            torch.ops.bass.kv_append_packed(
+                k_cache, v_cache, k_new, v_new, self.cu_q_lens, self.cache_lens
+            )
 
 
-#: Plan a packed pass (the constructor of :class:`PackedPlan`, under the name hf.py uses).
-plan_packed = PackedPlan
+# --------------------------------------------------------------------------- op kernels
+# The ops plan each call from their tensors. On a CPU the lengths are read (free) and the
+# plan kept per set of lengths, shared by every layer of a pass; elsewhere they are read
+# only to check them or when the implementation needs them.
+
+_PLANS: dict[tuple, Plan] = {}
+
+
+def _remember(key: tuple, build: Callable[[], Any], cache: dict = _PLANS):
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= 256:  # bounded: a long run sees many sets of lengths
+            cache.clear()
+        found = cache[key] = build()
+    return found
+
+
+def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
+    device = lens.device
+    found, _ = resolve(impl, device, "eager")
+    B = kv_lens.shape[0]
+    if device.type == "cpu" or found.host_lengths or contract.checking_lengths(lens, kv_lens):
+        raw, kv = lens.tolist(), kv_lens.tolist()  # the one host read of the lengths
+        q = contract.q_lens_of_cu(op, raw, N) if packed else raw
+        if contract.checking_lengths(lens, kv_lens):
+            check_rows(op, q, kv, S, T=width, cu=raw if packed else None)
+        if device.type == "cpu" or found.host_lengths:
+            starts = raw[:-1] if packed else [b * width for b in range(B)]
+
+            def build() -> Plan:
+                t = torch.tensor([starts, q, kv], dtype=LENGTH_DTYPE).reshape(3, B).to(device)
+                host = HostLengths(starts, q, kv)
+                return Plan(impl, t[0], t[1], t[2], N, S, host=host, width=width)
+
+            return _remember((impl, device, N, S, width, *raw, -1, *kv), build)
+    if packed:
+        return Plan(impl, lens[:-1], lens.diff(), kv_lens, N, S, width=width, cu_q_lens=lens)
+    starts = torch.arange(B, dtype=LENGTH_DTYPE, device=device) * width
+    return Plan(impl, starts, lens, kv_lens, N, S, width=width)
+
+
+def _attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
+    contract.check_attention(q, k, v, cu_q_lens, kv_lens, scale, packed=True)
+    check_no_grad("bass.ragged_attention_packed", q=q, k=k, v=v)
+    plan = _plan_call(
+        "ragged_attention_packed", impl, cu_q_lens, kv_lens, q.shape[2], k.shape[2], True
+    )
+    return plan.attend(q, k, v, float(scale))
+
+
+def _attention_padded(q, k, v, q_lens, kv_lens, scale, impl="auto"):
+    contract.check_attention(q, k, v, q_lens, kv_lens, scale, packed=False)
+    check_no_grad("bass.ragged_attention", q=q, k=k, v=v)
+    B, Hq, T, D = q.shape
+    plan = _plan_call("ragged_attention", impl, q_lens, kv_lens, B * T, k.shape[2], False, T)
+    flat = q.transpose(0, 1).reshape(1, Hq, B * T, D)  # row after row: starts[b] = b * T
+    out = plan.attend(flat, k, v, float(scale))  # [1, Hq, B * T, D] token-major
+    return out[0].unflatten(1, (B, T)).transpose(0, 1).contiguous()
+
+
+def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
+    contract.check_append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True)
+    check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
+    N, S = k_new.shape[2], k_cache.shape[2]
+    if k_cache.device.type == "cpu" or contract.checking_lengths(cu_q_lens, cache_lens):
+        cu, lens = cu_q_lens.tolist(), cache_lens.tolist()
+        q_lens = contract.q_lens_of_cu("kv_append_packed", cu, N, "k_new.shape[2]")
+        if contract.checking_lengths(cu_q_lens, cache_lens):
+            check_rows("kv_append_packed", q_lens, lens, S, append=True, cu=cu)
+        if k_cache.device.type == "cpu":  # one index per set of lengths
+            index = _remember(
+                (*cu, -1, *lens), lambda: reference.append_index(q_lens, lens, "cpu"), _INDEX
+            )
+            return reference.append_at(k_cache, v_cache, k_new, v_new, index)
+    reference.append(k_cache, v_cache, k_new, v_new, cu_q_lens[:-1], cu_q_lens.diff(), cache_lens)
+
+
+_INDEX: dict[tuple, tuple] = {}
+
+
+def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
+    contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
+    check_no_grad("bass.kv_append", k_new=k_new, v_new=v_new)
+    B, H, T, D = k_new.shape
+    if contract.checking_lengths(cache_lens, new_lens):
+        check_rows(
+            "kv_append", new_lens.tolist(), cache_lens.tolist(), k_cache.shape[2], T=T, append=True
+        )
+    starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T
+    flat = [t.transpose(0, 1).reshape(1, H, B * T, D) for t in (k_new, v_new)]
+    reference.append(k_cache, v_cache, *flat, starts, new_lens, cache_lens)
+
+
+for _key in ("CPU", "CUDA"):
+    lib.impl("ragged_attention", _attention_padded, _key)
+    lib.impl("ragged_attention_packed", _attention_packed, _key)
+    lib.impl("kv_append", _append_padded, _key)
+    lib.impl("kv_append_packed", _append_packed, _key)
+
+
+# --------------------------------------------------------------------------- registry
+
+for _impl in (
+    Implementation(
+        "reference", ("cpu", "cuda"), lambda p: (p.starts, p.q_lens, p.kv_lens),
+        lambda s, q, k, v, scale: reference.attention(q, k, v, *s, scale),
+        "pure PyTorch, each token's cache row gathered, no host read: the oracle's twin "
+        "and the fallback; time and memory grow with N * S",
+    ),
+    Implementation(
+        "sdpa", ("cpu", "cuda"), sdpa.prepare, sdpa.run,
+        "F.scaled_dot_product_attention per row on its own slices (rows alike share one "
+        "call); reads the lengths on the host: a launch per row on a GPU",
+        traceable=False, host_lengths=True,
+    ),
+    Implementation(
+        "flex", ("cpu", "cuda"), flex.prepare, flex.run,
+        "PyTorch FlexAttention over the whole pass, a block mask built once per pass from "
+        "the lengths (Inductor's C++ template on CPU, Triton on CUDA)",
+        single_launch=True,
+    ),
+    Implementation(
+        "fused", ("cuda", "cpu") if fused.interpreted() else ("cuda",), fused.prepare, fused.run,
+        "bass's Triton flash-attention kernel over the packed pass (GQA-aware, split-KV), "
+        "a grid from shapes only; checked in Triton's interpreter, not yet run on a GPU",
+        single_launch=True, unavailable=fused.unavailable,
+    ),
+    *(
+        Implementation(
+            kind, ("cuda",), cutlass.prepare, cutlass.runner(kind),
+            f"BASS-{kind.upper()} (paper Fig. 4{'b' if kind == 'pad' else 'c'}): CUTLASS "
+            + ("batched GEMMs over rows padded to the longest kv_len (one host sync)"
+               if kind == "pad" else "grouped GEMMs, one problem per row, no host sync")
+            + ", Triton masked softmax; fp16/bf16, D % 8 == 0 (else the reference); "
+            "not yet run on a GPU",
+            unavailable=cutlass.unavailable_reason,
+        )
+        for kind in ("pad", "split")
+    ),
+):  # fmt: skip
+    register(_impl)

@@ -1,78 +1,157 @@
-"""Pure-PyTorch implementations of the bass ops: the oracle every fast path is tested against.
+"""``reference``: the pure-PyTorch implementation, and the helpers of the one layout
+(:mod:`bass.ops.plan`) that other implementations share (row gathers, the KV append).
 
-Everything here is vectorised over rows and heads (no Python loop over either), runs on
-any device torch supports, and computes in float32 (float64 stays float64).
+The reference is vectorised over tokens and heads, reads no length on the host (a CUDA
+graph can capture it) and computes in float32 (float64 stays float64). Time and memory
+grow with ``N * S``: it is the CPU-checkable twin of every fast path and the fallback for
+inputs a kernel does not take, not a fast path itself.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .contract import token_major
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+# Elements of K (and as many of V) the reference gathers per chunk of tokens: the memory
+# it needs beyond its output. Shapes alone set the chunks (CUDA-graph safe).
+GATHER_BUDGET = 1 << 25
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def ragged_attention(
-    q: torch.Tensor,  # [B, Hq, T, D]
-    k: torch.Tensor,  # [B, Hkv, S, D]
-    v: torch.Tensor,  # [B, Hkv, S, D]
-    q_lens: torch.Tensor,  # int32 [B]
-    kv_lens: torch.Tensor,  # int32 [B]
-    scale: float,
-) -> torch.Tensor:  # [B, Hq, T, D]
-    """Masked dense attention over the whole cache; see ``bass.ops.ragged_attention``."""
-    B, Hq, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    G = Hq // Hkv  # query heads per KV head (HF's repeat_kv order: head h uses h // G)
-    cdt = _compute_dtype(q.dtype)
-
-    qg = q.reshape(B, Hkv, G * T, D).to(cdt)  # [B, Hkv, G*T, D]
-    scores = torch.matmul(qg, k.to(cdt).transpose(-1, -2)) * scale  # [B, Hkv, G*T, S]
-    scores = scores.view(B, Hkv, G, T, S)
-
-    # Row b's query t sits at absolute position kv_lens[b] - q_lens[b] + t (causal).
-    t_idx = torch.arange(T, device=q.device)
-    s_idx = torch.arange(S, device=q.device)
-    ql = q_lens.to(torch.long)[:, None]  # [B, 1]
-    pos = kv_lens.to(torch.long)[:, None] - ql + t_idx  # [B, T]
-    valid_q = t_idx[None, :] < ql  # [B, T]
-    allowed = (s_idx[None, None, :] <= pos[:, :, None]) & valid_q[:, :, None]  # [B, T, S]
-    allowed = allowed[:, None, None]  # [B, 1, 1, T, S]
-
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    # Padding query slots have every key masked: softmax gives NaN there; the contract says 0.
-    probs = torch.where(allowed, probs, torch.zeros((), dtype=cdt, device=q.device))
-    # Slots past kv_len are never read, whatever they hold: a zero probability times a NaN
-    # left in an uninitialised cache slot would still be NaN, so zero those values.
-    live = (s_idx[None, :] < kv_lens.to(torch.long)[:, None])[:, None, :, None]  # [B,1,S,1]
-    v_live = torch.where(live, v.to(cdt), torch.zeros((), dtype=cdt, device=q.device))
-    out = torch.matmul(probs.view(B, Hkv, G * T, S), v_live)  # [B, Hkv, G*T, D]
-    return out.view(B, Hq, T, D).to(q.dtype)
+def token_rows(starts: torch.Tensor, q_lens: torch.Tensor, n: int):
+    """For each of ``n`` flat tokens: its row (int64 ``[n]``, clamped to ``0..B-1``), its
+    index within the row, and whether it belongs to a row: the last row starting at or
+    before it (rows are disjoint and in order; an empty row shares the next one's start)."""
+    j = torch.arange(n, device=starts.device)
+    s = starts.to(torch.long)
+    row = (torch.searchsorted(s, j, right=True) - 1).clamp(min=0)
+    i = j - s.index_select(0, row)
+    live = (i >= 0) & (i < q_lens.to(torch.long).index_select(0, row))
+    return row, i, live
 
 
-def kv_append(
-    k_cache: torch.Tensor,  # [B, Hkv, S, D] (mutated)
-    v_cache: torch.Tensor,  # [B, Hkv, S, D] (mutated)
-    k_new: torch.Tensor,  # [B, Hkv, T, D]
-    v_new: torch.Tensor,  # [B, Hkv, T, D]
-    cache_lens: torch.Tensor,  # int32 [B]
-    new_lens: torch.Tensor,  # int32 [B]
-) -> None:
-    """Write row b's first ``new_lens[b]`` new tokens at slots ``cache_lens[b] + i``.
+def row_slots(starts, q_lens, T: int, N: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gather into rows of ``T`` slots, for implementations that take padded rows:
+    ``src`` int64 ``[B, T]``, the token row ``b``'s slot ``t`` reads (past ``q_len``: the
+    row's last, clamped into ``0..N-1``); ``back`` int64 ``[N]``, each token's slot ``b * T
+    + t``, or ``B * T`` (one slot past the end, which :func:`from_rows` makes 0) for a token
+    of no row."""
+    t = torch.arange(T, device=starts.device)
+    last = (q_lens.to(torch.long)[:, None] - 1).clamp(min=0)
+    src = (starts.to(torch.long)[:, None] + torch.minimum(t, last)).clamp(0, max(N - 1, 0))
+    row, i, live = token_rows(starts, q_lens, N)
+    return src, torch.where(live, row * T + i, starts.shape[0] * T)
 
-    One gather and one scatter of T slots per row. Slot indices are taken modulo S, which
-    keeps them distinct within a row (T <= S); the padding positions (i >= new_lens[b])
-    write back the value they read, so they change nothing and never collide with a real
-    write.
+
+def to_rows(q: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """Flat queries ``[1, Hq, N, D]`` gathered into rows ``[B, Hq, T, D]`` (token-major
+    storage) by :func:`row_slots`' ``src``."""
+    B, T = src.shape
+    _, Hq, N, D = q.shape
+    if N == 0:  # no token to gather (src points at token 0)
+        return q.new_zeros(B, T, Hq, D).transpose(1, 2)
+    return q[0].transpose(0, 1).index_select(0, src.flatten()).view(B, T, Hq, D).transpose(1, 2)
+
+
+def from_rows(o: torch.Tensor, back: torch.Tensor) -> torch.Tensor:
+    """Rows ``[B, Hq, T, D]`` back to flat tokens ``[1, Hq, N, D]`` token-major, by
+    :func:`row_slots`' ``back`` (tokens of no row get 0)."""
+    B, Hq, T, D = o.shape
+    o = o.transpose(1, 2).reshape(B * T, Hq, D)
+    return torch.cat([o, o.new_zeros(1, Hq, D)]).index_select(0, back)[None].transpose(1, 2)
+
+
+def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
+    """Each token's row of ``k``/``v`` gathered next to it, one masked softmax per (token,
+    head) over all ``S`` slots, in chunks of tokens under :data:`GATHER_BUDGET`.
+
+    Shapes: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]``; starts, q_lens, kv_lens int32
+    ``[B]``; returns ``[1, Hq, N, D]`` token-major, q's dtype.
     """
-    B, H, T, D = k_new.shape
-    S = k_cache.shape[2]
-    i = torch.arange(T, device=k_cache.device)
-    slots = (cache_lens.to(torch.long)[:, None] + i) % S  # [B, T]
-    keep_new = (i[None, :] < new_lens.to(torch.long)[:, None])[:, None, :, None]  # [B,1,T,1]
-    index = slots[:, None, :, None].expand(B, H, T, D)
+    _, Hq, N, D = q.shape
+    B, Hkv, S, _ = k.shape
+    G = Hq // Hkv  # HF's repeat_kv order: query head h uses KV head h // G
+    out = token_major(q, zero=True)  # padding tokens stay 0
+    if N == 0 or B == 0 or S == 0:
+        return out
+    cdt = compute_dtype(q.dtype)
+    row, i, live = token_rows(starts, q_lens, N)
+    pos = (kv_lens - q_lens).to(torch.long).index_select(0, row) + i  # absolute position
+    # token j sees keys 0..pos[j] of its row, all within kv_len: a NaN left in a slot past
+    # a row's length is masked out of the scores, and zeroed out of the values (its zero
+    # weight would not do: 0 * NaN is NaN)
+    slot = torch.arange(S, device=q.device)
+    allowed = (slot <= pos[:, None]) & live[:, None]  # [N, S]
+    zero = torch.zeros((), dtype=cdt, device=q.device)
+    in_row = (slot < kv_lens.to(torch.long)[:, None])[:, None, :, None]  # [B, 1, S, 1]
+    v = torch.where(in_row, v.to(cdt), zero)
+    qt = q[0].transpose(0, 1).reshape(N, Hkv, G, D)  # [N, Hkv, G, D]
+    flat = out.transpose(1, 2)[0]  # [N, Hq, D], the output's storage
+    # shapes only: the same chunks on every call; traced, one chunk (a loop over a
+    # symbolic N would specialise the graph on it)
+    chunk = max(1, GATHER_BUDGET // (Hkv * S * D))
+    spans = (
+        [(0, N)]
+        if torch.compiler.is_compiling()
+        else [(start, min(start + chunk, N)) for start in range(0, N, chunk)]
+    )
+    for start, stop in spans:
+        rows, seen = row[start:stop], allowed[start:stop, None, None, :]  # [n, 1, 1, S]
+        kt = k.index_select(0, rows).to(cdt)  # [n, Hkv, S, D]
+        scores = torch.matmul(qt[start:stop].to(cdt), kt.transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~seen, float("-inf"))  # [n, Hkv, G, S]
+        # a padding token sees no key: softmax gives NaN there; the contract says 0
+        probs = torch.where(seen, torch.softmax(scores, dim=-1), zero)
+        o = torch.matmul(probs, v.index_select(0, rows))  # [n, Hkv, G, D]
+        flat[start:stop] = o.reshape(stop - start, Hq, D).to(q.dtype)
+    return out
+
+
+def append(k_cache, v_cache, k_new, v_new, starts, q_lens, cache_lens) -> None:
+    """Token ``j`` of row ``b`` to slot ``cache_lens[b] + j - starts[b]``; no host read,
+    one index_put per cache of a fixed size: a padding token repeats the first real
+    token's write (with none, every token writes back its slot's value), so duplicate
+    indices always carry equal values.
+
+    Shapes: k_cache, v_cache ``[B, Hkv, S, D]`` (mutated); k_new, v_new ``[1, Hkv, N,
+    D]``; starts, q_lens, cache_lens int32 ``[B]``.
+    """
+    B, _, S, _ = k_cache.shape
+    N = k_new.shape[2]
+    if N == 0 or B == 0:
+        return
+    row, i, live = token_rows(starts, q_lens, N)
+    src = torch.where(live, torch.arange(N, device=live.device), live.int().argmax())
+    row, i = row.index_select(0, src), i.index_select(0, src)
+    slots = (cache_lens.to(torch.long).index_select(0, row) + i).clamp(0, S - 1)
+    keep_old = ~live.any().expand(N)[:, None, None]  # no real token: write back the old
     for cache, new in ((k_cache, k_new), (v_cache, v_new)):
-        old = cache.gather(2, index)
-        cache.scatter_(2, index, torch.where(keep_new, new.to(cache.dtype), old))
+        vals = new[0].transpose(0, 1).index_select(0, src).to(cache.dtype)  # [N, Hkv, D]
+        cache[row, :, slots] = torch.where(keep_old, cache[row, :, slots], vals)
+
+
+def append_index(q_lens: list[int], cache_lens: list[int], device) -> tuple[torch.Tensor, ...]:
+    """The real tokens' (row, slot) pairs of a packed pass from host lengths (once per
+    pass), moved to ``device`` in one copy."""
+    rows = [b for b, n in enumerate(q_lens) for _ in range(n)]
+    slots = [s for n, c in zip(q_lens, cache_lens) for s in range(c, c + n)]
+    pairs = torch.tensor([rows, slots], dtype=torch.long).reshape(2, -1)
+    pairs = pairs.to(device, non_blocking=True)
+    return pairs[0], pairs[1]
+
+
+def append_at(k_cache, v_cache, k_new, v_new, index: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Write the first ``len(rows)`` packed tokens at ``(rows, slots)`` (from
+    :func:`append_index`): one index_put per cache."""
+    rows, slots = index
+    real = rows.shape[0]
+    if real == 0:
+        return
+    for cache, new in ((k_cache, k_new), (v_cache, v_new)):
+        vals = new[0] if real == new.shape[2] else new[0].narrow(1, 0, real)  # [Hkv, real, D]
+        vals = vals.transpose(0, 1)  # [real, Hkv, D]: the shape cache[rows, :, slots] has
+        cache[rows, :, slots] = vals if vals.dtype == cache.dtype else vals.to(cache.dtype)

@@ -2,7 +2,7 @@
 
 The oracle is ``bass.testing``'s naive loop over rows, heads and tokens in float64 (one
 ``torch.softmax`` per query over the explicit slice of keys it may see), sharing no code
-or masking trick with :mod:`bass.ops.packed`. Tolerances are the padded op's
+or masking trick with any implementation. Tolerances are the padded op's
 (``tests/test_ops_reference``: the output is float32 math rounded once to the input
 dtype). Bad input and the registry: ``tests/test_ops_packed_errors.py``.
 
@@ -11,7 +11,8 @@ and ``cu_q_lens = [0, 3, 3, 5]``; tokens 0-2 are row 0's, 3-4 row 2's; a CUDA-gr
 bucket of ``N = 8`` adds tokens 5-7, which belong to no row (their output is 0).
 
 The Triton implementation ``fused`` is checked in Triton's interpreter, in
-``tests/test_triton_fused.py`` (a subprocess), against the reference here.
+``tests/ops/test_triton_fused.py`` (a subprocess); ``flex`` on the shapes it runs (head dim
+>= 32, not float64) in ``tests/ops/test_ops_flex.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from test_ops_reference import TOLERANCES
 
 import bass
-from bass.ops import packed, sdpa
+from bass.ops import reference, sdpa
 from bass.testing import naive_kv_append_packed, naive_ragged_attention_packed
 
 CUDA = pytest.param(
@@ -37,7 +38,7 @@ CUDA = pytest.param(
         pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     ],
 )
-CPU_IMPLS = ["reference", "sdpa", "auto"]
+CPU_IMPLS = ["reference", "sdpa", "flex", "auto"]  # flex: float64 and D < 32 run the reference
 
 
 # --------------------------------------------------------------------------- cases
@@ -214,7 +215,7 @@ def test_packed_attention_low_precision_matches_naive_loop(case, dtype, impl):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("impl", ["reference", "auto", "fused"])
+@pytest.mark.parametrize("impl", ["reference", "auto", "flex", "fused"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @settings(max_examples=150)
 @with_edge_cases()
@@ -222,7 +223,7 @@ def test_packed_attention_low_precision_matches_naive_loop(case, dtype, impl):
 def test_packed_attention_on_cuda_matches_naive_loop(case, dtype, impl):
     from test_ops_reference import KERNEL_TOLERANCES
 
-    if impl not in ("auto", *bass.ops.packed.packed_implementations("cuda")):
+    if impl not in ("auto", *bass.ops.implementations("cuda")):
         pytest.skip(f"impl {impl} is not available in this process")
     args = case.tensors(dtype, "cuda")
     tolerances = TOLERANCES if impl == "reference" else KERNEL_TOLERANCES
@@ -235,7 +236,8 @@ def test_packed_attention_on_cuda_matches_naive_loop(case, dtype, impl):
 def test_packed_attention_never_reads_past_kv_len_or_padding_tokens(case, garbage_seed):
     """NaN/Inf in cache slots past kv_len and garbage in padding tokens' queries change
     nothing (a cache from torch.empty is fine): bit for bit in the reference; in ``sdpa``
-    up to rounding, as NaN sends batched rows back to one call each."""
+    up to rounding, as NaN sends batched rows back to one call each. (``flex`` needs a
+    finite cache past ``kv_len``: its module docstring says why.)"""
     args = case.tensors(torch.float32)
     q, k, v, cu, kv, scale = args
     g = torch.Generator().manual_seed(garbage_seed)
@@ -244,7 +246,7 @@ def test_packed_attention_never_reads_past_kv_len_or_padding_tokens(case, garbag
     for b, kv_len in enumerate(case.kv_lens):
         k2[b, :, kv_len:] = math.nan
         v2[b, :, kv_len:] = math.inf if garbage_seed % 2 else math.nan
-    for impl in CPU_IMPLS:
+    for impl in ("reference", "sdpa", "auto"):
         out = attend(args, impl)
         out2 = attend((q2, k2, v2, cu, kv, scale), impl)
         assert not out2.isnan().any(), impl
@@ -268,7 +270,7 @@ def test_packed_equals_padded_ragged_attention(case):
     q_lens = torch.tensor(case.q_lens, dtype=torch.int32)
     rtol, atol = TOLERANCES[torch.float32]  # float32 sums in another order
     atol *= float(v.abs().max())
-    for impl in ("reference", "sdpa"):
+    for impl in ("reference", "sdpa", "flex"):
         padded = torch.ops.bass.ragged_attention(q_pad, k, v, q_lens, kv, scale, impl)
         out = attend((q, k, v, cu, kv, scale), impl)
         for b, (start, n) in enumerate(zip(offsets(case.q_lens), case.q_lens)):
@@ -298,10 +300,11 @@ def test_worked_example_from_the_docs():
 def test_reference_chunks_of_tokens_agree(monkeypatch):
     """The reference gathers keys in chunks of tokens; any chunking gives the same."""
     case = EDGE["decode_mixed"]
-    args = case.tensors(torch.float64)
-    whole = packed.reference_attention_packed(*args)
-    monkeypatch.setattr(packed, "GATHER_BUDGET", case.Hkv * case.S * case.D * 2)  # 2 tokens
-    torch.testing.assert_close(packed.reference_attention_packed(*args), whole)
+    q, k, v, cu, kv, scale = args = case.tensors(torch.float64)
+    rows = (cu[:-1], cu.diff(), kv)
+    whole = reference.attention(q, k, v, *rows, scale)
+    monkeypatch.setattr(reference, "GATHER_BUDGET", case.Hkv * case.S * case.D * 2)  # 2 tokens
+    torch.testing.assert_close(reference.attention(q, k, v, *rows, scale), whole)
     check_against_naive(whole, case, args, torch.float64)
 
 
@@ -310,7 +313,8 @@ def test_sdpa_batches_the_rows_it_should():
 
     def plan(name):
         case = EDGE[name]
-        return sdpa.SdpaPlan(offsets(case.q_lens), list(case.kv_lens), case.N)
+        starts = offsets(case.q_lens)[:-1]
+        return sdpa.SdpaPlan(starts, list(case.q_lens), list(case.kv_lens), case.N)
 
     assert plan("decode_all").batch.uniform and not plan("decode_all").rows
     assert plan("verify_uniform").batch.uniform and plan("verify_uniform").batch.n == 3
@@ -319,7 +323,7 @@ def test_sdpa_batches_the_rows_it_should():
     assert not mixed.batch.uniform and mixed.batch.chosen == {0, 2, 4}
     assert [row[0] for row in mixed.rows] == [1]
     assert plan("worked_example").batch is None
-    spread = sdpa.SdpaPlan([0, 1, 2], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
+    spread = sdpa.SdpaPlan([0, 1], [1, 1], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
     assert spread.batch is None and len(spread.rows) == 2
 
 
@@ -419,8 +423,12 @@ APPEND_EDGE = [
 APPEND_CALLS = {
     "op": torch.ops.bass.kv_append_packed,
     "wrapper": bass.ops.kv_append_packed,
-    "reference": packed.reference_append_packed,
-    "cpu": packed.cpu_append_packed,
+    "reference": lambda kc, vc, kn, vn, cu, lens: reference.append(
+        kc, vc, kn, vn, cu[:-1], cu.diff(), lens
+    ),
+    "planned": lambda kc, vc, kn, vn, cu, lens: reference.append_at(
+        kc, vc, kn, vn, reference.append_index(cu.diff().tolist(), lens.tolist(), "cpu")
+    ),
 }
 
 

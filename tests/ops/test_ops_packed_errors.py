@@ -1,5 +1,5 @@
 """The packed ops refuse bad input with errors that say what was wrong and what to do,
-and their implementation registry (unknown names, devices, ``auto``, invalidation)."""
+and the family's registry (unknown names, devices, ``auto``, replacing an entry)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from test_ops_packed import APPEND_EDGE, EDGE
 
 import bass
-from bass.ops import packed
+from bass.ops import plan
 
 # --------------------------------------------------------------------------- errors
 
@@ -77,7 +77,7 @@ ATTENTION_ERRORS = {
     "cu-past-N": (
         {"cu_q_lens": lens((0, 3, 3, 9)), "kv_lens": lens((7, 4, 6))},
         ValueError,
-        r"cu_q_lens\[B\] = 9 tokens but the pass has N = 8",
+        r"cu_q_lens\[B\] = 9 tokens but the pass has N = 8 \(q.shape\[2\]\)",
     ),
     "kv-over-S": (
         {"kv_lens": lens((9, 4, 2))},
@@ -100,8 +100,8 @@ def test_attention_rejects_invalid_inputs(name):
         torch.ops.bass.ragged_attention_packed(*replace(**changes))
 
 
-def test_a_cached_signature_still_checks_scale_and_lengths():
-    """The kernel skips the metadata checks of a signature it has seen, never the rest."""
+def test_a_planned_set_of_lengths_still_checks_scale_and_lengths():
+    """The CPU kernel keeps a plan per set of lengths; every call is still checked."""
     torch.ops.bass.ragged_attention_packed(*ARGS)  # the signature is now known
     for name in ("scale-nan", "q_len-over-kv", "kv-over-S"):
         changes, error, message = ATTENTION_ERRORS[name]
@@ -120,7 +120,8 @@ def test_length_checks_false_skips_only_the_range_checks():
 
 
 def test_unknown_and_misplaced_implementations():
-    with pytest.raises(ValueError, match=r"unknown ragged_attention_packed implementation 'x'"):
+    with pytest.raises(ValueError, match=r"unknown ragged attention implementation 'x'; "
+                       r"registered: auto, reference, sdpa, flex, fused, pad, split"):  # fmt: skip
         torch.ops.bass.ragged_attention_packed(*ARGS, "x")
     with pytest.raises(ValueError, match=r"'fused' runs on cuda, not cpu; use impl='auto'"):
         torch.ops.bass.ragged_attention_packed(*ARGS, "fused")
@@ -128,33 +129,45 @@ def test_unknown_and_misplaced_implementations():
 
 def test_registry_and_auto():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert packed.resolve_packed_implementation("auto", cpu).name == "sdpa"
-    fused = packed._PACKED["fused"]
-    assert fused.devices == ("cuda",) and not fused.in_auto  # not run on a GPU yet
-    assert packed.resolve_packed_implementation("auto", cuda).name == "reference"
-    assert set(packed.packed_implementations("cpu")) == {"reference", "sdpa"}
+    assert plan.resolve("auto", cpu, "eager")[0].name == "sdpa"
+    for kind in bass.ops.PASS_KINDS:  # the CUDA default: one launch per layer, every kind
+        picked = plan.resolve("auto", cuda, kind)[0]
+        assert picked.name == "flex" and picked.single_launch and picked.traceable
+    fused = plan.IMPLEMENTATIONS["fused"]
+    assert fused.devices == ("cuda",) and fused.single_launch
+    assert set(bass.ops.implementations("cpu")) == {"reference", "sdpa", "flex"}
     with pytest.raises(ValueError, match="'auto' is reserved"):
-        packed.register_packed_implementation(dataclasses.replace(fused, name="auto"))
+        bass.ops.register(dataclasses.replace(fused, name="auto"))
 
 
-def test_registering_an_implementation_invalidates_cached_decisions(monkeypatch):
-    monkeypatch.setattr(packed, "_PACKED", dict(packed._PACKED))
-    torch.ops.bass.ragged_attention_packed(*ARGS)
+def test_auto_falls_back_to_the_reference_where_its_pick_cannot_run(monkeypatch):
+    flex = plan.IMPLEMENTATIONS["flex"]
+    monkeypatch.setitem(
+        plan.IMPLEMENTATIONS, "flex", dataclasses.replace(flex, unavailable=lambda: "gone")
+    )
+    impl, why = plan.resolve("auto", torch.device("cuda"), "compiled")
+    assert impl.name == "reference" and why == "flex unavailable (gone); the reference"
+    monkeypatch.setenv(plan.AUTO_OVERRIDE, "sdpa")  # a suite run through one implementation
+    assert plan.resolve("auto", torch.device("cuda"), "eager")[0].name == "sdpa"
+
+
+def test_a_registered_implementation_runs_by_name_and_replacing_it_takes_effect(monkeypatch):
+    monkeypatch.setattr(plan, "IMPLEMENTATIONS", dict(plan.IMPLEMENTATIONS))
     calls = []
 
-    def spy(*args):
-        calls.append(1)
-        return packed.reference_attention_packed(*args)
+    def spy(tag):
+        def run(state, q, k, v, scale):
+            calls.append(tag)
+            return plan.reference.attention(q, k, v, *state, scale)
 
-    packed.register_packed_implementation(bass.ops.Implementation("spy", spy, ("cpu",), priority=9))
-    try:
-        torch.ops.bass.ragged_attention_packed(*ARGS)
-        assert calls == [1]
-    finally:
-        packed._PACKED.pop("spy")
-        bass.ops.refresh_availability()
-    torch.ops.bass.ragged_attention_packed(*ARGS)
-    assert calls == [1]
+        return dataclasses.replace(plan.IMPLEMENTATIONS["reference"], name="spy", run=run)
+
+    bass.ops.register(spy("first"))
+    expected = torch.ops.bass.ragged_attention_packed(*ARGS, "reference")
+    assert torch.equal(torch.ops.bass.ragged_attention_packed(*ARGS, "spy"), expected)
+    bass.ops.register(spy("second"))  # the same lengths: a plan made for "first" is gone
+    torch.ops.bass.ragged_attention_packed(*ARGS, "spy")
+    assert calls == ["first", "second"]
 
 
 @pytest.mark.parametrize("names", [("q",), ("k", "v")], ids="+".join)
@@ -198,7 +211,8 @@ APPEND_ERRORS = {
     "cache_lens-negative": (
         {"cache_lens": lens((4, -1, 0))},
         ValueError,
-        r"row 1 has q_len=0 .* cache_lens=-1; expected cache_lens\[b\] >= 0",
+        r"row 1 has q_len=0 \(cu_q_lens\[1:3\] = \[3, 3\]\), cache_lens=-1; expected "
+        r"cache_lens\[b\] >= 0",
     ),
     "cache-full": (
         {"cache_lens": lens((6, 4, 0))},
@@ -248,6 +262,6 @@ def test_docstrings_reach_torch_ops():
         assert getattr(torch.ops.bass, name).__doc__ == wrapper.__doc__
         assert getattr(torch.ops.bass, name).default.__doc__ == wrapper.__doc__
     doc = torch.ops.bass.ragged_attention_packed.__doc__
-    for phrase in ("kv_lens[b] - q_len_b + i", "output is 0", "[1, Hq, N, D]", "token-major"):
+    for phrase in ("kv_lens[b] - q_len_b + i", "output 0", "[1, Hq, N, D]", "token-major"):
         assert phrase in doc
     assert "cache_lens[b] + j -" in torch.ops.bass.kv_append_packed.__doc__

@@ -1,4 +1,5 @@
-"""Property tests of ``torch.ops.bass.ragged_attention`` and ``torch.ops.bass.kv_append``.
+"""Property tests of the padded ops, ``torch.ops.bass.ragged_attention`` and ``kv_append``,
+through every implementation that runs on the CPU.
 
 The oracle here is a deliberately naive loop over rows, heads and query slots in float64,
 using ``torch.softmax`` on explicit key slices: it shares no code (and no masking trick)
@@ -27,7 +28,8 @@ from hypothesis import strategies as st
 
 import bass
 from bass import testing
-from bass.ops import reference
+
+CPU_IMPLS = ["reference", "sdpa", "flex", "auto"]  # flex: float64 and D < 32 run the reference
 
 CUDA = pytest.param(
     "cuda",
@@ -190,13 +192,13 @@ def check_against_naive(
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("impl", ["reference", "sdpa", "sdpa_padded", "auto"])
+@pytest.mark.parametrize("impl", CPU_IMPLS)
 @settings(max_examples=100, deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_float64_matches_naive_loop(case, impl, device):
-    if impl.startswith("sdpa") and device != "cpu":
-        pytest.skip(f"impl {impl} is registered for CPU only")
+    if impl in ("sdpa", "flex") and device != "cpu":
+        pytest.skip(f"impl {impl} on CUDA: tests/ops/test_ops_flex.py and the packed suites")
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float64, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
     tol = tolerances_for(impl, device)
@@ -204,14 +206,14 @@ def test_attention_float64_matches_naive_loop(case, impl, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("impl", ["reference", "sdpa", "sdpa_padded", "auto"])
+@pytest.mark.parametrize("impl", CPU_IMPLS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @settings(max_examples=60, deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_low_precision_matches_naive_loop(case, dtype, impl, device):
-    if impl.startswith("sdpa") and device != "cpu":
-        pytest.skip(f"impl {impl} is registered for CPU only")
+    if impl in ("sdpa", "flex") and device != "cpu":
+        pytest.skip(f"impl {impl} on CUDA: tests/ops/test_ops_flex.py and the packed suites")
     q, k, v, q_lens, kv_lens, scale = case.tensors(dtype, device)
     out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
     tol = tolerances_for(impl, device)
@@ -225,13 +227,8 @@ def test_attention_entry_points_agree(case):
     """The public op, its Python wrapper, the reference op and the plain function agree
     (bit for bit where they run the reference; ``auto`` may pick a faster implementation)."""
     args = case.tensors(torch.float32, "cpu")
-    expected = reference.ragged_attention(*args)
-    for out in (
-        torch.ops.bass.ragged_attention(*args, impl="reference"),
-        torch.ops.bass.ragged_attention_reference(*args),
-        bass.ops.ragged_attention(*args, impl="reference"),
-    ):
-        assert torch.equal(out, expected)
+    expected = torch.ops.bass.ragged_attention(*args, "reference")
+    assert torch.equal(bass.ops.ragged_attention(*args, impl="reference"), expected)
     for out in (torch.ops.bass.ragged_attention(*args), bass.ops.ragged_attention(*args)):
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
 
@@ -249,7 +246,7 @@ def test_attention_ignores_invisible_cache_slots_and_padding_queries(case, garba
         for t, start in ((q2, q_len), (k2, kv_len), (v2, kv_len)):
             tail = t[b, :, start:]
             tail.copy_(torch.randn(tail.shape, generator=g) * 1e3)
-    for impl in ("auto", "reference", "sdpa", "sdpa_padded"):
+    for impl in ("auto", "reference", "sdpa"):
         expected = out if impl == "auto" else attend(q, k, v, q_lens, kv_lens, scale, impl)
         assert torch.equal(attend(q2, k2, v2, q_lens, kv_lens, scale, impl), expected), impl
 
@@ -274,7 +271,7 @@ def test_attention_ignores_nonfinite_values_past_kv_len(case):
         for b, kv_len in enumerate(case.kv_lens):
             k2[b, :, kv_len:] = bad_k
             v2[b, :, kv_len:] = bad_v
-        for impl in ("reference", "sdpa", "sdpa_padded", "auto"):
+        for impl in ("reference", "sdpa", "auto"):
             out = torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
             assert out.isfinite().all()
             torch.testing.assert_close(
@@ -385,7 +382,6 @@ def with_append_edge_cases(test):
 APPEND_CALLS = {
     "op": torch.ops.bass.kv_append,
     "wrapper": bass.ops.kv_append,
-    "reference": reference.kv_append,
 }
 
 

@@ -1,9 +1,10 @@
-"""Tests of the ``fused`` implementation of ``bass::ragged_attention`` (Triton kernels).
+"""Tests of the ``fused`` implementation (bass's Triton kernels) of the ragged attention
+family.
 
 Two groups here (the other two, sm_90 builds and GPU checks, are in
-``test_triton_fused_gpu.py``, which shares this file's helpers), each for the padded op
-and for the packed one (``fused_attention_packed``: the same kernels in their ``PACKED``
-mode, checked against ``bass.ops.packed.reference_attention_packed``):
+``test_triton_fused_gpu.py``, which shares this file's helpers), each on padded rows
+(``[B, Hq, T, D]`` flattened row after row, ``starts[b] = b * T``: what the padded op hands
+the kernels) and on packed passes, against the reference:
 
 * host side and registration: the split rule, the registry entry, ``import bass``
   without triton (a subprocess that hides it). No GPU, no interpreter.
@@ -12,7 +13,7 @@ mode, checked against ``bass.ops.packed.reference_attention_packed``):
   imports it (``import bass`` does), so ``test_kernels_in_triton_interpreter`` reruns this
   file in a subprocess with ``TRITON_INTERPRET=1``; there the interpreter tests run and
   the driver skips. Run them directly with ``TRITON_INTERPRET=1 pytest
-  tests/test_triton_fused.py``. Small shapes (B <= 3, T <= 5, S <= 40): the interpreter
+  tests/ops/test_triton_fused.py``. Small shapes (B <= 3, T <= 5, S <= 40): the interpreter
   runs numpy per tile and takes ~0.1 s per launch.
 
 Tolerances (fused output vs. the reference on the same inputs, computed in float32;
@@ -41,11 +42,11 @@ from test_ops_packed import PackedCase, packed_cases
 from test_ops_reference import AttentionCase
 
 import bass
-from bass.ops import packed, reference, triton_fused
+from bass.ops import fused, plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRETED = triton_fused._interpreted()  # this process runs the kernels in the interpreter
+INTERPRETED = fused.interpreted()  # this process runs the kernels in the interpreter
 
 needs_interpreter = pytest.mark.skipif(
     not INTERPRETED,
@@ -86,6 +87,23 @@ if INTERPRETED and np.lib.NumpyVersion(np.__version__) >= "2.4.0":
 # --------------------------------------------------------------------------- helpers
 
 
+def fused_padded(q, k, v, q_lens, kv_lens, scale, **kw):
+    """The kernels on padded rows ``[B, Hq, T, D]``, flattened as the padded op does."""
+    B, Hq, T, D = q.shape
+    flat = q.transpose(0, 1).reshape(1, Hq, B * T, D)
+    starts = torch.arange(B, dtype=torch.int32) * T
+    out = fused.fused_attention(flat, k, v, starts, q_lens, kv_lens, scale, **kw)
+    return out[0].unflatten(1, (B, T)).transpose(0, 1).contiguous()
+
+
+def reference_padded(q, k, v, q_lens, kv_lens, scale):
+    return torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, "reference")
+
+
+def fused_packed(q, k, v, cu_q_lens, kv_lens, scale, **kw):
+    return fused.fused_attention(q, k, v, cu_q_lens[:-1], cu_q_lens.diff(), kv_lens, scale, **kw)
+
+
 def check_fused(out, case: AttentionCase, args, dtype) -> None:
     """``out`` is the reference's answer within the dtype's tolerance, padding exactly 0."""
     q, k, v, q_lens, kv_lens, scale = args
@@ -95,9 +113,7 @@ def check_fused(out, case: AttentionCase, args, dtype) -> None:
     out = out.cpu()
     for b, q_len in enumerate(case.q_lens):
         assert (out[b, :, q_len:] == 0).all(), f"row {b}: padding slots are not 0"
-    expected = reference.ragged_attention(
-        *(t.float() for t in (q, k, v)), q_lens, kv_lens, scale
-    ).cpu()
+    expected = reference_padded(*(t.float() for t in (q, k, v)), q_lens, kv_lens, scale).cpu()
     rtol, atol = TOLERANCES[dtype]
     vmax = float(v.abs().max()) if v.numel() else 1.0
     torch.testing.assert_close(out.float(), expected, rtol=rtol, atol=atol * vmax)
@@ -178,56 +194,56 @@ def with_edge_cases(test):
 
 
 def test_num_kv_splits_uses_shapes_and_sm_count_only():
-    split = triton_fused.num_kv_splits
+    split = fused.num_kv_splits
     assert split(programs=132, S=1 << 16, sms=132) == 1  # a full wave: no split
     assert split(programs=8, S=100, sms=132) == 1  # short cache: no split
     assert split(programs=8, S=1024, sms=132) == 4  # bounded by S // MIN_KEYS_PER_SPLIT
     assert split(programs=8, S=1 << 16, sms=132) == 16  # ceil(132 / 8) = 17 > MAX_SPLITS
     assert split(programs=40, S=1 << 16, sms=132) == 4  # ceil(132 / 40)
-    assert split(programs=1, S=1 << 20, sms=132) == triton_fused.MAX_SPLITS
+    assert split(programs=1, S=1 << 20, sms=132) == fused.MAX_SPLITS
 
 
 def test_tiles_cover_the_head_dim_with_powers_of_two():
     for D in (1, 8, 12, 64, 80, 128, 256):
         for M in (1, 4, 20, 64, 300):
             for fp32 in (False, True):
-                bm, bn, bd, _, _ = triton_fused._tiles(M, D, fp32=fp32, interpret=False)
+                bm, bn, bd, _, _ = fused._tiles(M, D, fp32=fp32, interpret=False)
                 assert bd >= max(D, 16) and bd & (bd - 1) == 0
                 assert 16 <= bm <= 64 and bm & (bm - 1) == 0
                 assert bn in (16, 32, 64)
 
 
-def test_fused_is_registered_for_cuda():
-    impl = bass.ops._IMPLEMENTATIONS["fused"]
-    assert impl.op is torch.ops.bass.ragged_attention_fused.default
-    assert impl.devices == ("cuda",)
-    assert impl.priority == 10
-    assert impl.available() == (HAS_TRITON and torch.cuda.is_available())
-    if not torch.cuda.is_available():
-        assert "fused" not in bass.ops.available_implementations()
-        with pytest.raises(RuntimeError, match=r"'fused' is not available"):
-            bass.ops.resolve_implementation("fused", torch.device("cuda"))
-    # on CPU, auto still means the reference
-    assert bass.ops.resolve_implementation("auto", torch.device("cpu")).name != "fused"
+def test_fused_is_registered_for_cuda_named_only():
+    impl = plan.IMPLEMENTATIONS["fused"]
+    assert impl.devices == (("cuda", "cpu") if INTERPRETED else ("cuda",))
+    assert impl.single_launch and impl.traceable
+    assert (impl.unavailable() is None) == (
+        HAS_TRITON and (torch.cuda.is_available() or INTERPRETED)
+    )
+    if not torch.cuda.is_available() and not INTERPRETED:
+        assert "fused" not in bass.ops.implementations()
+        with pytest.raises(RuntimeError, match=r"'fused' is not available here \(no CUDA"):
+            bass.ops.resolve("fused", torch.device("cuda"))
+    for kind in bass.ops.PASS_KINDS:  # flex is the CUDA default
+        assert bass.ops.resolve("auto", torch.device("cuda"), kind)[0].name != "fused"
 
 
 IMPORT_WITHOUT_TRITON = """
 import sys
 sys.modules["triton"] = None  # `import triton` now raises ImportError
 import torch, bass
-impl = bass.ops._IMPLEMENTATIONS["fused"]
-assert "triton not installed" in impl.description, impl.description
-assert not impl.available()
+impl = bass.ops.plan.IMPLEMENTATIONS["fused"]
+assert impl.unavailable() == "triton is not installed", impl.unavailable()
 try:
-    bass.ops.resolve_implementation("fused", torch.device("cuda"))
+    bass.ops.resolve("fused", torch.device("cuda"))
 except RuntimeError as error:
-    assert "triton not installed" in str(error), error
+    assert "triton is not installed" in str(error), error
 else:
-    raise AssertionError("resolve_implementation('fused') did not raise")
+    raise AssertionError("resolve('fused') did not raise")
 q = torch.zeros(1, 1, 1, 16)
 lens = torch.ones(1, dtype=torch.int32)
 try:
-    torch.ops.bass.ragged_attention_fused(q, q, q, lens, lens, 1.0)
+    torch.ops.bass.ragged_attention_fused(q, q, q, lens - 1, lens, lens, 1.0)
 except RuntimeError as error:
     assert "needs triton" in str(error), error
 else:
@@ -253,7 +269,7 @@ def test_cpu_tensors_without_the_interpreter_are_refused():
     pytest.importorskip("triton")
     args = EDGE["q_len_0"].tensors(torch.float32, "cpu")
     with pytest.raises(RuntimeError, match=r"runs on CUDA tensors.*TRITON_INTERPRET=1"):
-        triton_fused.fused_attention(*args)
+        fused_padded(*args)
 
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
@@ -286,7 +302,7 @@ def test_kernels_in_triton_interpreter():
 def test_fused_float32_matches_reference(case, split):
     """split=None: the direct path (S <= 40 never splits); 1..3: the split-KV path."""
     args = case.tensors(torch.float32, "cpu")
-    out = triton_fused.fused_attention(*args, split=split)
+    out = fused_padded(*args, split=split)
     assert out.is_contiguous()
     check_fused(out, case, args, torch.float32)
 
@@ -301,7 +317,7 @@ def test_fused_float32_matches_reference(case, split):
 @given(case=small_cases())
 def test_fused_low_precision_matches_reference(case, dtype, split):
     args = case.tensors(dtype, "cpu")
-    check_fused(triton_fused.fused_attention(*args, split=split), case, args, dtype)
+    check_fused(fused_padded(*args, split=split), case, args, dtype)
 
 
 @needs_interpreter
@@ -315,13 +331,13 @@ def test_fused_never_reads_past_kv_len_or_padding_queries(case, split):
     """NaN or inf in cache slots >= kv_len (a torch.empty cache) and NaN in padding query
     slots change nothing, bit for bit: the kernels never load them."""
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
-    out = triton_fused.fused_attention(q, k, v, q_lens, kv_lens, scale, split=split)
+    out = fused_padded(q, k, v, q_lens, kv_lens, scale, split=split)
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
     for b, (q_len, kv_len) in enumerate(zip(case.q_lens, case.kv_lens)):
         q2[b, :, q_len:] = float("nan")
         k2[b, :, kv_len:] = float("nan")
         v2[b, :, kv_len:] = float("inf")
-    out2 = triton_fused.fused_attention(q2, k2, v2, q_lens, kv_lens, scale, split=split)
+    out2 = fused_padded(q2, k2, v2, q_lens, kv_lens, scale, split=split)
     assert not out2.isnan().any()
     assert torch.equal(out2, out)
 
@@ -333,7 +349,7 @@ def test_fused_other_tile_shapes(name, block_m, block_n):
     case = EDGE[name]
     args = case.tensors(torch.float32, "cpu")
     for split in (0, 2):
-        out = triton_fused.fused_attention(*args, split=split, block_m=block_m, block_n=block_n)
+        out = fused_padded(*args, split=split, block_m=block_m, block_n=block_n)
         check_fused(out, case, args, torch.float32)
 
 
@@ -342,8 +358,8 @@ def test_fused_other_tile_shapes(name, block_m, block_n):
 def test_fused_large_head_dims(D):
     case = AttentionCase(Hkv=1, group=2, T=2, S=20, D=D, q_lens=(2, 1), kv_lens=(20, 7))
     args = case.tensors(torch.float32, "cpu")
-    check_fused(triton_fused.fused_attention(*args), case, args, torch.float32)
-    check_fused(triton_fused.fused_attention(*args, split=2), case, args, torch.float32)
+    check_fused(fused_padded(*args), case, args, torch.float32)
+    check_fused(fused_padded(*args, split=2), case, args, torch.float32)
 
 
 @needs_interpreter
@@ -351,11 +367,11 @@ def test_fused_worked_example_from_the_module_docstring():
     """G = 2, T = 3, q_lens = [2], kv_lens = [6]: queries at positions 4 and 5."""
     case = AttentionCase(Hkv=1, group=2, T=3, S=6, D=8, q_lens=(2,), kv_lens=(6,))
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
-    out = triton_fused.fused_attention(q, k, v, q_lens, kv_lens, scale)
+    out = fused_padded(q, k, v, q_lens, kv_lens, scale)
     assert (out[0, :, 2] == 0).all()
     k2 = k.clone()
     k2[0, :, 5] += 1.0  # key 5 is visible to the second query only
-    out2 = triton_fused.fused_attention(q, k2, v, q_lens, kv_lens, scale)
+    out2 = fused_padded(q, k2, v, q_lens, kv_lens, scale)
     assert torch.equal(out2[0, :, 0], out[0, :, 0])
     assert not torch.equal(out2[0, :, 1], out[0, :, 1])
 
@@ -363,17 +379,30 @@ def test_fused_worked_example_from_the_module_docstring():
 @needs_interpreter
 def test_fused_float64_is_the_reference():
     args = EDGE["full_cache"].tensors(torch.float64, "cpu")
-    assert torch.equal(triton_fused.fused_attention(*args), reference.ragged_attention(*args))
+    assert torch.equal(fused_padded(*args), reference_padded(*args))
 
 
 @needs_interpreter
-def test_registered_op_runs_the_kernels_in_the_interpreter():
-    """The triton_op itself, eagerly on CPU tensors (its schema checked by opcheck)."""
+def test_registered_op_and_the_family_run_the_kernels_in_the_interpreter():
+    """The triton_op itself (its schema checked by opcheck), and ``impl="fused"`` of both
+    public ops, eagerly on CPU tensors."""
     case = EDGE["long_and_short"]
     args = case.tensors(torch.float32, "cpu")
+    check_fused(torch.ops.bass.ragged_attention(*args, "fused"), case, args, torch.float32)
+    q, k, v, q_lens, kv_lens, scale = args
+    B, Hq, T, D = q.shape
+    flat = (
+        q.transpose(0, 1).reshape(1, Hq, B * T, D),
+        k,
+        v,
+        torch.arange(B, dtype=torch.int32) * T,
+    )
     op = torch.ops.bass.ragged_attention_fused.default
-    check_fused(op(*args), case, args, torch.float32)
-    torch.library.opcheck(op, args, test_utils="test_schema")
+    torch.library.opcheck(op, (*flat, q_lens, kv_lens, scale), test_utils="test_schema")
+    packed_case = PACKED_CASES["worked_example"]
+    packed_args = packed_case.tensors(torch.float32)
+    out = torch.ops.bass.ragged_attention_packed(*packed_args, "fused")
+    check_fused_packed(out, packed_case, packed_args, torch.float32)
 
 
 @needs_interpreter
@@ -385,12 +414,12 @@ def test_fused_strided_and_expanded_length_tensors(split):
     case = AttentionCase(Hkv=2, group=2, T=2, S=12, D=8, q_lens=(2, 1, 2), kv_lens=(9, 4, 12))
     q, k, v, q_lens, kv_lens, scale = case.tensors(torch.float32, "cpu")
     both = torch.stack([q_lens, kv_lens], 1)  # [B, 2]: columns have stride 2
-    out = triton_fused.fused_attention(q, k, v, both[:, 0], both[:, 1], scale, split=split)
+    out = fused_padded(q, k, v, both[:, 0], both[:, 1], scale, split=split)
     check_fused(out, case, (q, k, v, q_lens, kv_lens, scale), torch.float32)
     one = AttentionCase(Hkv=2, group=2, T=1, S=12, D=8, q_lens=(1, 1, 1), kv_lens=(5, 5, 5))
     q, k, v, q_lens, kv_lens, scale = one.tensors(torch.float32, "cpu")
     expanded = [torch.tensor([n], dtype=torch.int32).expand(3) for n in (1, 5)]
-    out = triton_fused.fused_attention(q, k, v, *expanded, scale, split=split)
+    out = fused_padded(q, k, v, *expanded, scale, split=split)
     check_fused(out, one, (q, k, v, q_lens, kv_lens, scale), torch.float32)
 
 
@@ -413,8 +442,8 @@ def check_fused_packed(out, case: PackedCase, args, dtype) -> None:
     assert out.dtype == dtype
     assert out.transpose(1, 2).is_contiguous(), "the output is not stored token-major"
     assert (out[:, :, sum(case.q_lens) :] == 0).all(), "padding tokens are not 0"
-    expected = packed.reference_attention_packed(
-        *(t.float() for t in (q, k, v)), cu_q_lens, kv_lens, scale
+    expected = torch.ops.bass.ragged_attention_packed(
+        *(t.float() for t in (q, k, v)), cu_q_lens, kv_lens, scale, "reference"
     )
     rtol, atol = TOLERANCES[dtype]
     vmax = float(v.abs().max()) if v.numel() else 1.0
@@ -437,7 +466,7 @@ def with_packed_cases(*names):
 @given(case=packed_cases())
 def test_fused_packed_float32_matches_reference(case, split):
     args = case.tensors(torch.float32)
-    out = triton_fused.fused_attention_packed(*args, split=split)
+    out = fused_packed(*args, split=split)
     check_fused_packed(out, case, args, torch.float32)
 
 
@@ -449,7 +478,7 @@ def test_fused_packed_float32_matches_reference(case, split):
 @given(case=packed_cases())
 def test_fused_packed_low_precision_matches_reference(case, dtype, split):
     args = case.tensors(dtype)
-    check_fused_packed(triton_fused.fused_attention_packed(*args, split=split), case, args, dtype)
+    check_fused_packed(fused_packed(*args, split=split), case, args, dtype)
 
 
 @needs_interpreter
@@ -461,13 +490,13 @@ def test_fused_packed_never_reads_past_kv_len_or_padding_tokens(case, split):
     """NaN/Inf past kv_len and NaN in the padding tokens' queries change nothing, bit for
     bit: the kernels never load them."""
     q, k, v, cu_q_lens, kv_lens, scale = case.tensors(torch.float32)
-    out = triton_fused.fused_attention_packed(q, k, v, cu_q_lens, kv_lens, scale, split=split)
+    out = fused_packed(q, k, v, cu_q_lens, kv_lens, scale, split=split)
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
     q2[:, :, sum(case.q_lens) :] = float("nan")
     for b, kv_len in enumerate(case.kv_lens):
         k2[b, :, kv_len:] = float("nan")
         v2[b, :, kv_len:] = float("inf")
-    out2 = triton_fused.fused_attention_packed(q2, k2, v2, cu_q_lens, kv_lens, scale, split=split)
+    out2 = fused_packed(q2, k2, v2, cu_q_lens, kv_lens, scale, split=split)
     assert not out2.isnan().any()
     assert torch.equal(out2, out)
 
@@ -480,28 +509,17 @@ def test_fused_packed_other_tile_shapes(name, block_m, block_n):
     case = PACKED_CASES[name]
     args = case.tensors(torch.float32)
     for split in (0, 2):
-        out = triton_fused.fused_attention_packed(
-            *args, split=split, block_m=block_m, block_n=block_n
-        )
+        out = fused_packed(*args, split=split, block_m=block_m, block_n=block_n)
         check_fused_packed(out, case, args, torch.float32)
 
 
 @needs_interpreter
 def test_fused_packed_float64_is_the_reference_and_lengths_may_be_views():
     args = PACKED_CASES["worked_example"].tensors(torch.float64)
-    expected = packed.reference_attention_packed(*args)
-    assert torch.equal(triton_fused.fused_attention_packed(*args), expected)
+    expected = torch.ops.bass.ragged_attention_packed(*args, "reference")
+    assert torch.equal(fused_packed(*args), expected)
     case = PACKED_CASES["blocks_and_tiles"]
     q, k, v, cu_q_lens, kv_lens, scale = case.tensors(torch.float32)
-    both = torch.stack([cu_q_lens[:-1], torch.cat([kv_lens])], 1)  # [B, 2]: stride 2
-    views = (torch.cat([both[:, 0], cu_q_lens[-1:]]), both[:, 1])  # cu is a copy, kv a view
-    out = triton_fused.fused_attention_packed(q, k, v, *views, scale)
+    both = torch.stack([cu_q_lens[:-1], cu_q_lens.diff(), kv_lens], 1)  # [B, 3]: stride 3
+    out = fused.fused_attention(q, k, v, both[:, 0], both[:, 1], both[:, 2], scale)
     check_fused_packed(out, case, (q, k, v, cu_q_lens, kv_lens, scale), torch.float32)
-
-
-def test_fused_packed_is_registered_for_cuda_only_and_not_in_auto():
-    impl = packed._PACKED["fused"]
-    assert impl.op is triton_fused.fused_attention_packed
-    assert impl.devices == ("cuda",) and not impl.in_auto
-    assert impl.available() == (HAS_TRITON and torch.cuda.is_available())
-    assert packed.resolve_packed_implementation("auto", torch.device("cuda")).name != "fused"

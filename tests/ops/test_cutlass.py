@@ -28,9 +28,8 @@ import torch
 
 import bass
 from bass.ops import cutlass as bc
-from bass.ops import reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "cutlass_kernels"
 GENERATED = KERNELS / "generated"
 SCHEMA = "(Tensor q, Tensor k, Tensor v, Tensor q_lens, Tensor kv_lens, float scale) -> Tensor"
@@ -117,33 +116,29 @@ def test_build_plan_and_cache_key(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
-def test_loader_says_why_it_is_unavailable(tmp_path, monkeypatch, capsys):
+def test_loader_says_why_it_is_unavailable(tmp_path, monkeypatch):
     assert not bc.available()
     assert "no CUDA device" in bc.unavailable_reason()
     monkeypatch.setenv("BASS_CUTLASS_CACHE", str(tmp_path))
     monkeypatch.delenv("BASS_CUTLASS_LIB", raising=False)
     path, why = bc.library_path()
-    assert path is None and "not built" in why and "python -m bass.ops.cutlass build" in why
+    assert path is None and "not built" in why and "python cutlass_kernels/build.py" in why
     monkeypatch.setenv("BASS_CUTLASS_LIB", str(tmp_path / "nope.so"))
     assert bc.library_path() == (None, f"{tmp_path / 'nope.so'} missing")
-    assert bc.main(["status"]) == 0
-    assert "available: False" in capsys.readouterr().out
-    assert "pad" not in bass.ops.available_implementations()
-    with pytest.raises(RuntimeError, match=r"'split' is not available.*bass.ops.cutlass build"):
-        bass.ops.resolve_implementation("split", torch.device("cuda"))
+    assert "pad" not in bass.ops.implementations()
+    with pytest.raises(RuntimeError, match=r"'split' is not available here \(no CUDA device"):
+        bass.ops.resolve("split", torch.device("cuda"))
 
 
 def test_ops_are_registered_with_schemas():
     for name in ("pad", "split"):
         op = getattr(torch.ops.bass, f"ragged_attention_{name}").default
         assert str(op._schema) == f"bass::ragged_attention_{name}{SCHEMA}"
-        impl = bass.ops._IMPLEMENTATIONS[name]
-        assert impl.op is op and impl.devices == ("cuda",)
-        assert impl.available is bc.available
-        assert "python -m bass.ops.cutlass build" in impl.description
-        assert bass.ops._IMPLEMENTATIONS["reference"].priority < impl.priority
-        fused = bass.ops._IMPLEMENTATIONS.get("fused")
-        assert fused is None or impl.priority < fused.priority
+        impl = bass.ops.plan.IMPLEMENTATIONS[name]
+        assert impl.devices == ("cuda",) and impl.unavailable is bc.unavailable_reason
+        assert not impl.single_launch and "not yet run on a GPU" in impl.description
+        for kind in bass.ops.PASS_KINDS:  # named explicitly only
+            assert bass.ops.resolve("auto", torch.device("cuda"), kind)[0].name != name
 
 
 @pytest.mark.parametrize("name", ["pad", "split"])
@@ -183,6 +178,34 @@ SOFTMAX_CASES = [
 ]
 
 
+def masked_softmax_reference(
+    scores: torch.Tensor,
+    q_lens: torch.Tensor,
+    kv_lens: torch.Tensor,
+    *,
+    heads_kv: int,
+    q_len: int,
+    group: int,
+    scale: float,
+    n_keys: int,
+) -> torch.Tensor:
+    """What :func:`masked_softmax` writes (keys ``< n_keys``, every column), in torch.
+
+    The kernel's twin (in the Triton interpreter on CPU, or on a GPU).
+    """
+    n_problems, rows, ld = scores.shape
+    b = torch.arange(n_problems, device=scores.device) // heads_kv
+    ql = q_lens.to(torch.long)[b][:, None, None]
+    kl = kv_lens.to(torch.long)[b][:, None, None]
+    s = torch.arange(rows, device=scores.device)[None, :, None]
+    r = torch.arange(ld, device=scores.device)[None, None, :]
+    t = r % q_len
+    seen = (r < group * q_len) & (t < ql) & (s <= kl - ql + t) & (s < n_keys)
+    x = torch.where(seen, scores * scale, torch.tensor(float("-inf"), device=scores.device))
+    probs = torch.softmax(x, dim=1)
+    return torch.where(seen, probs, torch.zeros((), device=scores.device))
+
+
 def softmax_interpreter_check() -> None:
     """Run the masked softmax kernel on CPU tensors (call under TRITON_INTERPRET=1)."""
     import numpy as np
@@ -197,7 +220,7 @@ def softmax_interpreter_check() -> None:
 
         interpreter._patch_lang_tensor = patched
 
-    from bass.ops.triton_softmax import masked_softmax, masked_softmax_reference
+    from bass.ops.cutlass import masked_softmax
 
     g = torch.Generator().manual_seed(0)
     for B, Hkv, G, T, rows, per_row in SOFTMAX_CASES:
@@ -239,7 +262,7 @@ def test_masked_softmax_in_triton_interpreter():
     code = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {str(ROOT / "tests")!r})
+        sys.path.insert(0, {str(ROOT / "tests" / "ops")!r})
         import test_cutlass
         test_cutlass.softmax_interpreter_check()
         print("softmax ok")
@@ -315,7 +338,7 @@ def _gpu_case(name, dtype, seed=0):
 
 def _check(out, args):
     q, k, v, ql, kl, scale = args
-    expected = reference.ragged_attention(q, k, v, ql, kl, scale)
+    expected = torch.ops.bass.ragged_attention(q, k, v, ql, kl, scale, "reference")
     assert out.shape == q.shape and out.dtype == q.dtype and not out.isnan().any()
     tol = GPU_TOL[q.dtype] * max(1.0, float(v.abs().max()))
     torch.testing.assert_close(out.float(), expected.float(), rtol=GPU_TOL[q.dtype], atol=tol)
@@ -371,7 +394,8 @@ def test_gpu_strided_inputs_and_fallback(name):
     _check(out, args)
     f32 = (q.float(), k.float(), v.float(), ql, kl, scale)
     assert torch.equal(
-        torch.ops.bass.ragged_attention(*f32, impl=name), reference.ragged_attention(*f32)
+        torch.ops.bass.ragged_attention(*f32, impl=name),
+        torch.ops.bass.ragged_attention(*f32, impl="reference"),
     )
 
 

@@ -87,9 +87,9 @@ def test_explain_reports_one_graph_and_no_breaks():
     assert explanation.graph_count == 1
 
 
-def test_compiled_graph_calls_the_implementation_op():
-    """After AOT tracing the public op has decomposed into the implementation it picked,
-    and kv_append's mutation is functionalised (so fast implementations stay visible)."""
+def test_compiled_graph_holds_the_ops_and_a_functionalized_append():
+    """After AOT tracing the public ops stay one node each (opaque kernels that plan for
+    themselves) and kv_append's mutation is functionalised."""
     from torch._dynamo.backends.common import aot_autograd
 
     graphs: list[torch.fx.GraphModule] = []
@@ -105,11 +105,7 @@ def test_compiled_graph_calls_the_implementation_op():
     assert len(graphs) == 1
     calls = [node for node in graphs[0].graph.nodes if node.op == "call_function"]
     targets = [node.target for node in calls]
-    # under compile auto decides from the shapes alone (fill 1, longest kv_len = S)
-    shapes = bass.ops.auto.Features(B, 2, S, 1.0, (HQ, HKV, D))
-    picked = bass.ops.resolve_implementation("auto", torch.device("cpu"), shapes).op
-    assert picked in targets, targets
-    assert torch.ops.bass.ragged_attention.default not in targets, targets
+    assert targets.count(torch.ops.bass.ragged_attention.default) == 1, targets
     functionalizers = (
         torch.ops.higher_order.auto_functionalized,
         torch.ops.higher_order.auto_functionalized_v2,
@@ -147,7 +143,7 @@ def test_each_new_query_length_costs_a_graph_unless_padded_to_a_bucket():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"T={T}")
 
 
-@pytest.mark.parametrize("impl", ["reference", "sdpa", "sdpa_padded", "auto"])
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "flex", "auto"])
 def test_transposed_queries_compile_with_inductor(impl):
     """HF attention hands the op a transposed q ([B, T, Hq, D] storage); the output is
     contiguous in every implementation and its fake, or Inductor's stride checks fail."""
@@ -165,9 +161,6 @@ def test_transposed_queries_compile_with_inductor(impl):
         torch.testing.assert_close(compiled(q, k, v, *lens), attend(q, k, v, *lens))
         out = torch.ops.bass.ragged_attention(q.transpose(1, 2), k, v, *lens, SCALE, impl)
     assert out.is_contiguous()
-    if impl != "auto":
-        op = getattr(torch.ops.bass, f"ragged_attention_{impl}").default
-        torch.library.opcheck(op, (q.transpose(1, 2), k, v, *lens, SCALE))
 
 
 # --------------------------------------------------------------------------- packed
@@ -199,7 +192,7 @@ def packed_inputs(q_lens, pad: int = 0, seed: int = 0):
     return k_cache, v_cache, k_new, v_new, cu, cache_lens, q
 
 
-@pytest.mark.parametrize("impl", ["auto", "reference", "sdpa"])
+@pytest.mark.parametrize("impl", ["auto", "reference", "sdpa", "flex"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_packed_append_then_attend_compiles_fullgraph_and_matches_eager(backend, impl):
     counter = CompileCounter()
@@ -254,7 +247,7 @@ def test_packed_explain_reports_one_graph_and_functionalized_append():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("impl", ["reference", "fused", "pad", "split", "auto"])
+@pytest.mark.parametrize("impl", ["reference", "flex", "fused", "pad", "split", "auto"])
 def test_gpu_llama_step_compiles_without_breaks(impl):
     """A Llama-shaped decoder step (bf16, GQA 8/2, head dim 32) through each CUDA
     implementation: one graph, no break, and the compiled logits match eager ones."""
@@ -263,7 +256,7 @@ def test_gpu_llama_step_compiles_without_breaks(impl):
     from bass import hf
     from bass.cache import RaggedKVCache
 
-    if impl != "auto" and impl not in bass.ops.available_implementations("cuda"):
+    if impl != "auto" and impl not in bass.ops.implementations("cuda"):
         pytest.skip(f"impl {impl} is not available in this process")
     dev = torch.device("cuda")
     model = tiny_lm("llama", hidden=256, heads=8, kv_heads=2, dtype=torch.bfloat16).to(dev)

@@ -17,21 +17,29 @@ import pytest
 import torch
 from hypothesis import given, settings
 from test_ops_reference import AttentionCase, attention_cases
-from test_triton_fused import EDGE, HAS_TRITON, INTERPRETED, check_fused
+from test_triton_fused import (
+    EDGE,
+    HAS_TRITON,
+    INTERPRETED,
+    check_fused,
+    fused_padded,
+    reference_padded,
+)
 
-from bass.ops import reference, triton_fused
+import bass
+from bass.ops import fused
 
 # --------------------------------------------------------------------------- sm_90 builds
 
-# The configurations _tiles picks for typical shapes: (dtype, D, G, T, split path,
-# packed layout); T is the (average) tokens per row.
+# The configurations _tiles picks for typical shapes: (dtype, D, G, T, split path); T is
+# the (average) tokens per row.
 SM90_BUILDS = [
-    ("bf16", 128, 4, 8, False, False),  # speculative decoding, GQA
-    ("bf16", 128, 8, 8, True, False),  # a 64 x 128 tile
-    ("fp16", 256, 8, 64, True, False),  # prefill tile, largest head dim
-    ("fp32", 80, 2, 5, True, False),  # exact fp32 dots, non-power-of-two D
-    ("bf16", 128, 4, 5, False, True),  # packed verify pass, GQA
-    ("bf16", 64, 3, 1, True, True),  # packed decode, G = 3 (SmolLM2), split-KV
+    ("bf16", 128, 4, 8, False),  # speculative decoding, GQA
+    ("bf16", 128, 8, 8, True),  # a 64 x 128 tile
+    ("fp16", 256, 8, 64, True),  # prefill tile, largest head dim
+    ("fp32", 80, 2, 5, True),  # exact fp32 dots, non-power-of-two D
+    ("bf16", 128, 4, 5, False),  # verify pass, GQA
+    ("bf16", 64, 3, 1, True),  # decode, G = 3 (SmolLM2), split-KV
 ]
 
 
@@ -71,23 +79,23 @@ def stack_bytes(compiled, tmp_path) -> int | None:
 
 
 @pytest.mark.skipif(INTERPRETED, reason="needs the compiled (not interpreted) kernels")
-@pytest.mark.parametrize(("dtype", "D", "G", "T", "split", "packed"), SM90_BUILDS, ids=str)
-def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, packed, tmp_path):
+@pytest.mark.parametrize(("dtype", "D", "G", "T", "split"), SM90_BUILDS, ids=str)
+def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, tmp_path):
     """What the interpreter cannot show: the kernels pass Triton's GPU compiler for
     Hopper with the tiles _tiles picks, fit in shared memory and do not spill."""
     pytest.importorskip("triton")
-    bm, bn, bd, num_warps, num_stages = triton_fused._tiles(
+    bm, bn, bd, num_warps, num_stages = fused._tiles(
         G * T, D, fp32=dtype == "fp32", interpret=False
     )
     types = {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "Out": f"*{dtype}"}
-    types |= {"q_lens": "*i32", "kv_lens": "*i32", "cu_q_lens": "*i32"}
+    types |= {"starts": "*i32", "q_lens": "*i32", "kv_lens": "*i32"}
     types |= {"PartOut": "*fp32", "PartLse": "*fp32", "qk_scale": "fp32"}
     constexprs = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "G": G, "SPLIT": split}
-    constexprs |= {"PACKED": packed, "BLOCK_B": 16 if packed else 1}
+    constexprs |= {"BLOCK_B": 16}
     constexprs |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": bd}
     constexprs |= {"UPCAST_DOT": False, "IEEE_FP32": dtype == "fp32"}
     fwd = compile_for_sm90(
-        triton_fused._ragged_attention_fwd,
+        fused._ragged_attention_fwd,
         types,
         constexprs,
         num_warps=num_warps,
@@ -98,11 +106,11 @@ def test_kernels_build_for_sm90_without_spills(dtype, D, G, T, split, packed, tm
     if dtype != "fp32":  # 16-bit dots run on the tensor cores
         assert "mma" in fwd.asm["ptx"]
     if split:
-        types = {"PartOut": "*fp32", "PartLse": "*fp32", "q_lens": "*i32", "Out": f"*{dtype}"}
+        types = {"PartOut": "*fp32", "PartLse": "*fp32", "Out": f"*{dtype}"}
         combine = compile_for_sm90(
-            triton_fused._ragged_attention_combine,
+            fused._ragged_attention_combine,
             types,
-            {"BLOCK_T": min(16, triton_fused._next_pow2(T)), "BLOCK_D": bd},
+            {"BLOCK_T": min(16, fused._next_pow2(T)), "BLOCK_D": bd},
             num_warps=4,
         )
         assert stack_bytes(combine, tmp_path) in (0, None)
@@ -140,7 +148,7 @@ def on_gpu(test):
 def test_gpu_fused_matches_reference(case, dtype, split):
     args = case.tensors(dtype, "cuda")
     with torch.no_grad():
-        out = triton_fused.fused_attention(*args, split=split)
+        out = fused_padded(*args, split=split)
         check_fused(out, case, args, dtype)
         if split is None:  # the registered op, through the public entry point
             out = torch.ops.bass.ragged_attention(*args, impl="fused")
@@ -177,7 +185,7 @@ def test_gpu_fused_never_reads_past_kv_len():
 def test_gpu_float64_goes_to_the_reference():
     args = GPU_CASES[3].tensors(torch.float64, "cuda")
     out = torch.ops.bass.ragged_attention(*args, impl="fused")
-    torch.testing.assert_close(out, reference.ragged_attention(*args), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, reference_padded(*args), rtol=1e-12, atol=1e-12)
 
 
 OPCHECK_CASES = [GPU_CASES[0], GPU_CASES[3], EDGE["all_padding"]]
@@ -187,17 +195,32 @@ OPCHECK_CASES = [GPU_CASES[0], GPU_CASES[3], EDGE["all_padding"]]
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", OPCHECK_CASES, ids=["gqa", "zero-rows", "all-padding"])
 def test_gpu_opcheck_fused(case, dtype):
-    args = case.tensors(dtype, "cuda")
-    for op, kwargs in (
-        (torch.ops.bass.ragged_attention_fused.default, None),
-        (torch.ops.bass.ragged_attention.default, {"impl": "fused"}),
+    q, k, v, q_lens, kv_lens, scale = args = case.tensors(dtype, "cuda")
+    B, Hq, T, D = q.shape
+    starts = torch.arange(B, dtype=torch.int32, device="cuda") * T
+    flat = (q.transpose(0, 1).reshape(1, Hq, B * T, D), k, v, starts, q_lens, kv_lens, scale)
+    for op, op_args, kwargs in (
+        (torch.ops.bass.ragged_attention_fused.default, flat, None),
+        (torch.ops.bass.ragged_attention.default, args, {"impl": "fused"}),
     ):
-        result = torch.library.opcheck(op, args, kwargs)
+        result = torch.library.opcheck(op, op_args, kwargs)
         assert all(status == "SUCCESS" for status in result.values()), result
 
 
-def fused_step(q, k, v, q_lens, kv_lens):
-    return torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, 0.125, impl="fused")
+def fused_step(p, q, k, v):
+    """A planned pass's layer: compiled, the fused triton_op is traced into the graph."""
+    return p.attend(q, k, v, 0.125)
+
+
+def planned_args(case, dtype):
+    """A packed pass of ``case``'s rows (planned for compiled passes) and its tensors."""
+    q, k, v, q_lens, kv_lens, _ = case.tensors(dtype, "cuda")
+    cu = torch.cat([q_lens.new_zeros(1), q_lens.cumsum(0).int()])
+    flat = torch.cat([q[b, :, :n] for b, n in enumerate(case.q_lens)], 1)[None]
+    lens = kv_lens - q_lens
+    p = bass.ops.Plan.for_pass("fused", list(case.q_lens), lens.tolist(), flat.shape[2], cu,
+                               lens, kv_lens, k.shape[2], "compiled")  # fmt: skip
+    return p, flat, k, v
 
 
 @on_gpu
@@ -205,7 +228,7 @@ def fused_step(q, k, v, q_lens, kv_lens):
 @pytest.mark.parametrize("case", [GPU_CASES[0], GPU_CASES[1]], ids=["direct", "split-kv"])
 def test_gpu_compiles_fullgraph_without_breaks(case, dynamic):
     torch._dynamo.reset()
-    args = case.tensors(torch.bfloat16, "cuda")[:5]
+    args = planned_args(case, torch.bfloat16)
     explanation = torch._dynamo.explain(fused_step)(*args)
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert explanation.graph_count == 1
@@ -233,7 +256,7 @@ def test_gpu_aot_graph_holds_the_triton_kernels():
         fused_step, fullgraph=True, backend=aot_autograd(fw_compiler=keep_graph)
     )
     # few programs over a long cache: the split path, two kernels
-    args = GPU_CASES[1].tensors(torch.float16, "cuda")[:5]
+    args = planned_args(GPU_CASES[1], torch.float16)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*args), fused_step(*args), rtol=0, atol=0)
     targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]

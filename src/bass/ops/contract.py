@@ -1,0 +1,286 @@
+"""The contract of the ragged-attention family: the four ops' schemas and fakes (their
+kernels: :mod:`bass.ops.plan`; their documentation: :mod:`bass.ops`), and input checks.
+
+The oracle every implementation is judged by is the float64 loop of
+:mod:`bass.testing.oracles`, which shares no code with any implementation.
+
+Checks read metadata only, except the length range checks, which read the lengths back
+to the host (a sync on CUDA): those run on concrete tensors in eager mode only, and
+:func:`length_checks` switches them off for callers that build valid lengths (the engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator, Sequence
+
+import torch
+
+LENGTH_DTYPE = torch.int32  # every length tensor: q_lens, kv_lens, cu_q_lens, cache_lens
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+PAD_OUTPUT = 0.0  # the output of every query slot or token that belongs to no row
+# Query widths a compiled caller should pad T to (true lengths travel in q_lens), so a
+# generation compiles a handful of graphs instead of one per draft length.
+QUERY_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+_CHECK_LENGTHS = [True]
+
+lib = torch.library.Library("bass", "DEF")
+lib.define(
+    "ragged_attention(Tensor q, Tensor k, Tensor v, Tensor q_lens, Tensor kv_lens, "
+    "float scale, str impl='auto') -> Tensor"
+)
+lib.define(
+    "ragged_attention_packed(Tensor q, Tensor k, Tensor v, Tensor cu_q_lens, Tensor kv_lens, "
+    "float scale, str impl='auto') -> Tensor"
+)
+lib.define(
+    "kv_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k_new, Tensor v_new, "
+    "Tensor cache_lens, Tensor new_lens) -> ()"
+)
+lib.define(
+    "kv_append_packed(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k_new, Tensor v_new, "
+    "Tensor cu_q_lens, Tensor cache_lens) -> ()"
+)
+
+
+def bucket_query_len(t: int) -> int:
+    """The smallest bucket in :data:`QUERY_BUCKETS` that holds ``t`` query tokens
+    (multiples of the largest bucket beyond it).
+
+    >>> bucket_query_len(3), bucket_query_len(33), bucket_query_len(65)
+    (4, 64, 128)
+    """
+    for b in QUERY_BUCKETS:
+        if t <= b:
+            return b
+    top = QUERY_BUCKETS[-1]
+    return -(-t // top) * top
+
+
+@contextlib.contextmanager
+def length_checks(enabled: bool) -> Iterator[None]:
+    """Turn the host-side range checks of length tensors on or off within a block."""
+    old, _CHECK_LENGTHS[0] = _CHECK_LENGTHS[0], enabled
+    try:
+        yield
+    finally:
+        _CHECK_LENGTHS[0] = old
+
+
+def checking_lengths(*tensors: torch.Tensor) -> bool:
+    """Whether range checks run on these tensors: checks on, and every tensor a plain
+    eager tensor holding data (not fake, meta, functional or traced)."""
+    if not _CHECK_LENGTHS[0] or torch.compiler.is_compiling():
+        return False
+    for t in tensors:
+        if type(t) is not torch.Tensor or t.device.type == "meta":
+            return False
+        if torch._C._functorch.is_functorch_wrapped_tensor(t) or torch._is_functional_tensor(t):
+            return False
+    return True
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **tensors) -> None:
+    """``rows``: ``(name, tensor)`` of the per-row counts (``cu_q_lens`` ``[B+1]`` when
+    ``packed``), ``other``: the ``[B]`` lengths; all on the device of ``tensors``."""
+    rows = ("cu_q_lens", rows[1]) if packed else rows
+    for (name, t), size in ((rows, B + packed), (other, B)):
+        what = "[B+1]" if size > B else "[B]"
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(
+                f"{name} must be an int32 tensor of shape {what}, got {type(t).__name__}"
+            )
+        if t.dtype != LENGTH_DTYPE:
+            raise TypeError(
+                f"{name} must be int32 (got {t.dtype}); convert with {name}.to(torch.int32)"
+            )
+        if t.dim() != 1 or t.shape[0] != size:
+            why = f" (row offsets, starting at 0; B = {B} rows in the cache)" if size > B else ""
+            raise ValueError(f"{name} must have shape {what} = [{size}]{why}, got {_shape(t)}")
+    _check_same_device(**tensors, **dict((rows, other)))
+
+
+def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
+    if not torch.is_grad_enabled():
+        return
+    needing = [n for n, t in tensors.items() if t.requires_grad]
+    if needing:
+        raise RuntimeError(
+            f"{op} is inference-only and has no backward, but {', '.join(needing)} "
+            "require grad; call it under torch.no_grad() / torch.inference_mode() "
+            "or pass detached tensors"
+        )
+
+
+def _check_floats(layouts: dict[str, str], **tensors) -> None:
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D {layouts[name]}, got shape {_shape(t)}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
+
+
+def _check_same_device(**tensors: torch.Tensor) -> None:
+    if len({t.device for t in tensors.values()}) > 1:
+        listing = ", ".join(f"{n} on {t.device}" for n, t in tensors.items())
+        raise ValueError(f"all tensors must be on one device, got {listing}")
+
+
+def check_attention(q, k, v, lens, kv_lens, scale, packed: bool) -> None:
+    """The metadata checks of ``ragged_attention`` (``lens``: ``q_lens``) or, with
+    ``packed``, ``ragged_attention_packed`` (``lens``: ``cu_q_lens``)."""
+    q_layout = "[1, Hq, N, D] (packed)" if packed else "[B, Hq, T, D]"
+    kv_layout = "[B, Hkv, S, D]"
+    _check_floats({"q": q_layout, "k": kv_layout, "v": kv_layout}, q=q, k=k, v=v)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {_shape(k)} and {_shape(v)}")
+    Bq, Hq, _, D = q.shape
+    B, Hkv, _, Dk = k.shape
+    if packed and Bq != 1:
+        raise ValueError(
+            f"packed q must be [1, Hq, N, D] (every row's tokens in one flat batch), got "
+            f"{_shape(q)}; padded [B, Hq, T, D] queries go to ragged_attention"
+        )
+    if not packed and Bq != B:
+        raise ValueError(f"q has batch {Bq} but k/v have batch {B}")
+    if Dk != D:
+        raise ValueError(f"q has head dim {D} but k/v have head dim {Dk}")
+    if Hkv == 0 or Hq == 0 or Hq % Hkv != 0:
+        raise ValueError(
+            f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv}) "
+            f"(GQA/MQA): q is {q_layout}, k/v are {kv_layout}"
+        )
+    _check_length_tensors(packed, B, ("q_lens", lens), ("kv_lens", kv_lens), q=q, k=k, v=v)
+    if not isinstance(scale, (int, float)) or scale != scale or abs(scale) == float("inf"):
+        raise ValueError(f"scale must be a finite float, got {scale!r}")
+
+
+def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool) -> None:
+    """The metadata checks of ``kv_append`` (``lens``: ``new_lens``; ``cache_lens`` is
+    ``cache_lens``) or, with ``packed``, ``kv_append_packed`` (``lens``: ``cu_q_lens``)."""
+    new = "[1, Hkv, N, D] (packed)" if packed else "[B, Hkv, T, D]"
+    layouts = {"k_cache": "[B, Hkv, S, D]", "v_cache": "[B, Hkv, S, D]", "k_new": new, "v_new": new}
+    _check_floats(layouts, k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new)
+    if k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
+        raise ValueError(
+            f"k_cache and v_cache must match, got {_shape(k_cache)} {k_cache.dtype} and "
+            f"{_shape(v_cache)} {v_cache.dtype}"
+        )
+    if k_new.shape != v_new.shape:
+        raise ValueError(f"k_new and v_new must match, got {_shape(k_new)} and {_shape(v_new)}")
+    B, H, S, D = k_cache.shape
+    Bn, Hn, T, Dn = k_new.shape
+    if (Bn, Hn, Dn) != (1 if packed else B, H, D):
+        want = f"[1, Hkv={H}, N, D={D}]" if packed else f"[B={B}, Hkv={H}, T, D={D}]"
+        which = "packed new keys" if packed else "new keys"
+        raise ValueError(
+            f"{which} {_shape(k_new)} must be {want} to fit the cache {_shape(k_cache)}"
+        )
+    if not packed and T > S:
+        raise ValueError(f"cannot append T={T} tokens to a cache of S={S} slots")
+    tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
+    _check_length_tensors(packed, B, ("new_lens", lens), ("cache_lens", cache_lens), **tensors)
+
+
+def q_lens_of_cu(op: str, cu: Sequence[int], N: int, n_name: str = "q.shape[2]") -> list[int]:
+    """Each row's token count from host offsets ``cu`` (``[B+1]``), checked against the
+    packed convention: starts at 0, non-decreasing, ends within the pass's ``N`` tokens."""
+    if cu[0] != 0:
+        raise ValueError(
+            f"{op}: cu_q_lens[0] must be 0 (row 0's tokens start the pass), got {cu[0]}"
+        )
+    q_lens = [e - a for a, e in itertools.pairwise(cu)]
+    for b, n in enumerate(q_lens):
+        if n < 0:
+            raise ValueError(
+                f"{op}: cu_q_lens must be non-decreasing, but cu_q_lens[{b + 1}] = "
+                f"{cu[b + 1]} < cu_q_lens[{b}] = {cu[b]}"
+            )
+    if cu[-1] > N:
+        raise ValueError(
+            f"{op}: cu_q_lens[B] = {cu[-1]} tokens but the pass has N = {N} ({n_name}); "
+            "tokens past "
+            "cu_q_lens[B] are padding, the rows' tokens must fit in N"
+        )
+    return q_lens
+
+
+def check_rows(op: str, q_lens: Sequence[int], lens: Sequence[int], S: int, *, T=None,
+               append: bool = False, cu: Sequence[int] | None = None) -> None:  # fmt: skip
+    """Per-row range checks on host lists. Attention (``lens``: kv_lens): ``0 <= q_len <=
+    kv_len <= S`` (and ``q_len <= T``); append (``lens``: cache_lens): ``0 <= cache_len``,
+    ``cache_len + q_len <= S``. ``cu``: the packed ops' offsets, quoted in errors."""
+    q_name = "q_len" if cu is not None else ("new_lens" if append else "q_lens")
+    l_name = "cache_lens" if append else "kv_lens"
+    rules = [
+        (lambda n, x: n < 0, f"{q_name}[b] >= 0"),
+        (lambda n, x: x < 0, f"{l_name}[b] >= 0"),
+        (
+            lambda n, x: T is not None and n > T,
+            f"{q_name}[b] <= T = {T} ({'k_new' if append else 'q'}.shape[2])",
+        ),
+    ]
+    if append:
+        rules.append(
+            (lambda n, x: x + n > S,
+             f"cache_lens[b] + {q_name}[b] <= S = {S}: the cache is full; allocate a larger one")
+        )  # fmt: skip
+    else:
+        rules += [
+            (lambda n, x: x > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
+            (lambda n, x: n > x,
+             f"{q_name}[b] <= kv_lens[b] (the new tokens are the last keys of their row; "
+             "append them first)"),
+        ]  # fmt: skip
+    for test, what in rules:
+        for b, (n, x) in enumerate(zip(q_lens, lens)):
+            if test(n, x):
+                where = "" if cu is None else f" (cu_q_lens[{b}:{b + 2}] = {list(cu[b : b + 2])})"
+                raise ValueError(
+                    f"{op}: row {b} has {q_name}={n}{where}, {l_name}={x}; expected {what}"
+                )
+
+
+# --------------------------------------------------------------------------- fakes
+# Shapes only: an attention output in q's dtype (token-major for the packed op, as every
+# implementation returns it; contiguous for the padded op); the appends return nothing.
+
+
+@torch.library.register_fake("bass::ragged_attention", lib=lib)
+def _attention_fake(q, k, v, q_lens, kv_lens, scale, impl="auto"):
+    check_attention(q, k, v, q_lens, kv_lens, scale, packed=False)
+    return q.new_empty(q.shape)
+
+
+@torch.library.register_fake("bass::ragged_attention_packed", lib=lib)
+def _packed_fake(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
+    check_attention(q, k, v, cu_q_lens, kv_lens, scale, packed=True)
+    return token_major(q, zero=False)
+
+
+@torch.library.register_fake("bass::kv_append", lib=lib)
+def _append_fake(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
+    check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
+
+
+@torch.library.register_fake("bass::kv_append_packed", lib=lib)
+def _append_packed_fake(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
+    check_append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True)
+
+
+def token_major(q: torch.Tensor, zero: bool) -> torch.Tensor:
+    """A ``[1, Hq, N, D]`` output in q's dtype stored token-major (``out.transpose(1, 2)``
+    is contiguous: the transpose back to ``[1, N, Hq, D]`` is free)."""
+    _, Hq, N, D = q.shape
+    out = q.new_zeros(1, N, Hq, D) if zero else q.new_empty(1, N, Hq, D)
+    return out.transpose(1, 2)

@@ -1,0 +1,144 @@
+"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer.
+
+``auto``'s pick on CUDA for every pass kind (eager, compiled, CUDA graphs), and on the CPU
+where it measured fastest (:mod:`bass.ops.plan`). On the CPU it compiles to Inductor's C++
+flex template, on CUDA to its Triton template, through the same Python code here, which
+is what the CPU tests check. CPU-checked; not yet run on a GPU.
+
+Layout. FlexAttention takes queries ``[B, Hq, T, D]`` over keys ``[B, Hkv, S, D]`` of the
+same batch, so the cache is used as it is (GQA natively) and the pass's tokens are
+gathered into rows of ``T`` slots (``T``: the longest row's query count, bucketed, from
+host lengths; without them, the pass's ``N``). The block mask is built once per pass
+directly from the lengths (no mask function evaluated over the ``T x S`` grid, which costs
+more than the attention: ``bench/bench_kernels.py --block-mask``): per row ``b`` and query
+block, the key blocks every query of the block sees (*full*: no mask evaluated) and those
+up to the last query's position (*partial*: ``mask_mod`` decides per element). A row's
+query blocks past its ``q_len`` get no key block at all, so a pass mixing a prefill chunk
+of hundreds of tokens with rows of 1-33 verify tokens costs each row its own blocks only.
+
+Worked example: ``q_lens = [3, 1]``, ``kv_lens = [130, 2]``, ``T = 4``, blocks of 128.
+Row 0's queries sit at positions 127, 128, 129: key block 0 (keys 0..127) is *full* (its
+first query already sees all of it), block 1 *partial* (keys 128, 129, seen by the later
+queries only). Row 1's query sits at position 1: block 0 is partial (keys 0, 1 of it).
+
+Keys past a row's ``kv_len`` inside a partial block are masked out of the scores, but the
+kernels multiply their values by a zero weight: a NaN or Inf stored there would reach the
+output (0 * NaN is NaN). bass's caches are zero-initialised and hold only values a model
+produced, so this never arises in the engine; a cache from ``torch.empty`` must be
+zeroed before use with this implementation (``reference``, ``sdpa`` and ``fused`` read
+nothing past ``kv_len``). float64 inputs and head dims flex does not take (:func:`supports`) run the
+reference instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import NamedTuple
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from . import reference
+from .contract import token_major
+
+BLOCK = 128  # sparse block size for queries and keys: the one flex's kernels are tuned for
+
+
+class FlexState(NamedTuple):
+    """One pass's FlexAttention metadata, tensors on the pass's device."""
+
+    src: torch.Tensor  # int64 [B, T]: the token row b's slot t reads (padding: its last)
+    back: torch.Tensor  # int64 [N]: each token's slot b * T + t; B * T (zeros) for no row
+    starts: torch.Tensor  # int32 [B] (the reference fallback)
+    q_lens: torch.Tensor  # int32 [B]
+    kv_lens: torch.Tensor  # int32 [B]
+    offsets: torch.Tensor  # int32 [B]: kv_lens - q_lens, row b's first query position
+    blocks: tuple  # kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices
+    block_mask: BlockMask | None  # built once for eager passes
+
+
+def prepare(plan) -> FlexState:
+    """The block mask and the row gather of one pass, from the plan's length tensors
+    (no host read: the same code runs on the pass's device)."""
+    T, S, N = plan.width, plan.cache_size, plan.num_tokens
+    q_lens, kv_lens = plan.q_lens, plan.kv_lens
+    ql, kv = q_lens.to(torch.long), kv_lens.to(torch.long)
+    dev, B = ql.device, ql.shape[0]
+    off = (kv - ql)[:, None]  # [B, 1]
+    first = torch.arange(-(-T // BLOCK), device=dev) * BLOCK  # [Qb]: each block's first slot
+    live = first < ql[:, None]  # [B, Qb]: blocks holding a query
+    last = torch.minimum(first + BLOCK - 1, ql[:, None] - 1)  # the block's last query
+    seen = torch.where(live, (off + last) // BLOCK + 1, 0)  # key blocks its last query sees
+    full = torch.minimum(torch.where(live, (off + first + 1) // BLOCK, 0), seen)
+    j = torch.arange(-(-S // BLOCK), device=dev)  # Inductor's CPU template wants all S
+    part_idx = (full[..., None] + j).clamp(max=j.shape[0] - 1)
+    blocks = (
+        (seen - full).int()[:, None],
+        part_idx.int()[:, None],
+        full.int()[:, None],
+        j.int().expand(B, 1, first.shape[0], j.shape[0]).contiguous(),
+    )
+    src, back = reference.row_slots(plan.starts, q_lens, T, N)
+    state = FlexState(src, back, plan.starts, q_lens, kv_lens,
+                      (kv_lens - q_lens).contiguous(), blocks, None)  # fmt: skip
+    return state._replace(block_mask=_block_mask(state, S)) if plan.kind == "eager" else state
+
+
+def _block_mask(state: FlexState, S: int) -> BlockMask:
+    q_lens, offsets = state.q_lens, state.offsets
+
+    def mask_mod(b, h, q_idx, kv_idx):  # query q_idx of row b sits at offsets[b] + q_idx
+        return (q_idx < q_lens[b]) & (kv_idx <= offsets[b] + q_idx)
+
+    return BlockMask.from_kv_blocks(
+        *state.blocks,
+        BLOCK_SIZE=(BLOCK, BLOCK),
+        mask_mod=mask_mod,
+        seq_lengths=(state.src.shape[1], S),
+        compute_q_blocks=False,  # the transposed index serves only a backward pass
+    )
+
+
+def _call(q, k, v, block_mask, scale, gqa):
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+
+
+@functools.cache
+def _compiled(key: tuple):
+    """An eager pass's flex kernel: FlexAttention outside a compiled graph runs an unfused
+    reference, so eager passes call it compiled, with dynamic shapes. Each ``key`` (what a
+    graph specialises on: device, dtype, heads, head dim, and which sizes are 1) gets a
+    code object of its own, since Dynamo's recompile limit counts graphs per code object:
+    a long generation then compiles a couple of graphs per key and never hits it."""
+    code = _call.__code__.replace(co_name=f"flex_{abs(hash(key))}")
+    return torch.compile(types.FunctionType(code, _call.__globals__), fullgraph=True, dynamic=True)
+
+
+def supports(q: torch.Tensor) -> bool:
+    """Inputs flex runs: not float64 (no kernel), head dim >= 16 on CUDA (Triton's dots)
+    and >= 32 on CPU (torch 2.13's C++ template gave wrong results for head dims 8 and 16
+    at cache sizes S with S % 16 == 8: tests/ops/test_ops_flex.py keeps checking it)."""
+    return q.dtype != torch.float64 and q.shape[-1] >= (16 if q.device.type == "cuda" else 32)
+
+
+def run(state: FlexState, q, k, v, scale: float) -> torch.Tensor:
+    """One layer: q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``; returns ``[1, Hq, N, D]``
+    token-major. One FlexAttention call, plus the gather into rows and back."""
+    _, Hq, N, D = q.shape
+    B, Hkv, S, _ = k.shape
+    if not supports(q):
+        return reference.attention(q, k, v, state.starts, state.q_lens, state.kv_lens, scale)
+    if N == 0 or B == 0:
+        return token_major(q, zero=True)
+    if torch.compiler.is_compiling():  # traced into the caller's graph: one flex kernel
+        # gathered by one 4-D index (Inductor fuses it with the copy): its CPU flex template
+        # reads the query's sizes from the underlying buffer, which must be [B, Hq, T, D]
+        qr = q[0][:, state.src].transpose(0, 1).contiguous()
+        o = _call(qr, k, v, _block_mask(state, S), scale, Hq != Hkv)
+    else:
+        qr = reference.to_rows(q, state.src)  # [B, Hq, T, D]
+        bm = state.block_mask if state.block_mask is not None else _block_mask(state, S)
+        ones = tuple(n == 1 for n in (*qr.shape[:3:2], *state.blocks[1].shape[2:], N))
+        o = _compiled((q.device.type, q.dtype, Hq, Hkv, D, *ones))(qr, k, v, bm, scale, Hq != Hkv)
+    return reference.from_rows(o, state.back)
