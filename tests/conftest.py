@@ -1,26 +1,12 @@
-import os
 import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/models.py as `models`
+sys.path.insert(0, str(Path(__file__).parent))  # tests/models.py as `models`, in every folder
 
 import deprecation_guard
-
-# Hypothesis profiles: "ci" (default; derandomized, the examples each test sets) and
-# "thorough" (`nox -s slow`: random draws, ten times the examples; see `examples`).
-settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
-settings.register_profile("dev", deadline=None)
-settings.register_profile("thorough", deadline=None, print_blob=True)
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-settings.load_profile(PROFILE)
-
-
-def examples(n: int) -> int:
-    """A test's example count under the active profile (x10 when thorough)."""
-    return n * 10 if PROFILE == "thorough" else n
+import profiles  # noqa: F401  (loads the hypothesis profile)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -48,7 +48,7 @@ A tensor-parallel group takes every host decision once, on its first rank
 (:mod:`bass.distributed`): the engine asks its coordinator, which in one process does
 nothing, so the loop has no branch for it.
 
-Bookkeeping invariant (``tests/test_engine.py`` checks it after every step): after a
+Bookkeeping invariant (``tests/engine/test_engine.py`` checks it after every step): after a
 step, the main cache holds every committed token of an active row except the newest,
 which has been chosen but not yet fed, so its committed length is ``len(seq) - 1``
 (:meth:`bass.batch_state.BatchState.cache_lens`; not stored, derived). The main model

@@ -1,4 +1,4 @@
-"""The ``bass`` command end to end on a tiny random model (HumanEval: tests/test_humaneval.py).
+"""The ``bass`` command end to end on a tiny random model (HumanEval: tests/cli/test_humaneval.py).
 
 The model directory holds a tiny random Llama and a word-level tokenizer over its 64
 ids (:mod:`cli_support`), so ``bass generate --main DIR`` runs exactly as it would on a

@@ -183,7 +183,7 @@ def test_builtin_entry_points_match_installed_metadata():
 
     from bass.config import read_toml
 
-    name = read_toml(Path(__file__).parents[1] / "pyproject.toml")["project"]["name"]
+    name = read_toml(Path(__file__).parents[2] / "pyproject.toml")["project"]["name"]
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:

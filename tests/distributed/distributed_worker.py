@@ -1,6 +1,7 @@
-"""One rank of the torch.distributed tests (tests/test_distributed.py), run by torchrun.
+"""One rank of the torch.distributed tests (tests/distributed/test_distributed.py), run by torchrun.
 
-``python -m torch.distributed.run --nproc-per-node 2 tests/distributed_worker.py SPEC OUT``:
+``python -m torch.distributed.run --nproc-per-node 2 tests/distributed/distributed_worker.py
+SPEC OUT``:
 SPEC is a JSON file ``{"mode": "tp"|"dp", "tp": int, "main": dir, "draft": dir|null,
 "timeout": seconds, "cases": [{"name", "draft", "policy", "generate": {...}, "fail_rank",
 "prompts_by_rank"}]}``; every rank writes its results to ``OUT/rank<r>.json``

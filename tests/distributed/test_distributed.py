@@ -96,7 +96,8 @@ def launch(tmp_path, spec: dict, nproc: int = 2, timeout: float = 240):
     spec_path.write_text(json.dumps(spec))
     out = tmp_path / "out"
     out.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    here = Path(__file__).parent  # the worker, and tests/ (its helpers)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{here}{os.pathsep}{here.parent}"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", str(WORKER), str(spec_path), str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
