@@ -32,8 +32,8 @@ CUTLASS = "nvidia-cutlass==4.2.0.0"  # --no-deps: its deps (cuda-python, ...) ar
 COVERAGE_RUN = [
     "pytest",
     "-q",
-    "tests/test_batch_invariance.py",
-    "tests/test_cache.py",
+    "tests/engine/test_batch_invariance.py",
+    "tests/engine/test_cache.py",
     "--cov=bass",
     "--cov-branch",
     "--cov-report=json:coverage.json",
@@ -153,11 +153,11 @@ def slow(session: nox.Session) -> None:
         "pytest",
         "-m",
         "not slow and not gpu and not cutlass_compile",
-        "tests/test_batch_invariance.py",
-        "tests/test_testing.py",
+        "tests/engine/test_batch_invariance.py",
+        "tests/engine/test_testing.py",
         "tests/ops/test_ops_reference.py",
         "tests/ops/test_ops_flex.py",
-        "tests/test_sampling.py",
+        "tests/engine/test_sampling.py",
         env={"HYPOTHESIS_PROFILE": "thorough"},
     )
 

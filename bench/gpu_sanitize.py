@@ -53,4 +53,4 @@ def main(dev: str = "cuda") -> None:
 
 
 if __name__ == "__main__":  # python bench/gpu_sanitize.py [DEVICE]: cuda (default); cpu
-    main(*sys.argv[1:2])  # (tests/test_gpu_suite.py runs the same checks on the CPU)
+    main(*sys.argv[1:2])  # (tests/gpu/test_gpu_suite.py runs the same checks on the CPU)

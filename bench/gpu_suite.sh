@@ -17,7 +17,7 @@
 # CUTLASS headers come from the nvidia-cutlass wheel, carried in .gpu_wheels/ (prepare it
 # here with: pip download --no-deps -d .gpu_wheels nvidia-cutlass==4.2.0.0).
 # GPU_SUITE_DRY_RUN=1 runs nothing: each stage's command is written to OUT_DIR/NAME.cmd
-# and named in the summary (tests/test_gpu_suite.py checks on a CPU, this way, that every
+# and named in the summary (tests/gpu/test_gpu_suite.py checks on a CPU, this way, that every
 # script, test file and flag the stages use exists; an unknown stage exits 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,7 +80,7 @@ if want test; then
   run test python -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu_tests.xml" \
     tests/ops/test_ops_reference.py tests/ops/test_ops_flex.py tests/ops/test_triton_fused.py \
     tests/ops/test_triton_fused_gpu.py tests/ops/test_cutlass.py tests/ops/test_ops_compile.py \
-    tests/ops/test_ops_packed.py tests/test_engine_gpu.py tests/ops/test_ops_contract.py
+    tests/ops/test_ops_packed.py tests/gpu/test_engine_gpu.py tests/ops/test_ops_contract.py
 fi
 if want sanitize; then
   # without the caching allocator, an access past a tensor is past an allocation

@@ -8,7 +8,7 @@ verification would accept. A policy then drives a simulated ``generate``: each s
 gets the :class:`~bass.policies.DraftContext` the engine would build, each row commits
 what it accepted plus one token, the step costs ``C(N, drafting)`` seconds plus bass's
 host time of a step and the n-gram lookup's (both measured), and the policy's ``update``
-gets the :class:`~bass.policies.StepStats` the engine would report. The batch runs until
+gets the :class:`~bass.policies.StepRecord` the engine would report. The batch runs until
 its last row is done.
 
 ``C`` is measured on this machine first, from real generations (drafting off and
@@ -55,8 +55,7 @@ from bench_policies import POLICIES, smollm_setup, tiny_setup, workload_args
 
 from bass import Generator
 from bass.drafters import NGramDrafter
-from bass.engine import MAX_LOOKUP
-from bass.policies import DraftContext, StepStats, registry
+from bass.policies import DraftContext, StepRecord, registry
 from bass.policies.base import lengths_for
 
 RESULTS = Path(__file__).parent / "results"
@@ -78,7 +77,7 @@ def record(main, prompts, max_new: int) -> list[dict]:
         lookup.attach([prompt], [seq])
         steps = []
         for t in range(1, len(out)):
-            found, n = lookup.lookup(0, MAX_LOOKUP)
+            found, n = lookup.lookup(0, NGramDrafter.max_lookup)
             acc = 0
             while acc < len(found) and t + acc < len(out) and found[acc] == out[t + acc]:
                 acc += 1
@@ -189,8 +188,8 @@ def replay(policy, traces, cost: Cost, noise: float, seed: int) -> dict:
         ks = [0] * len(rows)
         if policy is not None:
             ctx = DraftContext(
-                rows=rows,
-                max_draft=caps,
+                prompts=rows,
+                caps=caps,
                 drafter="ngram",
                 available=avail,
                 match_len=[f[1] if a else 0 for f, a in zip(found, avail, strict=True)],
@@ -205,14 +204,14 @@ def replay(policy, traces, cost: Cost, noise: float, seed: int) -> dict:
         total += seconds + cost.host + (cost.lookup if policy is not None else 0.0)
         if policy is not None:
             policy.update(
-                StepStats(
+                StepRecord(
                     draft_length=max(drafted),
                     accepted=accepted,
                     drafted=drafted,
                     draft_seconds=cost.lookup,
                     verify_seconds=seconds,
-                    rows=rows,
-                    verify_pass_tokens=n,
+                    prompts=rows,
+                    verify_tokens=n,
                 )
             )
         for r, x in zip(rows, accepted, strict=True):

@@ -43,8 +43,8 @@ class NonFiniteLogitsError(_NamesAPrompt, RuntimeError):
     """A model produced NaN or infinite logits: its output cannot be trusted."""
 
 
-def raise_if_nonfinite(flags: list[int], model, which: str, rows: list[int], where: str):
-    bad = [rows[r] for r, f in enumerate(flags) if f]
+def raise_if_nonfinite(flags: list[int], model, which: str, prompts: list[int], where: str):
+    bad = [prompts[r] for r, f in enumerate(flags) if f]
     if bad:
         raise NonFiniteLogitsError(
             f"the {which} model ({hf.model_name(model)}) produced non-finite logits (NaN or "
@@ -57,12 +57,15 @@ def raise_if_nonfinite(flags: list[int], model, which: str, rows: list[int], whe
 
 
 class BatchState:
-    """Host-side view of the batch, by cache row (slot): row ``s`` is prompt ``rows[s]``.
+    """Host-side state of the batch, by slot (a row of the caches): slot ``s`` holds
+    prompt ``prompt_of[s]``.
 
     ``seqs[s]`` (prompt + committed tokens) is the same list object as
-    ``by_prompt[rows[s]]``, which outlives compaction (the n-gram drafter searches
+    ``by_prompt[prompt_of[s]]``, which outlives compaction (the n-gram drafter searches
     finished siblings' text too). The main cache's committed length of an active slot
-    follows from the engine's invariant (:meth:`cache_lens`), so it is not stored.
+    follows from the engine's invariant (:meth:`cache_lens`), so it is not stored; a draft
+    cache's is, in ``draft_lens[s]`` (a draft model's drafter keeps it: it holds
+    ``seqs[s][:draft_lens[s]]``).
     """
 
     def __init__(
@@ -75,7 +78,8 @@ class BatchState:
     ):
         self.by_prompt = prompts  # prompt + committed tokens, per prompt
         self.seqs = list(prompts)  # the same lists, per cache row
-        self.rows = list(range(len(prompts)))
+        self.prompt_of = list(range(len(prompts)))  # per slot: its prompt index
+        self.draft_lens = [0] * len(prompts)  # per slot: the draft cache's length
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
         self.done = [False] * len(prompts)
@@ -89,20 +93,20 @@ class BatchState:
         return [len(s) - 1 for s in self.seqs]
 
     def active(self) -> list[int]:
-        """Cache rows still generating, ascending."""
+        """The active rows: slots still generating, ascending."""
         return [s for s, d in enumerate(self.done) if not d]
 
     def _stopped(self, out: list[int]) -> bool:
         return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)
 
     def remaining(self, s: int) -> int:
-        return self.max_new - len(self.outputs[self.rows[s]])
+        return self.max_new - len(self.outputs[self.prompt_of[s]])
 
     def append(self, slots: list[int], new: list[list[int]]) -> None:
         """Append each given row's accepted tokens, cutting after the first that ends it
         (eos, a stop sequence, a stop string, ``max_new``)."""
         for s, toks in zip(slots, new, strict=True):
-            p = self.rows[s]
+            p = self.prompt_of[s]
             out = self.outputs[p]
             before = len(out)
             for t in toks[: self.remaining(s)]:
@@ -123,9 +127,10 @@ class BatchState:
             self.done[s] = self.reasons[p] is not None
 
     def compact(self, keep: list[int]) -> None:
-        """Cache rows ``keep`` became rows ``0..len(keep)-1``."""
+        """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
         self.seqs = [self.seqs[s] for s in keep]
-        self.rows = [self.rows[s] for s in keep]
+        self.prompt_of = [self.prompt_of[s] for s in keep]
+        self.draft_lens = [self.draft_lens[s] for s in keep]
         self.done = [self.done[s] for s in keep]
 
 

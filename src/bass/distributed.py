@@ -28,7 +28,6 @@ has not run yet (no GPU run so far).
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime
 import hashlib
 import os
@@ -195,7 +194,21 @@ def check_tp_size(config, tp: int, name: str = "the main model") -> None:
             )
 
 
-class Coordinator:
+class Solo:
+    """The host decisions of a model that is not sharded: every method the identity, so
+    the engine's loop is the same in one process and in a tensor-parallel group."""
+
+    def share(self, values: Sequence[int]) -> list[int]:
+        return list(values)
+
+    def share_mask(self, keep: torch.Tensor) -> torch.Tensor:
+        return keep
+
+    def agree_generation(self, prompts, settings: dict, row_ids) -> None:
+        pass
+
+
+class Coordinator(Solo):
     """One TP group's host decisions: its first rank decides, the others follow.
 
     ``share(values)`` broadcasts the leader's ints (one small collective on the group's
@@ -229,17 +242,6 @@ class Coordinator:
         payload += [sorted(settings["eos_token_id"]), settings["stop_sequences"], row_ids]
         self.agree("prompts and settings", (prompts, payload))
 
-    def shared_hooks(self, hooks):
-        """``hooks`` whose per-row early stop (if any) is the leader's on every rank."""
-        if hooks.keep_drafting is None:
-            return hooks
-        keep = hooks.keep_drafting
-
-        def shared_keep(probs, index, rows):
-            return self.share_mask(keep(probs, index, rows))
-
-        return dataclasses.replace(hooks, keep_drafting=shared_keep)
-
     def agree(self, what: str, payload) -> None:
         """Every rank of the group must pass an equal ``payload`` (pickled and hashed)."""
         digest = hashlib.sha256(pickle.dumps(payload)).hexdigest()[:16]
@@ -254,14 +256,14 @@ class Coordinator:
             )
 
 
-def coordinator_for(model: torch.nn.Module) -> Coordinator | None:
-    """The :class:`Coordinator` of ``model``'s TP group, or ``None`` when it is not
-    sharded."""
+def coordinator_for(model: torch.nn.Module) -> Solo:
+    """The :class:`Coordinator` of ``model``'s TP group, or a :class:`Solo` one (that
+    does nothing) when it is not sharded."""
     from . import compat
 
-    group = compat.tp_group(model)
+    group = compat.tp_group(model) if dist.is_available() and dist.is_initialized() else None
     if group is None:
-        return None
+        return Solo()
     return Coordinator(dist.get_process_group_ranks(group))
 
 

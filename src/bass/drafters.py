@@ -1,31 +1,27 @@
-"""Draft sources: the :class:`Drafter` protocol, a small draft model (:class:`ModelDrafter`)
-and n-gram prompt lookup (:class:`NGramDrafter`); a plugin point like the policies.
+"""Draft sources: a small draft model (:class:`ModelDrafter`) and n-gram prompt lookup
+(:class:`NGramDrafter`), both :class:`bass.hooks.Drafter` s, and the loader of drafters
+other packages register (a plugin point like the policies).
 
-Terms (the engine's glossary, :mod:`bass.engine`): a **slot** is a row of the caches (the
-engine's index space: drafters are called with slots, ascending); a **prompt** index is a
-row's place in the caller's batch (stable while slots are compacted away); **lengths**
-are what the policy allows each row to draft this step, **drafted** what the drafter
-proposed (``<= length``), **accepted** what verification kept (``<= drafted``).
-
-A drafter's life in one :meth:`bass.Generator.generate`::
+A drafter's hooks and the data they take are declared in :mod:`bass.hooks`; in one
+:meth:`bass.Generator.generate`::
 
     drafter.start(state, passes, max_len, device)  # once: the rows, the pass settings
-    every step, for the active slots:
-        drafter.signals(slots, caps)         # optional: what it can offer each row
-        drafter.propose(slots, lengths, call)  # -> Proposal (up to lengths[r] tokens)
-        drafter.commit(slots, accepted)      # after verification: roll its state back
-    drafter.compact(keep)                    # when finished rows leave the caches
+    every step, for the active rows (view.slots):
+        drafter.offer(view)                    # optional: what it has for each row
+        drafter.propose(view, lengths)         # -> Proposal (up to lengths[r] tokens)
+        drafter.commit(proposal, accepted)     # after verification
+    drafter.compact(keep)                      # when finished rows leave the caches
 
-Every method but :meth:`Drafter.propose` has a default. Exactness does not depend on the
-drafter (verification keeps the main model's output), but how drafts are verified when
-sampling does: a **deterministic** drafter (``Proposal.probs is None``; n-grams, lookups,
-rules) is verified against the main model's keyed draws (:mod:`bass.sampling`: seeded
-sampling then equals plain sampling token for token), a
-**stochastic** one (a sampled draft model) must return the distributions it drew from
-(``Proposal.probs``) for lossless rejection sampling. ``bass.testing`` proves a drafter
-exact: :func:`bass.testing.assert_greedy_equivalent`, and
-:func:`~bass.testing.assert_sampled_equivalent` (deterministic) or
-:func:`~bass.testing.assert_distribution_equivalent` (stochastic).
+Exactness does not depend on the drafter (verification keeps the main model's output),
+but how drafts are verified when sampling does: **deterministic** drafts (n-grams,
+lookups, rules) and **coupled** ones (a sampling drafter drawing each token with
+``view.keys``, the default) are kept while they equal the main model's keyed draws
+(:mod:`bass.sampling`: seeded sampling then equals plain sampling token for token); a
+drafter that samples without the keys (``draft_sampling="rejection"``) returns the
+distributions it drew from (``Proposal.probs``) for rejection sampling. ``bass.testing``
+proves a drafter exact: :func:`bass.testing.assert_greedy_equivalent`,
+:func:`~bass.testing.assert_sampled_equivalent` and
+:func:`~bass.testing.assert_distribution_equivalent`.
 
 A package registers a drafter under the entry-point group ``bass.drafters`` (the
 built-in ``ngram`` is one); ``Generator(main, "name")`` and ``draft = "name"`` in a config
@@ -39,134 +35,31 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from . import hf, plugins
 from .cache import RaggedKVCache
 from .errors import PluginLoadError
+from .hooks import Drafter, Offer, Proposal, StepView
 from .sampling import SamplingParams, sample, sample_keyed, warp_probs
-
-if TYPE_CHECKING:
-    from .batch_state import BatchState
 
 __all__ = [
     "GROUP",
-    "DraftCall",
     "Drafter",
     "DrafterLoadError",
     "ModelDrafter",
     "NGramDrafter",
+    "Offer",
     "Proposal",
-    "Signals",
+    "StepView",
     "available",
     "make_drafter",
     "nonfinite",
 ]
 
 GROUP = "bass.drafters"
-
-
-@dataclass
-class Proposal:
-    """What a drafter proposes for the active rows of a step (``R`` rows, ``K`` the most
-    any row drafted).
-
-    ``drafted`` (host ``list[int]``): tokens per row, ``0 <= drafted[r] <= lengths[r]``.
-    The tokens either on the device, ``tokens`` int64 ``[R, K]`` (slots past a row's
-    count are padding), or on the host, ``host_tokens`` (``list[list[int]]``: the engine
-    builds the device copy with the pass's other inputs). ``probs`` ``[R, K, V]``: the
-    (warped) distributions the tokens were drawn from, for rejection sampling (``None``
-    for deterministic drafts, see the module docstring). ``bad`` bool ``[R]``: rows whose
-    draft logits were not finite (read with the step's one host read). ``passes``,
-    ``pass_tokens`` and ``forward_seconds``: the draft model's passes, the tokens each
-    computed, and their time (statistics for the policy).
-    """
-
-    drafted: list[int]
-    tokens: torch.Tensor | None = None
-    host_tokens: list[list[int]] | None = None
-    probs: torch.Tensor | None = None
-    bad: torch.Tensor | None = None
-    passes: int = 0
-    pass_tokens: tuple[int, ...] = ()
-    forward_seconds: float = 0.0
-
-    @classmethod
-    def none(cls, rows: int) -> Proposal:
-        """Nothing drafted for ``rows`` rows (a plain decoding step)."""
-        return cls(drafted=[0] * rows, host_tokens=[[] for _ in range(rows)])
-
-
-@dataclass
-class Signals:
-    """What a drafter can offer each active row before the policy decides."""
-
-    available: list[int]  # tokens it found to propose (n-gram continuation length)
-    match_len: list[int]  # length of the matched suffix (0: no match)
-
-
-@dataclass
-class DraftCall:
-    """A step's settings for :meth:`Drafter.propose`: the sampling parameters, the
-    generator a stochastic drafter draws with, the policy's per-row early stop
-    (``keep_drafting(probs [R', V], index, rows) -> bool [R']``, ``rows`` each probs
-    row's position among the step's rows; ``None`` when the policy has none), and
-    ``keys``.
-
-    ``keys`` int64 ``[R, K]`` (coupled drafting, the default when sampling): the keys of
-    each active row's draft positions, ``keys[r, j]`` the one of the position draft token
-    ``j + 1`` would take (:func:`bass.sampling.position_keys`). A sampling drafter draws
-    token ``j`` of row ``r`` with ``sample_keyed(probs, keys[r, j])``, the same draw the
-    main model makes at that position, and returns no ``probs``: its drafts are verified
-    like deterministic ones (kept while they equal the main model's keyed draws), so the
-    output is plain sampling's, whatever the drafts. ``None``: draw with ``generator`` and
-    return ``probs`` for rejection sampling."""
-
-    params: SamplingParams = field(default_factory=SamplingParams)
-    generator: torch.Generator | None = None
-    keep_drafting: Callable | None = None
-    keys: torch.Tensor | None = None
-
-
-class Drafter:
-    """The drafter protocol (see the module docstring); subclass it and override
-    :meth:`propose` and whatever else your drafter needs.
-
-    Class attributes: ``name`` (what ``DraftContext.drafter`` reports to policies),
-    ``deterministic`` (``False`` when proposals are sampled: they then carry ``probs``).
-    ``model``: the draft model, if any (the Generator checks its vocabulary against the
-    main model's, its prompts' ids, and prepares it with the main model).
-    """
-
-    name: ClassVar[str] = "drafter"
-    deterministic: ClassVar[bool] = True
-    model: torch.nn.Module | None = None
-
-    def start(self, state: BatchState, passes: hf.Passes, max_len: int, device) -> int:
-        """A generation starts: ``state`` holds its rows (``state.seqs[slot]``: prompt
-        plus committed tokens; ``state.rows[slot]``: its prompt index), ``passes`` how
-        packed passes run, ``max_len`` the caches' length, ``device`` the main model's.
-        Returns the forward passes it ran (a draft model's prefill)."""
-        return 0
-
-    def signals(self, slots: list[int], caps: list[int]) -> Signals | None:
-        """Optional: what the drafter can offer each slot (at most ``caps[r]`` tokens),
-        for policies that decide per row (``DraftContext.available``, ``match_len``)."""
-        return None
-
-    def propose(self, slots: list[int], lengths: list[int], call: DraftCall) -> Proposal:
-        """Up to ``lengths[r]`` draft tokens for each active slot ``slots[r]``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement propose()")
-
-    def commit(self, slots: list[int], accepted: list[int]) -> None:
-        """After verification: ``accepted[r]`` of slot ``slots[r]``'s drafts were kept."""
-
-    def compact(self, keep: list[int]) -> None:
-        """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
 
 
 def choose(
@@ -208,17 +101,18 @@ class ModelDrafter(Drafter):
     verification keeps the output exact either way.
 
     Bookkeeping (the engine's invariant, draft side): before a step the draft cache holds
-    ``seq[:d_len]`` of each slot, and ``seq[d_len:]`` (the *pending* tokens, usually one,
-    two after a row accepted everything) are fed first. It then feeds each drafted token
-    but the last. With ``a`` accepted of ``fed`` fed drafts, ``len(seq_before) +
-    min(a, fed)`` entries stay valid; lowering the length is the whole rollback.
+    ``seq[:draft_lens[slot]]`` of each slot (``state.draft_lens``), and the rest of the row
+    (the *pending* tokens, usually one, two after a row accepted everything) is fed first;
+    then each drafted token but the last. A row that kept ``a`` drafts keeps
+    ``len(seq) + a`` entries at most (:meth:`commit`): lowering the length is the whole
+    rollback.
 
     Every draft pass is packed (:mod:`bass.packing`): only the rows still drafting bring
     tokens, so a row whose draft length is reached costs the pass nothing.
     """
 
     name = "model"
-    deterministic = False  # sampled drafts: verified by rejection sampling with `probs`
+    deterministic = False  # sampled drafts: coupled, or rejection sampling with `probs`
 
     def __init__(self, model, tokens: int | None = None, out_vocab: int | None = None):
         self.model = model
@@ -228,31 +122,29 @@ class ModelDrafter(Drafter):
         self.in_vocab = model.get_input_embeddings().weight.shape[0]
         self.passes = hf.Passes()
         self.cache: RaggedKVCache | None = None
-        self.d_len: list[int] = []  # per slot: committed draft-cache length (host)
-        self.started: list[bool] = []  # this step: which active rows drafted
         self.logits_slots: int | None = None  # static shapes: logits rows per pass
 
     def start(self, state, passes, max_len: int, device) -> int:
         """Prefill the draft model with every row's prompt; returns its passes."""
         prompts = state.seqs
-        self.passes = passes
-        self.state = state
+        self.passes, self.state = passes, state
         # static shapes (CUDA graphs): every pass computes the logits of all slots
         self.logits_slots = len(prompts) if passes.bucket is not None else None
         n_layers = self.model.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
         _, n = passes.prefill(self.model, self.cache, prompts)
-        self.d_len = [len(p) for p in prompts]
+        state.draft_lens = [len(p) for p in prompts]
         self.prefill_passes = n
         return n
 
     def _pass(self, q_lens, ids, logits_at):
         """One packed draft pass; ``ids`` a host list or an int64 device tensor."""
         host = not isinstance(ids, torch.Tensor)
+        lens = self.state.draft_lens
         batch = self.passes.pack(
             self.model,
             q_lens,
-            self.d_len,
+            lens,
             self.cache.lens.device,
             ids=ids if host else None,
             logits_at=logits_at,
@@ -261,39 +153,37 @@ class ModelDrafter(Drafter):
         if not host:
             batch.set_input_ids(ids)
         logits = self.passes.run(self.model, self.cache, batch)
-        for b, n in enumerate(q_lens):  # the pass's tokens are committed (host lengths)
-            self.d_len[b] += n
+        for s, n in enumerate(q_lens):  # the pass's tokens are in the cache (host lengths)
+            lens[s] += n
         return logits[: len(logits_at)], batch.tokens
 
-    def propose(self, slots: list[int], lengths: list[int], call: DraftCall) -> Proposal:
-        """Draft for the active ``slots`` (ascending), at most ``lengths[r]`` tokens
-        each: one packed pass per draft position over the rows still drafting."""
-        seqs = [self.state.seqs[s] for s in slots]
-        params, keep_fn = call.params, call.keep_drafting
+    def propose(self, view: StepView, lengths: list[int]) -> Proposal:
+        """Draft for the active rows, at most ``lengths[r]`` tokens each: one packed pass
+        per draft position over the rows still drafting."""
+        slots, params, stop = view.slots, view.params, view.stop
         R, K = len(slots), max(lengths)
         device = self.cache.lens.device
         tokens = torch.zeros(R, K, dtype=torch.long, device=device)
-        probs_out = None  # [R, K, V] when sampling, allocated at the first pass
+        probs_out = None  # [R, K, V] for rejection sampling, allocated at the first pass
+        conf_out = torch.zeros(R, K, device=device) if stop is not None else None
+        survival = torch.ones(R, dtype=torch.float64, device=device)  # the early stop's
         bad = torch.zeros(R, dtype=torch.bool, device=device)
         drafted = [0] * R
-        self.fed = [0] * R  # drafted tokens fed back per active row
-        self.before = [len(s) for s in seqs]
-        self.started = [k > 0 for k in lengths]
-        live = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
+        order = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
         # 1) the first pass feeds each drafting row's pending tokens (1, or 2 after the
         #    row accepted every draft: the draft never fed its last one). Active slots
         #    ascend, so the packed tokens follow the cache's row order.
         q_lens = [0] * self.cache.batch_size
         ids: list[int] | torch.Tensor = []
         last: list[int] = []
-        for r in live:
-            pending = seqs[r][self.d_len[slots[r]] :]
+        for r in order:
+            s = slots[r]
+            pending = view.state.seqs[s][view.state.draft_lens[s] :]
             if self.in_vocab < self.out_vocab:  # a main-model id the draft cannot embed
                 pending = [t if t < self.in_vocab else 0 for t in pending]
-            q_lens[slots[r]] = len(pending)
+            q_lens[s] = len(pending)
             ids += pending
             last.append(len(ids) - 1)
-        order = live
         passes, pass_tokens, fwd = 0, [], 0.0
         for j in range(K):
             # 2) one packed draft pass over the rows still drafting
@@ -306,17 +196,18 @@ class ModelDrafter(Drafter):
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
-            keys = call.keys[index, j] if call.keys is not None else None  # [len(order)]
-            tok, probs = choose(logits, params, call.generator, keep_fn is not None, keys)
-            if params.do_sample and keys is None:  # rejection sampling needs what it drew from
+            keys = view.keys[index, j] if view.keys is not None else None  # [len(order)]
+            tok, probs = choose(logits, params, view.generator, stop is not None, keys)
+            if params.do_sample and keys is None:  # rejection sampling: what it drew from
                 if probs_out is None:  # the main model's width (zero past the draft's)
                     probs_out = probs.new_zeros(R, K, self.out_vocab)
                 probs_out[index, j, : probs.shape[-1]] = probs
             tokens[index, j] = tok
-            if keep_fn is not None:  # per-row early stop: a refused token is not proposed
-                ok = keep_fn(probs, j, order).to(device).tolist()  # host read (with a hook)
-            else:
-                ok = [True] * len(order)
+            ok = [True] * len(order)
+            if stop is not None:  # the policy's early stop: a refused token is not proposed
+                keep, conf = stop.keep(probs, survival, index)
+                conf_out[index, j] = conf
+                ok = view.agree(keep).tolist()  # host read (per draft pass, with a stop)
             nxt, sel = [], []
             for i, r in enumerate(order):
                 if not ok[i]:
@@ -331,33 +222,32 @@ class ModelDrafter(Drafter):
             q_lens = [0] * self.cache.batch_size
             for r in nxt:
                 q_lens[slots[r]] = 1
-                self.fed[r] += 1
             ids = tok[torch.tensor(sel, dtype=torch.long).to(device, non_blocking=True)]
             order, last = nxt, list(range(len(nxt)))
         if probs_out is not None:
             # slots past a row's count are never read, but must hold a valid distribution
             probs_out[..., 0] += (probs_out.sum(-1) == 0).to(probs_out.dtype)
         return Proposal(
-            drafted=drafted,
+            drafted,
             tokens=tokens,
             probs=probs_out,
             bad=bad,
+            confidence=conf_out,
+            slots=list(slots),
             passes=passes,
             pass_tokens=tuple(pass_tokens),
             forward_seconds=fwd,
         )
 
-    def commit(self, slots: list[int], accepted: list[int]) -> None:
-        """Rows that drafted fed their pending tokens and ``fed[r]`` drafts; of those,
-        everything up to the accepted prefix stays (``len(seq_before) + min(a, fed)``).
-        A step that drafted nothing fed nothing: nothing to roll back."""
-        started, self.started = self.started, []
-        for r, a in enumerate(accepted):
-            if started and started[r]:
-                self.d_len[slots[r]] = self.before[r] + min(a, self.fed[r])
+    def commit(self, proposal: Proposal, accepted: list[int]) -> None:
+        """The draft cache keeps, of what it was fed, the row's committed tokens and its
+        accepted drafts (``len(seq) + a``, before the row appends them); a row that fed
+        fewer keeps what it has."""
+        lens, seqs = self.state.draft_lens, self.state.seqs
+        for s, a in zip(proposal.slots, accepted, strict=True):
+            lens[s] = min(lens[s], len(seqs[s]) + a)
 
     def compact(self, keep: list[int]) -> None:
-        self.d_len = [self.d_len[b] for b in keep]
         self.cache.compact(keep)
 
 
@@ -381,6 +271,7 @@ class NGramDrafter(Drafter):
 
     name = "ngram"
     deterministic = True
+    max_lookup = 32  # the most tokens a lookup proposes per row and step
 
     def __init__(
         self, max_ngram: int = 3, min_ngram: int = 1, siblings: bool = True, max_siblings: int = 8
@@ -391,8 +282,6 @@ class NGramDrafter(Drafter):
             raise ValueError(f"max_siblings must be >= 0, got {max_siblings}")
         self.max_ngram, self.min_ngram, self.siblings = max_ngram, min_ngram, siblings
         self.max_siblings = max_siblings
-        self.found: list[list[int]] = []
-        self.rows: list[int] = []  # slot -> prompt index (the engine's BatchState.rows)
 
     def start(self, state, passes, max_len: int, device) -> int:
         """Index the rows of ``state`` (their prompts, before any token is generated)."""
@@ -464,20 +353,17 @@ class NGramDrafter(Drafter):
                 return best, n
         return [], 0
 
-    def signals(self, slots: list[int], caps: list[int]) -> Signals:
-        """Look up every active slot once, for the policy (up to ``caps[r]`` tokens);
+    def offer(self, view: StepView) -> Offer:
+        """Look up every active row once (up to ``view.caps[r]`` tokens), for the policy;
         :meth:`propose` then truncates these continuations."""
-        rows = [self.state.rows[s] for s in slots]
-        found = [self.lookup(p, k) if k > 0 else ([], 0) for p, k in zip(rows, caps)]
-        self.found = [f for f, _ in found]
-        return Signals([len(f) for f, _ in found], [n for _, n in found])
+        caps = [min(k, self.max_lookup) for k in view.caps]
+        found = [self.lookup(p, k) if k > 0 else ([], 0) for p, k in zip(view.prompts, caps)]
+        return Offer([f for f, _ in found], [n for _, n in found])
 
-    def propose(self, slots: list[int], lengths: list[int], call=None) -> Proposal:
-        if len(self.found) != len(slots):  # signals() was not called this step
-            self.signals(slots, lengths)
-        out = [f[:k] for f, k in zip(self.found, lengths)]
-        self.found = []
-        return Proposal(drafted=[len(o) for o in out], host_tokens=out)
+    def propose(self, view: StepView, lengths: list[int]) -> Proposal:
+        offer = view.offer if view.offer is not None else self.offer(view)
+        out = [f[:k] for f, k in zip(offer.tokens, lengths, strict=True)]
+        return Proposal([len(o) for o in out], host_tokens=out, slots=list(view.slots))
 
 
 # --------------------------------------------------------------------------- plugins
@@ -537,7 +423,7 @@ class _Guarded(Drafter):
         self.inner, self.who = inner, who
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
-        for hook in ("start", "signals", "propose", "commit", "compact"):
+        for hook in ("start", "offer", "propose", "commit", "compact"):
             setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
 
     def __getattr__(self, name: str):

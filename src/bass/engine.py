@@ -1,4 +1,4 @@
-"""The BASS decode loop: draft -> verify -> accept -> commit -> policy, for a whole batch.
+"""The BASS decode loop: lengths -> propose -> verify -> accept -> commit -> learn, for a batch.
 
 :class:`Generator` runs batched speculative decoding on unmodified transformers causal
 LMs whose attention is routed through bass's ragged attention (see :mod:`bass.hf`).
@@ -7,41 +7,53 @@ really bring, so the dense layers never compute padding. The loop is device-neut
 what one device needs (the CPU's linear-layer layouts) is decided once, when the
 Generator is built, by its backend (:mod:`bass.backends`).
 
-Glossary (one meaning each, everywhere in the engine and the drafters):
+Glossary (one meaning each, everywhere in the engine, the hooks and the docs):
 
 * **prompt** (index ``p``): a row's place in the caller's batch; results come back in
   prompt order.
-* **slot** (index ``s``): a row of the caches. Slot ``s`` holds prompt ``state.rows[s]``;
-  finished rows are compacted away, so slots are renumbered and prompts are not.
+* **slot** (index ``s``): a row of the caches. Slot ``s`` holds prompt
+  ``state.prompt_of[s]``; finished rows are compacted away, so slots are renumbered and
+  prompts are not.
 * **active rows** (index ``r``): the slots still generating this step, ascending
-  (``slots[r]``); every per-row list of a step (lengths, drafted, accepted) is in
+  (``slots[r]``); every per-row list of a step (caps, lengths, drafted, accepted) is in
   this order.
-* **cap** (``caps[r]``, :attr:`bass.policies.DraftContext.max_draft`): the most a row
-  may draft (its remaining tokens minus the one the main model always adds).
-* **length** (``lengths[r]``): what the policy allows the row to draft this step
+* **cap** (``caps[r]``): the most a row may draft (its remaining tokens minus the one
+  the main model always adds); **length** (``lengths[r]``): what the policy allows it
   (``<= cap``); **drafted** (``drafted[r]``): what the drafter proposed (``<= length``);
   **accepted** (``accepted[r]``): the drafts verification kept (``<= drafted``).
 
-One step, for every active row (:meth:`Generator._step`):
+One step (:meth:`Generator._step`, one screen, read top to bottom) for every active row;
+the plugins' hooks and the data they exchange are declared in :mod:`bass.hooks`:
 
-1) lengths: the policy's, per row, capped by each row's remaining budget
-2) draft: the drafter proposes up to ``lengths[r]`` tokens (a draft model: packed passes
-   over the rows still drafting; n-gram lookup: on the host)
+1) lengths: the drafter's ``offer`` (what an n-gram lookup found), then the policy's
+   ``draft_lengths`` (capped at each row's cap) and its ``early_stop`` (data: a
+   :class:`bass.hooks.EarlyStop` the draft model applies while drafting, or ``None``)
+2) propose: ``drafter.propose(view, lengths)`` returns a :class:`bass.hooks.Proposal` (a
+   draft model: packed passes over the rows still drafting; n-grams: host tokens). A
+   sampling drafter draws coupled: with the key of the position each token would take
 3) verify: the main model scores ``[last, d_1..d_n]`` of all rows in ONE packed pass
-4) accept (:mod:`bass.sampling`): greedy prefix match, keyed draws (deterministic drafts)
-   or lossless rejection sampling, batched on the device; then the step's one host read
-   (accepted counts, next tokens, non-finite flags and, for device drafts, the drafts)
-5) commit: rows append their tokens; lengths advance on the host (rejected cache entries
-   are dropped by length only); finished rows (eos, a stop sequence or string, budget)
-   bring no more tokens, and once half the cache's slots are finished they are compacted
-6) the policy learns from the step's record (:class:`bass.stats.StepRecord`)
+4) accept (:mod:`bass.verify`, :mod:`bass.sampling`): greedy prefix match, keyed draws
+   (deterministic or coupled drafts) or rejection sampling, batched on the device; then
+   the step's one host read (accepted counts, next tokens, non-finite flags and, for
+   device drafts, the drafts)
+5) commit: ``drafter.commit(proposal, accepted)`` (a draft cache keeps its accepted
+   drafts: its length lives in ``state.draft_lens``); rows append their tokens; lengths
+   advance on the host (rejected cache entries are dropped by length only); finished
+   rows (eos, a stop sequence or string, budget) bring no more tokens, and once half the
+   cache's slots are finished they are compacted
+6) learn: the step's one :class:`bass.stats.StepRecord` goes to the statistics and to
+   ``policy.update``
 
-Bookkeeping invariant (``tests/test_engine.py`` checks it after every step): after a
+A tensor-parallel group takes every host decision once, on its first rank
+(:mod:`bass.distributed`): the engine asks its coordinator, which in one process does
+nothing, so the loop has no branch for it.
+
+Bookkeeping invariant (``tests/engine/test_engine.py`` checks it after every step): after a
 step, the main cache holds every committed token of an active row except the newest,
 which has been chosen but not yet fed, so its committed length is ``len(seq) - 1``
 (:meth:`bass.batch_state.BatchState.cache_lens`; not stored, derived). The main model
 fed ``[last, d_1..d_n]`` and keeps ``a + 1`` of them. The draft cache holds a prefix of
-the row (``d_len[s] <= len(seq[s]) - 1``); the rest is fed at its next draft pass:
+the row (``draft_lens[s] <= len(seq[s]) - 1``); the rest is fed at its next draft pass:
 usually one token, two when the row accepted every draft (the draft never fed ``d_n``),
 which is where ragged query lengths come from.
 """
@@ -62,20 +74,19 @@ from .batch_state import (
     raise_if_nonfinite,
 )
 from .cache import RaggedKVCache
-from .drafters import DraftCall, Drafter, Proposal, make_drafter, nonfinite
+from .distributed import coordinator_for
+from .drafters import make_drafter, nonfinite
+from .hooks import DraftContext, Drafter, Proposal, StepView
 from .ops import length_checks
 from .ops.packed import resolve_packed_implementation
 from .options import generator_defaults
 from .packing import TOKEN_BUCKETS
-from .policies import DraftContext
 from .sampling import SamplingParams, generator_seed, position_keys, sample_keyed, warp_probs
 from .stats import GenerationResult, GenerationStats, StepRecord
 from .stopping import StopStrings, decode_rows
-from .verify import accept, check_proposal, verify_pass
+from .verify import accept, check_proposal, draft_keys, read_step, verify_pass
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
-
-MAX_LOOKUP = 32  # the most tokens an n-gram lookup proposes per row and step
 
 
 class Generator:
@@ -125,7 +136,7 @@ class Generator:
         draft_sampling: how a sampling drafter's tokens are drawn and verified.
             ``"coupled"`` (default): each draft token is drawn with the keyed noise of the
             position it would take, the draw the main model makes there
-            (:class:`bass.drafters.DraftCall`), and kept while the two agree: every
+            (:class:`bass.hooks.StepView`), and kept while the two agree: every
             sampled row equals plain sampling with the same seed, whatever the drafter,
             the policy or the batch (:func:`bass.testing.assert_sampled_equivalent`).
             ``"rejection"``: rejection sampling (Leviathan et al.): the same distribution,
@@ -152,7 +163,7 @@ class Generator:
         main,
         draft=None,
         *,
-        policy: str | policies.DraftLengthPolicy | None = None,
+        policy: str | policies.Policy | None = None,
         policy_options: dict | None = None,
         attention: str | None = None,
         compile: bool | str | object | None = None,
@@ -242,12 +253,9 @@ class Generator:
             logits_multiple=self.backend.logits_multiple,
             chunk_tokens=prefill_chunk_tokens,
         )
-        # 4) scale-out: a tensor-parallel main model's group takes host decisions once
-        self.coord = None
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            from .distributed import coordinator_for
-
-            self.coord = coordinator_for(main)
+        # 4) scale-out: a tensor-parallel main model's group takes host decisions once,
+        #    on its first rank (bass.distributed); a model not sharded: nothing to share
+        self.coord = coordinator_for(main)
 
     @property
     def drafter(self) -> Drafter | None:
@@ -303,9 +311,10 @@ class Generator:
             return policies.load(spec, **options)
         if options:
             raise ValueError("policy_options apply to a policy name, not a policy instance")
-        if not isinstance(spec, policies.DraftLengthPolicy):
+        if not policies.is_policy(spec):
             raise TypeError(
-                f"policy must be a name or have draft_length() and update(stats), got {spec!r}"
+                "policy must be a name or have draft_length() (or draft_lengths(ctx)) and "
+                f"update(record) (see bass.hooks.Policy), got {spec!r}"
             )
         return spec
 
@@ -395,8 +404,7 @@ class Generator:
                 # The engine builds valid lengths by construction (tests check the invariant
                 # every step); skip the ops' host-side range checks in the hot loop.
                 with length_checks(False), compat.generation_mode(models):
-                    if self.coord is not None:  # every rank of a TP group: the same work
-                        self.coord.agree_generation(prompts, kw, row_ids)
+                    self.coord.agree_generation(prompts, kw, row_ids)  # a TP group's ranks
                     return self._generate(
                         prompts,
                         max_new_tokens,
@@ -418,9 +426,7 @@ class Generator:
     ) -> GenerationResult:
         device = self.main.device
         if seed is None:  # from torch's global generator: torch.manual_seed governs it
-            seed = int(torch.randint(0, 2**62, (1,)).item())
-            if self.coord is not None:  # one seed for the whole TP group: its leader's
-                seed = self.coord.share([seed])[0]
+            seed = self.coord.share([int(torch.randint(0, 2**62, (1,)).item())])[0]
         gen = torch.Generator(device=device)  # the draft model's sampling and verification
         # the seed also keys every sampled position (position_keys), with the row ids
         gen.manual_seed(generator_seed(seed, row_ids))
@@ -446,7 +452,7 @@ class Generator:
         else:
             first = logits.argmax(dim=-1)
         host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
-        raise_if_nonfinite(host[B:], self.main, "main", state.rows, "the prefill")
+        raise_if_nonfinite(host[B:], self.main, "main", state.prompt_of, "the prefill")
         stats.main_passes += passes
         stats.prefill_passes = passes
         stats.prefill_tokens = sum(map(len, prompts))
@@ -462,21 +468,12 @@ class Generator:
         self._compact(state)
 
         # 2) decoding steps until every row has finished (or the time budget is spent)
-        if self.coord is not None:  # early stops too: the group's leader decides
-            hooks = self.coord.shared_hooks(hooks)
+        sampling = (params, gen, seed)
         while slots := state.active():
-            t_step = time.perf_counter()
-            stop = time_budget is not None and t_step - t0 > time_budget
-            lengths = [0] * len(slots)
-            if self.drafter is not None and not stop:
-                lengths = self._lengths(hooks, state, slots, stats)
-            if self.coord is not None:  # the TP group's first rank decides for every rank
-                shared = self.coord.share([int(stop), *lengths])
-                stop, lengths = bool(shared[0]), shared[1:]
-            if stop:
+            late = time_budget is not None and time.perf_counter() - t0 > time_budget
+            if not self._step(state, hooks, sampling, stats, slots, late):
                 stats.stopped_by_time_budget = True
                 break
-            self._step(state, hooks, params, (gen, seed), stats, slots, lengths, t_step)
             self._compact(state)
             if on_step is not None:
                 on_step(self, state)
@@ -486,110 +483,76 @@ class Generator:
         reasons = [r or "time" for r in state.reasons]  # still running when time ran out
         return GenerationResult([list(o) for o in state.outputs], stats, reasons)
 
-    def _lengths(self, hooks, state, slots, stats) -> list[int]:
-        """1) Each active row's draft length this step: the policy's, capped by what the
-        row may still generate (a drafter that reports what it found, e.g. n-grams, then
-        proposes at most that)."""
-        rows = [state.rows[s] for s in slots]
+    def _step(self, state, hooks, sampling, stats, slots, late: bool) -> bool:
+        """One speculative step for the active rows ``slots``: lengths -> propose ->
+        verify -> accept -> commit -> learn (the module docstring walks through it).
+        ``late``: the time budget is spent (then nothing runs: returns ``False``)."""
+        t_start = time.perf_counter()
+        params, gen, seed = sampling
+        prompts = [state.prompt_of[s] for s in slots]
         caps = [state.remaining(s) - 1 for s in slots]  # the main model adds one token
-        signals = self._drafting.signals(slots, [min(c, MAX_LOOKUP) for c in caps])
-        ctx = DraftContext(
-            rows=rows,
-            max_draft=caps,
-            drafter=self.drafter.name,
-            available=signals.available if signals else None,
-            match_len=signals.match_len if signals else None,
-            step=len(stats.steps),
-        )
-        return hooks.draft_lengths(ctx)  # a drafter proposes at most what it found
-
-    def _step(self, state, hooks, params, rng, stats, slots, lengths, t_start) -> None:
-        """One step for the active ``slots``, whose draft ``lengths`` (phase 1) were
-        decided at ``t_start`` (by the loop: a TP group's leader decides them)."""
-        gen, seed = rng  # the draft model's generator; the key of sampled positions
-        rows = [state.rows[s] for s in slots]
-        R = len(slots)
-        # 2) draft; coupled (the default when sampling): a sampling drafter draws each
-        #    draft token with the key of the position it would take, as the main model will
-        coupled = params.do_sample and self.forced_acceptance is None and self.coupled
+        view = StepView(slots, prompts, caps, state, params, gen, agree=self.coord.share_mask)
+        drafter, step = self._drafting, len(stats.steps)
+        # 1) lengths: what the drafter has (n-grams), then the policy's lengths and stop
+        lengths, ctx = [0] * len(slots), None
+        if drafter is not None and not late:
+            view.offer = offer = drafter.offer(view)
+            found = [len(t) for t in offer.tokens] if offer is not None else None
+            match = offer.match_len if offer is not None else None
+            ctx = DraftContext(prompts, caps, drafter.name, found, match, step)
+            lengths = hooks.draft_lengths(ctx)  # capped; an n-gram proposes what it found
+        late, *lengths = self.coord.share([int(late), *lengths])  # a TP group: its leader's
+        if late:
+            return False
+        # 2) propose: up to lengths[r] tokens per row; a sampling drafter draws coupled
+        #    (with the keys of the positions they would take, as the main model will)
+        sampled = params.do_sample and self.forced_acceptance is None
+        prop, coupled = Proposal.none(slots), sampled and self.coupled
         if any(lengths):
-            keys = None
-            if coupled:
-                K = max(lengths)
-                starts = [len(state.outputs[p]) for p in rows]
-                grid = position_keys(seed, [state.row_ids[p] for p in rows], starts, K)
-                keys = torch.tensor(grid, dtype=torch.int64).view(R, K)
-                keys = keys.to(self.main.device, non_blocking=True)
-            call = DraftCall(params, gen, hooks.keep_drafting, keys)
-            prop = self._drafting.propose(slots, lengths, call)
+            view.stop = hooks.early_stop(ctx)
+            view.keys = draft_keys(state, slots, max(lengths), seed, self.main) if coupled else None
+            prop = drafter.propose(view, lengths)
             check_proposal(self.drafter, prop, lengths, params, self.vocab, coupled)
-        else:
-            prop = Proposal.none(R)
         t_verify = time.perf_counter()
-        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass: coupled
-        #    (or deterministic) drafts against the main model's keyed draws
-        keyed = coupled or (
-            params.do_sample and self.forced_acceptance is None and prop.probs is None
-        )
+        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass: drafts
+        #    kept while equal to the main model's keyed draws when sampling
+        keyed = sampled and (coupled or prop.probs is None)  # else rejection sampling
         v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed)
         t_fwd = time.perf_counter()
         logits = self.passes.run(self.main, self.cache, v.batch)
         forward_seconds = time.perf_counter() - t_fwd
-        stats.main_passes += 1
-        # 4) accept, then the step's one host read
+        # 4) accept (on the device), then the step's one host read
         acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
-        read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
-        device_drafts = prop.host_tokens is None
-        if device_drafts:
-            bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
-            read += [bad.long(), v.drafts.reshape(-1)]
-        host = torch.cat(read).tolist()  # host read: the one per-step sync
-        accepted, next_tokens = host[:R], host[R : 2 * R]
-        step, where = len(stats.steps), f"step {len(stats.steps)}"
-        raise_if_nonfinite(host[2 * R : 3 * R], self.main, "main", rows, where)
-        drafts = prop.host_tokens
-        if device_drafts:
-            model = self.drafter.model
-            raise_if_nonfinite(host[3 * R : 4 * R], model, "draft", rows, where)
-            K = v.drafts.shape[1]
-            flat = host[4 * R :]
-            drafts = [flat[r * K : r * K + prop.drafted[r]] for r in range(R)]
+        models = (self.main, self.drafter.model if drafter is not None else None)
+        accepted, nexts, drafts, confidence = read_step(acc, logits, v, prop, prompts, step, models)
         t_end = time.perf_counter()
-        # 5) commit: rows append [d_1..d_a, next]; the main cache keeps [last, d_1..d_a]
-        #    (its lengths follow from the rows: BatchState.cache_lens), the drafter rolls back
-        if self.drafter is not None:
-            self._drafting.commit(slots, accepted)
-        state.append(slots, [[*drafts[r][: accepted[r]], next_tokens[r]] for r in range(R)])
-        # 6) the step's record -> statistics and the policy
+        # 5) commit: the drafter keeps its accepted drafts; rows append [d_1..d_a, next]
+        #    (the main cache keeps [last, d_1..d_a]: its lengths follow from the rows)
+        if drafter is not None:
+            drafter.commit(prop, accepted)
+        state.append(slots, [[*d[:a], t] for d, a, t in zip(drafts, accepted, nexts)])
+        # 6) learn: the step's one record, for the statistics and the policy
         rec = StepRecord(
             max(lengths, default=0),
-            rows,
-            prop.drafted,
             accepted,
+            prop.drafted,
             t_verify - t_start,
             t_end - t_verify,
+            step,
+            prompts,
             verify_tokens=v.batch.real,
             padding_tokens=v.batch.tokens - v.batch.real,
-            draft_tokens=sum(prop.pass_tokens),
+            draft_pass_tokens=prop.pass_tokens,
             forward_seconds=forward_seconds + prop.forward_seconds,
             step_seconds=time.perf_counter() - t_start,
+            confidence=confidence,
         )
         stats.steps.append(rec)
+        stats.main_passes += 1
         stats.draft_passes += prop.passes
-        if self.drafter is not None:
-            hooks.update(
-                policies.StepStats(
-                    draft_length=rec.draft_length,
-                    accepted=accepted,
-                    drafted=prop.drafted,
-                    draft_seconds=rec.draft_seconds,
-                    verify_seconds=rec.verify_seconds,
-                    step=step,
-                    rows=rows,
-                    verify_pass_tokens=v.batch.tokens,
-                    draft_pass_tokens=prop.pass_tokens,
-                )
-            )
+        if drafter is not None:
+            hooks.update(rec)
+        return True
 
     def _compact(self, state) -> None:
         """Finished rows cost a packed pass nothing (they bring no tokens), but they keep

@@ -71,7 +71,7 @@ def _policy(v: Any, ctx: Mapping) -> Any:
     if ctx.get("source") == "keyword":  # a policy object (the API only)
         if isinstance(v, type):
             raise Refused(f"{v.__name__} is a class: pass an instance, {v.__name__}(...)")
-        if isinstance(v, policies.DraftLengthPolicy):
+        if policies.is_policy(v):
             return v
     raise Refused()
 

@@ -78,34 +78,13 @@ class SamplingParams:
     ``do_sample=False`` is greedy decoding (argmax of the logits; the other fields are
     then ignored). Otherwise logits are divided by ``temperature``, restricted to the
     ``top_k`` most likely tokens, then to the nucleus of mass ``top_p``, and sampled.
+    The values are checked where a user gives them (:mod:`bass.options`), not here.
     """
 
     do_sample: bool = False
     temperature: float = 1.0  # > 0 when do_sample
     top_k: int | None = None  # None (no limit) or >= 1
     top_p: float | None = None  # None (no limit) or 0 < top_p <= 1
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.do_sample, bool):
-            raise ValueError(f"SamplingParams.do_sample must be a bool, got {self.do_sample!r}")
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
-            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got {t!r}")
-        if self.do_sample and t <= 0:
-            raise ValueError(
-                f"SamplingParams.temperature must be > 0 when do_sample=True, got {t!r} "
-                "(use do_sample=False for greedy decoding)"
-            )
-        k = self.top_k
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"SamplingParams.top_k must be None or an int >= 1, got {k!r}")
-        p = self.top_p
-        if p is not None and (
-            isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1
-        ):
-            raise ValueError(
-                f"SamplingParams.top_p must be None or a number with 0 < top_p <= 1, got {p!r}"
-            )
 
 
 def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

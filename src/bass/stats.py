@@ -12,20 +12,68 @@ __all__ = ["GenerationResult", "GenerationStats", "StepRecord"]
 
 @dataclass
 class StepRecord:
-    """One speculative step: the batch-wide draft length, and per active row (``rows``
-    are prompt indices) the tokens drafted and accepted."""
+    """One speculative step, recorded once: the statistics keep it (``stats.steps``) and
+    the policy learns from it (:meth:`bass.policies.Policy.update`).
+
+    Per active row, in the step's order (the engine's glossary, :mod:`bass.engine`):
+    ``prompts`` (each row's prompt index), ``drafted`` (tokens the drafter proposed,
+    ``<=`` the row's length) and ``accepted`` (drafts verification kept, ``<= drafted``).
+    ``draft_length``: the largest length this step (``0``: regular decoding);
+    ``drafted=None`` means every row drafted ``draft_length`` tokens (records written by
+    hand). ``confidence``: per row, the draft model's top-1 probability of each drafted
+    token, recorded when the policy asked for an early stop (else ``None``).
+
+    ``draft_seconds`` / ``verify_seconds``: wall time of the step's drafting and of its
+    verification (the verify pass, acceptance and the step's host read);
+    ``forward_seconds`` of those inside the models' passes; ``step_seconds`` the whole
+    step, bass's host work included. ``verify_tokens``: real tokens of the verify pass
+    (the sum over rows of ``1 + drafted``), ``padding_tokens`` tokens of no row in it
+    (static-shape buckets); ``draft_pass_tokens``: the tokens each draft-model pass
+    computed (empty for n-grams).
+
+    >>> s = StepRecord(4, accepted=[1, 4, 0])
+    >>> s.drafted_list(), s.max_accepted(), s.num_rows
+    ([4, 4, 4], 4, 3)
+    """
 
     draft_length: int
-    rows: list[int]
-    drafted: list[int]
-    accepted: list[int]
-    draft_seconds: float
-    verify_seconds: float
-    verify_tokens: int = 0  # real tokens of the verify pass (sum of 1 + drafted)
-    padding_tokens: int = 0  # tokens of no row in the verify pass (static-shape buckets)
-    draft_tokens: int = 0  # tokens the draft model's passes computed (padding included)
-    forward_seconds: float = 0.0  # inside the models' forward passes (draft and verify)
-    step_seconds: float = 0.0  # the whole step, bass's own host work included
+    accepted: Sequence[int]
+    drafted: Sequence[int] | None = None
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    step: int = 0
+    prompts: Sequence[int] | None = None
+    verify_tokens: int = 0
+    padding_tokens: int = 0
+    draft_pass_tokens: Sequence[int] = ()
+    forward_seconds: float = 0.0
+    step_seconds: float = 0.0
+    confidence: list[list[float]] | None = None
+
+    def accepted_list(self) -> list[int]:
+        """Each active row's accepted count as a list of Python ints."""
+        return [int(c) for c in self.accepted]
+
+    def drafted_list(self) -> list[int]:
+        """Each active row's drafted count (``draft_length`` each where ``drafted`` is
+        ``None``)."""
+        if self.drafted is None:
+            return [self.draft_length] * len(self.accepted)
+        return [int(c) for c in self.drafted]
+
+    def max_accepted(self) -> int:
+        """The largest accepted count over active rows (0 when no row is active)."""
+        return max(self.accepted_list(), default=0)
+
+    @property
+    def num_rows(self) -> int:
+        """The number of active rows this step."""
+        return len(self.accepted)
+
+    @property
+    def draft_tokens(self) -> int:
+        """Tokens the draft model's passes computed this step (padding included)."""
+        return sum(self.draft_pass_tokens)
 
 
 @dataclass
@@ -77,7 +125,7 @@ class GenerationStats:
     def main_passes_per_token(self) -> float:
         """Main-model passes each row took part in, per token it generated (prefill
         included): 1.0 is regular decoding, lower is what speculation buys."""
-        row_passes = self.rows + sum(len(s.rows) for s in self.steps)
+        row_passes = self.rows + sum(s.num_rows for s in self.steps)
         return row_passes / self.tokens_generated if self.tokens_generated else 0.0
 
     @property

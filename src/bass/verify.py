@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .drafters import Proposal
+from .batch_state import raise_if_nonfinite
+from .drafters import nonfinite
 from .errors import PluginOutputError
 from .hf import Passes
+from .hooks import Proposal
 from .packing import Extra, PackedPass
 from .sampling import (
     Acceptance,
@@ -25,7 +27,14 @@ from .sampling import (
     warp_probs,
 )
 
-__all__ = ["VerifyPass", "accept", "check_proposal", "verify_pass"]
+__all__ = [
+    "VerifyPass",
+    "accept",
+    "check_proposal",
+    "draft_keys",
+    "read_step",
+    "verify_pass",
+]
 
 
 @dataclass
@@ -76,8 +85,8 @@ def verify_pass(
         extra["last"] = Extra(last, (R, 1))
         extra["gather"] = Extra(flat, (len(flat),))
     if keyed:  # the sampling keys of the positions each row may emit, one per fed token
-        starts = [len(state.outputs[state.rows[s]]) for s in slots]
-        key_rows = [state.row_ids[state.rows[s]] for s in slots]  # what keys each row
+        starts = [len(state.outputs[state.prompt_of[s]]) for s in slots]
+        key_rows = [state.row_ids[state.prompt_of[s]] for s in slots]  # what keys each row
         grid = position_keys(seed, key_rows, starts, K + 1)  # [R, K+1], row-major
         keys = [grid[r * (K + 1) + i] for r in range(R) for i in range(1 + prop.drafted[r])]
         extra["keys"] = Extra(keys, (len(keys),))
@@ -138,7 +147,7 @@ def check_proposal(
     if not isinstance(prop, Proposal):
         raise PluginOutputError(
             f"drafter {name}: propose() returned {type(prop).__name__}, expected a "
-            "bass.drafters.Proposal"
+            "bass.hooks.Proposal"
         )
     drafted = prop.drafted
     if len(drafted) != len(lengths) or any(
@@ -187,3 +196,38 @@ def check_proposal(
             f"drafter {name} samples its drafts (deterministic = False) but returned no probs: "
             "rejection sampling needs the distributions the drafts were drawn from"
         )
+
+
+def draft_keys(state, slots: list[int], K: int, seed: int, main) -> torch.Tensor:
+    """int64 ``[R, K]`` on ``main``'s device: the keys of each active row's next ``K``
+    positions (coupled drafting: a draft token is drawn with its position's key)."""
+    starts = [len(state.outputs[state.prompt_of[s]]) for s in slots]
+    row_ids = [state.row_ids[state.prompt_of[s]] for s in slots]
+    keys = torch.tensor(position_keys(seed, row_ids, starts, K), dtype=torch.int64)
+    return keys.view(len(slots), K).to(main.device, non_blocking=True)
+
+
+def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, step, models):
+    """The step's one host read: accepted counts, next tokens, the non-finite flags of the
+    main and draft models (``models``; raised as
+    :class:`~bass.batch_state.NonFiniteLogitsError`), device drafts and the drafted
+    tokens' confidences. Returns ``(accepted, next_tokens, drafts, confidence)``."""
+    R, K = len(prompts), v.drafts.shape[1]
+    read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
+    device_drafts = prop.host_tokens is None
+    if device_drafts:
+        bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
+        read += [bad.long(), v.drafts.reshape(-1)]
+    host = torch.cat(read).tolist()  # the one per-step sync
+    where = f"step {step}"
+    raise_if_nonfinite(host[2 * R : 3 * R], models[0], "main", prompts, where)
+    drafts = prop.host_tokens
+    if device_drafts:
+        raise_if_nonfinite(host[3 * R : 4 * R], models[1], "draft", prompts, where)
+        flat = host[4 * R :]
+        drafts = [flat[r * K : r * K + prop.drafted[r]] for r in range(R)]
+    confidence = None
+    if prop.confidence is not None:  # an early stop's: each drafted token's top-1
+        conf = prop.confidence.tolist()
+        confidence = [conf[r][: prop.drafted[r]] for r in range(R)]
+    return host[:R], host[R : 2 * R], drafts, confidence

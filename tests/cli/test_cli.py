@@ -1,4 +1,4 @@
-"""The ``bass`` command end to end on a tiny random model (HumanEval: tests/test_humaneval.py).
+"""The ``bass`` command end to end on a tiny random model (HumanEval: tests/cli/test_humaneval.py).
 
 The model directory holds a tiny random Llama and a word-level tokenizer over its 64
 ids (:mod:`cli_support`), so ``bass generate --main DIR`` runs exactly as it would on a
@@ -269,7 +269,7 @@ def test_progress_uses_on_step(model_dir, capsys, monkeypatch):
 def test_merge_stats_sums_batches():
     from bass.engine import GenerationStats, StepRecord
 
-    step = StepRecord(3, [0, 1], [3, 3], [1, 2], 0.0, 0.0)
+    step = StepRecord(3, accepted=[1, 2], drafted=[3, 3], prompts=[0, 1])
     a = GenerationStats(steps=[step], main_passes=2, tokens_generated=5, wall_seconds=1.0)
     b = GenerationStats(
         steps=[step],

@@ -140,9 +140,9 @@ class RepeatLast(Drafter):
         self.state = state
         return 0
 
-    def propose(self, slots, lengths, call):
+    def propose(self, view, lengths):
         type(self).calls += 1
-        last = [self.state.seqs[s][-1] for s in slots]
+        last = [self.state.seqs[s][-1] for s in view.slots]
         return Proposal(drafted=list(lengths), host_tokens=[[t] * k for t, k in zip(last, lengths)])
 
 

@@ -4,7 +4,7 @@ The oracle is ``bass.testing``'s naive loop over rows, heads and tokens in float
 ``torch.softmax`` per query over the explicit slice of keys it may see), sharing no code
 or masking trick with any implementation. Tolerances are the padded op's
 (``tests/test_ops_reference``: the output is float32 math rounded once to the input
-dtype). Bad input and the registry: ``tests/test_ops_packed_errors.py``.
+dtype). Bad input and the registry: ``tests/ops/test_ops_packed_errors.py``.
 
 The contract's worked example, used below: rows feeding 3, 0 and 2 tokens give ``N = 5``
 and ``cu_q_lens = [0, 3, 3, 5]``; tokens 0-2 are row 0's, 3-4 row 2's; a CUDA-graph

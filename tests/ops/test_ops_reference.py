@@ -47,7 +47,7 @@ TOLERANCES = {
     torch.float16: (2**-10, 1e-4),
     torch.bfloat16: (2**-7, 1e-4),
 }
-# What the GPU kernels guarantee (tests/test_triton_fused.py, tests/test_cutlass.py): they
+# What the GPU kernels guarantee (tests/ops/test_triton_fused.py, tests/ops/test_cutlass.py): they
 # round the probabilities to the input dtype before the second product, as flash attention
 # does. impl="auto" on CUDA may run one of them once a CUDA rule is calibrated.
 KERNEL_TOLERANCES = {

@@ -38,7 +38,7 @@ class FailsInLengths(Policy):
     name = "fails-in-lengths"
 
     def draft_lengths(self, ctx):
-        return [1 / 0 for _ in ctx.rows]
+        return [1 / 0 for _ in ctx.prompts]
 
 
 class FailsInUpdate(Policy):
@@ -54,7 +54,7 @@ class FailsInUpdate(Policy):
 class FailsInPropose(Drafter):
     name = "fails-in-propose"
 
-    def propose(self, slots, lengths, call):
+    def propose(self, view, lengths):
         raise RuntimeError("lookup table missing")
 """
 
@@ -120,8 +120,10 @@ def test_a_policy_instance_of_the_user_is_named_by_its_class():
 
 def test_a_drafter_instance_that_returns_nonsense_is_a_plugin_output_error():
     class Odd(Drafter):
-        def propose(self, slots, lengths, call):
-            return Proposal(drafted=[99] * len(slots), host_tokens=[[1] * 99] * len(slots))
+        def propose(self, view, lengths):
+            return Proposal(
+                drafted=[99] * len(view.slots), host_tokens=[[1] * 99] * len(view.slots)
+            )
 
     gen = bass.Generator(tiny_lm(), Odd(), policy="constant")
     with pytest.raises(PluginOutputError, match="drafter Odd proposed"):

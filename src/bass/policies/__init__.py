@@ -1,10 +1,9 @@
 """Draft-length policies: how many tokens to draft per speculative step, as plugins.
 
-A policy subclasses :class:`Policy` (or implements :class:`DraftLengthPolicy`:
-``draft_length()`` and ``update(StepStats)``, optionally ``draft_lengths(ctx)`` per row and
-``keep_drafting(probs, index, rows)`` for a per-row early stop; :func:`bind` resolves these
-hooks once per generation) and is registered under the ``bass.policies`` entry-point
-group. Built-ins
+A policy subclasses :class:`Policy` (:mod:`bass.hooks` declares its hooks with their
+defaults: ``draft_length()`` or ``draft_lengths(ctx)`` per row, ``early_stop(ctx)`` for a
+per-row early stop, ``update(record)``; :func:`bind` resolves them once per generation)
+and is registered under the ``bass.policies`` entry-point group. Built-ins
 (:mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`):
 
 * ``adaptive`` (:mod:`bass.policies.adaptive`), the default: each row's draft length
@@ -29,15 +28,8 @@ single function reading installed metadata (monkeypatch it in tests).
 
 from __future__ import annotations
 
-from .base import (
-    DraftContext,
-    DraftLengthPolicy,
-    Policy,
-    PolicyHooks,
-    StepStats,
-    bind,
-    lengths_for,
-)
+from ..hooks import DraftContext, EarlyStop, Policy, StepRecord
+from .base import PolicyHooks, bind, is_policy, lengths_for
 from .registry import (
     GROUP,
     REQUIRED,
@@ -57,15 +49,16 @@ __all__ = [
     "GROUP",
     "REQUIRED",
     "DraftContext",
-    "DraftLengthPolicy",
+    "EarlyStop",
     "OptionInfo",
     "Policy",
     "PolicyHooks",
     "PolicyLoadError",
-    "StepStats",
+    "StepRecord",
     "available",
     "bind",
     "describe",
+    "is_policy",
     "lengths_for",
     "load",
     "parse_options",

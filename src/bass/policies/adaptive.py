@@ -92,7 +92,7 @@ calibration maps the draft's top-1 probability, per decile, to the acceptance me
 for it, starting from the probability itself. It needs each pass's confidences on the
 host (a device sync per draft pass), so it is off by default.
 
-Caps: ``cap_r = min(k_max, ctx.max_draft[r], ctx.available[r], k0 + 2 m_r)``: what the
+Caps: ``cap_r = min(k_max, ctx.caps[r], ctx.available[r], k0 + 2 m_r)``: what the
 n-gram lookup found, and a depth that grows with evidence (``m_r``: what the row accepted
 at its last drafting step, halved at each one since), as the paper's rule grows its length
 only after drafts were accepted. Exploration: a row that had something to draft but was
@@ -117,7 +117,8 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import DraftContext, OptionsMixin, Policy, StepStats, option, running_mean
+from ..hooks import DraftContext, EarlyStop, Policy, StepRecord
+from .base import OptionsMixin, option, running_mean
 from .verify_cost import VerifyCost
 
 __all__ = ["AdaptivePolicy", "VerifyCost"]
@@ -128,9 +129,9 @@ class AdaptivePolicy(OptionsMixin, Policy):
     """Per-row draft lengths that get the whole batch done soonest, 0 included (see the
     module docstring for the model and its estimates).
 
-    >>> from bass.policies import DraftContext, StepStats
+    >>> from bass.policies import DraftContext
     >>> p = AdaptivePolicy()
-    >>> ctx = DraftContext(rows=[0, 1], max_draft=[10, 10], drafter="ngram",
+    >>> ctx = DraftContext(prompts=[0, 1], caps=[10, 10], drafter="ngram",
     ...                    available=[6, 0], match_len=[3, 0])
     >>> p.draft_lengths(ctx)  # first step: plain decoding, to measure C(R)
     [0, 0]
@@ -215,14 +216,25 @@ class AdaptivePolicy(OptionsMixin, Policy):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.cost = VerifyCost(self.ema)
-        self.price = math.inf
+        self.price, self.values = math.inf, []
         self.calibration: dict[int, list[float]] = {}  # confidence decile -> [succ, trials]
-        self.confs: dict[int, list[float]] = {}  # this step: row position -> confidences
-        self.survival: dict[int, float] = {}
 
-    def stops_early(self) -> bool:
-        """Rows stop drafting early only with the ``draft_confidence`` option."""
-        return bool(self.draft_confidence)
+    def early_stop(self, ctx: DraftContext) -> EarlyStop | None:
+        """Per-row early stop from the draft model's confidence (option
+        ``draft_confidence``): a row goes on drafting while the calibrated chance that
+        all its tokens so far are accepted, times what a token of the row is worth
+        (``values``), still beats the plan's last token (``price``)."""
+        if not self.draft_confidence:
+            return None
+        w = self.prior_trials  # per decile: (s + w c) / (t + w), linear in c
+        table = []
+        for d in range(10):
+            s, t = self.calibration.get(d, (0.0, 0.0))
+            table.append((s / (t + w), w / (t + w)))
+        floors = [
+            self.price / v if v > 0 else (0.0 if self.price <= 0 else math.inf) for v in self.values
+        ]
+        return EarlyStop(calibration=table, floors=floors)
 
     # ----------------------------------------------------------------- estimates
 
@@ -283,11 +295,11 @@ class AdaptivePolicy(OptionsMixin, Policy):
     def draft_lengths(self, ctx: DraftContext) -> list[int]:
         R = ctx.num_rows
         signal = list(ctx.match_len) if ctx.match_len is not None else [0] * R
-        caps = [min(self.k_max, m) for m in ctx.max_draft]
+        caps = [min(self.k_max, m) for m in ctx.caps]
         if ctx.available is not None:
             caps = [min(c, a) for c, a in zip(caps, ctx.available, strict=True)]
-        self.last = dict(zip(ctx.rows, signal, strict=True))
-        self.confs, self.survival, self.price, self.values = {}, {}, math.inf, [1.0] * R
+        self.last = dict(zip(ctx.prompts, signal, strict=True))
+        self.price, self.values = math.inf, [1.0] * R
         if R == 0 or not any(caps):
             return [0] * R
         if self.steps == 0:  # 1) plain decoding: C(R)
@@ -298,14 +310,14 @@ class AdaptivePolicy(OptionsMixin, Policy):
             # and at batch 4-16 on a CPU it is dear (+17-34% of a plain pass)
             best = max((r for r in range(R) if caps[r]), key=lambda r: signal[r])
             return [int(r == best) for r in range(R)]
-        rates = [self.acceptance(r, s) for r, s in zip(ctx.rows, signal, strict=True)]
+        rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
         # depth grows with evidence: at most k0 + 2x what the row last accepted (decayed)
         # (a row's first draft is one token: what the other rows accept says little)
         caps = [
             min(c, self.k0 + 2 * int(self.reach[row]) if row in self.reach else 1)
-            for c, row in zip(caps, ctx.rows)
+            for c, row in zip(caps, ctx.prompts)
         ]
-        ends = self.ends(ctx.rows, [m + 1 for m in ctx.max_draft])
+        ends = self.ends(ctx.prompts, [m + 1 for m in ctx.caps])
         self.values = self.values_at(ends)
         # a plan at most twice as wide as the widest pass measured: C beyond the sizes
         # seen is an extrapolation (from one measuring token, a line can miss a +100%
@@ -318,7 +330,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
             limit=2 * max(1, self.widest),
             ends=ends,
         )
-        self.explore(ctx.rows, ks, caps)
+        self.explore(ctx.prompts, ks, caps)
         return ks
 
     def explore(self, rows, ks, caps) -> None:
@@ -487,43 +499,15 @@ class AdaptivePolicy(OptionsMixin, Policy):
                 self.price = g
         return ks
 
-    # ----------------------------------------------------------------- confidence
-
-    def _calibrated(self, conf: float) -> float:
-        """P(a draft token is accepted | the draft gave it probability ``conf``): per
-        confidence decile, successes over trials shrunk towards ``conf`` itself."""
-        s, t = self.calibration.get(min(int(conf * 10), 9), (0.0, 0.0))
-        w = self.prior_trials
-        return (s + w * conf) / (t + w)
-
-    def keep_drafting(self, probs, index: int, rows=None):
-        """Per-row early stop from the draft model's confidence (option
-        ``draft_confidence``): a row goes on drafting while the calibrated chance that
-        all its tokens so far are accepted, times what a token of the row is worth, still
-        beats the plan's last token (``self.price``). ``rows``: each probs row's position
-        in this step's rows."""
-        import torch
-
-        conf = probs.float().amax(dim=-1).tolist()  # host read (once per draft pass)
-        rows = list(range(len(conf))) if rows is None else list(rows)
-        keep = []
-        for r, c in zip(rows, conf, strict=True):
-            self.confs.setdefault(r, []).append(c)
-            survive = self.survival.get(r, 1.0) * self._calibrated(c)
-            self.survival[r] = survive
-            value = self.values[r] if r < len(self.values) else 1.0
-            keep.append(survive * value >= self.price)
-        return torch.tensor(keep, device=probs.device)
-
     # ----------------------------------------------------------------- learning
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         now = time.perf_counter()
         w = self.ema
         if stats.num_rows == 0:
             return
         drafted = stats.drafted_list()
-        tokens = stats.verify_pass_tokens or stats.num_rows + sum(drafted)
+        tokens = stats.verify_tokens + stats.padding_tokens or stats.num_rows + sum(drafted)
         self.widest = max(self.widest, sum(drafted))
         self.cost.observe(tokens, stats.verify_seconds, any(drafted))
         passes = len(stats.draft_pass_tokens)
@@ -541,11 +525,12 @@ class AdaptivePolicy(OptionsMixin, Policy):
             self.draft_fit = [
                 running_mean(o, n, w) for o, n in zip(self.draft_fit, obs, strict=True)
             ]
-        rows = stats.rows if stats.rows is not None else range(stats.num_rows)
+        rows = stats.prompts if stats.prompts is not None else range(stats.num_rows)
         pairs = zip(rows, stats.accepted_list(), drafted, strict=True)
         for r, (row, x, d) in enumerate(pairs):
             # draft confidence calibration: tokens before x accepted, token x rejected
-            for i, c in enumerate(self.confs.get(r, ())[: min(x + 1, d)]):
+            confs = stats.confidence[r] if stats.confidence is not None else ()
+            for i, c in enumerate(confs[: min(x + 1, d)]):
                 cs, ct = self.calibration.get(min(int(c * 10), 9), (0.0, 0.0))
                 self.calibration[min(int(c * 10), 9)] = [cs + (i < x), ct + 1.0]
             if d == 0:

@@ -1,40 +1,35 @@
-"""The draft-length policy contract: :class:`StepStats`, :class:`DraftLengthPolicy`, and the
-small declarative option system the built-in policies use to validate their options.
+"""The draft-length policy contract's engine side: :func:`bind` resolves a policy's hooks
+(:class:`bass.hooks.Policy` declares them, with their defaults) once per generation and
+checks what they return; and the small declarative option system the built-in policies
+use to validate their options.
 
-A policy decides how many tokens the draft model proposes per speculative step (BASS,
-arXiv 2404.15778, Section 3.3 "dynamic draft length"). The engine's loop is::
-
-    k = policy.draft_length()          # batch-wide draft length for this step
-    ... draft up to k tokens per active row, verify, accept ...
-    policy.update(StepStats(draft_length=k, accepted=..., ...))
-
-Policies are plain Python objects with per-generation state: make a fresh one (usually
-with :func:`bass.policies.load`) for each ``generate`` call.
+A policy decides how many tokens each row drafts per speculative step (BASS, arXiv
+2404.15778, Section 3.3 "dynamic draft length"); the engine's step asks it once
+(``draft_lengths``, then ``early_stop``) and hands it the step's record (``update``).
+Policies keep per-generation state: make a fresh one (usually with
+:func:`bass.policies.load`) for each ``generate`` call.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from .. import plugins
 from ..errors import OptionError, PluginOutputError
+from ..hooks import DraftContext, EarlyStop, Policy
 from ..option_kinds import Range, Refused
 
 __all__ = [
-    "DraftContext",
-    "DraftLengthPolicy",
-    "Policy",
     "PolicyHooks",
-    "StepStats",
     "bind",
     "capabilities",
+    "is_policy",
     "lengths_for",
     "option",
     "running_mean",
@@ -42,152 +37,8 @@ __all__ = [
 ]
 
 
-def _as_list(counts: Sequence[int] | torch.Tensor) -> list[int]:
-    if isinstance(counts, torch.Tensor):
-        return [int(c) for c in counts.tolist()]
-    return [int(c) for c in counts]
-
-
-@dataclass
-class StepStats:
-    """What happened in one speculative step, for :meth:`DraftLengthPolicy.update`.
-
-    Attributes:
-        draft_length: the batch-wide draft length ``k`` used this step (what
-            :meth:`DraftLengthPolicy.draft_length` returned, possibly capped by the engine,
-            e.g. to the tokens a row may still generate). ``0`` means a regular decoding
-            step (nothing drafted).
-        accepted: each *active* row's number of accepted draft tokens, ``0..drafted``,
-            not counting the bonus/correction token the target model always adds. A
-            ``list[int]`` or an integer tensor ``[B_active]`` (read with
-            :meth:`accepted_list`, which syncs a CUDA tensor once).
-        drafted: each active row's number of drafted tokens (``<= draft_length``) when
-            rows stopped drafting early (see ``keep_drafting`` on
-            :class:`DraftLengthPolicy`); ``None`` (the default) means every row drafted
-            ``draft_length`` tokens.
-        draft_seconds: wall time of this step's drafting (all draft forward passes).
-        verify_seconds: wall time of this step's verification (one target forward pass
-            over ``k + 1`` positions per row).
-        step: 0-based index of the step within the generation.
-        rows: each active row's prompt index (stable across steps, unlike positions in
-            ``accepted``, which shift as rows finish), so a policy can keep per-row
-            estimates; ``None`` when the caller does not say.
-        verify_pass_tokens: tokens the verification pass computed (the sum over rows
-            of ``1 + drafted``; with CUDA-graph buckets, padding included): with packed
-            passes a pass costs what its tokens cost. (``StepRecord.verify_tokens``
-            counts the real tokens only, ``padding_tokens`` the rest.)
-        draft_pass_tokens: tokens each draft-model pass computed (empty for n-grams).
-
-    >>> s = StepStats(draft_length=4, accepted=[1, 4, 0])
-    >>> s.accepted_list(), s.max_accepted(), s.drafted_list()
-    ([1, 4, 0], 4, [4, 4, 4])
-    >>> StepStats(draft_length=4, accepted=torch.tensor([2, 3]), drafted=[2, 4]).accepted_list()
-    [2, 3]
-    """
-
-    draft_length: int
-    accepted: Sequence[int] | torch.Tensor
-    drafted: Sequence[int] | torch.Tensor | None = None
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    step: int = 0
-    rows: Sequence[int] | None = None
-    verify_pass_tokens: int = 0
-    draft_pass_tokens: Sequence[int] = ()
-
-    def __post_init__(self) -> None:
-        # Cheap checks only: a CUDA tensor is never read here (that would sync the device
-        # for policies such as `constant` that never look at the counts).
-        if isinstance(self.draft_length, bool) or not isinstance(self.draft_length, int):
-            raise TypeError(f"StepStats.draft_length must be an int, got {self.draft_length!r}")
-        if self.draft_length < 0:
-            raise ValueError(f"StepStats.draft_length must be >= 0, got {self.draft_length}")
-        for name in ("accepted", "drafted"):
-            value = getattr(self, name)
-            if isinstance(value, torch.Tensor) and (
-                value.dim() != 1 or value.dtype.is_floating_point or value.dtype.is_complex
-            ):
-                raise ValueError(
-                    f"StepStats.{name} must be a 1-D integer tensor [B_active], "
-                    f"got {value.dtype} of shape {tuple(value.shape)}"
-                )
-            if isinstance(value, list | tuple):
-                bad = [c for c in value if not 0 <= c <= self.draft_length]
-                if bad:
-                    raise ValueError(
-                        f"StepStats.{name} counts must be in 0..draft_length="
-                        f"{self.draft_length}, got {list(value)}"
-                    )
-        if self.drafted is not None and len(self.drafted) != len(self.accepted):
-            raise ValueError(
-                f"StepStats.drafted has {len(self.drafted)} rows but accepted has "
-                f"{len(self.accepted)}"
-            )
-        both_lists = isinstance(self.accepted, list | tuple) and isinstance(
-            self.drafted, list | tuple
-        )
-        if both_lists and any(a > d for a, d in zip(self.accepted, self.drafted, strict=True)):
-            raise ValueError(
-                f"StepStats: a row accepted more than it drafted: accepted="
-                f"{list(self.accepted)}, drafted={list(self.drafted)}"
-            )
-        if self.draft_seconds < 0 or self.verify_seconds < 0:
-            raise ValueError("StepStats timings must be >= 0")
-
-    def accepted_list(self) -> list[int]:
-        """Each active row's accepted count as a list of Python ints."""
-        return _as_list(self.accepted)
-
-    def drafted_list(self) -> list[int]:
-        """Each active row's drafted count (``draft_length`` for every row if ``drafted``
-        is ``None``)."""
-        if self.drafted is None:
-            return [self.draft_length] * len(self.accepted)
-        return _as_list(self.drafted)
-
-    def max_accepted(self) -> int:
-        """The largest accepted count over active rows (0 when no row is active)."""
-        return max(self.accepted_list(), default=0)
-
-    @property
-    def num_rows(self) -> int:
-        """The number of active rows this step."""
-        return len(self.accepted)
-
-
-@dataclass
-class DraftContext:
-    """What a per-row policy knows before a step, for ``draft_lengths(ctx)``.
-
-    Attributes:
-        rows: each active row's prompt index.
-        max_draft: per row, the most tokens it may draft (its remaining token budget
-            minus the one the main model always adds).
-        drafter: ``"ngram"`` or ``"model"``.
-        available: per row, how many tokens the drafter has to offer (the n-gram
-            continuation it found), or ``None`` when it can draft any number (a model).
-        match_len: per row, the length of the n-gram suffix that matched (0: none), or
-            ``None`` for a model drafter.
-        step: 0-based index of the step.
-
-    >>> DraftContext(rows=[0, 2], max_draft=[8, 3]).num_rows
-    2
-    """
-
-    rows: Sequence[int]
-    max_draft: Sequence[int]
-    drafter: str = "model"
-    available: Sequence[int] | None = None
-    match_len: Sequence[int] | None = None
-    step: int = 0
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.rows)
-
-
 def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
-    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.max_draft[r]``
+    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.caps[r]``
     (:func:`bind`'s ``draft_lengths``, for a single call)."""
     return bind(policy).draft_lengths(ctx)
 
@@ -202,7 +53,7 @@ def _per_row(policy: Any):
 
 def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
     """One draft length per row of ``ctx`` from ``per_row(ctx)`` or, without it, the one
-    ``single()`` for every row; capped at ``ctx.max_draft``. A wrong number of lengths, or
+    ``single()`` for every row; capped at ``ctx.caps``. A wrong number of lengths, or
     a length that is negative, a bool or not an integer, is a
     :class:`~bass.errors.PluginOutputError` that names the policy (and the row). Called
     every step: the messages are built only for a bad value."""
@@ -210,7 +61,7 @@ def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]
         k = single()
         if type(k) is not int or k < 0:
             k = _length(k, f"{name}.draft_length() returned")
-        return [min(k, c) for c in ctx.max_draft]
+        return [min(k, c) for c in ctx.caps]
     got = per_row(ctx)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
         raise PluginOutputError(
@@ -225,8 +76,8 @@ def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]
     for r, k in enumerate(ks):
         if type(k) is not int or k < 0:
             said = f"{name}.draft_lengths returned, for row {r} (prompt "
-            ks[r] = _length(k, said + f"{ctx.rows[r]}),")
-    return [min(k, c) for k, c in zip(ks, ctx.max_draft)]
+            ks[r] = _length(k, said + f"{ctx.prompts[r]}),")
+    return [min(k, c) for k, c in zip(ks, ctx.caps)]
 
 
 def _policy_name(policy: Any) -> str:
@@ -251,45 +102,6 @@ def _length(k: Any, said: str) -> int:
             "this step); lengths above what a row may still draft are capped"
         )
     return n
-
-
-@runtime_checkable
-class DraftLengthPolicy(Protocol):
-    """Decides the draft length of each speculative step.
-
-    Required:
-
-    * ``draft_length() -> int``: the batch-wide number of tokens to draft this step,
-      ``>= 0`` (``0``: a regular, non-speculative decoding step). Called once per step,
-      before drafting; must not change state.
-    * ``update(stats: StepStats) -> None``: learn from the step just finished.
-
-    Optional, per-row early stop: a policy may also define
-    ``keep_drafting(probs: torch.Tensor, index: int) -> torch.Tensor``. The engine checks
-    ``hasattr(policy, "keep_drafting")`` and, if present, calls it after drafting the token
-    at 0-based position ``index`` of this step's draft, with ``probs`` the draft model's
-    warped (temperature/top-k/top-p applied) distribution that token was sampled from,
-    ``[B_active, V]``. It returns a bool tensor ``[B_active]`` on ``probs``' device: rows
-    where it is ``False`` stop drafting: the token just drafted is *not* proposed (its
-    distribution says it is unlikely to be accepted, AdaEDL's criterion) and the row drafts
-    nothing more this step, so ``StepStats.drafted`` reports each row's count (``index``
-    for a row stopped there). The call is made at every position, the last included.
-    ``keep_drafting`` must not sync the device (no ``.item()``), so drafting stays async.
-    A ``keep_drafting`` with a ``rows`` keyword parameter also gets, for each row of
-    ``probs``, its position among this step's active rows (the order of
-    ``DraftContext.rows`` and ``StepStats.rows``), to keep per-row state.
-
-    Optional, per-row draft lengths: a policy may define ``draft_lengths(ctx:
-    DraftContext) -> Sequence[int]``, one length per active row (``0``: the row only
-    decodes its next token this step). The engine then calls it instead of
-    ``draft_length()`` and caps each length at ``ctx.max_draft``; an n-gram drafter
-    proposes at most what it found (``ctx.available``). Policies with only
-    ``draft_length()`` keep working: every row gets that length.
-    """
-
-    def draft_length(self) -> int: ...
-
-    def update(self, stats: StepStats) -> None: ...
 
 
 # --------------------------------------------------------------------------- options
@@ -373,55 +185,15 @@ def running_mean(old: float | None, new: float, weight: float) -> float:
 # --------------------------------------------------------------------------- hooks
 
 
-class Policy:
-    """Base class of draft-length policies: every hook declared once, with its default.
-
-    Override :meth:`draft_length` (one length for every row) or :meth:`draft_lengths`
-    (per row), and :meth:`update`; for a per-row early stop inside a draft model's
-    drafting, :meth:`keep_drafting` (the engine then calls it after every draft pass:
-    :meth:`stops_early` says so, by default when the method is overridden). A policy
-    need not subclass this: any object with ``draft_length()`` and ``update(stats)``
-    (:class:`DraftLengthPolicy`) works, its optional hooks found when it is loaded
-    (:func:`bind`).
-    """
-
-    name: ClassVar[str] = ""
-
-    def draft_length(self) -> int:
-        """The batch-wide draft length of the next step (``>= 0``)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} must define draft_length() or draft_lengths(ctx)"
-        )
-
-    def draft_lengths(self, ctx: DraftContext) -> Sequence[int]:
-        """One draft length per active row of ``ctx`` (default: :meth:`draft_length`
-        for every row)."""
-        return [self.draft_length()] * ctx.num_rows
-
-    def update(self, stats: StepStats) -> None:
-        """Learn from the step just finished."""
-
-    def keep_drafting(self, probs: torch.Tensor, index: int, rows=None) -> torch.Tensor:
-        """bool ``[R']``: which rows go on drafting after the token at 0-based position
-        ``index``, drawn from ``probs`` ``[R', V]`` (``rows``: each probs row's position
-        among the step's rows). Default: all of them."""
-        return torch.ones(probs.shape[0], dtype=torch.bool, device=probs.device)
-
-    def stops_early(self) -> bool:
-        """Whether the engine calls :meth:`keep_drafting` (a host read per draft pass):
-        by default when a subclass overrides it."""
-        return type(self).keep_drafting is not Policy.keep_drafting
-
-
 def capabilities(cls: type) -> list[str]:
     """What a policy class decides, for ``bass policies``: ``"per-row draft lengths"`` or
-    ``"one length"``, and ``"per-row early stop"`` when it may stop rows (for a
-    :class:`Policy`, where it overrides :meth:`Policy.keep_drafting`)."""
+    ``"one length"``, and ``"per-row early stop"`` where it defines :meth:`early_stop
+    <bass.hooks.Policy.early_stop>`."""
     if isinstance(cls, type) and issubclass(cls, Policy):
         per_row = cls.draft_lengths is not Policy.draft_lengths
-        early = cls.keep_drafting is not Policy.keep_drafting
+        early = cls.early_stop is not Policy.early_stop
     else:
-        per_row, early = hasattr(cls, "draft_lengths"), hasattr(cls, "keep_drafting")
+        per_row, early = hasattr(cls, "draft_lengths"), hasattr(cls, "early_stop")
     kinds = ["per-row draft lengths" if per_row else "one length"]
     return kinds + (["per-row early stop"] if early else [])
 
@@ -430,48 +202,38 @@ def capabilities(cls: type) -> list[str]:
 class PolicyHooks:
     """A policy's hooks, resolved once when a generation starts (never per step):
     ``draft_lengths(ctx) -> list[int]`` (checked and capped: :func:`lengths_for`),
-    ``update(stats)``, and ``keep_drafting(probs, index, rows) -> bool tensor`` or
-    ``None`` when the policy stops no row early."""
+    ``early_stop(ctx) -> EarlyStop | None`` and ``update(record)``."""
 
     policy: Any
     draft_lengths: Any
+    early_stop: Any
     update: Any
-    keep_drafting: Any = None
+
+
+def is_policy(obj: Any) -> bool:
+    """Whether ``obj`` (not a class) has a policy's required hooks: ``update(record)``,
+    and ``draft_length()`` or ``draft_lengths(ctx)``."""
+    return (
+        not isinstance(obj, type)
+        and callable(getattr(obj, "update", None))
+        and any(callable(getattr(obj, h, None)) for h in ("draft_length", "draft_lengths"))
+    )
 
 
 def bind(policy: Any) -> PolicyHooks:
-    """The hooks of ``policy`` (a :class:`Policy` or any :class:`DraftLengthPolicy`).
-
-    A ``keep_drafting(probs, index)`` without the ``rows`` parameter (the older
-    contract) is wrapped to take it; anything else is an error naming the policy.
-    """
-    import inspect
-
-    name = type(policy).__name__
-    if not callable(getattr(policy, "update", None)) or not (
-        callable(getattr(policy, "draft_length", None))
-        or callable(getattr(policy, "draft_lengths", None))
-    ):
+    """The hooks of ``policy`` (a :class:`bass.hooks.Policy`, or any object with
+    ``draft_length()`` or ``draft_lengths(ctx)``, and ``update(record)``); another
+    package's hooks report their failures as its own (:func:`bass.plugins.guard`)."""
+    if not is_policy(policy):
         raise TypeError(
-            f"policy {name} needs draft_length() or draft_lengths(ctx), and update(stats) "
-            "(see bass.policies.Policy)"
+            f"policy {type(policy).__name__} needs draft_length() or draft_lengths(ctx), and "
+            "update(record) (see bass.hooks.Policy)"
         )
-    keep = getattr(policy, "keep_drafting", None)
-    if isinstance(policy, Policy):
-        keep = keep if policy.stops_early() else None
-    if keep is not None:
-        if not callable(keep):
-            raise TypeError(f"policy {name}: keep_drafting must be a method, got {keep!r}")
-        params = inspect.signature(keep).parameters
-        takes_rows = "rows" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if not takes_rows:
-            old = keep
-
-            def keep(probs, index, rows, _old=old):  # the older two-argument contract
-                return _old(probs, index)
-
     name, per_row, update = _policy_name(policy), _per_row(policy), policy.update
     single = None if per_row is not None else policy.draft_length
+    stop = getattr(policy, "early_stop", None)
+    if not callable(stop):
+        stop = None
     if not plugins.is_builtin(policy):  # what another package's policy raises is its own
         who = plugins.describe("policy", policy, getattr(type(policy), "name", None) or None)
         if per_row is not None:
@@ -479,10 +241,24 @@ def bind(policy: Any) -> PolicyHooks:
         else:
             single = plugins.guard(who, "draft_length", single)
         update = plugins.guard(who, "update", update)
-        if keep is not None:
-            keep = plugins.guard(who, "keep_drafting", keep)
+        if stop is not None:
+            stop = plugins.guard(who, "early_stop", stop)
 
     def lengths(ctx: DraftContext) -> list[int]:
         return _checked_lengths(name, per_row, single, ctx)
 
-    return PolicyHooks(policy, lengths, update, keep)
+    def early_stop(ctx: DraftContext) -> EarlyStop | None:
+        got = stop(ctx) if stop is not None else None
+        if got is not None and not isinstance(got, EarlyStop):
+            raise PluginOutputError(
+                f"policy {name}.early_stop returned {got!r}; expected a bass.hooks.EarlyStop "
+                "or None"
+            )
+        if got is not None and got.floors is not None and len(got.floors) != ctx.num_rows:
+            raise PluginOutputError(
+                f"policy {name}.early_stop returned {len(got.floors)} floors for "
+                f"{ctx.num_rows} active rows"
+            )
+        return got
+
+    return PolicyHooks(policy, lengths, early_stop, update)

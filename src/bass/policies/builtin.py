@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import torch
-
-from .base import OptionsMixin, Policy, StepStats, option
+from ..hooks import EarlyStop, Policy, StepRecord
+from .base import OptionsMixin, option
 
 __all__ = [
     "BUILTIN_ENTRY_POINTS",
@@ -39,7 +38,7 @@ BUILTIN_ENTRY_POINTS: dict[str, str] = {
 }
 
 
-def _uninformative(stats: StepStats) -> bool:
+def _uninformative(stats: StepRecord) -> bool:
     return stats.draft_length == 0 or stats.num_rows == 0
 
 
@@ -49,7 +48,7 @@ class ConstantPolicy(OptionsMixin, Policy):
     the baseline speculative decoding is measured against).
 
     >>> p = ConstantPolicy(k=3)
-    >>> p.update(StepStats(draft_length=3, accepted=[0, 1]))
+    >>> p.update(StepRecord(draft_length=3, accepted=[0, 1]))
     >>> p.draft_length()
     3
     """
@@ -60,7 +59,7 @@ class ConstantPolicy(OptionsMixin, Policy):
     def draft_length(self) -> int:
         return self.k
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         pass
 
 
@@ -87,10 +86,10 @@ class BassPolicy(OptionsMixin, Policy):
     >>> p = BassPolicy()
     >>> p.draft_length()
     7
-    >>> p.update(StepStats(draft_length=7, accepted=[7, 2]))  # all accepted: 7 + 2
+    >>> p.update(StepRecord(draft_length=7, accepted=[7, 2]))  # all accepted: 7 + 2
     >>> p.draft_length()
     9
-    >>> p.update(StepStats(draft_length=9, accepted=[3, 0]))  # max(1, 3, 9 - 1 - 0)
+    >>> p.update(StepRecord(draft_length=9, accepted=[3, 0]))  # max(1, 3, 9 - 1 - 0)
     >>> p.draft_length()
     8
     """
@@ -110,7 +109,7 @@ class BassPolicy(OptionsMixin, Policy):
     def draft_length(self) -> int:
         return self.l
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         if _uninformative(stats):
             return
         x_max = stats.max_accepted()
@@ -136,10 +135,10 @@ class HFHeuristicPolicy(OptionsMixin, Policy):
     decides, matching transformers' batch-size-1 rule "all matched".
 
     >>> p = HFHeuristicPolicy()
-    >>> p.update(StepStats(draft_length=5, accepted=[5, 5]))
+    >>> p.update(StepRecord(draft_length=5, accepted=[5, 5]))
     >>> p.draft_length()
     7
-    >>> p.update(StepStats(draft_length=7, accepted=[7, 6]))
+    >>> p.update(StepRecord(draft_length=7, accepted=[7, 6]))
     >>> p.draft_length()
     6
     """
@@ -156,7 +155,7 @@ class HFHeuristicPolicy(OptionsMixin, Policy):
     def draft_length(self) -> int:
         return self.k
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         if _uninformative(stats):
             return
         pairs = zip(stats.accepted_list(), stats.drafted_list(), strict=True)
@@ -182,11 +181,8 @@ class ConfidencePolicy(OptionsMixin, Policy):
     default, its own training-free take on DISCO.
 
     >>> p = ConfidencePolicy(k_max=6, min_top1=0.5)
-    >>> probs = torch.tensor([[0.9, 0.1], [0.45, 0.55], [0.3, 0.7]])
-    >>> p.draft_length(), p.keep_drafting(probs, 0).tolist()
-    (6, [True, True, True])
-    >>> ConfidencePolicy(min_top1=0.6).keep_drafting(probs, 0).tolist()
-    [True, False, True]
+    >>> p.draft_length(), p.early_stop(None)
+    (6, EarlyStop(min_top1=0.5, max_entropy=None, calibration=None, floors=None))
     """
 
     name: ClassVar[str] = "confidence"
@@ -209,16 +205,9 @@ class ConfidencePolicy(OptionsMixin, Policy):
     def draft_length(self) -> int:
         return self.k_max
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         pass
 
-    def keep_drafting(self, probs: torch.Tensor, index: int, rows=None) -> torch.Tensor:
-        """Rows whose just-drafted token came from a confident distribution (see class)."""
-        if probs.dim() != 2:
-            raise ValueError(f"probs must be [B_active, V], got shape {tuple(probs.shape)}")
-        p = probs.float()
-        keep = p.amax(dim=-1) >= self.min_top1
-        if self.max_entropy is not None:
-            # entr(p) = -p ln p, defined as 0 at p = 0 (no NaN from 0 * log 0).
-            keep &= torch.special.entr(p).sum(dim=-1) <= self.max_entropy
-        return keep
+    def early_stop(self, ctx) -> EarlyStop:
+        """Every row stops at an unconfident draft token (see class)."""
+        return EarlyStop(min_top1=self.min_top1, max_entropy=self.max_entropy)

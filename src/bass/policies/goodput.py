@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import OptionsMixin, Policy, StepStats, option, running_mean
+from ..hooks import Policy, StepRecord
+from .base import OptionsMixin, option, running_mean
 
 __all__ = ["GoodputPolicy", "expected_tokens"]
 
@@ -62,7 +63,7 @@ class GoodputPolicy(OptionsMixin, Policy):
 
     >>> p = GoodputPolicy()
     >>> for k in (4, 8, 8):  # every row accepts everything: alpha = 1
-    ...     p.update(StepStats(draft_length=k, accepted=[k, k], draft_seconds=0.001 * k,
+    ...     p.update(StepRecord(draft_length=k, accepted=[k, k], draft_seconds=0.001 * k,
     ...                        verify_seconds=0.020 + 0.001 * k))
     >>> p.alpha, p.draft_length()
     (1.0, 8)
@@ -143,7 +144,7 @@ class GoodputPolicy(OptionsMixin, Policy):
                 best, best_rate = k, rate
         return best
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         if stats.num_rows == 0:
             return
         k, w = stats.draft_length, self.ema

@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 
 from .. import plugins
 from ..errors import PluginLoadError
-from .base import DraftLengthPolicy
+from ..hooks import Policy
+from .base import is_policy
 
 __all__ = [
     "GROUP",
@@ -135,7 +136,7 @@ def describe(name: str) -> list[OptionInfo]:
     return _options(_target(name))[0]
 
 
-def load(name: str, **options: Any) -> DraftLengthPolicy:
+def load(name: str, **options: Any) -> Policy:
     """A new instance of the installed policy ``name``, built with ``options``.
 
     Raises:
@@ -144,7 +145,7 @@ def load(name: str, **options: Any) -> DraftLengthPolicy:
             type or an out-of-range value (checked by the policy); messages name the
             option and the policy and list its options with their defaults.
         PolicyLoadError: the plugin failed to import, or what it built is not a
-            :class:`~bass.policies.DraftLengthPolicy`.
+            :class:`~bass.hooks.Policy` (its hooks).
         bass.errors.PluginError: another package's policy raised while being built (its
             exception chained).
     """
@@ -166,10 +167,10 @@ def load(name: str, **options: Any) -> DraftLengthPolicy:
     else:  # a failure of another package's constructor is reported as that package's
         who = plugins.describe("policy", target, name, _entry_point(name))
         policy = plugins.build("policy", who, target, **options)
-    if not isinstance(policy, DraftLengthPolicy):
+    if not is_policy(policy):
         raise PolicyLoadError(
             f"policy {name!r} built a {type(policy).__name__}, which lacks draft_length() "
-            "or update() (see bass.policies.DraftLengthPolicy)",
+            "(or draft_lengths(ctx)) or update(record) (see bass.hooks.Policy)",
             plugin=name,
         )
     return policy

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from .. import options
 from ..sampling import SamplingParams, warp_probs
 from .equivalence import _own_attention
 
@@ -59,7 +60,10 @@ def exact_distribution(
             f"{V}**{L} = {V**L} continuations is too many to enumerate (at most "
             f"{MAX_OUTCOMES}); use a model with a smaller vocabulary or fewer tokens"
         )
-    params = SamplingParams(True, temperature, top_k, top_p)
+    where = "exact_distribution()"
+    kw = options.check_keywords(where, temperature=temperature, top_k=top_k, top_p=top_p)
+    options.check_sampling(True, kw["temperature"], where)
+    params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"])
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
     with _own_attention(model):

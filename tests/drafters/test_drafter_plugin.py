@@ -30,12 +30,12 @@ class RepeatDrafter(Drafter):
         self.state = state
         return 0
 
-    def propose(self, slots, lengths, call):
+    def propose(self, view, lengths):
         self.calls += 1
-        last = [self.state.seqs[s][-1] for s in slots]
+        last = [view.state.seqs[s][-1] for s in view.slots]
         return Proposal(drafted=list(lengths), host_tokens=[[t] * k for t, k in zip(last, lengths)])
 
-    def commit(self, slots, accepted):
+    def commit(self, proposal, accepted):
         self.commits += 1
 
 
@@ -49,10 +49,10 @@ class UniformDrafter(Drafter):
     def __init__(self, vocab: int):
         self.vocab = vocab
 
-    def propose(self, slots, lengths, call):
-        R, K = len(slots), max(lengths)
+    def propose(self, view, lengths):
+        R, K = len(view.slots), max(lengths)
         probs = torch.full((R, K, self.vocab), 1.0 / self.vocab)
-        tokens = torch.multinomial(probs.view(-1, self.vocab), 1, generator=call.generator)
+        tokens = torch.multinomial(probs.view(-1, self.vocab), 1, generator=view.generator)
         return Proposal(drafted=list(lengths), tokens=tokens.view(R, K), probs=probs)
 
 
@@ -85,7 +85,7 @@ def test_a_stochastic_user_drafter_keeps_the_distribution():
 
 def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
     class Greedy(RepeatDrafter):
-        def propose(self, slots, lengths, call):  # one token more than allowed
+        def propose(self, view, lengths):  # one token more than allowed
             return Proposal(
                 drafted=[k + 1 for k in lengths], host_tokens=[[1] * (k + 1) for k in lengths]
             )
@@ -95,8 +95,8 @@ def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
         gen.generate(PROMPTS, max_new_tokens=4)
 
     class NoProbs(UniformDrafter):
-        def propose(self, slots, lengths, call):
-            prop = super().propose(slots, lengths, call)
+        def propose(self, view, lengths):
+            prop = super().propose(view, lengths)
             prop.probs = None
             return prop
 
@@ -113,11 +113,11 @@ def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
             super().__init__()
             self.make = make
 
-        def propose(self, slots, lengths, call):
+        def propose(self, view, lengths):
             return self.make(lengths)
 
     cases = [
-        (lambda n: None, TypeError, "returned NoneType, expected a bass.drafters.Proposal"),
+        (lambda n: None, TypeError, "returned NoneType, expected a bass.hooks.Proposal"),
         (
             lambda n: Proposal(drafted=list(n), host_tokens=[[1.0] * k for k in n]),
             TypeError,

@@ -12,10 +12,10 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import tiny_lm
+from profiles import examples
 
 from bass import Generator, backends, engine, options
 from bass.batch_state import PromptError

@@ -127,7 +127,8 @@ def spans_tokens_ending_mid_token(tokenizer, ids, stop) -> bool:
 
 def cut_mid_step(res, row: int, max_new: int) -> bool:
     """Did ``row`` end before the last token its final step accepted?"""
-    taken = 1 + sum(s.accepted[s.rows.index(row)] + 1 for s in res.stats.steps if row in s.rows)
+    steps = [s for s in res.stats.steps if row in s.prompts]
+    taken = 1 + sum(s.accepted[s.prompts.index(row)] + 1 for s in steps)
     return len(res.sequences[row]) < min(taken, max_new)
 
 

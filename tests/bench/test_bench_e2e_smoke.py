@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).parents[1] / "bench" / "bench_e2e.py"
+BENCH = Path(__file__).parents[2] / "bench" / "bench_e2e.py"
 
 
 def test_e2e_bench_smoke(tmp_path):

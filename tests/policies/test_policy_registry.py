@@ -17,11 +17,11 @@ import pytest
 
 import bass.policies
 from bass.policies import (
-    DraftLengthPolicy,
     PolicyLoadError,
-    StepStats,
+    StepRecord,
     available,
     describe,
+    is_policy,
     load,
     parse_options,
     registry,
@@ -171,7 +171,7 @@ def test_builtins_load_and_satisfy_protocol(builtin_eps):
     assert set(available()) == set(BUILTIN_ENTRY_POINTS)
     for name in BUILTIN_ENTRY_POINTS:
         policy = load(name)
-        assert isinstance(policy, DraftLengthPolicy)
+        assert is_policy(policy)
         assert type(policy).name == name
         assert isinstance(policy.draft_length(), int)
     assert load("bass", l0=5, l_limit=8).draft_length() == 5
@@ -183,7 +183,7 @@ def test_builtin_entry_points_match_installed_metadata():
 
     from bass.config import read_toml
 
-    name = read_toml(Path(__file__).parents[1] / "pyproject.toml")["project"]["name"]
+    name = read_toml(Path(__file__).parents[2] / "pyproject.toml")["project"]["name"]
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
@@ -225,8 +225,8 @@ def test_third_party_policy_through_fake_entry_point(builtin_eps, plugin_dir):
     )
     assert "mine" in available() and "factory" in available()
     p = load("mine", k=2)
-    assert isinstance(p, DraftLengthPolicy) and p.draft_length() == 2
-    p.update(StepStats(draft_length=2, accepted=[1, 2], drafted=None))
+    assert is_policy(p) and p.draft_length() == 2
+    p.update(StepRecord(draft_length=2, accepted=[1, 2], drafted=None))
     assert p.seen == [2]
     assert describe("mine") == [("k", 3, "tokens per step"), ("scale", 1.0, "")]
     with pytest.raises(ValueError, match=re.escape("no option 'kk'; options: k=3, scale=1.0")):
@@ -265,8 +265,9 @@ def test_plugin_import_failure(builtin_eps, plugin_dir):
 
 def test_public_api():
     assert set(bass.policies.__all__) >= {
-        "StepStats",
-        "DraftLengthPolicy",
+        "StepRecord",
+        "Policy",
+        "EarlyStop",
         "available",
         "load",
         "describe",

@@ -1,6 +1,6 @@
 """Values at the edges of what the Python API takes: each gets a clear error naming it
 before any work, or correct behaviour (a second pass over bad inputs, after
-tests/test_options.py's hypothesis sweep)."""
+tests/config/test_options.py's hypothesis sweep)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_op_overhead.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_op_overhead.py"
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import perturbed, tiny_lm
+from profiles import examples
 
 from bass import Generator
 from bass.testing import assert_greedy_equivalent, greedy_reference
@@ -45,7 +45,7 @@ class RandomRows:
         raise AssertionError("draft_lengths is the contract used")
 
     def draft_lengths(self, ctx):
-        return [self.rng.randint(0, self.k_max) for _ in ctx.rows]
+        return [self.rng.randint(0, self.k_max) for _ in ctx.prompts]
 
     def update(self, stats):
         pass

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import FAMILIES, tiny_lm
+from profiles import examples
 
 from bass import Generator, cpu_linear
 from bass.config import ConfigError, load_config

@@ -30,7 +30,7 @@ from models import tiny_lm
 
 import bass.models
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
 CONFIG_TABLE = re.compile(r"^\[(model|generation|policy)(\.options)?\]\s*$", re.MULTILINE)

@@ -11,7 +11,7 @@ import pytest
 from models import perturbed, reference_greedy, tiny_lm
 
 from bass import Generator
-from bass.policies import DraftContext, StepStats
+from bass.policies import DraftContext, StepRecord
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
 
@@ -24,7 +24,7 @@ class RandomRows:
     k_max: int = 5
     seed: int = 0
     contexts: list[DraftContext] = field(default_factory=list)
-    updates: list[StepStats] = field(default_factory=list)
+    updates: list[StepRecord] = field(default_factory=list)
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -35,11 +35,11 @@ class RandomRows:
 
     def draft_lengths(self, ctx: DraftContext) -> list[int]:
         self.contexts.append(ctx)
-        asked = [self.rng.randint(0, self.k_max) for _ in ctx.rows]
+        asked = [self.rng.randint(0, self.k_max) for _ in ctx.prompts]
         self.asked.append(asked)
         return asked
 
-    def update(self, stats: StepStats) -> None:
+    def update(self, stats: StepRecord) -> None:
         self.updates.append(stats)
 
 
@@ -59,10 +59,10 @@ def test_random_per_row_lengths_are_exact_and_honoured(llama, draft):
     for ctx, asked, step, upd in zip(
         policy.contexts, policy.asked, res.stats.steps, policy.updates
     ):
-        assert list(ctx.rows) == step.rows == list(upd.rows)
+        assert list(ctx.prompts) == step.prompts == list(upd.prompts)
         assert ctx.drafter == ("ngram" if draft == "ngram" else "model")
-        for r in range(len(ctx.rows)):
-            want = min(ctx.max_draft[r], asked[r])
+        for r in range(len(ctx.prompts)):
+            want = min(ctx.caps[r], asked[r])
             if ctx.available is None:  # a model drafts exactly that many
                 assert step.drafted[r] == want
             else:  # n-grams: at most what the lookup found
@@ -73,14 +73,14 @@ def test_random_per_row_lengths_are_exact_and_honoured(llama, draft):
         assert len(set(drafted)) > 2
 
 
-def test_max_draft_is_the_row_budget(llama):
+def test_caps_are_the_row_budget(llama):
     policy = RandomRows(k_max=9)
     res = Generator(llama, llama, policy=policy).generate(PROMPTS, max_new_tokens=6)
     made = {r: 1 for r in range(len(PROMPTS))}  # the prefill's token
     for ctx, step in zip(policy.contexts, res.stats.steps):
-        for r, row in enumerate(ctx.rows):
-            assert ctx.max_draft[r] == 6 - made[row] - 1
-        for r, row in enumerate(step.rows):
+        for r, row in enumerate(ctx.prompts):
+            assert ctx.caps[r] == 6 - made[row] - 1
+        for r, row in enumerate(step.prompts):
             made[row] += step.accepted[r] + 1
     assert all(len(s) == 6 for s in res.sequences)
 
@@ -116,8 +116,9 @@ def test_adaptive_draft_confidence_stops_rows_and_stays_exact(llama):
     model's confidence; greedy output is still the main model's own."""
     draft = tiny_lm("llama", seed=7, hidden=16, heads=2, kv_heads=1, layers=1)  # unrelated
     gen = Generator(llama, draft, policy="adaptive", policy_options={"draft_confidence": 1})
-    assert gen.new_policy().stops_early()
-    assert not Generator(llama, draft).new_policy().stops_early()  # off by default
+    ctx = DraftContext(prompts=[0], caps=[4], drafter="model")
+    assert gen.new_policy().early_stop(ctx) is not None
+    assert Generator(llama, draft).new_policy().early_stop(ctx) is None  # off by default
     res = gen.generate(PROMPTS * 2, max_new_tokens=20)
     for p, seq in zip(PROMPTS * 2, res.sequences):
         assert seq == reference_greedy(llama, p, 20)

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).parents[1] / "bench" / "bench_policies.py"
+BENCH = Path(__file__).parents[2] / "bench" / "bench_policies.py"
 
 
 def test_policies_bench_smoke(tmp_path):

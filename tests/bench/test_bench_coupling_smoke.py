@@ -9,7 +9,7 @@ import torch
 
 from bass.sampling import position_keys, sample_keyed
 
-BENCH = Path(__file__).parents[1] / "bench" / "coupling.py"
+BENCH = Path(__file__).parents[2] / "bench" / "coupling.py"
 
 
 @pytest.fixture(scope="module")

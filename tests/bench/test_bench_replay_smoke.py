@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "bench" / "replay_policies.py"
+BENCH = Path(__file__).parents[2] / "bench" / "replay_policies.py"
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from models import FAMILIES, perturbed, reference_greedy, tiny_lm
 
 from bass import Generator, policies, testing
+from bass.drafters import ModelDrafter
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
 
@@ -38,16 +39,16 @@ def check_invariant(gen, state):
     lens = gen.cache.lens.tolist()
     step = gen.stats.steps[-1] if gen.stats.steps else None
     for s in state.active():
-        assert state.seqs[s] is state.by_prompt[state.rows[s]]
+        assert state.seqs[s] is state.by_prompt[state.prompt_of[s]]
         assert state.cache_lens()[s] == len(state.seqs[s]) - 1
-        if step is not None and state.rows[s] in step.rows:
-            a = step.accepted[step.rows.index(state.rows[s])]
+        if step is not None and state.prompt_of[s] in step.prompts:
+            a = step.accepted[step.prompts.index(state.prompt_of[s])]
             assert lens[s] + a + 1 == len(state.seqs[s]) - 1
     drafter = gen.drafter
-    if drafter is not None and hasattr(drafter, "d_len"):
-        assert drafter.cache.batch_size == len(drafter.d_len) == gen.cache.batch_size
+    if isinstance(drafter, ModelDrafter):  # the draft cache holds a prefix of each row
+        assert drafter.cache.batch_size == len(state.draft_lens) == gen.cache.batch_size
         for s in state.active():
-            assert len(state.seqs[s]) - drafter.d_len[s] >= 1  # the newest is never cached
+            assert len(state.seqs[s]) - state.draft_lens[s] >= 1  # the newest is never cached
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -161,8 +162,8 @@ def test_finished_rows_leave_the_batch(llama):
     assert min(c for c, _, _ in seen) < len(PROMPTS)  # it did compact
     assert len({tuple(p) for _, _, p in seen}) == 1  # in place: the buffers never moved
     for step in res.stats.steps:  # finished rows take part in no step, and cost no token
-        assert all(res.finish_reasons[r] and len(res.sequences[r]) > 0 for r in step.rows)
-        assert len(step.accepted) == len(step.rows) == len(step.drafted)
+        assert all(res.finish_reasons[r] and len(res.sequences[r]) > 0 for r in step.prompts)
+        assert len(step.accepted) == len(step.prompts) == len(step.drafted)
         assert step.verify_tokens == sum(1 + d for d in step.drafted)
 
 

@@ -1,6 +1,7 @@
-"""One rank of the torch.distributed tests (tests/test_distributed.py), run by torchrun.
+"""One rank of the torch.distributed tests (tests/distributed/test_distributed.py), run by torchrun.
 
-``python -m torch.distributed.run --nproc-per-node 2 tests/distributed_worker.py SPEC OUT``:
+``python -m torch.distributed.run --nproc-per-node 2 tests/distributed/distributed_worker.py
+SPEC OUT``:
 SPEC is a JSON file ``{"mode": "tp"|"dp", "tp": int, "main": dir, "draft": dir|null,
 "timeout": seconds, "cases": [{"name", "draft", "policy", "generate": {...}, "fail_rank",
 "prompts_by_rank"}]}``; every rank writes its results to ``OUT/rank<r>.json``
@@ -18,6 +19,7 @@ import torch
 
 import bass
 from bass import distributed
+from bass.models import load_tensor_parallel
 from bass.policies import Policy
 
 
@@ -39,7 +41,7 @@ def main(spec_path: str, out_dir: str) -> int:
     topo = distributed.init(tp=spec["tp"], timeout=spec.get("timeout", 60))
     dtype = torch.float64
     if spec["mode"] == "tp":
-        main_model = bass.models.load_tensor_parallel(spec["main"], spec["tp"], dtype=dtype)
+        main_model = load_tensor_parallel(spec["main"], spec["tp"], dtype=dtype)
     else:
         main_model = bass.load_causal_lm(spec["main"], dtype=dtype)
     draft_model = bass.load_causal_lm(spec["draft"], dtype=dtype) if spec.get("draft") else None

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 RUNS = tomllib.loads((BENCH / "commands.toml").read_text())["run"]

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).parents[1] / "bench" / "pass_cost.py"
+BENCH = Path(__file__).parents[2] / "bench" / "pass_cost.py"
 
 
 def test_pass_cost_bench_smoke(tmp_path):

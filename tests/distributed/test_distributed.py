@@ -18,7 +18,7 @@ from models import perturbed, tiny_lm
 
 import bass
 from bass import distributed
-from bass.models import load_config
+from bass.models import load_config, load_tensor_parallel
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1], [4, 5], [6, 7, 8, 6, 7, 8], [9]]
@@ -96,7 +96,8 @@ def launch(tmp_path, spec: dict, nproc: int = 2, timeout: float = 240):
     spec_path.write_text(json.dumps(spec))
     out = tmp_path / "out"
     out.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    here = Path(__file__).parent  # the worker, and tests/ (its helpers)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{here}{os.pathsep}{here.parent}"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", str(WORKER), str(spec_path), str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -242,4 +243,4 @@ def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch,
         lambda name, *a: None if name == "accelerate" else real(name, *a),
     )
     with pytest.raises(distributed.DistributedError, match=r"pip install accelerate \("):
-        bass.models.load_tensor_parallel(dirs / "main", 2)
+        load_tensor_parallel(dirs / "main", 2)

@@ -144,7 +144,7 @@ class RandomRows:
         raise AssertionError("draft_lengths is the contract used")
 
     def draft_lengths(self, ctx):
-        return [self.rng.randint(0, 3) for _ in ctx.rows]
+        return [self.rng.randint(0, 3) for _ in ctx.prompts]
 
     def update(self, stats):
         pass

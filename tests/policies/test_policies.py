@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bass.policies import DraftContext, StepStats, bind
+from bass.policies import DraftContext, EarlyStop, StepRecord, bind
 from bass.policies.base import capabilities
 from bass.policies.builtin import (
     BassPolicy,
@@ -21,8 +21,8 @@ from bass.policies.builtin import (
 from bass.policies.goodput import GoodputPolicy
 
 
-def _step(k: int, accepted, drafted=None, **kw) -> StepStats:
-    return StepStats(draft_length=k, accepted=accepted, drafted=drafted, **kw)
+def _step(k: int, accepted, drafted=None, **kw) -> StepRecord:
+    return StepRecord(draft_length=k, accepted=accepted, drafted=drafted, **kw)
 
 
 def _run(policy, steps) -> list[int]:
@@ -35,34 +35,18 @@ def _run(policy, steps) -> list[int]:
     return out
 
 
-# --------------------------------------------------------------------------- StepStats
+# --------------------------------------------------------------------------- StepRecord
 
 
-def test_step_stats_helpers_lists_and_tensors():
-    s = _step(5, torch.tensor([3, 5, 0], dtype=torch.int32), drafted=torch.tensor([3, 5, 2]))
+def test_step_record_helpers():
+    s = _step(5, [3, 5, 0], drafted=[3, 5, 2])
     assert s.accepted_list() == [3, 5, 0]
-    assert all(type(x) is int for x in s.accepted_list())
     assert s.max_accepted() == 5
     assert s.drafted_list() == [3, 5, 2]
     assert _step(4, [1, 2]).drafted_list() == [4, 4]
     assert _step(4, []).max_accepted() == 0
     assert _step(4, []).num_rows == 0
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"draft_length": -1, "accepted": []}, "draft_length must be >= 0"),
-        ({"draft_length": 2, "accepted": [3]}, "0..draft_length=2"),
-        ({"draft_length": 2, "accepted": [1], "drafted": [1, 2]}, "drafted has 2 rows"),
-        ({"draft_length": 4, "accepted": [3], "drafted": [2]}, "accepted more than"),
-        ({"draft_length": 2, "accepted": torch.zeros(2)}, "integer tensor"),
-        ({"draft_length": 2, "accepted": [1], "verify_seconds": -1.0}, "timings"),
-    ],
-)
-def test_step_stats_rejects_inconsistent_counts(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        StepStats(**kwargs)
+    assert _step(2, [1], draft_pass_tokens=(3, 2)).draft_tokens == 5
 
 
 # --------------------------------------------------------------------------- bass (Algorithm 1)
@@ -149,7 +133,7 @@ def test_constant_policy_including_zero():
     p = ConstantPolicy(k=0)  # regular decoding
     p.update(_step(0, [0, 0]))
     assert p.draft_length() == 0
-    assert not p.stops_early() and bind(p).keep_drafting is None
+    assert bind(p).early_stop(DraftContext([0], [4])) is None
 
 
 def test_hf_heuristic_hand_trace():
@@ -170,7 +154,17 @@ def test_hf_heuristic_hand_trace():
     assert _run(high, [[63], [64]]) == [64, 64]  # 63 + 2 capped at max_k
 
 
-def test_confidence_keep_drafting():
+def _keep(stop: EarlyStop, probs, survival=None):
+    """What ``stop`` keeps of one draft pass over every row of ``probs``."""
+    rows = torch.arange(probs.shape[0])
+    survival = torch.ones(probs.shape[0], dtype=torch.float64) if survival is None else survival
+    keep, conf = stop.keep(probs, survival, rows)
+    assert keep.dtype == torch.bool and keep.shape == (probs.shape[0],)
+    assert torch.equal(conf, probs.float().amax(-1))
+    return keep.tolist()
+
+
+def test_confidence_early_stop():
     p = ConfidencePolicy()  # k_max 8, min_top1 0.4, no entropy rule
     assert p.draft_length() == 8
     probs = torch.tensor(
@@ -181,50 +175,77 @@ def test_confidence_keep_drafting():
             [0.50, 0.50, 0.00],  # entropy ln 2 = 0.693 nats
         ]
     )
-    keep = p.keep_drafting(probs, 0)
-    assert keep.dtype == torch.bool and keep.shape == (4,)
-    assert keep.tolist() == [True, False, True, True]
+    stop = bind(p).early_stop(DraftContext(prompts=[0, 1, 2, 3], caps=[8] * 4))
+    assert stop == EarlyStop(min_top1=0.4)
+    assert _keep(stop, probs) == [True, False, True, True]
     # Entropies: row 0 = -(0.9 ln 0.9 + 2 * 0.05 ln 0.05) = 0.394, row 2 = 1.055, row 3 = 0.693
     # (0 ln 0 counts as 0).
-    strict = ConfidencePolicy(min_top1=0.0, max_entropy=0.7)
-    assert strict.keep_drafting(probs, 3).tolist() == [True, False, False, True]
-    assert strict.keep_drafting(probs.to(torch.bfloat16), 1).dtype == torch.bool
-    with pytest.raises(ValueError, match="B_active, V"):
-        p.keep_drafting(probs[0], 0)
+    strict = ConfidencePolicy(min_top1=0.0, max_entropy=0.7).early_stop(None)
+    assert _keep(strict, probs) == [True, False, False, True]
+    assert _keep(strict, probs.to(torch.bfloat16)) == [True, False, False, True]
 
 
-def test_only_confidence_stops_rows_early():
-    """The hooks are declared on the base class and resolved once (bind): only a policy
-    that stops rows early gets keep_drafting called (a host read per draft pass)."""
-    assert ConfidencePolicy().stops_early() and bind(ConfidencePolicy()).keep_drafting
+def test_a_calibrated_early_stop_multiplies_each_rows_chances():
+    """With a calibration (P(accepted) = a + b c per decile of the top-1 c) and per-row
+    floors, a row stops once the product of its tokens' chances falls below its floor."""
+    table = [(0.0, 1.0)] * 10  # P = c
+    stop = EarlyStop(calibration=table, floors=[0.5, 0.3])
+    probs = torch.tensor([[0.8, 0.2], [0.6, 0.4]])
+    survival = torch.ones(2, dtype=torch.float64)
+    assert _keep(stop, probs, survival) == [True, True]  # 0.8 >= 0.5, 0.6 >= 0.3
+    assert _keep(stop, probs, survival) == [True, True]  # 0.64 >= 0.5, 0.36 >= 0.3
+    assert _keep(stop, probs, survival) == [True, False]  # 0.512 >= 0.5, 0.216 < 0.3
+    assert survival.tolist() == pytest.approx([0.8**3, 0.6**3])
+
+
+def test_only_policies_with_an_early_stop_return_one():
+    """The hooks are declared on the base class (bass.hooks.Policy) and resolved once
+    (bind): policies without an early stop return None, so no draft pass reads the host."""
+    ctx = DraftContext(prompts=[0], caps=[4])
+    assert bind(ConfidencePolicy()).early_stop(ctx) is not None
     for cls in (ConstantPolicy, BassPolicy, HFHeuristicPolicy, GoodputPolicy):
-        assert not cls().stops_early() and bind(cls()).keep_drafting is None
+        assert bind(cls()).early_stop(ctx) is None
     assert capabilities(ConfidencePolicy) == ["one length", "per-row early stop"]
     assert capabilities(ConstantPolicy) == ["one length"]
 
 
-def test_bind_takes_protocol_policies_without_the_base_class():
-    """A policy object that does not subclass Policy: its hooks are found once, and an
-    older two-argument keep_drafting is called with the rows left out."""
+def test_bind_takes_policies_without_the_base_class():
+    """A policy object that does not subclass Policy: its hooks are found once; what its
+    early stop returns is checked."""
     seen = []
 
     class Mine:
         def draft_length(self):
             return 2
 
-        def update(self, stats):
-            seen.append(stats.step)
+        def update(self, record):
+            seen.append(record.step)
 
-        def keep_drafting(self, probs, index):
-            return probs.amax(-1) > 0.5
+        def early_stop(self, ctx):
+            return EarlyStop(min_top1=0.6)
 
     hooks = bind(Mine())
-    ctx = DraftContext(rows=[0, 1], max_draft=[5, 1])
+    ctx = DraftContext(prompts=[0, 1], caps=[5, 1])
     assert hooks.draft_lengths(ctx) == [2, 1]  # capped per row
-    keep = hooks.keep_drafting(torch.tensor([[0.9, 0.1], [0.5, 0.5]]), 0, [0, 1])
-    assert keep.tolist() == [True, False]
+    assert hooks.early_stop(ctx) == EarlyStop(min_top1=0.6)
+    hooks.update(_step(2, [1, 1], step=3))
+    assert seen == [3]
     with pytest.raises(TypeError, match="needs draft_length"):
         bind(object())
+
+    class Odd(Mine):
+        def early_stop(self, ctx):
+            return 0.5
+
+    with pytest.raises(ValueError, match=r"early_stop returned 0.5; expected a bass.hooks"):
+        bind(Odd()).early_stop(ctx)
+
+    class Short(Mine):
+        def early_stop(self, ctx):
+            return EarlyStop(calibration=[(0.0, 1.0)] * 10, floors=[0.1])
+
+    with pytest.raises(ValueError, match="1 floors for 2 active rows"):
+        bind(Short()).early_stop(ctx)
 
 
 # --------------------------------------------------------------------------- goodput
@@ -356,7 +377,7 @@ def test_draft_length_stays_in_bounds(case, data):
         accepted = [data.draw(st.integers(0, d)) for d in drafted]
         seconds = st.floats(0.0, 1.0, allow_nan=False)
         policy.update(
-            StepStats(
+            StepRecord(
                 draft_length=used,
                 accepted=accepted,
                 drafted=drafted,

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "bench" / "gpu_suite.sh"
 STAGES = ["env", "build", "test", "sanitize", "kernels", "e2e"]
 

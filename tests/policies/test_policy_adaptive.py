@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bass.policies import DraftContext, StepStats, load
+from bass.policies import DraftContext, StepRecord, load
 from bass.policies.adaptive import AdaptivePolicy, VerifyCost
 
 
@@ -44,8 +44,8 @@ def simulate(policy, alphas, caps, cost, steps=60, seed=0, available=None):
     rates = []
     for step in range(steps):
         ctx = DraftContext(
-            rows=list(range(R)),
-            max_draft=list(caps),
+            prompts=list(range(R)),
+            caps=list(caps),
             drafter="ngram",
             available=available or list(caps),
             match_len=[2] * R,
@@ -62,13 +62,13 @@ def simulate(policy, alphas, caps, cost, steps=60, seed=0, available=None):
                 x += 1
             accepted.append(x)
         policy.update(
-            StepStats(
+            StepRecord(
                 draft_length=max(ks),
                 accepted=accepted,
                 drafted=ks,
                 verify_seconds=cost(n),
-                rows=list(range(R)),
-                verify_pass_tokens=n,
+                prompts=list(range(R)),
+                verify_tokens=n,
             )
         )
     return rates
@@ -178,16 +178,16 @@ def test_verify_cost_is_pessimistic_when_steps_are_noisy():
 
 def test_first_steps_measure_then_decide():
     p = AdaptivePolicy(k0=3)
-    ctx = DraftContext(rows=[0, 1], max_draft=[9, 9], drafter="ngram", available=[5, 0])
+    ctx = DraftContext(prompts=[0, 1], caps=[9, 9], drafter="ngram", available=[5, 0])
     assert p.draft_lengths(ctx) == [0, 0]  # 1) C(R)
     p.update(
-        StepStats(
+        StepRecord(
             draft_length=0,
             accepted=[0, 0],
             drafted=[0, 0],
             verify_seconds=0.1,
-            rows=[0, 1],
-            verify_pass_tokens=2,
+            prompts=[0, 1],
+            verify_tokens=2,
         )
     )
     assert p.draft_lengths(ctx) == [1, 0]  # 2) a token where the lookup found something
@@ -195,15 +195,15 @@ def test_first_steps_measure_then_decide():
     # price is what the measuring step is for
     p = AdaptivePolicy()
     three = DraftContext(
-        rows=[0, 1, 2],
-        max_draft=[9] * 3,
+        prompts=[0, 1, 2],
+        caps=[9] * 3,
         drafter="ngram",
         available=[5, 5, 0],
         match_len=[1, 3, 4],
     )
     p.draft_lengths(three)
     p.update(
-        StepStats(0, [0] * 3, [0] * 3, verify_seconds=0.1, rows=[0, 1, 2], verify_pass_tokens=3)
+        StepRecord(0, [0] * 3, [0] * 3, verify_seconds=0.1, prompts=[0, 1, 2], verify_tokens=3)
     )
     assert p.draft_lengths(three) == [0, 1, 0]
 
@@ -235,7 +235,7 @@ def test_cheap_verification_drafts_everything_useful():
     rates = simulate(p, [0.9, 0.8, 0.5, 0.7], caps, lambda n: 0.010 + 1e-6 * n)
     assert (
         p.draft_lengths(
-            DraftContext(rows=[0, 1, 2, 3], max_draft=caps, drafter="ngram", available=caps)
+            DraftContext(prompts=[0, 1, 2, 3], caps=caps, drafter="ngram", available=caps)
         )
         == caps
     )
@@ -260,7 +260,7 @@ def test_per_row_lengths_follow_per_row_acceptance():
     simulate(p, [0.95, 0.5, 0.05], caps, cost, steps=80)
     p.pace.clear()  # rows as critical as each other (as before any pulls ahead)
     ctx = DraftContext(
-        rows=[0, 1, 2], max_draft=caps, drafter="ngram", available=caps, match_len=[2] * 3
+        prompts=[0, 1, 2], caps=caps, drafter="ngram", available=caps, match_len=[2] * 3
     )
     ks = p.draft_lengths(ctx)
     assert ks[0] > ks[1] >= ks[2] and ks[2] <= 1
@@ -273,7 +273,7 @@ def test_rows_ahead_of_the_slowest_draft_less():
     simulate(p, [0.8, 0.8], [8, 8], lambda n: 0.05 + 0.004 * n, steps=40)
     p.pace = {0: 1.0, 1: 1.0}
     ctx = DraftContext(
-        rows=[0, 1], max_draft=[10, 60], drafter="ngram", available=[8, 8], match_len=[2, 2]
+        prompts=[0, 1], caps=[10, 60], drafter="ngram", available=[8, 8], match_len=[2, 2]
     )
     ks = p.draft_lengths(ctx)
     assert ks[1] > ks[0]
@@ -310,8 +310,8 @@ def makespan(policy, alphas, budget, cost, seed=0, avail=1.0, noise=0.0) -> floa
         ks = [0] * len(rows)
         if policy is not None:
             ctx = DraftContext(
-                rows=rows,
-                max_draft=[left[r] - 1 for r in rows],
+                prompts=rows,
+                caps=[left[r] - 1 for r in rows],
                 drafter="ngram",
                 available=caps,
                 match_len=[2 if c else 0 for c in caps],
@@ -330,13 +330,13 @@ def makespan(policy, alphas, budget, cost, seed=0, avail=1.0, noise=0.0) -> floa
         total += seconds
         if policy is not None:
             policy.update(
-                StepStats(
+                StepRecord(
                     draft_length=max(ks),
                     accepted=accepted,
                     drafted=ks,
                     verify_seconds=seconds,
-                    rows=rows,
-                    verify_pass_tokens=sum(1 + k for k in ks),
+                    prompts=rows,
+                    verify_tokens=sum(1 + k for k in ks),
                 )
             )
         for r, x in zip(rows, accepted):
@@ -471,21 +471,21 @@ def test_draft_model_cost_limits_depth():
     passes are expensive even though verification is free."""
     p = AdaptivePolicy()
     for step in range(30):
-        ctx = DraftContext(rows=[0], max_draft=[16], drafter="model", step=step)
+        ctx = DraftContext(prompts=[0], caps=[16], drafter="model", step=step)
         ks = p.draft_lengths(ctx)
         k = ks[0]
         acc = min(k, 3)
         p.update(
-            StepStats(
+            StepRecord(
                 draft_length=k,
                 accepted=[acc],
                 drafted=[k],
                 draft_seconds=0.02 * k,
                 verify_seconds=0.05,
-                rows=[0],
-                verify_pass_tokens=1 + k,
+                prompts=[0],
+                verify_tokens=1 + k,
                 draft_pass_tokens=[1] * k,
             )
         )
     # alpha ~ 0.75 (accepts 3, rejects the 4th); a pass costs 40% of a verify
-    assert 1 <= p.draft_lengths(DraftContext(rows=[0], max_draft=[16], drafter="model"))[0] <= 6
+    assert 1 <= p.draft_lengths(DraftContext(prompts=[0], caps=[16], drafter="model"))[0] <= 6

@@ -1,0 +1,274 @@
+"""Every hook a plugin implements, declared once with its default, and the data each
+exchanges with the engine's step (:meth:`bass.Generator._step`, read top to bottom)::
+
+    offer    = drafter.offer(view)              # optional: what it has for each row
+    lengths  = policy.draft_lengths(ctx)        # or policy.draft_length() for every row
+    stop     = policy.early_stop(ctx)           # optional: an EarlyStop, data
+    proposal = drafter.propose(view, lengths)   # up to lengths[r] tokens per active row
+    ...        the main model verifies; accepted[r] drafts are kept
+    drafter.commit(proposal, accepted)
+    policy.update(record)                       # the step's one StepRecord
+
+Terms (the engine's glossary): a **prompt** index is a row's place in the caller's batch;
+a **slot** is a row of the caches; the **active rows** of a step are its slots still
+generating, ascending (``view.slots``), and every per-row list of a step is in that
+order. A **cap** is the most a row may draft (its remaining tokens minus the one the main
+model always adds); a **length** what the policy allows (``<= cap``); **drafted** what
+the drafter proposed (``<= length``); **accepted** what verification kept.
+
+A policy subclasses :class:`Policy`, a drafter :class:`Drafter`; another package
+registers either under an entry-point group (``bass.policies``, ``bass.drafters``) and
+:mod:`bass.plugins` loads it, checked, with every hook's failure reported as its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from .sampling import SamplingParams
+from .stats import StepRecord
+
+if TYPE_CHECKING:
+    from .batch_state import BatchState
+    from .hf import Passes
+
+__all__ = [
+    "DraftContext",
+    "Drafter",
+    "EarlyStop",
+    "Offer",
+    "Policy",
+    "Proposal",
+    "StepRecord",
+    "StepView",
+]
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class Offer:
+    """What a drafter has for each active row before the policy decides (n-gram lookup:
+    the continuation it found), handed back to its :meth:`Drafter.propose` in
+    ``view.offer``: ``tokens[r]`` (at most the row's cap) and ``match_len[r]`` (the
+    matched suffix's length, 0: none)."""
+
+    tokens: list[list[int]]
+    match_len: list[int]
+
+
+@dataclass
+class DraftContext:
+    """What a policy knows before a step, for :meth:`Policy.draft_lengths` and
+    :meth:`Policy.early_stop`.
+
+    Attributes:
+        prompts: each active row's prompt index (stable while slots are compacted).
+        caps: per row, the most tokens it may draft.
+        drafter: the drafter's ``name`` (``"ngram"``, ``"model"``, yours).
+        available: per row, the tokens the drafter has to offer (an n-gram continuation),
+            or ``None`` when it can draft any number (a model).
+        match_len: per row, the length of the n-gram suffix that matched (0: none), or
+            ``None``.
+        step: 0-based index of the step.
+
+    >>> DraftContext(prompts=[0, 2], caps=[8, 3]).num_rows
+    2
+    """
+
+    prompts: Sequence[int]
+    caps: Sequence[int]
+    drafter: str = "model"
+    available: Sequence[int] | None = None
+    match_len: Sequence[int] | None = None
+    step: int = 0
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.prompts)
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """A per-row early stop that a drafter drawing from distributions (a draft model)
+    applies while it drafts, returned by :meth:`Policy.early_stop` as data.
+
+    With ``c`` the top-1 probability of the distribution a row's next draft token comes
+    from, the row stops (that token is not proposed, and the row drafts nothing more this
+    step) when ``c < min_top1``; or when its entropy (nats) exceeds ``max_entropy``; or,
+    with ``calibration`` (10 pairs ``(a, b)``, one per decile of ``c``: the chance the
+    token is accepted is ``a + b * c``) and ``floors`` (one per active row), when the
+    product of those chances over the row's drafts so far falls below ``floors[r]``.
+    Every row drafted is recorded with its tokens' ``c`` (``StepRecord.confidence``).
+    """
+
+    min_top1: float = 0.0
+    max_entropy: float | None = None
+    calibration: Sequence[tuple[float, float]] | None = None
+    floors: Sequence[float] | None = None
+
+    def keep(self, probs: torch.Tensor, survival: torch.Tensor, rows: torch.Tensor):
+        """bool ``[R']``: which rows ``rows`` (int64 ``[R']``, positions among the
+        step's active rows) keep the token they drew from ``probs`` ``[R', V]``;
+        ``survival`` float64 ``[R]`` (ones at the step's start) is updated in place.
+        Also returns the tokens' top-1 probabilities ``[R']``. No host read."""
+        p = probs.float()
+        conf = p.amax(dim=-1)
+        keep = conf >= self.min_top1
+        if self.max_entropy is not None:  # entr(p) = -p ln p, 0 at p = 0
+            keep &= torch.special.entr(p).sum(dim=-1) <= self.max_entropy
+        if self.calibration is not None and self.floors is not None:
+            table = torch.tensor(self.calibration, dtype=torch.float64, device=p.device)
+            ab = table[(conf.double() * 10).long().clamp(0, 9)]  # [R', 2]
+            chance = (ab[:, 0] + ab[:, 1] * conf.double()).clamp(0, 1)
+            survival[rows] *= chance
+            floors = torch.tensor(list(self.floors), dtype=torch.float64, device=p.device)
+            keep &= survival[rows] >= floors[rows]
+        return keep, conf
+
+
+@dataclass
+class StepView:
+    """What a drafter sees of a step: the active ``slots`` (ascending), their
+    ``prompts`` and ``caps``, the generation's ``state`` (:class:`bass.batch_state.BatchState`:
+    ``seqs[slot]`` prompt plus committed tokens, ``draft_lens[slot]`` what the draft
+    cache holds), the sampling ``params``, its ``offer`` (:meth:`Drafter.offer`'s, if
+    any), the policy's ``stop`` (an :class:`EarlyStop` or ``None``).
+
+    ``keys`` int64 ``[R, K]`` (coupled drafting, the default when sampling): the key of
+    each active row's draft positions, ``keys[r, j]`` the one of the position draft
+    token ``j + 1`` would take (:func:`bass.sampling.position_keys`). A sampling drafter
+    draws token ``j`` of row ``r`` with ``sample_keyed(probs, keys[r, j])``, the draw the
+    main model makes there, and returns no ``probs``: its drafts are verified like
+    deterministic ones, so the output is plain sampling's whatever the drafts. ``None``:
+    draw with ``generator`` and return ``probs`` for rejection sampling.
+
+    ``agree``: a per-row decision (bool ``[R']``) as the whole tensor-parallel group
+    takes it (its first rank's); the identity in one process.
+    """
+
+    slots: list[int]
+    prompts: list[int]
+    caps: list[int]
+    state: BatchState
+    params: SamplingParams = field(default_factory=SamplingParams)
+    generator: torch.Generator | None = None
+    keys: torch.Tensor | None = None
+    offer: Offer | None = None
+    stop: EarlyStop | None = None
+    agree: Callable[[torch.Tensor], torch.Tensor] = lambda mask: mask
+
+
+@dataclass
+class Proposal:
+    """What a drafter proposes for the active rows of a step (``R`` rows, ``K`` the most
+    any row drafted).
+
+    ``drafted`` (host ``list[int]``): tokens per row, ``0 <= drafted[r] <= lengths[r]``.
+    The tokens either on the device, ``tokens`` int64 ``[R, K]`` (past a row's count:
+    padding), or on the host, ``host_tokens`` (``list[list[int]]``). ``probs``
+    ``[R, K, V]``: the distributions sampled tokens were drawn from, for rejection
+    sampling (``None`` for deterministic or coupled drafts). ``bad`` bool ``[R]``: rows
+    whose draft logits were not finite; ``confidence`` ``[R, K]``: the drafted tokens'
+    top-1 probabilities (with an early stop); both read with the step's one host read.
+    ``slots``: the active slots it was made for (:meth:`Drafter.commit` reads them).
+    ``passes``, ``pass_tokens``, ``forward_seconds``: the draft model's passes, the
+    tokens each computed, and their time.
+    """
+
+    drafted: list[int]
+    tokens: torch.Tensor | None = None
+    host_tokens: list[list[int]] | None = None
+    probs: torch.Tensor | None = None
+    bad: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None
+    slots: list[int] = field(default_factory=list)
+    passes: int = 0
+    pass_tokens: tuple[int, ...] = ()
+    forward_seconds: float = 0.0
+
+    @classmethod
+    def none(cls, slots: list[int]) -> Proposal:
+        """Nothing drafted for the active ``slots`` (a plain decoding step)."""
+        return cls([0] * len(slots), host_tokens=[[] for _ in slots], slots=list(slots))
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+class Policy:
+    """A draft-length policy: every hook with its default.
+
+    Override :meth:`draft_length` (one length for every row) or :meth:`draft_lengths`
+    (per row), and :meth:`update`; :meth:`early_stop` for a per-row early stop while a
+    draft model drafts. A policy need not subclass this: any object with
+    ``draft_length()`` or ``draft_lengths(ctx)``, and ``update(record)``, works; its other
+    hooks take these defaults (:func:`bass.policies.bind`). Policies keep
+    per-generation state: the engine makes a fresh one for each ``generate`` call.
+    """
+
+    name: ClassVar[str] = ""
+
+    def draft_length(self) -> int:
+        """The batch-wide draft length of the next step (``>= 0``; ``0``: regular
+        decoding)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define draft_length() or draft_lengths(ctx)"
+        )
+
+    def draft_lengths(self, ctx: DraftContext) -> Sequence[int]:
+        """One draft length per active row of ``ctx`` (capped at ``ctx.caps`` by the
+        engine; an n-gram drafter proposes at most what it found, ``ctx.available``).
+        Default: :meth:`draft_length` for every row."""
+        return [self.draft_length()] * ctx.num_rows
+
+    def early_stop(self, ctx: DraftContext) -> EarlyStop | None:
+        """This step's per-row early stop (asked after :meth:`draft_lengths`), or
+        ``None`` (the default): rows draft their whole length."""
+        return None
+
+    def update(self, record: StepRecord) -> None:
+        """Learn from the step just finished."""
+
+
+class Drafter:
+    """A draft source: every hook with its default; override :meth:`propose` and
+    whatever else your drafter needs (the module docstring shows when each is called).
+
+    Class attributes: ``name`` (what :attr:`DraftContext.drafter` reports to policies),
+    ``deterministic`` (``False`` when its proposals are sampled: they then carry
+    ``probs`` unless coupled). ``model``: the draft model, if any (the Generator checks
+    its vocabulary against the main model's and prepares it with the main model).
+    """
+
+    name: ClassVar[str] = "drafter"
+    deterministic: ClassVar[bool] = True
+    model: torch.nn.Module | None = None
+
+    def start(self, state: BatchState, passes: Passes, max_len: int, device) -> int:
+        """A generation starts: ``state`` holds its rows (``state.seqs[slot]``,
+        ``state.prompt_of[slot]``), ``passes`` how packed passes run, ``max_len`` the
+        caches' length, ``device`` the main model's. Returns the forward passes it ran
+        (a draft model's prefill)."""
+        return 0
+
+    def offer(self, view: StepView) -> Offer | None:
+        """Optional: what it has for each active row (at most ``view.caps[r]`` tokens),
+        before the policy decides; handed back in ``view.offer``."""
+        return None
+
+    def propose(self, view: StepView, lengths: list[int]) -> Proposal:
+        """Up to ``lengths[r]`` draft tokens for each active slot ``view.slots[r]``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement propose()")
+
+    def commit(self, proposal: Proposal, accepted: list[int]) -> None:
+        """After verification: ``accepted[r]`` of ``proposal``'s row ``r`` were kept
+        (before the rows append them)."""
+
+    def compact(self, keep: list[int]) -> None:
+        """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
