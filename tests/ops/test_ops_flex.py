@@ -164,6 +164,20 @@ def test_one_flex_call_per_layer_whatever_the_spread(monkeypatch):
         check(out, case, args, torch.float32)
 
 
+def test_the_masks_row_table_has_a_static_size():
+    """The mask indexes per-row lengths in a table of a size that never follows B and is
+    marked static: Inductor's CPU flex template garbles a symbolic size of a tensor the mask
+    indexes (its symbols renamed by text: a C++ compile error in the 135M model's compiled
+    passes), so no such size may reach it."""
+    for case in (MIXED, EDGES[2]):
+        _, _, _, cu, kv, _ = case.tensors(torch.float32)
+        table = planned(case, cu, kv, "compiled").state.table
+        assert table.shape == (2, flex.TABLE_ROWS)
+        assert set(table._dynamo_static_indices) == {0, 1}
+        B = len(case.q_lens)
+        assert table[0, :B].tolist() == list(case.q_lens) and not table[:, B:].any()
+
+
 def test_compiled_pass_holds_one_flex_kernel_per_layer_and_no_graph_break():
     case = MIXED
     q, k, v, cu, kv, scale = case.tensors(torch.float32)
