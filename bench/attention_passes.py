@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--impls", default="sdpa,flex")
     ap.add_argument("--compiled-impls", default=None, help="compiled passes' (default: --impls)")
     ap.add_argument("--name", default="cpu_attention_passes")
+    ap.add_argument("--resume", action="store_true", help="keep the rows already written")
     args = ap.parse_args(argv)
     from bass import Generator
 
@@ -46,10 +47,16 @@ def main(argv=None) -> int:
         per_kind["compiled"] = args.compiled_impls.split(",")
     main_model, draft, prompts, label = cpu_setup(max(batches))
     meta = run_meta("attention_passes.py", argv if argv is not None else sys.argv[1:])
-    rows = []
+    rows, path = [], RESULTS / f"{args.name}.json"
+    if args.resume and path.is_file():  # a run cut short: its rows stand, the rest run
+        rows = json.loads(path.read_text())["rows"]
+        meta["command"] = meta["command"].replace(" --resume", "")  # the run's own command
+        meta["resumed"] = f"rows written before {meta['date']} come from an earlier start"
     for kind in kinds:
         impls = per_kind[kind]
         for B in batches:
+            if any(r["kind"] == kind and r["batch"] == B for r in rows):
+                continue
             gens = {}
             for impl in impls:
                 gen = Generator(main_model, draft, attention=impl, compile=kind == "compiled")
@@ -78,7 +85,7 @@ def write(args, meta, label, rows) -> None:
         "",
         f"Median tokens/s of {args.rounds} alternating rounds after a warm-up generation "
         f"(compiled passes compile there; its seconds in brackets), {args.max_new} new tokens "
-        "per row.",
+        "per row." + (f" Resumed: {meta['resumed']}." if meta.get("resumed") else ""),
         "",
         "| pass kind | batch | implementation | tok/s | warm-up s | vs the kind's fastest |",
         "|---|---:|---|---:|---:|---:|",
