@@ -174,7 +174,7 @@ def demo(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """The committed benchmark runs, each with its exact command (bench/commands.toml,
-    described in bench/README.md), writing bench/results/ (and the CPU ``auto`` rule).
+    described in bench/README.md), writing bench/results/.
     ``nox -s bench -- NAME ...`` runs only the runs named. All of them take hours on a
     2-core CPU; the GPU's runs are bench/gpu_suite.sh's."""
     runs = nox.project.load_toml(BENCH_RUNS)["run"]

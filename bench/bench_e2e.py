@@ -285,69 +285,80 @@ def run_grid(
     forced=(None,),
     assisted_upto=64,
     compiled=False,
-    graphs_upto=0,
+    graph_batches=(),
     repeats=1,
+    on_rows=None,
 ):
     """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance);
     ``compiled``: also time bass-regular with ``compile=True`` (after a warm-up) and with
     ``cpu_linear="torch"`` (CPU);
-    ``graphs_upto``: up to that batch size, also bass-regular with CUDA graphs
-    (``compile="reduce-overhead"``, after a warm-up that compiles and captures);
+    ``graph_batches``: after every batch size's eager rows, these batch sizes again with
+    CUDA graphs (``compile="reduce-overhead"``, after a warm-up that compiles and
+    captures), bass-regular and every policy, against that batch's eager hf-generate;
     ``repeats``: rounds, each timing every method once, back to back, the order rotating
     from round to round (hf-assisted, slow, runs once); a method's wall is its median,
-    its speedup the paired median (:func:`paired`) against hf-generate."""
+    its speedup the paired median (:func:`paired`) against hf-generate;
+    ``on_rows(rows)``: called with every row so far after each batch size's eager rows and
+    after each CUDA-graph row (a run cut off by a time limit keeps what it measured)."""
     # warm-up, discarded: first-use costs (kernel loading, cuBLAS handles, allocator growth)
     # would otherwise land on whichever method runs first at batch 1
     hf_generate(main, prompts[:1], 2)
     bass_run(main, draft, prompts[:1], 2, "constant", {"k": 2}, forced[0])
-    rows = []
-    for B in batches:
+    rows, bases = [], {}
+    for B, graphs in [(B, False) for B in batches] + [(B, True) for B in graph_batches]:
         ps = prompts[:B]
-        specs = {"bass-regular": ((None, ps, max_new), {})}  # label -> bass_runner's args
-        if compiled:
+        suffix, kw = (" (CUDA graphs)", {"compile": "reduce-overhead"}) if graphs else ("", {})
+        specs = {"bass-regular" + suffix: ((None, ps, max_new), kw)}  # label -> runner args
+        if compiled and not graphs:
             specs["bass-regular compiled"] = ((None, ps, max_new), {"compile": True})
             specs["bass-regular F.linear"] = ((None, ps, max_new), {"cpu_linear": "torch"})
-        if len(ps) <= graphs_upto:
-            specs["bass-regular (CUDA graphs)"] = (
-                (None, ps, max_new),
-                {"compile": "reduce-overhead"},
-            )
         for name, opts in policies.items():
             for p in forced:
                 label = f"bass[{name}]" if p is None else f"bass[{name}] p={p}"
-                specs[label] = ((draft, ps, max_new, name, opts, p), {})
-        runners = {"hf-generate": lambda ps=ps: hf_generate(main, ps, max_new)}
-        warmups = {}
-        for label, (args, kw) in specs.items():
-            runners[label], warmup = bass_runner(main, *args, **kw)
-            if warmup is not None:
-                warmups[label] = warmup
-        names = list(runners)
-        runs: dict[str, list[dict]] = {m: [] for m in names}
-        for i in range(repeats):
-            for m in names[i % len(names) :] + names[: i % len(names)]:
-                runs[m].append(runners[m]())
-        if len(ps) <= assisted_upto:  # one prompt at a time: slow, so only small batches
-            runs["hf-assisted (1 at a time)"] = [hf_assisted(main, draft, ps, max_new)]
-        base = [r["wall_s"] for r in runs["hf-generate"]]
-        regular = [r["wall_s"] for r in runs["bass-regular"]]
-        for method, rs in runs.items():
-            walls = [r["wall_s"] for r in rs]
-            r = dict(sorted(rs, key=lambda x: x["wall_s"])[len(rs) // 2])  # the median run
-            wall = statistics.median(walls)
-            r.update(
-                batch=B,
-                method=method,
-                wall_s=wall,
-                walls=walls,
-                ms_per_token_per_seq=1000 * wall / max_new,
-                tokens_per_s=B * max_new / wall,
-                speedup=paired(base, walls),
-                vs_regular=paired(regular, walls),
+                specs[label + suffix] = ((draft, ps, max_new, name, opts, p), kw)
+        # eager: every method built first, then rounds in rotating order; CUDA graphs: one
+        # method at a time (each compiles for a long while: a time limit keeps the rows done)
+        groups = [list(specs)] if not graphs else [[label] for label in specs]
+        for group in groups:
+            runners = (
+                {} if graphs else {"hf-generate": lambda ps=ps: hf_generate(main, ps, max_new)}
             )
-            if method in warmups:
-                r["warmup_s"] = warmups[method]
-            rows.append(r)
+            warmups = {}
+            for label in group:
+                args, kw = specs[label]
+                runners[label], warmup = bass_runner(main, *args, **kw)
+                if warmup is not None:
+                    warmups[label] = warmup
+            names = list(runners)
+            runs: dict[str, list[dict]] = {m: [] for m in names}
+            for i in range(repeats):
+                for m in names[i % len(names) :] + names[: i % len(names)]:
+                    runs[m].append(runners[m]())
+            if len(ps) <= assisted_upto and not graphs:  # one prompt at a time: small batches
+                runs["hf-assisted (1 at a time)"] = [hf_assisted(main, draft, ps, max_new)]
+            if not graphs:
+                bases[B] = ([r["wall_s"] for r in runs["hf-generate"]],
+                            [r["wall_s"] for r in runs["bass-regular"]])  # fmt: skip
+            base, regular = bases.get(B, (None, None))
+            for method, rs in runs.items():
+                walls = [r["wall_s"] for r in rs]
+                r = dict(sorted(rs, key=lambda x: x["wall_s"])[len(rs) // 2])  # the median run
+                wall = statistics.median(walls)
+                r.update(
+                    batch=B,
+                    method=method,
+                    wall_s=wall,
+                    walls=walls,
+                    ms_per_token_per_seq=1000 * wall / max_new,
+                    tokens_per_s=B * max_new / wall,
+                    speedup=paired(base, walls) if base else float("nan"),
+                    vs_regular=paired(regular, walls) if regular else float("nan"),
+                )
+                if method in warmups:
+                    r["warmup_s"] = warmups[method]
+                rows.append(r)
+            if on_rows is not None:
+                on_rows(rows)
     return rows
 
 
@@ -377,6 +388,24 @@ def main(argv=None) -> int:
         default="humaneval",
         help="CPU mode's prompts (edit: code edits; writes cpu_edit_e2e.*)",
     )
+    ap.add_argument(
+        "--policies",
+        default=None,
+        help="comma-separated policies to run (default: the mode's set: "
+        f"GPU {','.join(GPU_POLICIES)}; CPU {','.join(CPU_POLICIES)})",
+    )
+    ap.add_argument(
+        "--graph-batches",
+        default=None,
+        help="batch sizes run again with CUDA graphs after the eager grid, bass-regular and "
+        "every policy (GPU mode default: 1,2,4,8; '' for none)",
+    )
+    ap.add_argument(
+        "--assisted-upto",
+        type=int,
+        default=None,
+        help="largest batch timed with hf-assisted (GPU default 8, CPU 64; 0: never)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
@@ -392,19 +421,16 @@ def main(argv=None) -> int:
         main_model, draft, prompts, label = setup(max(batches))
     sweep = args.forced_acceptance or ("0.5,0.7,0.9" if mode == "gpu" else None)
     forced = tuple(float(p) for p in sweep.split(",")) if sweep else (None,)
-    policies = GPU_POLICIES if mode == "gpu" else CPU_POLICIES
-    rows = run_grid(
-        main_model,
-        draft,
-        prompts,
-        batches,
-        max_new,
-        policies,
-        forced,
-        assisted_upto=8 if mode == "gpu" else 64,
-        compiled=mode == "cpu",
-        graphs_upto=8 if mode == "gpu" else 0,
-        repeats=repeats,
+    known = GPU_POLICIES if mode == "gpu" else CPU_POLICIES
+    policies = (
+        {n: {**CPU_POLICIES, **GPU_POLICIES}[n] for n in args.policies.split(",")}
+        if (args.policies)
+        else known
+    )
+    graphs = (
+        args.graph_batches
+        if args.graph_batches is not None
+        else ("1,2,4,8" if mode == "gpu" else "")
     )
     meta = run_meta(
         "bench_e2e.py",
@@ -416,15 +442,37 @@ def main(argv=None) -> int:
         repeats=repeats,
         forced_acceptance=None if forced == (None,) else list(forced),
     )
-    if mode == "gpu":
-        meta.update(device_meta(rows, main_model, draft, meta["machine"], "cuda"))
     tag = {"cpu": "cpu", "gpu": "gpu", "smoke": "smoke"}[mode]
     if mode == "cpu" and args.workload != "humaneval":
         tag = f"cpu_{args.workload}"
     args.out.mkdir(parents=True, exist_ok=True)
-    text = to_markdown(rows, meta)
-    (args.out / f"{tag}_e2e.md").write_text(text)
-    (args.out / f"{tag}_e2e.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+    def report(rows) -> str:  # after every batch size: a run cut short keeps its rows
+        if mode == "gpu":
+            meta.update(device_meta(rows, main_model, draft, meta["machine"], "cuda"))
+        text = to_markdown(rows, meta)
+        (args.out / f"{tag}_e2e.md").write_text(text)
+        data = {"meta": meta, "rows": rows}
+        (args.out / f"{tag}_e2e.json").write_text(json.dumps(data, indent=1))
+        return text
+
+    rows = run_grid(
+        main_model,
+        draft,
+        prompts,
+        batches,
+        max_new,
+        policies,
+        forced,
+        assisted_upto=args.assisted_upto
+        if args.assisted_upto is not None
+        else (8 if mode == "gpu" else 64),
+        compiled=mode == "cpu",
+        graph_batches=[int(b) for b in graphs.split(",") if b],
+        repeats=repeats,
+        on_rows=report,
+    )
+    text = report(rows)
     if not args.no_plots:
         plot(
             rows,

@@ -1,13 +1,13 @@
 """A small run of every CUDA implementation of the ragged attention family and the KV
-appends, padded and packed (the form the engine runs), for
-``compute-sanitizer`` (bench/gpu_suite.sh; run it with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so
+appends, padded and packed (the form the engine runs), for ``compute-sanitizer``
+(bench/gpu_suite.sh's second call; run it with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so
 an access past a tensor is not hidden inside one of the caching allocator's large
 blocks): ragged lengths with zero-length rows, GQA, fp16 and bf16, and a long single-row
 decode (which sends ``fused`` down its split-KV path and combine kernel), each result
-compared with the reference. ``python bench/gpu_sanitize.py cpu`` runs the same checks on
-the CPU's implementations (the script's own test)."""
+compared with the reference. ``python bench/gpu_sanitize.py --device cpu`` runs the same
+checks on the CPU's implementations (the script's own test)."""
 
-import sys
+import argparse
 
 import torch
 
@@ -52,5 +52,7 @@ def main(dev: str = "cuda") -> None:
         torch.cuda.synchronize()
 
 
-if __name__ == "__main__":  # python bench/gpu_sanitize.py [DEVICE]: cuda (default); cpu
-    main(*sys.argv[1:2])  # (tests/gpu/test_gpu_suite.py runs the same checks on the CPU)
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="cpu: the same checks on the CPU")
+    main(ap.parse_args().device)

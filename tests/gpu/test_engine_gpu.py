@@ -1,6 +1,9 @@
 """The engine on a CUDA device: exact greedy output through packed passes, and the
 CUDA-graph path (``compile="reduce-overhead"``). Skipped without a GPU; run by
-``nox -s gpu`` / ``bench/gpu_suite.sh``. Never run yet: no GPU was available when written."""
+``nox -s gpu`` / ``bench/gpu_suite.sh``. Never run yet: no GPU was available when written.
+
+Two float32 pairs: head dim 8 (``flex`` takes head dims >= 16 on CUDA, so ``auto`` runs
+the reference there) and head dim 32, where every attention call of ``auto`` is ``flex``."""
 
 from __future__ import annotations
 
@@ -19,14 +22,15 @@ pytestmark = [
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
 
 
-@pytest.fixture(scope="module")
-def cuda_pair():
-    main = tiny_lm("llama", dtype=torch.float32).cuda()
+@pytest.fixture(scope="module", params=[8, 32], ids=["head-dim-8", "head-dim-32"])
+def cuda_pair(request):
+    hidden = 4 * request.param  # 4 query heads, 2 KV heads
+    main = tiny_lm("llama", hidden=hidden, dtype=torch.float32, seed=5).cuda()
     return main, perturbed(main)
 
 
 @pytest.mark.parametrize("draft", ["none", "ngram", "model"])
-@pytest.mark.parametrize("attention", ["auto", "reference", "fused"])
+@pytest.mark.parametrize("attention", ["auto", "reference", "flex", "fused"])
 def test_greedy_rows_are_exact_on_cuda(cuda_pair, draft, attention):
     main, model_draft = cuda_pair
     d = {"none": None, "ngram": "ngram", "model": model_draft}[draft]

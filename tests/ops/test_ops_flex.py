@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 from test_ops_reference import KERNEL_TOLERANCES
 
 import bass
@@ -110,7 +111,7 @@ def with_edges(test):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @with_edges
 @given(case=flex_cases())
 def test_flex_by_name_matches_the_oracle_eager(case, dtype):
@@ -121,7 +122,7 @@ def test_flex_by_name_matches_the_oracle_eager(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@settings(max_examples=12)
+@settings(max_examples=examples(12))
 @with_edges
 @given(case=flex_cases())
 def test_flex_matches_the_oracle_traced_into_a_compiled_graph(case, dtype):
@@ -131,6 +132,28 @@ def test_flex_matches_the_oracle_traced_into_a_compiled_graph(case, dtype):
     with torch._dynamo.config.patch(recompile_limit=64):  # held-out shapes: a few graphs
         out = compiled_attend(p, q, k, v, scale)
     check(out, case, args, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["eager", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@settings(max_examples=examples(25))
+@with_edges
+@given(case=flex_cases())
+def test_flex_on_cuda_matches_the_oracle(case, dtype, kind):
+    """The CUDA default on CUDA tensors (Triton's flex template), planned as the engine
+    plans a pass, eager and traced into a compiled graph."""
+    args = case.tensors(dtype)
+    q, k, v, cu, kv, scale = (a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
+    p = planned(case, cu, kv, kind)
+    assert p.impl.name == "flex" and p.device.type == "cuda"
+    if kind == "eager":
+        out = p.attend(q, k, v, scale)
+    else:
+        with torch._dynamo.config.patch(recompile_limit=64):
+            out = compiled_attend(p, q, k, v, scale)
+    check(out.cpu(), case, args, dtype)
 
 
 def test_the_padded_op_runs_flex_too():

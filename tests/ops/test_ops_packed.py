@@ -25,6 +25,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 from test_ops_reference import TOLERANCES
 
 import bass
@@ -191,7 +192,7 @@ def check_against_naive(out, case: PackedCase, args, dtype, tolerances=TOLERANCE
 
 
 @pytest.mark.parametrize("impl", CPU_IMPLS)
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @with_edge_cases()
 @given(case=packed_cases())
 def test_packed_attention_float64_matches_naive_loop(case, impl):
@@ -201,7 +202,7 @@ def test_packed_attention_float64_matches_naive_loop(case, impl):
 
 @pytest.mark.parametrize("impl", ["reference", "sdpa"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @example(case=EDGE["worked_example"])
 @example(case=EDGE["decode_all"])
 @example(case=EDGE["decode_mixed"])
@@ -217,7 +218,7 @@ def test_packed_attention_low_precision_matches_naive_loop(case, dtype, impl):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("impl", ["reference", "auto", "flex", "fused"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @with_edge_cases()
 @given(case=packed_cases())
 def test_packed_attention_on_cuda_matches_naive_loop(case, dtype, impl):
@@ -230,7 +231,7 @@ def test_packed_attention_on_cuda_matches_naive_loop(case, dtype, impl):
     check_against_naive(attend(args, impl), case, args, dtype, tolerances)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @with_edge_cases(garbage_seed=0)
 @given(case=packed_cases(), garbage_seed=st.integers(0, 2**32 - 1))
 def test_packed_attention_never_reads_past_kv_len_or_padding_tokens(case, garbage_seed):
@@ -256,7 +257,7 @@ def test_packed_attention_never_reads_past_kv_len_or_padding_tokens(case, garbag
             torch.testing.assert_close(out2, out, rtol=1e-6, atol=1e-6, msg=impl)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @with_edge_cases()
 @given(case=packed_cases())
 def test_packed_equals_padded_ragged_attention(case):
@@ -434,7 +435,7 @@ APPEND_CALLS = {
 
 @pytest.mark.parametrize("call", list(APPEND_CALLS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @example(case=APPEND_EDGE[0])
 @example(case=APPEND_EDGE[1])
 @example(case=APPEND_EDGE[2])
@@ -452,7 +453,7 @@ def test_kv_append_packed_writes_only_its_slots(case, dtype, call):
     assert torch.equal(v_cache, v_expected)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @example(case=APPEND_EDGE[0])
 @given(case=append_cases())
 def test_append_then_attend_sees_the_new_keys(case):

@@ -25,6 +25,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import bass
 from bass import testing
@@ -193,7 +194,7 @@ def check_against_naive(
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("impl", CPU_IMPLS)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_float64_matches_naive_loop(case, impl, device):
@@ -208,7 +209,7 @@ def test_attention_float64_matches_naive_loop(case, impl, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("impl", CPU_IMPLS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_low_precision_matches_naive_loop(case, dtype, impl, device):
@@ -220,7 +221,7 @@ def test_attention_low_precision_matches_naive_loop(case, dtype, impl, device):
     check_against_naive(out, case, q, k, v, q_lens, kv_lens, scale, dtype, tol)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @with_edge_cases()
 @given(case=attention_cases())
 def test_attention_entry_points_agree(case):
@@ -233,7 +234,7 @@ def test_attention_entry_points_agree(case):
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @with_edge_cases(garbage_seed=0)
 @given(case=attention_cases(), garbage_seed=st.integers(0, 2**32 - 1))
 def test_attention_ignores_invisible_cache_slots_and_padding_queries(case, garbage_seed):
@@ -388,7 +389,7 @@ APPEND_CALLS = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("call", list(APPEND_CALLS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @with_append_edge_cases
 @given(case=append_cases())
 def test_kv_append_matches_naive_loop(case, dtype, call, device):
@@ -403,7 +404,7 @@ def test_kv_append_matches_naive_loop(case, dtype, call, device):
     assert torch.equal(v_cache, v_expected)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @with_append_edge_cases
 @given(case=append_cases())
 def test_kv_append_then_attention_sees_the_new_keys(case):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import given, settings
+from profiles import examples
 from test_ops_reference import AttentionCase, attention_cases
 from test_triton_fused import (
     EDGE,
@@ -157,7 +158,7 @@ def test_gpu_fused_matches_reference(case, dtype, split):
 
 @on_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(case=attention_cases())
 def test_gpu_fused_random_ragged_inputs(case, dtype):
     """test_ops_reference's strategy (B <= 4, T, S <= 16, GQA up to 4, any D <= 16,
