@@ -48,6 +48,11 @@ mkdir -p "$out" "$work"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 cuda_bin="${CUDA_HOME:-/usr/local/cuda}/bin"
 [[ -d $cuda_bin ]] && export PATH="$PATH:$cuda_bin"
+# the GPU machine's torch lives in its `python3`; a bare `python` may be missing or another one
+if [[ -z $dry ]] && ! python -c 'import torch' 2>/dev/null; then
+  mkdir -p "$work/bin" && ln -sf "$(command -v python3)" "$work/bin/python"
+  export PATH="$work/bin:$PATH"
+fi
 if [[ -z ${BASS_CUTLASS_LIB:-} && -f .gpu_cache/libbass_cutlass.so ]]; then
   export BASS_CUTLASS_LIB="$PWD/.gpu_cache/libbass_cutlass.so"
 fi
