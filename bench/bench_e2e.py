@@ -205,6 +205,7 @@ def bass_runner(
     forced=None,
     compile=False,
     cpu_linear="auto",
+    attention=None,
 ):
     """A :class:`bass.Generator` built once (and, with ``compile``, warmed up: the
     compilation is timed and reported, not counted); returns ``(run, warmup_s)``, ``run()``
@@ -219,6 +220,7 @@ def bass_runner(
         forced_acceptance=forced,
         compile=compile,
         cpu_linear=cpu_linear,
+        attention=attention,
     )
     warmup = None
     if compile:  # compile (and autotune) before timing; report what it cost
@@ -288,6 +290,7 @@ def run_grid(
     graph_batches=(),
     repeats=1,
     on_rows=None,
+    attention=None,
 ):
     """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance);
     ``compiled``: also time bass-regular with ``compile=True`` (after a warm-up) and with
@@ -295,6 +298,7 @@ def run_grid(
     ``graph_batches``: after every batch size's eager rows, these batch sizes again with
     CUDA graphs (``compile="reduce-overhead"``, after a warm-up that compiles and
     captures), bass-regular and every policy, against that batch's eager hf-generate;
+    ``attention``: the packed attention implementation of every bass run (None: auto);
     ``repeats``: rounds, each timing every method once, back to back, the order rotating
     from round to round (hf-assisted, slow, runs once); a method's wall is its median,
     its speedup the paired median (:func:`paired`) against hf-generate;
@@ -303,7 +307,7 @@ def run_grid(
     # warm-up, discarded: first-use costs (kernel loading, cuBLAS handles, allocator growth)
     # would otherwise land on whichever method runs first at batch 1
     hf_generate(main, prompts[:1], 2)
-    bass_run(main, draft, prompts[:1], 2, "constant", {"k": 2}, forced[0])
+    bass_run(main, draft, prompts[:1], 2, "constant", {"k": 2}, forced[0], attention=attention)
     rows, bases = [], {}
     for B, graphs in [(B, False) for B in batches] + [(B, True) for B in graph_batches]:
         ps = prompts[:B]
@@ -326,7 +330,7 @@ def run_grid(
             warmups = {}
             for label in group:
                 args, kw = specs[label]
-                runners[label], warmup = bass_runner(main, *args, **kw)
+                runners[label], warmup = bass_runner(main, *args, **kw, attention=attention)
                 if warmup is not None:
                     warmups[label] = warmup
             names = list(runners)
@@ -406,6 +410,11 @@ def main(argv=None) -> int:
         default=None,
         help="largest batch timed with hf-assisted (GPU default 8, CPU 64; 0: never)",
     )
+    ap.add_argument(
+        "--attention",
+        default=None,
+        help="packed attention implementation of every bass run (default: auto)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
@@ -441,6 +450,7 @@ def main(argv=None) -> int:
         max_new=max_new,
         repeats=repeats,
         forced_acceptance=None if forced == (None,) else list(forced),
+        attention=args.attention or "auto",
     )
     tag = {"cpu": "cpu", "gpu": "gpu", "smoke": "smoke"}[mode]
     if mode == "cpu" and args.workload != "humaneval":
@@ -471,6 +481,7 @@ def main(argv=None) -> int:
         graph_batches=[int(b) for b in graphs.split(",") if b],
         repeats=repeats,
         on_rows=report,
+        attention=args.attention,
     )
     text = report(rows)
     if not args.no_plots:

@@ -63,14 +63,14 @@ def environment() -> dict:
     return info
 
 
-def verify_pass(kind: str, device: str):
+def verify_pass(kind: str, device: str, head_dim: int = 128):
     """The plan of one verify pass on ``device`` (``impl`` given later), and its inputs."""
     from bass.ops import Plan
 
     g = torch.Generator().manual_seed(0)
     B, N, S = len(Q_LENS), sum(Q_LENS), 2048
-    q = torch.randn(1, N, 32, 128, generator=g).to(device, torch.bfloat16).transpose(1, 2)
-    k, v = (torch.randn(B, 8, S, 128, generator=g).to(device, torch.bfloat16) for _ in "kv")
+    q = torch.randn(1, N, 32, head_dim, generator=g).to(device, torch.bfloat16).transpose(1, 2)
+    k, v = (torch.randn(B, 8, S, head_dim, generator=g).to(device, torch.bfloat16) for _ in "kv")
     cu = torch.tensor([0, *torch.tensor(Q_LENS).cumsum(0).tolist()], dtype=torch.int32)
     lens = torch.tensor(CACHE, dtype=torch.int32)
     cu, lens, kv = cu.to(device), lens.to(device), (lens + cu.diff()).to(device)
@@ -78,7 +78,7 @@ def verify_pass(kind: str, device: str):
     def plan(impl: str) -> Plan:
         return Plan.for_pass(impl, Q_LENS, CACHE, N, cu, lens, kv, S, kind)
 
-    return plan, (q, k, v, 128**-0.5)
+    return plan, (q, k, v, head_dim**-0.5)
 
 
 def compare(out: torch.Tensor, want: torch.Tensor) -> dict:

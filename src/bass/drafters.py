@@ -381,9 +381,7 @@ def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
 
 def available() -> dict[str, importlib.metadata.EntryPoint]:
     """Installed drafters, name -> entry point, sorted by name."""
-    found = plugins.available(GROUP, entry_points())
-    found.setdefault("ngram", None)  # built in, also when bass runs from a source tree
-    return dict(sorted(found.items()))
+    return plugins.available(GROUP, entry_points())
 
 
 def load(name: str) -> Drafter:
@@ -396,8 +394,6 @@ def load(name: str) -> Drafter:
             "bass.load_causal_lm)"
         )
     ep = installed[name]
-    if ep is None:
-        return NGramDrafter()
     try:
         target = plugins.load_target("drafter", GROUP, name, ep)
     except PluginLoadError as exc:

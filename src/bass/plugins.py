@@ -33,18 +33,37 @@ __all__ = [
 ]
 
 
+# bass's own plugins, as pyproject.toml registers them (tests/config checks the two agree):
+# listed also where bass runs from a source tree with no installed metadata (PYTHONPATH=src)
+BUILTIN = {
+    "bass.policies": {
+        "adaptive": "bass.policies.adaptive:AdaptivePolicy",
+        "bass": "bass.policies.builtin:BassPolicy",
+        "confidence": "bass.policies.builtin:ConfidencePolicy",
+        "constant": "bass.policies.builtin:ConstantPolicy",
+        "goodput": "bass.policies.goodput:GoodputPolicy",
+        "hf-heuristic": "bass.policies.builtin:HFHeuristicPolicy",
+    },
+    "bass.drafters": {"ngram": "bass.drafters:NGramDrafter"},
+}
+
+
 def entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
     """The installed entry points of ``group`` (the test seam)."""
     return importlib.metadata.entry_points(group=group)
 
 
 def available(group: str, found: Iterable | None = None) -> dict[str, Any]:
-    """Installed plugins of ``group``, name -> entry point, sorted by name (of two packages
-    registering one name, the first on ``sys.path`` wins). ``found``: the entry points to
-    use instead of reading them (the groups' own seams)."""
+    """Installed plugins of ``group`` and bass's own (:data:`BUILTIN`), name -> entry point,
+    sorted by name (of two packages registering one name, the first on ``sys.path`` wins).
+    ``found``: the entry points to use instead of reading them (the groups' own seams)."""
     out: dict[str, Any] = {}
     for ep in entry_points(group) if found is None else found:
         out.setdefault(ep.name, ep)
+    values = {ep.value for ep in out.values()}
+    for name, value in BUILTIN.get(group, {}).items():  # bass's own, metadata or not
+        if value not in values:
+            out.setdefault(name, importlib.metadata.EntryPoint(name, value, group))
     return dict(sorted(out.items()))
 
 

@@ -12,6 +12,7 @@ import math
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -145,18 +146,20 @@ def test_parse_options(builtin_eps):
 # --------------------------------------------------------------------------- registry
 
 
-def test_available_reads_entry_points_only(monkeypatch):
+def test_builtins_are_there_without_installed_metadata(monkeypatch):
+    """bass's own policies do not depend on its distribution's metadata (a source tree)."""
+    from bass import plugins
+
     monkeypatch.setattr(registry, "entry_points", lambda: [])
-    assert available() == {}
-    with pytest.raises(ValueError, match=re.escape("unknown policy 'bass'; installed: (none)")):
-        load("bass")
+    assert {n: ep.value for n, ep in available().items()} == plugins.BUILTIN["bass.policies"]
+    assert isinstance(load("bass"), BassPolicy)
 
 
 def test_available_sorted_first_wins(monkeypatch):
     eps = _eps({"zeta": "a:B", "alpha": "c:D"}) + _eps({"zeta": "other:E"})
     monkeypatch.setattr(registry, "entry_points", lambda: eps)
     found = available()
-    assert list(found) == ["alpha", "zeta"]
+    assert list(found) == sorted(found) and {"alpha", "zeta", "constant"} <= set(found)
     assert found["zeta"].value == "a:B"
 
 
@@ -273,3 +276,14 @@ def test_public_api():
         "describe",
         "PolicyLoadError",
     }
+
+
+def test_builtin_plugins_are_the_ones_pyproject_registers():
+    import tomllib
+
+    from bass import plugins
+
+    root = Path(__file__).resolve().parents[2]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert {g: declared[g] for g in plugins.BUILTIN} == plugins.BUILTIN
+    assert set(declared) == set(plugins.BUILTIN)
