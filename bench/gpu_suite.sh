@@ -38,8 +38,8 @@ KILL_GRACE=5    # seconds a stage gets after its cap before SIGKILL
 RESERVE=5       # seconds for bundling and the table
 dry=${GPU_SUITE_DRY_RUN:-}
 plan=${1:-first}
-if [[ $plan != first && $plan != second && $plan != rerun ]]; then
-  echo "gpu_suite.sh: unknown call '$plan'; calls: first (default), second, rerun" >&2
+if [[ ! $plan =~ ^(first|second|rerun|graphs)$ ]]; then
+  echo "gpu_suite.sh: unknown call '$plan'; calls: first (default), second, rerun, graphs" >&2
   exit 2
 fi
 out="${OUT:-bench/results/gpu_$(date -u +%Y%m%dT%H%M)}"
@@ -112,6 +112,14 @@ case $plan in
     stage e2e 90 python bench/bench_e2e.py --gpu --batches 8,1 --max-new 32 \
       --forced-acceptance 0.7 --policies constant --graph-batches "" --assisted-upto 0 \
       --attention fused --no-plots --out "$work"
+    ;;
+  graphs)  # the third call of the first lease: the fixes of the rerun, then CUDA graphs
+    stage smoke 40 python bench/gpu_smoke.py --out "$work"
+    stage e2e 150 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
+      --forced-acceptance 0.7 --policies constant --graph-batches 8 --assisted-upto 0 \
+      --no-plots --out "$work"
+    stage tests 50 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
+      --junitxml="$work/gpu_tests.xml" tests/ops/test_triton_fused_gpu.py
     ;;
   second)
     stage env 15 python bench/gpu_smoke.py --env --out "$work"

@@ -65,7 +65,8 @@ def perturbed(model, scale: float = 0.3, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in out.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale * p.std().nan_to_num())
+            noise = torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device)
+            p.add_(noise * scale * p.std().nan_to_num())
     return out
 
 

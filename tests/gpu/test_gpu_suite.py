@@ -24,6 +24,7 @@ STAGES = {
     "first": ["env", "smoke", "tests", "grid", "e2e"],
     "second": ["env", "build", "tests", "grid", "sanitize", "e2e"],
     "rerun": ["probe", "smoke", "tests", "e2e"],
+    "graphs": ["smoke", "e2e", "tests"],
 }
 
 

@@ -91,7 +91,7 @@ def fused_padded(q, k, v, q_lens, kv_lens, scale, **kw):
     """The kernels on padded rows ``[B, Hq, T, D]``, flattened as the padded op does."""
     B, Hq, T, D = q.shape
     flat = q.transpose(0, 1).reshape(1, Hq, B * T, D)
-    starts = torch.arange(B, dtype=torch.int32) * T
+    starts = torch.arange(B, dtype=torch.int32, device=q.device) * T
     out = fused.fused_attention(flat, k, v, starts, q_lens, kv_lens, scale, **kw)
     return out[0].unflatten(1, (B, T)).transpose(0, 1).contiguous()
 

@@ -109,7 +109,13 @@ def _block_mask(state: FlexState, S: int) -> BlockMask:
 
 
 def _call(q, k, v, block_mask, scale, gqa):
-    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+    # CUDA: the Triton template by name. With BACKEND="AUTO", torch 2.11 on an H100 found no
+    # kernel for a verify pass's shapes (NoValidChoicesError, head dims 64 and 128; the
+    # first GPU run, bench/results/gpu_first_call.md); "TRITON" compiled and matched the
+    # reference there (bench/gpu_flex_probe.py)
+    options = {"BACKEND": "TRITON"} if q.is_cuda else None
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+                          kernel_options=options)  # fmt: skip
 
 
 @functools.cache

@@ -157,7 +157,9 @@ def _ragged_attention_fwd(
                 qk = tl.dot(q, k, input_precision="ieee")  # [BLOCK_M, BLOCK_N]
             else:
                 qk = tl.dot(q, k)
-            qk = qk * qk_scale
+            # fp32 again: a Python float argument reaches the kernel as fp64 when Inductor
+            # launches it from a compiled graph (seen on an H100, torch 2.11)
+            qk = (qk * qk_scale).to(tl.float32)
             if stage == 1:
                 visible = (offs_n[None, :] <= pos[:, None]) & (offs_n[None, :] < end)
                 qk = tl.where(visible, qk, float("-inf"))
