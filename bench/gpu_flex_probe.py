@@ -2,7 +2,7 @@
 
     python bench/gpu_flex_probe.py --out DIR      # DIR/flex_probe.json, one row per variant
 
-The first GPU run (bench/results/gpu_first_call.md) saw flex's main Triton kernel fail to
+The first GPU run (bench/results/gpu/2026-11-26-h100) saw flex's main Triton kernel fail to
 lower for head dim 128 (``NoValidChoicesError``: every config's template was rejected)
 while head dims 32 and 64, and the decode kernel at 128, compiled. Each variant here
 compiles the verify pass of bench/gpu_smoke.py (8 rows of 1-33 tokens, 32/8 heads, bf16)

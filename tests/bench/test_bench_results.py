@@ -1,6 +1,8 @@
 """bench/results/ holds the results of the committed benchmark runs only
 (bench/commands.toml, what ``nox -s bench`` runs), each recording the command that wrote
-it, and bench/README.md maps every run to its files (issue #27: results written by
+it, and bench/results/gpu/<lease>/ those of GPU leases (bench/gpu_suite.sh, one folder per
+lease, its README naming the calls, commands and commits), and bench/README.md maps every
+run to its files (issue #27: results written by
 commands that write elsewhere, orphans, and a ``nox -s bench`` whose flags differed from
 the committed runs' had crept in)."""
 
@@ -28,8 +30,9 @@ RUNS = tomllib.loads((BENCH / "commands.toml").read_text())["run"]
 
 
 def result_files() -> set[str]:
-    """The files of bench/results/ that git tracks (what a clone has; a local rerun's
-    extra outputs are not results until committed), or all of them outside git."""
+    """The files directly in bench/results/ that git tracks (what a clone has; a local
+    rerun's extra outputs are not results until committed), or all of them outside git.
+    GPU leases' folders (bench/results/gpu/) are checked on their own."""
     try:
         out = subprocess.run(
             ["git", "ls-files", "bench/results"], cwd=ROOT, capture_output=True, text=True
@@ -37,8 +40,25 @@ def result_files() -> set[str]:
     except OSError:
         out = None
     if out is not None and out.returncode == 0 and out.stdout.strip():
-        return {Path(line).name for line in out.stdout.splitlines()}
+        paths = [Path(line) for line in out.stdout.splitlines()]
+        return {p.name for p in paths if p.parent == Path("bench/results")}
     return {p.name for p in RESULTS.iterdir() if p.is_file()}
+
+
+def test_every_gpu_lease_says_what_ran():
+    """Each GPU lease's folder: a README naming the device and each call's command and
+    commit, and per call the suite's table (summary.md) and stage verdicts (stages.tsv)."""
+    leases = [p for p in (RESULTS / "gpu").iterdir() if p.is_dir()]
+    assert leases
+    for lease in leases:
+        readme = (lease / "README.md").read_text()
+        assert re.search(r"^Device: .*(H100|H200)", readme, re.M), lease.name
+        calls = sorted(p for p in lease.iterdir() if p.is_dir())
+        assert calls, lease.name
+        for call in calls:
+            assert (call / "summary.md").is_file() and (call / "stages.tsv").is_file()
+            row = rf"^\| {call.name} \| `bash bench/gpu_suite\.sh[^`]*`[^|]*\| [0-9a-f]{{7,}} "
+            assert re.search(row, readme, re.M), f"{lease.name}: {call.name} not in its table"
 
 
 def recorded_command(path: Path) -> str | None:

@@ -31,13 +31,24 @@ def planned(case: PackedCase, args, impl: str, cache_lens=None, kind="eager") ->
     return plan.Plan.for_pass(impl, q_lens, lens, case.N, cu, lens_t, kv, case.S, kind)
 
 
-def test_auto_per_device_and_pass_kind_with_reasons():
-    """The CUDA default is one launch per layer in every pass kind; the CPU keeps what
-    measured fastest there. Each pick says why."""
+@pytest.fixture
+def fused_runs(monkeypatch):
+    """fused as on a machine with a GPU (here it has no CUDA device to run on)."""
+    import dataclasses
+
+    impls = dict(plan.IMPLEMENTATIONS)
+    impls["fused"] = dataclasses.replace(impls["fused"], unavailable=lambda: None)
+    monkeypatch.setattr(plan, "IMPLEMENTATIONS", impls)
+
+
+def test_auto_per_device_and_pass_kind_with_reasons(fused_runs):
+    """The CUDA default is one launch per layer in every pass kind, each what passed on a
+    GPU (fused in eager passes, flex traced into graphs); the CPU keeps what measured
+    fastest there. Each pick says why."""
     for kind in plan.PASS_KINDS:
         impl, why = plan.resolve("auto", CUDA, kind)
-        assert impl.name == "flex" and impl.single_launch and impl.traceable
-        assert "one FlexAttention launch per layer" in why and "not yet run on a GPU" in why
+        assert impl.name == ("fused" if kind == "eager" else "flex") and impl.single_launch
+        assert impl.traceable and "on an H100" in why
     assert plan.resolve("auto", CPU, "eager")[0].name == "sdpa"
     for kind in ("compiled", "graphs"):
         assert plan.resolve("auto", CPU, kind)[0].name == plan.AUTO["cpu"][kind][0]
@@ -190,14 +201,15 @@ def test_worked_example_of_the_plan_docstring():
     assert p.width == 4  # the longest row's 3 tokens, bucketed
 
 
-def test_bass_ops_names_the_single_launch_default_on_cuda_without_a_gpu(capsys):
+def test_bass_ops_names_the_single_launch_default_on_cuda_without_a_gpu(capsys, fused_runs):
     from bass.cli import main
 
     assert main(["ops", "--device", "cuda"]) == 0
     out = capsys.readouterr().out
-    for kind in plan.PASS_KINDS:
+    assert "  eager     fused (one launch per layer): bass's Triton flash kernel" in out
+    for kind in ("compiled", "graphs"):
         assert f"  {kind:<9} flex (one launch per layer): one FlexAttention launch" in out
-    assert "CPU-checked; not yet run on a GPU" in out
+    assert "on an H100" in out
     for name in plan.IMPLEMENTATIONS:
         assert f"  {name} " in out
     assert main(["ops"]) == 0

@@ -1,9 +1,10 @@
 """``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer.
 
-``auto``'s pick on CUDA for every pass kind (eager, compiled, CUDA graphs), and on the CPU
-where it measured fastest (:mod:`bass.ops.plan`). On the CPU it compiles to Inductor's C++
-flex template, on CUDA to its Triton template, through the same Python code here, which
-is what the CPU tests check. CPU-checked; not yet run on a GPU.
+``auto``'s pick on CUDA for compiled and CUDA-graph passes (:mod:`bass.ops.plan`). On the
+CPU it compiles to Inductor's C++ flex template, on CUDA to its Triton template, through
+the same Python code here, which is what the CPU tests check. Checked against the
+reference on an H100 in eager, compiled and CUDA-graph passes
+(bench/results/gpu/2026-11-26-h100).
 
 Layout. FlexAttention takes queries ``[B, Hq, T, D]`` over keys ``[B, Hkv, S, D]`` of the
 same batch, so the cache is used as it is (GQA natively) and the pass's tokens are
@@ -111,7 +112,7 @@ def _block_mask(state: FlexState, S: int) -> BlockMask:
 def _call(q, k, v, block_mask, scale, gqa):
     # CUDA: the Triton template by name. With BACKEND="AUTO", torch 2.11 on an H100 found no
     # kernel for a verify pass's shapes (NoValidChoicesError, head dims 64 and 128; the
-    # first GPU run, bench/results/gpu_first_call.md); "TRITON" compiled and matched the
+    # first GPU run, bench/results/gpu/2026-11-26-h100); "TRITON" compiled and matched the
     # reference there (bench/gpu_flex_probe.py)
     options = {"BACKEND": "TRITON"} if q.is_cuda else None
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa,
