@@ -22,7 +22,7 @@ SUITE = ROOT / "bench" / "gpu_suite.sh"
 ONE_CALL_LIMIT = 8 * 60  # seconds: the whole verdict in one device call
 STAGES = {
     "first": ["env", "smoke", "tests", "grid", "e2e"],
-    "second": ["env", "build", "tests", "grid", "sanitize", "e2e"],
+    "second": ["env", "tests", "grid", "sanitize", "e2e"],
     "rerun": ["probe", "smoke", "tests", "e2e"],
     "graphs": ["smoke", "e2e", "tests"],
 }

@@ -130,10 +130,17 @@ def test_unknown_and_misplaced_implementations():
 def test_registry_and_auto():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert plan.resolve("auto", cpu, "eager")[0].name == "sdpa"
-    for kind in bass.ops.PASS_KINDS:  # the CUDA default: one launch per layer, every kind
+    fused = plan.IMPLEMENTATIONS["fused"]
+    # the CUDA default: one launch per layer, every kind (fused in eager passes, where it
+    # can run here; flex traced into graphs)
+    picked, why = plan.resolve("auto", cuda, "eager")
+    if fused.unavailable() is None:
+        assert picked.name == "fused" and picked.single_launch
+    else:
+        assert picked.name == "reference" and why.startswith("fused unavailable")
+    for kind in ("compiled", "graphs"):
         picked = plan.resolve("auto", cuda, kind)[0]
         assert picked.name == "flex" and picked.single_launch and picked.traceable
-    fused = plan.IMPLEMENTATIONS["fused"]
     assert fused.devices == ("cuda",) and fused.single_launch
     assert set(bass.ops.implementations("cpu")) == {"reference", "sdpa", "flex"}
     with pytest.raises(ValueError, match="'auto' is reserved"):

@@ -213,7 +213,7 @@ def test_tiles_cover_the_head_dim_with_powers_of_two():
                 assert bn in (16, 32, 64)
 
 
-def test_fused_is_registered_for_cuda_named_only():
+def test_fused_is_registered_for_cuda_and_auto_in_eager_passes():
     impl = plan.IMPLEMENTATIONS["fused"]
     assert impl.devices == (("cuda", "cpu") if INTERPRETED else ("cuda",))
     assert impl.single_launch and impl.traceable
@@ -224,8 +224,11 @@ def test_fused_is_registered_for_cuda_named_only():
         assert "fused" not in bass.ops.implementations()
         with pytest.raises(RuntimeError, match=r"'fused' is not available here \(no CUDA"):
             bass.ops.resolve("fused", torch.device("cuda"))
-    for kind in bass.ops.PASS_KINDS:  # flex is the CUDA default
-        assert bass.ops.resolve("auto", torch.device("cuda"), kind)[0].name != "fused"
+    # auto on CUDA: fused in eager passes (where it can run), flex traced into graphs
+    eager = bass.ops.resolve("auto", torch.device("cuda"), "eager")[0].name
+    assert eager == ("fused" if impl.unavailable() is None else "reference")
+    for kind in ("compiled", "graphs"):
+        assert bass.ops.resolve("auto", torch.device("cuda"), kind)[0].name == "flex"
 
 
 IMPORT_WITHOUT_TRITON = """
