@@ -152,11 +152,17 @@ def time_case(name, q_lens, cache_lens, geometry, device, impls, min_run):
         q.shape[3] * q.element_size()
     )
     for impl in impls:
-        p = make(impl)
-        row[impl] = {
-            "layer_us": median_us(lambda p=p: p.attend(q, k, v, scale), min_run),
-            "plan_us": median_us(lambda impl=impl: make(impl), min_run),
-        }
+        try:  # one implementation failing (a compile error on a new device) costs only its cell
+            p = make(impl)
+            row[impl] = {
+                "layer_us": median_us(lambda p=p: p.attend(q, k, v, scale), min_run),
+                "plan_us": median_us(lambda impl=impl: make(impl), min_run),
+            }
+        except Exception as e:
+            nan = float("nan")
+            error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            row[impl] = {"layer_us": nan, "plan_us": nan, "error": error}
+            print(f"{name} {impl}: FAILED {error}", file=sys.stderr, flush=True)
     p = make("flex" if "flex" in impls else "reference")
     mask = {
         "case": name,
