@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-# bass's own plugins, as pyproject.toml registers them (tests/config checks the two agree):
+# bass's own plugins, as pyproject.toml registers them (tests/policies checks the two agree):
 # listed also where bass runs from a source tree with no installed metadata (PYTHONPATH=src)
 BUILTIN = {
     "bass.policies": {

@@ -2,9 +2,10 @@
 ``confidence`` (``goodput`` lives in :mod:`bass.policies.goodput`).
 
 They are registered like any third-party plugin, through the ``bass.policies`` entry-point
-group; :data:`BUILTIN_ENTRY_POINTS` is the single source of those registrations (mirrored
-in ``pyproject.toml``). Each policy is a small dataclass whose options are validated in
-the constructor (see :func:`bass.policies.base.option`).
+group; :data:`BUILTIN_ENTRY_POINTS` names them (``bass.plugins.BUILTIN``'s policies, the
+single source of those registrations, mirrored in ``pyproject.toml``). Each policy is a
+small dataclass whose options are validated in the constructor (see
+:func:`bass.policies.base.option`).
 
 Every policy ignores an update with no active rows or ``draft_length == 0`` (an
 engine-forced regular step): it carries no information about acceptance.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..hooks import EarlyStop, Policy, StepRecord
+from ..plugins import BUILTIN
 from .base import OptionsMixin, option
 
 __all__ = [
@@ -28,14 +30,7 @@ __all__ = [
 
 #: name -> entry-point value of every built-in policy; ``pyproject.toml``'s
 #: ``[project.entry-points."bass.policies"]`` table must list exactly these.
-BUILTIN_ENTRY_POINTS: dict[str, str] = {
-    "adaptive": "bass.policies.adaptive:AdaptivePolicy",
-    "bass": "bass.policies.builtin:BassPolicy",
-    "confidence": "bass.policies.builtin:ConfidencePolicy",
-    "constant": "bass.policies.builtin:ConstantPolicy",
-    "goodput": "bass.policies.goodput:GoodputPolicy",
-    "hf-heuristic": "bass.policies.builtin:HFHeuristicPolicy",
-}
+BUILTIN_ENTRY_POINTS: dict[str, str] = BUILTIN["bass.policies"]
 
 
 def _uninformative(stats: StepRecord) -> bool:
