@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Generator": "bass.engine",
     "NonFiniteLogitsError": "bass.engine",
+    "FinishedRow": "bass.stats",
     "GenerationResult": "bass.stats",
     "GenerationStats": "bass.stats",
     "SamplingParams": "bass.sampling",
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
     from .engine import Generator, NonFiniteLogitsError  # noqa: F401
     from .models import load_causal_lm, load_default_pair  # noqa: F401
     from .sampling import SamplingParams  # noqa: F401
-    from .stats import GenerationResult, GenerationStats  # noqa: F401
+    from .stats import FinishedRow, GenerationResult, GenerationStats  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -57,15 +57,17 @@ def raise_if_nonfinite(flags: list[int], model, which: str, prompts: list[int], 
 
 
 class BatchState:
-    """Host-side state of the batch, by slot (a row of the caches): slot ``s`` holds
-    prompt ``prompt_of[s]``.
+    """Host-side state of a generation, by prompt and by slot (a row of the caches): slot
+    ``s`` holds prompt ``prompt_of[s]`` (``-1``: free).
 
-    ``seqs[s]`` (prompt + committed tokens) is the same list object as
-    ``by_prompt[prompt_of[s]]``, which outlives compaction (the n-gram drafter searches
-    finished siblings' text too). The main cache's committed length of an active slot
-    follows from the engine's invariant (:meth:`cache_lens`), so it is not stored; a draft
-    cache's is, in ``draft_lens[s]`` (a draft model's drafter keeps it: it holds
-    ``seqs[s][:draft_lens[s]]``).
+    A job may have more prompts than slots (continuous batching): :meth:`admit` places a
+    waiting prompt into a free slot, whose previous row has finished. ``seqs[s]`` (prompt +
+    committed tokens) is the same list object as ``by_prompt[prompt_of[s]]``, which
+    outlives its slot (the n-gram drafter searches finished siblings' text too). The main
+    cache's committed length of an active slot follows from the engine's invariant
+    (:meth:`cache_lens`), so it is not stored; a draft cache's is, in ``draft_lens[s]`` (a
+    draft model's drafter keeps it: it holds ``seqs[s][:draft_lens[s]]``). ``finished``
+    collects the prompts that ended since the engine last handed them over.
     """
 
     def __init__(
@@ -75,22 +77,38 @@ class BatchState:
         eos: set[int],
         stops: list[tuple] = (),
         texts: StopStrings | None = None,
+        slots: int | None = None,
     ):
+        n = len(prompts) if slots is None else slots
         self.by_prompt = prompts  # prompt + committed tokens, per prompt
-        self.seqs = list(prompts)  # the same lists, per cache row
-        self.prompt_of = list(range(len(prompts)))  # per slot: its prompt index
-        self.draft_lens = [0] * len(prompts)  # per slot: the draft cache's length
+        self.seqs: list[list[int]] = [[] for _ in range(n)]  # per slot: its prompt's list
+        self.prompt_of = [-1] * n  # per slot: its prompt index (-1: free)
+        self.draft_lens = [0] * n  # per slot: the draft cache's length
+        self.done = [True] * n  # per slot: nothing to generate (finished or free)
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
-        self.done = [False] * len(prompts)
         self.row_ids = list(range(len(prompts)))  # per prompt: what keys its sampled draws
+        self.finished: list[int] = []  # prompts ended since last handed over (in order)
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
+        if slots is None:  # every prompt in its own slot, in order
+            for s in range(n):
+                self.admit(s, s)
+
+    def admit(self, s: int, p: int) -> None:
+        """Prompt ``p`` (waiting) takes free slot ``s``: its caches' rows are refilled by
+        the caller's prefill; nothing is allocated."""
+        self.seqs[s], self.prompt_of[s] = self.by_prompt[p], p
+        self.draft_lens[s], self.done[s] = 0, False
+
+    def free(self) -> list[int]:
+        """Slots whose rows have finished (or never held one): admission refills them."""
+        return [s for s, d in enumerate(self.done) if d]
 
     def cache_lens(self) -> list[int]:
         """The main cache's committed length of every slot: all of an active row's
         tokens but the newest, which is chosen but not yet fed (the engine's invariant;
-        a finished row brings no more tokens, so its value is never read)."""
-        return [len(s) - 1 for s in self.seqs]
+        a finished or free row brings no more tokens, so its value is never read)."""
+        return [max(len(s) - 1, 0) for s in self.seqs]
 
     def active(self) -> list[int]:
         """The active rows: slots still generating, ascending."""
@@ -102,6 +120,13 @@ class BatchState:
     def remaining(self, s: int) -> int:
         return self.max_new - len(self.outputs[self.prompt_of[s]])
 
+    def finish(self, s: int, reason: str) -> None:
+        """Slot ``s``'s row ends with ``reason`` (eos, stop, length, time)."""
+        p = self.prompt_of[s]
+        self.reasons[p] = reason
+        self.done[s] = True
+        self.finished.append(p)
+
     def append(self, slots: list[int], new: list[list[int]]) -> None:
         """Append each given row's accepted tokens, cutting after the first that ends it
         (eos, a stop sequence, a stop string, ``max_new``)."""
@@ -109,11 +134,12 @@ class BatchState:
             p = self.prompt_of[s]
             out = self.outputs[p]
             before = len(out)
+            reason = None
             for t in toks[: self.remaining(s)]:
                 out.append(t)
                 self.seqs[s].append(t)
                 if t in self.eos or (self.stops and self._stopped(out)):
-                    self.reasons[p] = "eos" if t in self.eos else "stop"
+                    reason = "eos" if t in self.eos else "stop"
                     break
             if self.texts is not None:
                 keep = self.texts.check(p, out, len(out) - before)
@@ -121,10 +147,11 @@ class BatchState:
                     drop = len(out) - before - keep
                     if drop:
                         del out[-drop:], self.seqs[s][-drop:]
-                    self.reasons[p] = "stop"
-            if self.reasons[p] is None and len(out) >= self.max_new:
-                self.reasons[p] = "length"
-            self.done[s] = self.reasons[p] is not None
+                    reason = "stop"
+            if reason is None and len(out) >= self.max_new:
+                reason = "length"
+            if reason is not None:
+                self.finish(s, reason)
 
     def compact(self, keep: list[int]) -> None:
         """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""

@@ -25,9 +25,16 @@ need).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .ops import kv_append
+
+#: The share of the free memory the KV caches may take by default, by device type (the
+#: rest: weights' copies, activations of a prefill chunk, logits): see
+#: :meth:`RaggedKVCache.default_budget`.
+KV_MEMORY_SHARE = {"cuda": 0.8, "cpu": 0.5}
 
 
 class RaggedKVCache:
@@ -51,6 +58,33 @@ class RaggedKVCache:
         self.q_lens = torch.zeros(batch_size, dtype=torch.int32, device=device)  # [B]
         self.cu_q_lens: torch.Tensor | None = None  # int32 [B+1] during a packed pass
         self.plan = None  # the packed pass's attention plan (bass.ops.Plan), if any
+
+    # ----------------------------------------------------------------- sizing
+
+    @staticmethod
+    def bytes_per_token(model) -> int:
+        """Bytes of keys and values one position of ``model`` takes in a cache (every
+        layer; from its config: key/value heads x head size, in its dtype)."""
+        cfg = model.config.get_text_config()
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        itemsize = next(model.parameters()).element_size()
+        return 2 * cfg.num_hidden_layers * heads * head_dim * itemsize
+
+    @staticmethod
+    def default_budget(device) -> int | None:
+        """The KV memory budget on ``device`` when none is given: a share
+        (:data:`KV_MEMORY_SHARE`) of its free memory (CUDA: ``mem_get_info``; CPU: the
+        kernel's ``MemAvailable``), or ``None`` where that is not known."""
+        device = torch.device(device)
+        share = KV_MEMORY_SHARE.get(device.type)
+        if share is None:
+            return None
+        if device.type == "cuda":
+            free = torch.cuda.mem_get_info(device)[0]
+        else:
+            free = _available_memory()
+        return None if free is None else int(free * share)
 
     # ----------------------------------------------------------------- engine side
 
@@ -163,3 +197,18 @@ class RaggedKVCache:
 
     def __len__(self) -> int:
         return self.num_layers
+
+
+def _available_memory() -> int | None:
+    """The host's available memory in bytes (Linux ``MemAvailable``, else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -22,7 +22,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     top_p = 0.95           # leave out for no limit
     seed = 0
     eos_token_id = 2       # an id or a list of ids; leave out for the tokenizer's
-    time_budget = 30.0     # seconds per batch; leave out for none
+    time_budget = 30.0     # seconds per row from its start; leave out for none
     stop_strings = ["\\n\\n"]  # a row ends once its text contains one; leave out for none
 
     [policy]

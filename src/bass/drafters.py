@@ -5,7 +5,8 @@ other packages register (a plugin point like the policies).
 A drafter's hooks and the data they take are declared in :mod:`bass.hooks`; in one
 :meth:`bass.Generator.generate`::
 
-    drafter.start(state, passes, max_len, device)  # once: the rows, the pass settings
+    drafter.start(state, passes, max_len, device)  # once: the slots, the pass settings
+    drafter.admit(state, slots)                # prompts placed in slots (start, refills)
     every step, for the active rows (view.slots):
         drafter.offer(view)                    # optional: what it has for each row
         drafter.propose(view, lengths)         # -> Proposal (up to lengths[r] tokens)
@@ -125,16 +126,23 @@ class ModelDrafter(Drafter):
         self.logits_slots: int | None = None  # static shapes: logits rows per pass
 
     def start(self, state, passes, max_len: int, device) -> int:
-        """Prefill the draft model with every row's prompt; returns its passes."""
-        prompts = state.seqs
+        """Allocate the draft cache, one row per slot (filled by :meth:`admit`)."""
         self.passes, self.state = passes, state
+        slots = len(state.seqs)
         # static shapes (CUDA graphs): every pass computes the logits of all slots
-        self.logits_slots = len(prompts) if passes.bucket is not None else None
+        self.logits_slots = slots if passes.bucket is not None else None
         n_layers = self.model.config.get_text_config().num_hidden_layers
-        self.cache = RaggedKVCache(len(prompts), max_len, n_layers, device)
-        _, n = passes.prefill(self.model, self.cache, prompts)
-        state.draft_lens = [len(p) for p in prompts]
-        self.prefill_passes = n
+        self.cache = RaggedKVCache(slots, max_len, n_layers, device)
+        self.prefill_passes = 0
+        return 0
+
+    def admit(self, state, slots: list[int]) -> int:
+        """Prefill the draft model with the prompts just placed in ``slots``."""
+        prompts = [state.seqs[s] for s in slots]
+        _, n = self.passes.prefill(self.model, self.cache, prompts, slots)
+        for s, p in zip(slots, prompts):
+            state.draft_lens[s] = len(p)
+        self.prefill_passes += n
         return n
 
     def _pass(self, q_lens, ids, logits_at):
@@ -419,7 +427,7 @@ class _Guarded(Drafter):
         self.inner, self.who = inner, who
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
-        for hook in ("start", "offer", "propose", "commit", "compact"):
+        for hook in ("start", "admit", "offer", "propose", "commit", "compact"):
             setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
 
     def __getattr__(self, name: str):

@@ -12,8 +12,9 @@ Glossary (one meaning each, everywhere in the engine, the hooks and the docs):
 * **prompt** (index ``p``): a row's place in the caller's batch; results come back in
   prompt order.
 * **slot** (index ``s``): a row of the caches. Slot ``s`` holds prompt
-  ``state.prompt_of[s]``; finished rows are compacted away, so slots are renumbered and
-  prompts are not.
+  ``state.prompt_of[s]``; a finished row's slot goes to the next waiting prompt
+  (continuous batching, :mod:`bass.scheduler`), and once none waits finished rows are
+  compacted away, so slots are renumbered and prompts are not.
 * **active rows** (index ``r``): the slots still generating this step, ascending
   (``slots[r]``); every per-row list of a step (caps, lengths, drafted, accepted) is in
   this order.
@@ -22,7 +23,9 @@ Glossary (one meaning each, everywhere in the engine, the hooks and the docs):
   (``<= cap``); **drafted** (``drafted[r]``): what the drafter proposed (``<= length``);
   **accepted** (``accepted[r]``): the drafts verification kept (``<= drafted``).
 
-One step (:meth:`Generator._step`, one screen, read top to bottom) for every active row;
+Between steps, waiting prompts take the slots of finished rows (:mod:`bass.scheduler`:
+their prefill gives each its first token) and rows past their time budget end. One step
+(:meth:`Generator._step`, one screen, read top to bottom) for every active row;
 the plugins' hooks and the data they exchange are declared in :mod:`bass.hooks`:
 
 1) lengths: the drafter's ``offer`` (what an n-gram lookup found), then the policy's
@@ -60,30 +63,28 @@ which is where ragged query lengths come from.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
-from . import backends, compat, hf, locking, options, policies
+from . import backends, compat, hf, locking, options, policies, scheduler
 from .batch_state import (
     BatchState,
     NonFiniteLogitsError,
-    as_prompts,
-    check_prompts,
-    raise_if_nonfinite,
 )
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
-from .drafters import make_drafter, nonfinite
+from .drafters import make_drafter
 from .hooks import DraftContext, Drafter, Proposal, StepView
 from .ops import length_checks
 from .ops.packed import resolve_packed_implementation
 from .options import generator_defaults
 from .packing import TOKEN_BUCKETS
-from .sampling import SamplingParams, generator_seed, position_keys, sample_keyed, warp_probs
-from .stats import GenerationResult, GenerationStats, StepRecord
-from .stopping import StopStrings, decode_rows
+from .sampling import generator_seed
+from .stats import FinishedRow, GenerationResult, GenerationStats, StepRecord
+from .stopping import decode_rows
 from .verify import accept, check_proposal, draft_keys, read_step, verify_pass
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
@@ -337,21 +338,36 @@ class Generator:
         tokenizer=None,
         on_step=None,
         row_ids: Sequence[int] | None = None,
+        max_rows: int | None = None,
+        kv_budget_gib: float | None = None,
+        on_finish=None,
     ) -> GenerationResult:
-        """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths).
+        """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths,
+        any number of them).
 
         Greedy output equals the main model's own greedy decoding token for token; sampled
         output follows the main model's (temperature/top-k/top-p warped) distribution
-        exactly. ``time_budget`` (seconds) stops every row where it is. A row also stops
-        after its new tokens end with one of ``stop_sequences`` (token-id lists; the stop
-        sequence is kept, as eos is), or once the text of its new tokens (decoded with
-        ``tokenizer``, special tokens skipped) contains one of ``stop_strings``: the row
-        ends with the token that completes the stop string, even when a step accepted
-        more tokens after it, and keeps the tokens that spell it (generate_text cuts the
-        text before it). ``result.finish_reasons`` says which rows ended how. ``on_step``
-        is called with ``(generator, state)`` after each step (tests use it to check the
-        bookkeeping invariant). ``row_ids``: one int >= 0 per prompt that keys its sampled
-        draws with the seed (default: its index): a job split over several calls or
+        exactly. A row also stops after its new tokens end with one of ``stop_sequences``
+        (token-id lists; the stop sequence is kept, as eos is), or once the text of its new
+        tokens (decoded with ``tokenizer``, special tokens skipped) contains one of
+        ``stop_strings``: the row ends with the token that completes the stop string, even
+        when a step accepted more tokens after it, and keeps the tokens that spell it
+        (generate_text cuts the text before it). ``time_budget`` (seconds) stops a row
+        where it is once that long has passed since it started (its prefill).
+        ``result.finish_reasons`` says which rows ended how.
+
+        **Continuous batching**: at most ``max_rows`` rows generate at once, and no more than
+        the KV caches of ``kv_budget_gib`` GiB hold (default: 80% of the free GPU memory,
+        half the available memory on a CPU); when a row finishes, the next waiting prompt
+        takes its cache slot (nothing is allocated per row), the samples of one prompt (equal
+        prompts side by side) together. What a row generates does not depend on when it was
+        admitted or who shared its steps. ``res.stats.max_rows`` and ``kv_budget_bytes`` say
+        what was used. ``on_finish`` is called with a :class:`bass.FinishedRow` the moment a
+        row finishes (:meth:`stream` is the same as an iterator).
+
+        ``on_step`` is called with ``(generator, state)`` after each step (tests use it to
+        check the bookkeeping invariant). ``row_ids``: one int >= 0 per prompt that keys its
+        sampled draws with the seed (default: its index): a job split over several calls or
         ranks (:func:`bass.distributed.generate`) draws the same samples as one call when
         each row keeps its global index.
 
@@ -359,134 +375,120 @@ class Generator:
         :func:`bass.compat.generation_mode`). With a tensor-parallel main model every rank
         of its group must call this with the same arguments (checked); the group's first
         rank takes every host decision (draft lengths, early stops, the time budget, the
-        seed) and shares it (:mod:`bass.distributed`).
+        seed, the rows at once) and shares it (:mod:`bass.distributed`).
         """
-        given = dict(
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            eos_token_id=eos_token_id,
-            seed=seed,
-            time_budget=time_budget,
-            stop_strings=stop_strings,
-            stop_sequences=stop_sequences,
-            tokenizer=tokenizer,
-            on_step=on_step,
+        job = self._job(prompts, locals())
+        rows = self._run(job)
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration as done:
+                return done.value
+            if on_finish is not None:
+                on_finish(row)
+
+    def stream(self, prompts: Sequence[Sequence[int]], **kw) -> Iterator[FinishedRow]:
+        """:meth:`generate` as an iterator: each :class:`bass.FinishedRow` (its prompt's
+        index, new tokens and finish reason) the moment it finishes. Arguments are checked
+        when called; the generation runs while it is iterated, holding the process's
+        generation lock (:mod:`bass.locking`) until the iterator is exhausted or closed.
+
+        Example::
+
+            for row in gen.stream(prompts, max_new_tokens=256, max_rows=16):
+                out.write(json.dumps({"prompt": row.prompt, "tokens": row.tokens}) + "\\n")
+        """
+        if "on_finish" in kw:
+            raise TypeError("stream() yields each finished row; on_finish is generate()'s")
+        job = self._job(prompts, {"self": self, **kw})
+        return self._run(job)
+
+    _KEYWORDS = frozenset(inspect.signature(generate).parameters) - {"self", "prompts"}
+
+    def _job(self, prompts, given: dict) -> scheduler.Job:
+        given = {k: v for k, v in given.items() if k not in ("self", "prompts")}
+        return scheduler.Job.check(
+            prompts, given, self.generate_defaults, self.models, self._KEYWORDS
         )
-        # every argument checked before any work (bass.options; the config's defaults
-        # under the explicit ones): types, ranges, ids within the main model's logits
-        vocab = self.main.get_output_embeddings().weight.shape[0]
-        kw = options.generation_kwargs(given, self.generate_defaults, vocab=vocab)
-        max_new_tokens, seed, time_budget = kw["max_new_tokens"], kw["seed"], kw["time_budget"]
-        params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
+
+    def _run(self, job: scheduler.Job):
+        """The generation of ``job``, as a generator of :class:`FinishedRow` that returns
+        the :class:`GenerationResult`."""
         models = self.models
-        prompts = as_prompts(prompts)
-        need = check_prompts(prompts, max_new_tokens, models)
-        row_ids = options.row_ids(row_ids, len(prompts))
-        texts = None
-        if kw["stop_strings"]:
-            texts = StopStrings(kw["stop_strings"], kw["tokenizer"])
-        stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
-        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
-        windows = [w for w in map(hf.sliding_window, models) if w is not None]
-        if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
-            max_len = need  # that the generation itself fits in it)
         # one generation at a time per process (bass.locking): a call from another thread
         # waits here, then runs as if alone
         with locking.exclusive("generate()"):
             previous = [m.config._attn_implementation for m in models]
             try:
                 for model in models:
-                    hf.prepare(model, need)  # a window is checked against real positions
+                    hf.prepare(model, job.need)  # a window is checked against real positions
                 self.backend.refresh(models)  # weights may have changed since, in any way
                 # The engine builds valid lengths by construction (tests check the invariant
                 # every step); skip the ops' host-side range checks in the hot loop.
                 with length_checks(False), compat.generation_mode(models):
-                    self.coord.agree_generation(prompts, kw, row_ids)  # a TP group's ranks
-                    return self._generate(
-                        prompts,
-                        max_new_tokens,
-                        params,
-                        stops,
-                        seed,
-                        time_budget,
-                        kw["on_step"],
-                        max_len,
-                        row_ids,
-                    )
+                    self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
+                    return (yield from self._generate(job))
             finally:  # hand the models back as they came
                 for model, attn in zip(models, previous):
                     if attn != hf.ATTN_NAME:
                         model.set_attn_implementation(attn)
 
-    def _generate(
-        self, prompts, max_new_tokens, params, eos, seed, time_budget, on_step, max_len, row_ids
-    ) -> GenerationResult:
+    def _generate(self, job: scheduler.Job):
         device = self.main.device
+        kw, prompts = job.kw, job.prompts
+        seed, time_budget, on_step = kw["seed"], kw["time_budget"], kw["on_step"]
         if seed is None:  # from torch's global generator: torch.manual_seed governs it
             seed = self.coord.share([int(torch.randint(0, 2**62, (1,)).item())])[0]
         gen = torch.Generator(device=device)  # the draft model's sampling and verification
         # the seed also keys every sampled position (position_keys), with the row ids
-        gen.manual_seed(generator_seed(seed, row_ids))
+        gen.manual_seed(generator_seed(seed, job.row_ids))
         hooks = policies.bind(self.new_policy())  # the policy's hooks, resolved once
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
         stats.backend = self.backend.describe()
-        stats.attention = self.passes.attention(self.main.device)
+        stats.attention = self.passes.attention(device)
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
-        state = BatchState([list(p) for p in prompts], max_new_tokens, *eos)
-        state.row_ids = row_ids  # what keys each prompt's sampled draws
-        B = len(prompts)
-
-        # 1) prefill: the main model over all prompt tokens (first new token), then the
-        #    drafter; every prompt token goes through one packed pass, eager (its widths vary)
+        # 1) the rows at once (slots): max_rows, and what the KV budget holds
+        slots, stats.kv_budget_bytes, stats.kv_bytes_per_row = scheduler.rows_at_once(
+            job, self.models, device, self.coord.share
+        )
+        stats.max_rows = slots
+        state = BatchState([list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots)
+        state.row_ids = job.row_ids  # what keys each prompt's sampled draws
         n_layers = self.main.config.get_text_config().num_hidden_layers
-        self.cache = RaggedKVCache(B, max_len, n_layers, device)
-        logits, passes = self.passes.prefill(self.main, self.cache, state.seqs)
-        if params.do_sample:  # each row's new token 0, keyed by (seed, prompt, 0)
-            keys = position_keys(seed, row_ids, [0] * B, 1)
-            keys_t = torch.tensor(keys, dtype=torch.int64).to(device, non_blocking=True)
-            first = sample_keyed(warp_probs(logits, params), keys_t)
-        else:
-            first = logits.argmax(dim=-1)
-        host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
-        raise_if_nonfinite(host[B:], self.main, "main", state.prompt_of, "the prefill")
-        stats.main_passes += passes
-        stats.prefill_passes = passes
-        stats.prefill_tokens = sum(map(len, prompts))
+        self.cache = RaggedKVCache(slots, job.max_len, n_layers, device)
         if self.drafter is not None:
-            stats.draft_passes += self._drafting.start(state, self.passes, max_len, device)
-        state.append(list(range(B)), [[t] for t in host[:B]])
-        stats.prefill_seconds = time.perf_counter() - t0
-        if self.passes.bucket is not None:  # CUDA graphs: buffers' addresses must not move
-            caches = [self.cache, getattr(self.drafter, "cache", None)]
-            for cache in caches:
-                for buf in cache.buffers() if isinstance(cache, RaggedKVCache) else ():
-                    torch._dynamo.mark_static_address(buf)
-        self._compact(state)
+            stats.draft_passes += self._drafting.start(state, self.passes, job.max_len, device)
+        queue, sampling = scheduler.Queue(len(prompts)), (job.params, gen, seed)
 
-        # 2) decoding steps until every row has finished (or the time budget is spent)
-        sampling = (params, gen, seed)
-        while slots := state.active():
-            late = time_budget is not None and time.perf_counter() - t0 > time_budget
-            if not self._step(state, hooks, sampling, stats, slots, late):
-                stats.stopped_by_time_budget = True
+        # 2) steps until every row has finished: waiting prompts take the slots of finished
+        #    rows (their prefill first), rows past their time budget stop where they are
+        while True:
+            yield from scheduler.hand_over(state)  # first: before a prefill that may fail
+            if queue and state.free():
+                first = stats.admissions == 0
+                scheduler.prefill(self, state, *queue.admit(state), sampling, stats)
+                if first and self.passes.bucket is not None:  # CUDA graphs: the buffers
+                    self._mark_static()  # (allocated by the first prefill) must not move
+            slots = queue.expire(state, state.active(), time_budget, self.coord.share)
+            yield from scheduler.hand_over(state)  # ended by their first token or the time
+            if not slots:
+                if queue:
+                    continue
                 break
-            self._compact(state)
+            self._step(state, hooks, sampling, stats, slots)
+            if not queue:  # a slot no prompt will take again: compaction may drop it
+                self._compact(state)
             if on_step is not None:
                 on_step(self, state)
-
+        stats.stopped_by_time_budget = "time" in state.reasons
         stats.wall_seconds = time.perf_counter() - t0
         stats.tokens_generated = sum(len(o) for o in state.outputs)
-        reasons = [r or "time" for r in state.reasons]  # still running when time ran out
-        return GenerationResult([list(o) for o in state.outputs], stats, reasons)
+        return GenerationResult([list(o) for o in state.outputs], stats, list(state.reasons))
 
-    def _step(self, state, hooks, sampling, stats, slots, late: bool) -> bool:
+    def _step(self, state, hooks, sampling, stats, slots) -> None:
         """One speculative step for the active rows ``slots``: lengths -> propose ->
-        verify -> accept -> commit -> learn (the module docstring walks through it).
-        ``late``: the time budget is spent (then nothing runs: returns ``False``)."""
+        verify -> accept -> commit -> learn (the module docstring walks through it)."""
         t_start = time.perf_counter()
         params, gen, seed = sampling
         prompts = [state.prompt_of[s] for s in slots]
@@ -495,15 +497,13 @@ class Generator:
         drafter, step = self._drafting, len(stats.steps)
         # 1) lengths: what the drafter has (n-grams), then the policy's lengths and stop
         lengths, ctx = [0] * len(slots), None
-        if drafter is not None and not late:
+        if drafter is not None:
             view.offer = offer = drafter.offer(view)
             found = [len(t) for t in offer.tokens] if offer is not None else None
             match = offer.match_len if offer is not None else None
             ctx = DraftContext(prompts, caps, drafter.name, found, match, step)
             lengths = hooks.draft_lengths(ctx)  # capped; an n-gram proposes what it found
-        late, *lengths = self.coord.share([int(late), *lengths])  # a TP group: its leader's
-        if late:
-            return False
+        lengths = self.coord.share(lengths)  # a TP group: its leader's
         # 2) propose: up to lengths[r] tokens per row; a sampling drafter draws coupled
         #    (with the keys of the positions they would take, as the main model will)
         sampled = params.do_sample and self.forced_acceptance is None
@@ -552,7 +552,11 @@ class Generator:
         stats.draft_passes += prop.passes
         if drafter is not None:
             hooks.update(rec)
-        return True
+
+    def _mark_static(self) -> None:
+        for cache in (self.cache, getattr(self.drafter, "cache", None)):
+            for buf in cache.buffers() if isinstance(cache, RaggedKVCache) else ():
+                torch._dynamo.mark_static_address(buf)
 
     def _compact(self, state) -> None:
         """Finished rows cost a packed pass nothing (they bring no tokens), but they keep

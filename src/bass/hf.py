@@ -17,6 +17,7 @@ Importing this module registers, under the name ``"bass"``:
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -407,24 +408,35 @@ class Passes:
         )
         return logits[0]
 
-    def prefill(self, model, cache, prompts: list[list[int]]) -> tuple[torch.Tensor, int]:
+    def prefill(
+        self, model, cache, prompts: list[list[int]], slots: Sequence[int] | None = None
+    ) -> tuple[torch.Tensor, int]:
         """:func:`prefill` with these settings, eager (its widths vary) and unpadded."""
         eager = replace(self, forward=self.eager, compiled=False, bucket=None, separate=False)
-        return prefill(model, cache, prompts, eager)
+        return prefill(model, cache, prompts, eager, slots=slots)
 
 
 def prefill(
-    model, cache, prompts: list[list[int]], passes: Passes | None = None, *, chunk_tokens=None
+    model,
+    cache,
+    prompts: list[list[int]],
+    passes: Passes | None = None,
+    *,
+    slots: Sequence[int] | None = None,
+    chunk_tokens=None,
 ):
-    """Prefill ``cache`` (empty, one row per prompt) with ragged ``prompts`` in packed
-    passes; return each row's last logits ``[B, V]`` and the number of passes.
+    """Prefill rows ``slots`` (ascending; default: one row per prompt, all of them) of
+    ``cache`` with ragged ``prompts`` in packed passes; return each prompt's last logits
+    ``[len(prompts), V]`` and the number of passes.
 
-    One pass feeds every prompt token, no padding. A batch of more than
-    ``passes.chunk_tokens`` tokens is split into several passes of at most that many
-    (chunked prefill: a long prompt may span passes, its later chunks attending to the
-    earlier ones in the cache). Only each prompt's last token goes through the lm head.
-    Commits the prompts. ``passes``: how passes run (default: eager, ``impl="auto"``);
-    ``chunk_tokens`` overrides its ``chunk_tokens``.
+    Each row starts empty (whatever it held before is overwritten: continuous batching
+    refills a finished row's slot); the cache's other rows bring no token. One pass feeds
+    every prompt token, no padding. A batch of more than ``passes.chunk_tokens`` tokens is
+    split into several passes of at most that many (chunked prefill: a long prompt may span
+    passes, its later chunks attending to the earlier ones in the cache). Only each
+    prompt's last token goes through the lm head. Commits the prompts. ``passes``: how
+    passes run (default: eager, ``impl="auto"``); ``chunk_tokens`` overrides its
+    ``chunk_tokens``.
     """
     passes = passes or Passes()
     if chunk_tokens is None:
@@ -432,34 +444,41 @@ def prefill(
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     device = cache.lens.device
-    B = len(prompts)
-    done = [0] * B  # prompt tokens already in the cache, per row
-    out, n_passes, row = None, 0, 0
-    while row < B:
+    P = len(prompts)
+    slots = list(range(P)) if slots is None else list(slots)
+    if len(slots) != P or any(b <= a for a, b in itertools.pairwise(slots)):
+        raise ValueError(f"prefill needs one ascending slot per prompt, got {slots}")
+    rows = cache.batch_size
+    done = [0] * P  # prompt tokens already in the cache, per prompt
+    out, n_passes, i = None, 0, 0
+    while i < P:
         budget = chunk_tokens
-        feed: list[list[int]] = [[] for _ in range(B)]
-        ends: list[int] = []  # rows whose prompt ends in this pass
-        while row < B and budget > 0:
-            take = min(budget, len(prompts[row]) - done[row])
-            feed[row] = prompts[row][done[row] : done[row] + take]
+        feed: list[list[int]] = [[] for _ in range(P)]
+        ends: list[int] = []  # prompts that end in this pass
+        while i < P and budget > 0:
+            take = min(budget, len(prompts[i]) - done[i])
+            feed[i] = prompts[i][done[i] : done[i] + take]
             budget -= take
-            if done[row] + take == len(prompts[row]):
-                ends.append(row)
-                row += 1
+            if done[i] + take == len(prompts[i]):
+                ends.append(i)
+                i += 1
         last, n = [], 0  # each ending prompt's last token in the flat pass
-        for b, toks in enumerate(feed):
+        for j, toks in enumerate(feed):
             n += len(toks)
-            if ends and ends[0] <= b <= ends[-1]:
+            if ends and ends[0] <= j <= ends[-1]:
                 last.append(n - 1)
+        q_lens, lens = [0] * rows, [0] * rows  # per cache row; rows not refilled bring none
+        for j, s in enumerate(slots):
+            q_lens[s], lens[s] = len(feed[j]), done[j]
         ids = [t for toks in feed for t in toks]
-        batch = passes.pack(model, [len(t) for t in feed], done, device, ids=ids, logits_at=last)
+        batch = passes.pack(model, q_lens, lens, device, ids=ids, logits_at=last)
         logits = passes.run(model, cache, batch)[: len(ends)]  # [len(ends), V]
         cache.commit(cache.q_lens)
         n_passes += 1
-        for b, n in enumerate(batch.q_lens):
-            done[b] += n
+        for j, toks in enumerate(feed):
+            done[j] += len(toks)
         if out is None:
-            out = logits.new_empty(B, logits.shape[-1])
+            out = logits.new_empty(P, logits.shape[-1])
         if ends:
-            out[ends[0] : ends[-1] + 1] = logits  # rows end in order: a contiguous block
+            out[ends[0] : ends[-1] + 1] = logits  # prompts end in order: a contiguous block
     return out, n_passes

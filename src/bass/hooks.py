@@ -251,10 +251,18 @@ class Drafter:
     model: torch.nn.Module | None = None
 
     def start(self, state: BatchState, passes: Passes, max_len: int, device) -> int:
-        """A generation starts: ``state`` holds its rows (``state.seqs[slot]``,
-        ``state.prompt_of[slot]``), ``passes`` how packed passes run, ``max_len`` the
-        caches' length, ``device`` the main model's. Returns the forward passes it ran
-        (a draft model's prefill)."""
+        """A generation starts: ``state`` holds its prompts (``state.by_prompt``) and
+        its slots (``len(state.seqs)``, filled by :meth:`admit`), ``passes`` how packed
+        passes run, ``max_len`` the caches' length, ``device`` the main model's. Returns
+        the forward passes it ran."""
+        return 0
+
+    def admit(self, state: BatchState, slots: list[int]) -> int:
+        """Rows were just placed in ``slots`` (ascending; their prompts prefilled in the
+        main model, ``state.seqs[slot]`` the prompt): at a generation's start, and again
+        whenever waiting prompts take the slots of finished rows (continuous batching).
+        A drafter that keeps anything per slot resets it here. Returns the forward
+        passes it ran (a draft model's prefill)."""
         return 0
 
     def offer(self, view: StepView) -> Offer | None:

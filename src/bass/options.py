@@ -202,7 +202,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            absent_config="the tokenizer's eos", table="generation"),
     Option("time_budget", Range(float, low=0, text="a finite number of seconds >= 0 (0: stop "
                                 "after the prefill)"),
-           "seconds after which every row stops where it is", RUN, absent="no limit",
+           "seconds after a row starts (its prefill) when it stops where it is", RUN,
+           absent="no limit",
            table="generation", flag="--time-budget", metavar="SECONDS"),
     Option("stop_strings", Value(kinds.stop_strings, _STOPS), "a row ends once its text "
            "contains one of these (its tokens are kept)", RUN, absent="no stop strings",
@@ -240,6 +241,14 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            absent="none; needed only with stop_strings"),
     Option("on_step", Value(kinds.has(call=True), "a function of (generator, state)"),
            "called with (generator, state) after each step", RUN, absent="no callback"),
+    Option("max_rows", Range(int, low=1), "the most rows generating at once: when one "
+           "finishes, the next waiting prompt takes its cache slot (continuous batching)",
+           RUN, absent="as many as the KV budget holds, at most 256"),
+    Option("kv_budget_gib", Range(float, low=0, low_open=True, text="a number of GiB > 0"),
+           "the most memory the KV caches of the rows at once may take, in GiB", RUN,
+           absent="80% of the free GPU memory; half the available memory on a CPU"),
+    Option("on_finish", Value(kinds.has(call=True), "a function of one bass.FinishedRow"),
+           "called with each row the moment it finishes", RUN, absent="no callback"),
     Option("main", Value(_main_model, "a transformers causal LM (a PreTrainedModel)"),
            "the main model", G),
     Option("forced_acceptance", Range(float, low=0, high=1, text="a probability in [0, 1]"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-__all__ = ["GenerationResult", "GenerationStats", "StepRecord"]
+__all__ = ["FinishedRow", "GenerationResult", "GenerationStats", "StepRecord"]
 
 
 @dataclass
@@ -92,6 +92,10 @@ class GenerationStats:
     backend: dict = field(default_factory=dict)  # the device tuning (bass.backends)
     # the attention implementation per pass kind, and why (what impl="auto" picked)
     attention: dict = field(default_factory=dict)
+    max_rows: int = 0  # rows generating at once (continuous batching: the cache's slots)
+    kv_budget_bytes: int = 0  # the KV budget the rows at once were sized by (0: none known)
+    kv_bytes_per_row: int = 0  # KV cache bytes of one slot (main and draft models)
+    admissions: int = 0  # prefill waves: prompts admitted into free slots, the first included
 
     @classmethod
     def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
@@ -104,6 +108,8 @@ class GenerationStats:
                 merged = values[0] if values and all(v == values[0] for v in values) else None
             elif f.name in ("backend", "attention"):  # one Generator's: the same choice
                 merged = values[0] if values else {}
+            elif f.name in ("max_rows", "kv_budget_bytes", "kv_bytes_per_row"):
+                merged = max(values, default=0)
             elif f.type in ("bool", bool):
                 merged = any(values)
             else:
@@ -169,12 +175,26 @@ class GenerationStats:
             "padding_share": round(self.padding_share, 4),
             "host_share": round(self.host_share, 4),
             "backend": dict(self.backend),
+            "max_rows": self.max_rows,
+            "kv_budget_gib": round(self.kv_budget_bytes / 2**30, 3),
+            "admissions": self.admissions,
             **(
                 {"forced_acceptance": self.forced_acceptance}
                 if self.forced_acceptance is not None
                 else {}
             ),
         }
+
+
+@dataclass(frozen=True)
+class FinishedRow:
+    """One row, handed over the moment it finishes (:meth:`bass.Generator.stream`,
+    ``generate(on_finish=...)``): ``prompt`` its index among the call's prompts, ``tokens``
+    its new token ids, ``finish_reason`` as in :attr:`GenerationResult.finish_reasons`."""
+
+    prompt: int
+    tokens: list[int]
+    finish_reason: str
 
 
 @dataclass

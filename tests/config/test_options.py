@@ -113,8 +113,10 @@ def call_generate(gen, kw):
     raises what the checks raised; asserts no model was touched before."""
     seen = {}
 
-    def work(self, prompts, max_new, params, stops, seed, time_budget, on_step, max_len, row_ids):
-        seen.update(max_new=max_new, params=params, stops=stops, seed=seed, budget=time_budget)
+    def work(self, job):
+        kw = job.kw
+        seen.update(max_new=kw["max_new_tokens"], params=job.params, stops=job.stops)
+        seen.update(seed=kw["seed"], budget=kw["time_budget"])
         raise Reached
 
     with (

@@ -90,6 +90,18 @@ def test_continuations_follow_the_main_model(pair, params, drafter, mode):
         assert 0 < accepted < drafted
 
 
+@pytest.mark.parametrize("mode", ["coupled", "rejection"])
+def test_rows_admitted_as_others_finish_keep_the_distribution(pair, mode):
+    """Continuous batching: a quarter of the rows at once, the rest admitted into the
+    slots of finished ones (rejection sampling's draws depend on the batch: still exact
+    in distribution)."""
+    main, draft = pair
+    gen = Generator(main, draft, draft_sampling=mode)
+    testing.assert_distribution_equivalent(
+        gen, main, PROMPT, L, rows=N, alpha=ALPHA, seed=3, max_rows=N // 4, temperature=0.9
+    )
+
+
 def test_per_row_early_stop_keeps_the_distribution(pair):
     """The confidence policy stops rows on the draft's own probabilities only, so the
     output distribution is still the main model's."""

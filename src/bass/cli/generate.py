@@ -1,11 +1,13 @@
 """``bass generate``: batched speculative generation for prompts, with a summary of the run.
 
-Nothing finished is lost: every path the command writes is checked and locked (one writer
-per file: :mod:`bass.cli.filelock`) before any model loads, and every prompt (its text,
-then its length against the model's context) before the first batch; each batch's rows
-are printed, then appended to ``--output`` (unbuffered), as soon as the batch finishes, so
-a failure in a later batch, a failed write or Ctrl-C keeps every finished row, and the
-last line says how many were written. ``--resume`` skips the rows ``--output`` already
+Rows are continuously batched (:mod:`bass.scheduler`): ``--batch-size`` rows generate at
+once (default: as many as the KV budget holds, at most 256), and a finished row's cache
+slot goes to the next waiting row. Nothing finished is lost: every path the command writes
+is checked and locked (one writer per file: :mod:`bass.cli.filelock`) before any model
+loads, and every prompt (its text, then its length against the model's context) before
+the generation; each row is printed, then appended to ``--output`` (unbuffered), the
+moment it finishes, so a failure later, a failed write or Ctrl-C keeps every finished row,
+and the last line says how many were written. ``--resume`` skips the rows ``--output`` already
 holds (a rerun of the same command continues where it stopped; the rows must come from
 the same prompts, ``--n`` and settings: see :func:`row_settings`). Errors name a prompt by
 where it came from: its line in ``--prompts-file`` or its position among the PROMPTs.
@@ -244,13 +246,24 @@ def cmd_generate(args) -> int:
 
 def _generate(args, held: contextlib.ExitStack) -> int:
     from ..sampling import row_key
-    from ..stopping import decode_rows
+    from ..stopping import cut_at_stop, decode
 
     n = n_of(args)
     if args.batch_size is not None and args.batch_size < 1:
         raise flag_error(
-            "--batch-size", args.batch_size, "an integer >= 1", "all rows in one batch"
+            "--batch-size",
+            args.batch_size,
+            "an integer >= 1",
+            "as many rows at once as the KV budget holds, at most 256",
         )
+    if args.kv_budget_gib is not None:
+        from ..options import OptionError, check
+
+        try:
+            check("kv_budget_gib", args.kv_budget_gib, where="command line",
+                  label="--kv-budget-gib")  # fmt: skip
+        except OptionError as exc:
+            raise UsageError(str(exc)) from None
     scale = scaleout.start(args)  # one process, or torchrun's ranks (bass.distributed)
     prompts = read_prompts(args)
     config = resolve_config(args)
@@ -277,13 +290,9 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             file=sys.stderr,
         )
     mine = scale.rows(rows, len(prompts))  # this rank's group's rows
-    size = args.batch_size or len(mine) or 1
-    batches = [mine[i : i + size] for i in range(0, len(mine), size)]
-    # (batch number, its rows still to generate): a row's samples are keyed by (prompt,
-    # sample) alone (bass.sampling.row_key), so batching, --resume, ranks and --n change
-    # no sample
-    todo = [(b, [r for r in batch if r not in done]) for b, batch in enumerate(batches)]
-    todo = [(b, batch) for b, batch in todo if batch]
+    # the rows still to generate, in order: a row's samples are keyed by (prompt, sample)
+    # alone (bass.sampling.row_key), so --batch-size, --resume, ranks and --n change no sample
+    todo = [r for r in mine if r not in done]
     if done and scale.prints:
         print(
             f"bass: --resume: {len(done)} of {len(rows)} rows are already in {out_path}; "
@@ -302,7 +311,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     chat = use_chat(tokenizer, config, config.model.main or "the default model")
     gen = make_generator(main, draft, config)
     plain = make_generator(main, None, config) if args.compare else None
-    needed = dict.fromkeys(i for _, batch in todo for i, _ in batch)
+    needed = dict.fromkeys(i for i, _ in todo)
     encoded = {i: encode(tokenizer, prompts[i], chat) for i in needed}
     _check_lengths(encoded, config.generation.max_new_tokens, gen.models, prompts)
     kwargs = config.generate_kwargs()
@@ -317,10 +326,8 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     stops = kwargs.get("stop_strings")
     if stops:
         kwargs["tokenizer"] = tokenizer
-    max_new = kwargs["max_new_tokens"]
     enabled = sys.stderr.isatty() if args.progress is None else args.progress
-    todo_rows = sum(len(batch) for _, batch in todo)
-    progress = Progress(todo_rows * max_new, enabled and scale.prints)
+    progress = Progress(len(todo), enabled and scale.prints)
     results = None
     if out_path is not None and scale.writes:
         # as one process: --output replaced (with the shards of an earlier run), or resumed
@@ -328,57 +335,64 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             scale.replace(out_path)
         target = scale.shard_path(out_path) if scale.sharded else out_path
         results = ResultsFile(target, args.resume)
-    batch_stats, reasons, written, kept, compared = [], [], 0, [], []
+    kept, reasons, compared, run_stats = [], [], [], []
+    # continuous batching: --batch-size rows at once, each printed and appended to --output
+    # (unbuffered) the moment it finishes
+    ids = [row_key(i, s) for i, s in todo]
+    job = dict(row_ids=ids, max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib, **kwargs)
+    written = 0
+
+    def finished(row) -> None:
+        nonlocal written
+        i, s = todo[row.prompt]
+        text = decode(tokenizer, row.tokens)
+        if stops and row.finish_reason == "stop":  # as generate_text: no stop string
+            text = cut_at_stop(text, stops)
+        record = {
+            "prompt": str(prompts[i]),
+            "prompt_index": i,
+            "sample": s,
+            "completion": text,
+            "prompt_tokens": len(encoded[i]),
+            "completion_tokens": len(row.tokens),
+            "finish_reason": row.finish_reason,
+            "rank": scale.topo.rank,
+            "stats": progress.row_stats(row.prompt),
+            "settings": settings,
+        }
+        progress.row_done()
+        if scale.sharded:
+            kept.append(record)  # printed by rank 0 once every group is done
+        elif scale.prints:  # first: on screen even if the write fails
+            with progress.paused():
+                _print([record], n)
+        if results is not None:
+            results.write([record])  # appended, unbuffered: kept whatever happens next
+        written += 1
+
     if plain is not None:  # first-use costs (allocations, layouts) land on neither run
         for g in (plain, gen):
             g.generate([next(iter(encoded.values()))], max_new_tokens=2)
     try:
-        for b, batch in todo:
-            ids = [row_key(i, s) for i, s in batch]
+        if todo:
             try:
                 off = None
                 if plain is not None:  # drafting off first: the same rows and settings
-                    off = plain.generate([encoded[i] for i, _ in batch], row_ids=ids, **kwargs)
+                    off = plain.generate([encoded[i] for i, _ in todo], **job)
                 res = gen.generate(
-                    [encoded[i] for i, _ in batch], on_step=progress.on_step, row_ids=ids, **kwargs
+                    [encoded[i] for i, _ in todo],
+                    on_step=progress.on_step,
+                    on_finish=finished,
+                    **job,
                 )
                 if off is not None:
                     compared.append((off, res))
             except Exception as exc:
-                error = _batch_error(exc, batch, prompts, n)
+                error = _row_error(exc, todo, prompts, n)
                 if error is exc:
                     raise
                 raise error from exc
-            progress.end_batch(len(batch) * max_new)
-            records = []
-            texts = decode_rows(tokenizer, res, stops)  # as generate_text: no stop string
-            for (i, s), seq, why, text in zip(
-                batch, res.sequences, res.finish_reasons, texts, strict=True
-            ):
-                records.append(
-                    {
-                        "prompt": str(prompts[i]),
-                        "prompt_index": i,
-                        "sample": s,
-                        "completion": text,
-                        "prompt_tokens": len(encoded[i]),
-                        "completion_tokens": len(seq),
-                        "finish_reason": why,
-                        "batch": b,
-                        "rank": scale.topo.rank,
-                        "stats": res.stats.summary(),
-                        "settings": settings,
-                    }
-                )
-            if scale.sharded:
-                kept += records  # printed by rank 0 once every group is done
-            elif scale.prints:  # first: on screen even if the write fails
-                with progress.paused():
-                    _print(records, n)
-            if results is not None:
-                results.write(records)  # appended, unbuffered: kept whatever happens next
-            written += len(batch)
-            batch_stats.append(res.stats)
+            run_stats.append(res.stats)
             reasons += res.finish_reasons
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
         add_note(exc, _kept(written, len(rows), done, out_path, scale))
@@ -389,7 +403,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             results.close()
 
     if scale.sharded:  # every group's rows and statistics to rank 0
-        parts = scale.gather((kept, batch_stats, reasons))
+        parts = scale.gather((kept, run_stats, reasons))
         if parts is None:
             return 0
         if out_path is not None:
@@ -398,22 +412,24 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
         )
         _print(every, n)
-        batch_stats = [st for p in parts for st in p[1]]
+        run_stats = [st for p in parts for st in p[1]]
         reasons = [why for p in parts for why in p[2]]
-        todo_rows = len(every)
     if not scale.prints:  # progress, completions and the summary: rank 0's
         return 0
-    merged = merge_stats(batch_stats)
+    merged = merge_stats(run_stats)
     if scale.sharded:  # the groups ran side by side: the job took its slowest group's time
         merged.wall_seconds = max(sum(st.wall_seconds for st in p[1]) for p in parts)
         merged.prefill_seconds = max(sum(st.prefill_seconds for st in p[1]) for p in parts)
-    summary = summary_text(merged, rows=todo_rows, batches=len(batch_stats), finish_reasons=reasons)
+    summary = summary_text(merged, rows=len(reasons), finish_reasons=reasons)
     print(summary)
     if compared:
         print(comparison_text(compared, gen))
     if scale.active:
         t = scale.topo
-        side = "; times: the slowest group's" if scale.sharded else ""
+        side = ""
+        if scale.sharded:
+            each = ", ".join(f"{sum(st.wall_seconds for st in p[1]):.2f} s" for p in parts)
+            side = f"; times: the slowest group's, of {each}"
         print(
             f"  ranks               {t.world} ({t.dp} data-parallel x {t.tp} tensor-parallel{side})"
         )
@@ -423,7 +439,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         print(f"  results             {out_path}")
     if args.plot:
         try:
-            plot_steps(args.plot, batch_stats)
+            plot_steps(args.plot, run_stats)
         except (OSError, ValueError) as exc:
             raise UsageError(f"--plot {args.plot}: cannot write the plot: {exc}") from exc
         print(f"  plot                {args.plot}")
@@ -475,8 +491,8 @@ def _kept(written: int, total: int, done: set, out_path: Path | None, scale=None
     )
 
 
-def _batch_error(exc: Exception, batch: list, prompts: list[Prompt], n: int) -> BaseException:
-    """The error a failed batch reports: one that names its prompt by its line in the
+def _row_error(exc: Exception, batch: list, prompts: list[Prompt], n: int) -> BaseException:
+    """The error a failed generation reports: one that names its prompt by its line in the
     prompts file (or its PROMPT argument), for what a user can fix; the error as is
     otherwise (a bug: reported with its type, and its traceback with --debug)."""
     import torch
@@ -488,6 +504,8 @@ def _batch_error(exc: Exception, batch: list, prompts: list[Prompt], n: int) -> 
         i, s = batch[k]
         sample = f" (sample {s + 1} of {n})" if n > 1 else ""
         return UsageError(exc.naming(f"the prompt at {prompts[i].where}{sample}"))
+    if isinstance(exc, MemoryError):  # the KV budget holds not even one row
+        return UsageError(f"{exc} (--kv-budget-gib on the command line)")
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).split("\n")[0]
         return UsageError(f"out of memory: {first}; lower --batch-size or --max-new-tokens")

@@ -54,7 +54,7 @@ _NOTES = {
     "shown without it",
     "seed": "eval: per problem, the same for every method",
     "chat": "eval: no",
-    "time_budget": "per batch / per problem",
+    "time_budget": "per row from its start / per problem",
 }
 
 
@@ -108,7 +108,12 @@ _GENERATE_FLAGS = [
                         "field per line) or text, one prompt per line (.txt or any other "
                         "suffix but .json); - (or /dev/stdin) reads text lines from "
                         "standard input"}),
-    ("--batch-size", {"type": int, "metavar": "B", "help": "rows per batch (default: all)"}),
+    ("--batch-size", {"type": int, "metavar": "B", "help": "rows generating at once: a "
+                      "finished row's slot goes to the next (continuous batching; default: as "
+                      "many as the KV budget holds, at most 256)"}),
+    ("--kv-budget-gib", {"type": float, "metavar": "GIB", "help": "the most memory the rows' "
+                         "KV caches may take (default: 80%% of the free GPU memory, half the "
+                         "available memory on a CPU)"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "

@@ -1,48 +1,82 @@
-"""``bass generate``'s progress on stderr while it generates."""
+"""``bass generate``'s progress on stderr while it generates: rows done, tokens/s and
+accepted draft tokens per step; and each row's own statistics for its results record."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 __all__ = ["Progress"]
 
 
 class Progress:
-    """Tokens generated so far on stderr: a tqdm bar, or a plain line without tqdm."""
+    """Rows done so far on stderr: a tqdm bar (its postfix: tokens/s and accepted draft
+    tokens per step per row), or a plain line without tqdm. Its :meth:`on_step` (the
+    generation's ``on_step``) also counts each row's steps and accepted drafts
+    (:meth:`row_stats`)."""
 
-    def __init__(self, total: int, enabled: bool, unit: str = "tok"):
-        self.total, self.enabled, self.base, self.n = total, enabled, 0, 0
-        self.bar = None
-        self.last = 0.0
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.done = total, enabled, 0
+        self.bar, self.last, self.text = None, 0.0, ""
+        self.steps: Counter[int] = Counter()  # per prompt of the call: its steps
+        self.accepted: Counter[int] = Counter()  # per prompt: its accepted draft tokens
+        self.trace: dict[int, list[int]] = {}  # per prompt: each of its steps' draft length
+        self.seen = 0  # steps of the running generation already counted
+        self.start = time.perf_counter()
         if enabled:
             try:
                 from tqdm import tqdm
             except ImportError:
                 pass
             else:
-                opts = {"unit": unit, "file": sys.stderr, "delay": 1.0, "leave": False}
+                opts = {"unit": "row", "file": sys.stderr, "delay": 1.0, "leave": False}
                 self.bar = tqdm(total=total, dynamic_ncols=True, **opts)
 
     def on_step(self, generator, state) -> None:
-        self._show(self.base + sum(len(o) for o in state.outputs))
+        stats = generator.stats
+        for step in stats.steps[self.seen :]:
+            for p, a in zip(step.prompts, step.accepted):
+                self.steps[p] += 1
+                self.accepted[p] += a
+                self.trace.setdefault(p, []).append(step.draft_length)
+        self.seen = len(stats.steps)
+        tokens = sum(len(o) for o in state.outputs)
+        seconds = time.perf_counter() - self.start
+        rate = f"{tokens / seconds:.1f} tok/s, " if seconds > 0 else ""
+        self.text = f"{tokens} tokens, {rate}{stats.mean_accepted:.2f} accepted/step"
+        self._show()
 
-    def end_batch(self, budget: int) -> None:
-        self.base += budget
-        self._show(self.base)
+    def row_stats(self, prompt: int) -> dict:
+        """Row ``prompt``'s (its index in the generate call) steps, accepted drafts and
+        the draft length of each step it took part in (the policy's, the step's largest)."""
+        steps, acc = self.steps[prompt], self.accepted[prompt]
+        return {
+            "steps": steps,
+            "accepted": acc,
+            "mean_accepted_per_step": round(acc / steps, 4) if steps else 0.0,
+            "draft_length_trace": self.trace.pop(prompt, []),
+        }
 
-    def _show(self, n: int) -> None:
+    def row_done(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        self._show(force=self.done == self.total)
+
+    def _show(self, force: bool = False) -> None:
         if not self.enabled:
             return
         if self.bar is not None:
-            self.bar.update(n - self.n)
-        elif time.perf_counter() - self.last > 0.5:
+            if self.text and hasattr(self.bar, "set_postfix_str"):
+                self.bar.set_postfix_str(self.text, refresh=False)
+        elif force or time.perf_counter() - self.last > 0.5:
             self.last = time.perf_counter()
-            sys.stderr.write(f"\rbass: {n}/{self.total} tokens")
+            more = f" ({self.text})" if self.text else ""
+            sys.stderr.write(f"\r\x1b[Kbass: {self.done}/{self.total} rows{more}")
             sys.stderr.flush()
-        self.n = n
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -21,11 +21,17 @@ def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:
     return f"{body} ({len(trace)} steps)" if trace else "(no steps)"
 
 
-def summary_text(stats, *, rows: int, batches: int, finish_reasons=None) -> str:
+def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
     s = stats
+    budget = ""
+    if s.kv_budget_bytes:
+        budget = (
+            f"; KV budget {s.kv_budget_bytes / 2**30:.2f} GiB, "
+            f"{s.kv_bytes_per_row / 2**20:.1f} MiB per row"
+        )
     lines = [
         "summary",
-        f"  rows                {rows} in {batches} batch{'es' if batches != 1 else ''}",
+        f"  rows                {rows} ({s.max_rows} at once{budget})",
         f"  tokens generated    {s.tokens_generated} in {s.wall_seconds:.2f} s "
         f"({s.tokens_per_second:.1f} tokens/s, prefill {s.prefill_seconds:.2f} s)",
         f"  mean accepted       {s.mean_accepted:.2f} draft tokens per step per row",

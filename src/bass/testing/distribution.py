@@ -156,11 +156,13 @@ def assert_distribution_equivalent(
     rows: int,
     alpha: float = 1e-3,
     seed: int | None = None,
+    max_rows: int | None = None,
     **sampling,
 ):
-    """Draw ``rows`` continuations of ``prompt`` with ``generator`` (one batch of
+    """Draw ``rows`` continuations of ``prompt`` with ``generator`` (one call with
     ``rows`` identical prompts, ``do_sample=True``, ``**sampling``: temperature, top_k,
-    top_p) and test them against :func:`exact_distribution` of ``model`` (the main model)
+    top_p; at most ``max_rows`` of them at once, the others admitted as rows finish) and
+    test them against :func:`exact_distribution` of ``model`` (the main model)
     with :func:`chi_square_test`. Raises ``AssertionError`` with the statistic, the
     degrees of freedom, the p-value and ``alpha`` when the test rejects.
 
@@ -186,7 +188,12 @@ def assert_distribution_equivalent(
         if key not in sampling and defaults.get(key) is not None:
             sampling[key] = defaults[key]
     res = generator.generate(
-        [list(prompt)] * rows, max_new_tokens=max_new_tokens, do_sample=True, seed=seed, **sampling
+        [list(prompt)] * rows,
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        seed=seed,
+        max_rows=max_rows,
+        **sampling,
     )
     short = [i for i, s in enumerate(res.sequences) if len(s) != max_new_tokens]
     if short:

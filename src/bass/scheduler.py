@@ -1,0 +1,175 @@
+"""Continuous batching: which prompts run at once, in which cache slots, and when.
+
+A job may hold any number of prompts; at most :func:`rows_at_once` of them generate at
+once, each in a *slot* (a row of the caches, allocated once for the whole job). When a
+row finishes, :class:`Queue` places the next waiting prompt in its slot and
+:func:`prefill` fills that slot's caches and draws the row's first token; the samples of
+one prompt (equal prompts side by side in the job) are admitted together, as the n-gram
+drafter's sibling lookup wants them. Nothing a row generates depends on when it was
+admitted: its draws are keyed by (seed, row id, position) (:mod:`bass.sampling`), and
+every pass treats rows independently (``tests/engine/test_scheduler.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+
+from . import hf, options
+from .batch_state import as_prompts, check_prompts, raise_if_nonfinite
+from .cache import RaggedKVCache
+from .drafters import nonfinite
+from .sampling import SamplingParams, position_keys, sample_keyed, warp_probs
+from .stats import FinishedRow
+from .stopping import StopStrings
+
+__all__ = ["MAX_ROWS", "Job", "Queue", "hand_over", "prefill", "rows_at_once"]
+
+#: The most rows generating at once when ``max_rows`` is not given (vLLM's
+#: ``max_num_seqs`` default); the KV budget may allow fewer.
+MAX_ROWS = 256
+
+
+class Job(NamedTuple):
+    """One generate call's checked arguments (:meth:`check`)."""
+
+    prompts: list[list[int]]
+    kw: dict  # bass.options.generation_kwargs
+    params: SamplingParams
+    stops: tuple  # eos ids, stop sequences, stop strings
+    row_ids: list[int]
+    need: int  # the longest prompt + max_new_tokens
+    max_len: int  # the caches' length
+
+    @classmethod
+    def check(cls, prompts, given: dict, defaults: dict, models, keywords) -> Job:
+        """Every argument of a generate call checked before any work (:mod:`bass.options`;
+        ``defaults``, the config's, under the explicit ones): types, ranges, ids within the
+        main model's logits, prompts within the models' contexts."""
+        unknown = sorted(set(given) - keywords)
+        if unknown:
+            raise TypeError(f"generate() got unexpected keyword arguments: {unknown}")
+        given = {k: given.get(k) for k in keywords}
+        ids = given.pop("row_ids")
+        vocab = models[0].get_output_embeddings().weight.shape[0]
+        kw = options.generation_kwargs(given, defaults, vocab=vocab)
+        params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
+        prompts = as_prompts(prompts)
+        need = check_prompts(prompts, kw["max_new_tokens"], models)
+        ids = options.row_ids(ids, len(prompts))
+        texts = StopStrings(kw["stop_strings"], kw["tokenizer"]) if kw["stop_strings"] else None
+        max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
+        windows = [w for w in map(hf.sliding_window, models) if w is not None]
+        if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
+            max_len = need  # that the generation itself fits in it)
+        stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
+        return cls(prompts, kw, params, stops, ids, need, max_len)
+
+
+def rows_at_once(job: Job, models, device, share) -> tuple[int, int, int]:
+    """The rows generating at once (``max_rows``, and what the KV budget holds), the budget
+    in bytes (0: none known) and the KV cache bytes of one slot. ``share``: a TP group's
+    agreement (its leader's memory decides)."""
+    per_row = job.max_len * sum(RaggedKVCache.bytes_per_token(m) for m in models)
+    given = job.kw["kv_budget_gib"]
+    budget = int(given * 2**30) if given is not None else RaggedKVCache.default_budget(device)
+    rows = min(len(job.prompts), job.kw["max_rows"] or MAX_ROWS)
+    if budget is not None:
+        rows = min(rows, budget // per_row)
+    rows = share([rows])[0]
+    if rows >= 1:
+        return rows, budget or 0, per_row
+    one = f"one row of {job.max_len} positions (the longest prompt plus max_new_tokens)"
+    gib = f"{per_row / 2**30:.3g} GiB"
+    if given is not None:
+        why = f"at least {gib}: {one} needs that much KV cache; raise it or lower max_new_tokens"
+        raise options.fail("kv_budget_gib", given, why, where="generate()")
+    raise MemoryError(
+        f"{one} needs {gib} of KV cache, more than the default budget of "
+        f"{budget / 2**30:.3g} GiB (a share of the free memory on {device}); lower "
+        "max_new_tokens, free memory, or pass kv_budget_gib"
+    )
+
+
+class Queue:
+    """The prompts waiting for a slot, in the caller's order, and when each row started
+    (its time budget's origin)."""
+
+    def __init__(self, n: int):
+        self.waiting = collections.deque(range(n))
+        self.started = [0.0] * n
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def admit(self, state) -> tuple[list[int], list[int]]:
+        """Place waiting prompts into ``state``'s free slots, in order; equal prompts go
+        together: a group that does not fit waits for more free slots unless no row runs.
+        Returns the slots (ascending) and their prompts."""
+        free, new, waiting = state.free(), [], self.waiting
+        while waiting and len(new) < len(free):
+            head = state.by_prompt[waiting[0]]
+            group = 1  # the prompts equal to the first waiting one, side by side
+            while group < len(waiting) and state.by_prompt[waiting[group]] == head:
+                group += 1
+            room = len(free) - len(new)
+            if group > room and (new or state.active()):
+                break  # a group too big: wait for more slots
+            new += [waiting.popleft() for _ in range(min(group, room))]
+        now = time.perf_counter()
+        for s, p in zip(free, new):
+            state.admit(s, p)
+            self.started[p] = now
+        return free[: len(new)], new
+
+    def expire(self, state, slots: list[int], budget: float | None, share) -> list[int]:
+        """Rows of ``slots`` past ``budget`` seconds since they started end (``"time"``);
+        returns the others. ``share``: a TP group's agreement (its leader's clock)."""
+        if budget is None or not slots:
+            return slots
+        now = time.perf_counter()
+        late = share([int(now - self.started[state.prompt_of[s]] > budget) for s in slots])
+        for s, over in zip(slots, late):
+            if over:
+                state.finish(s, "time")
+        return [s for s, over in zip(slots, late) if not over]
+
+
+def prefill(gen, state, slots: list[int], prompts: list[int], sampling, stats) -> None:
+    """Fill the caches' rows ``slots`` with the prompts just admitted there (the main
+    model's prefill, then the drafter's), and append each row's first token: argmax, or
+    drawn with the key of (seed, row id, position 0) as any other draw."""
+    if not slots:  # none admitted (a group waits for more free slots)
+        return
+    t = time.perf_counter()
+    params, _, seed = sampling
+    device = gen.main.device
+    seqs = [state.seqs[s] for s in slots]
+    logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots)
+    if params.do_sample:
+        keys = position_keys(seed, [state.row_ids[p] for p in prompts], [0] * len(prompts), 1)
+        keys_t = torch.tensor(keys, dtype=torch.int64).to(device, non_blocking=True)
+        first = sample_keyed(warp_probs(logits, params), keys_t)
+    else:
+        first = logits.argmax(dim=-1)
+    host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
+    raise_if_nonfinite(host[len(prompts) :], gen.main, "main", prompts, "the prefill")
+    stats.main_passes += passes
+    stats.prefill_passes += passes
+    stats.prefill_tokens += sum(map(len, seqs))
+    stats.admissions += 1
+    if gen.drafter is not None:
+        stats.draft_passes += gen._drafting.admit(state, slots)
+    state.append(slots, [[tok] for tok in host[: len(prompts)]])
+    stats.prefill_seconds += time.perf_counter() - t
+
+
+def hand_over(state) -> Iterator[FinishedRow]:
+    """The rows finished since the last hand-over, as :class:`bass.FinishedRow` s."""
+    done, state.finished = state.finished, []
+    for p in done:
+        yield FinishedRow(p, list(state.outputs[p]), state.reasons[p])

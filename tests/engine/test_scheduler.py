@@ -1,0 +1,195 @@
+"""Continuous batching (:mod:`bass.scheduler`): at most ``max_rows`` rows run at once and
+waiting prompts take the slots of finished ones; nothing a row generates depends on when
+it was admitted or who shared its steps."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import perturbed, tiny_lm
+from profiles import examples
+
+from bass import FinishedRow, Generator
+from bass.batch_state import BatchState
+from bass.drafters import ModelDrafter
+from bass.options import OptionError
+from bass.scheduler import Queue
+from bass.testing import assert_greedy_equivalent, greedy_reference
+from bass.testing.strategies import ragged_prompts
+
+VOCAB = 64
+MAX_NEW = 10
+DRAFTS = ["none", "ngram", "same", "perturbed"]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_lm("llama")
+
+
+@pytest.fixture(scope="module")
+def drafts(llama):
+    return {"none": None, "ngram": "ngram", "same": llama, "perturbed": perturbed(llama)}
+
+
+def check_slots(gen, state):
+    """After every step: each active slot holds its prompt's own list, and the caches'
+    lengths are the row's (the main cache: all but the newest token; a draft cache: a
+    prefix of the row, never its newest token)."""
+    for s in state.active():
+        p = state.prompt_of[s]
+        assert state.seqs[s] is state.by_prompt[p]
+        assert state.cache_lens()[s] == len(state.seqs[s]) - 1
+        if isinstance(gen.drafter, ModelDrafter):
+            assert 0 < state.draft_lens[s] <= len(state.seqs[s]) - 1
+    assert len(state.active()) <= gen.stats.max_rows
+
+
+def with_copies(prompts, copies):
+    """Each prompt ``copies`` times side by side (the samples of one prompt)."""
+    return [list(p) for p in prompts for _ in range(copies)]
+
+
+@settings(max_examples=examples(10), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    prompts=ragged_prompts(VOCAB, max_rows=5, max_len=16),
+    copies=st.integers(1, 3),
+    rows=st.integers(1, 4),
+    draft=st.sampled_from(DRAFTS),
+    eos_pick=st.none() | st.integers(0, 50),
+    chunk=st.sampled_from([8192, 5]),
+)
+def test_rows_admitted_later_equal_the_main_models_own(
+    llama, drafts, prompts, copies, rows, draft, eos_pick, chunk
+):
+    prompts = with_copies(prompts, copies)
+    gen = Generator(llama, drafts[draft], prefill_chunk_tokens=chunk)
+    kw = {}
+    if eos_pick is not None:  # one row's own token: rows end at different steps
+        row = greedy_reference(llama, prompts[eos_pick % len(prompts)], MAX_NEW)
+        kw["eos_token_id"] = row[2 + eos_pick % (MAX_NEW - 4)]
+    res = assert_greedy_equivalent(gen, prompts, MAX_NEW, max_rows=rows, on_step=check_slots, **kw)
+    assert res.stats.max_rows == min(rows, len(prompts))
+    assert res.stats.admissions >= -(-len(prompts) // rows)
+    assert res.stats.tokens_generated == sum(map(len, res.sequences))
+
+
+@settings(max_examples=examples(8), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    prompts=ragged_prompts(VOCAB, max_rows=5, max_len=12),
+    copies=st.integers(1, 3),
+    rows=st.integers(1, 3),
+    draft=st.sampled_from(DRAFTS),
+)
+def test_seeded_samples_do_not_depend_on_admission_order(
+    llama, drafts, prompts, copies, rows, draft
+):
+    prompts = with_copies(prompts, copies)
+    gen = Generator(llama, drafts[draft])
+    kw = dict(max_new_tokens=MAX_NEW, do_sample=True, seed=11)
+    together = gen.generate(prompts, **kw).sequences
+    assert gen.generate(prompts, max_rows=rows, **kw).sequences == together
+    # the job reversed (each row keeping its id): admitted in the other order
+    n = len(prompts)
+    back = gen.generate(prompts[::-1], row_ids=list(range(n))[::-1], max_rows=rows, **kw)
+    assert back.sequences[::-1] == together
+
+
+def test_stream_hands_each_row_over_when_it_finishes(llama):
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12]]
+    gen = Generator(llama, "ngram")
+    whole = gen.generate(prompts, max_new_tokens=MAX_NEW)
+    rows = gen.stream(prompts, max_new_tokens=MAX_NEW, max_rows=1)
+    first = next(rows)
+    assert isinstance(first, FinishedRow) and first.prompt == 0
+    admitted = gen.stats.admissions  # the first row came out before the others started
+    rest = list(rows)
+    assert admitted < gen.stats.admissions == len(prompts)
+    got = [first, *rest]
+    assert [r.prompt for r in got] == list(range(len(prompts)))  # one at a time: in order
+    assert [r.tokens for r in got] == whole.sequences
+    assert [r.finish_reason for r in got] == whole.finish_reasons
+
+
+def test_on_finish_sees_every_row_once_before_generate_returns(llama):
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [3, 3]]
+    seen: list[FinishedRow] = []
+    res = Generator(llama, llama).generate(
+        prompts, max_new_tokens=MAX_NEW, max_rows=2, on_finish=seen.append
+    )
+    assert sorted(r.prompt for r in seen) == list(range(len(prompts)))
+    assert all(r.tokens == res.sequences[r.prompt] for r in seen)
+
+
+def test_stream_checks_its_arguments_when_called(llama):
+    gen = Generator(llama, None)
+    with pytest.raises(OptionError, match="max_rows"):
+        gen.stream([[1, 2]], max_new_tokens=3, max_rows=0)
+    with pytest.raises(TypeError, match="on_finish"):
+        gen.stream([[1, 2]], max_new_tokens=3, on_finish=print)
+    with pytest.raises(TypeError, match="bogus"):
+        gen.stream([[1, 2]], max_new_tokens=3, bogus=1)
+
+
+def test_the_kv_budget_sizes_the_rows_at_once(llama):
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12]]
+    gen = Generator(llama, llama)
+    whole = gen.generate(prompts, max_new_tokens=MAX_NEW)
+    per_row = whole.stats.kv_bytes_per_row  # the main and the draft model's caches
+    assert per_row > 0 and whole.stats.kv_budget_bytes > 0  # the host's available memory
+    res = gen.generate(prompts, max_new_tokens=MAX_NEW, kv_budget_gib=2.5 * per_row / 2**30)
+    assert res.stats.max_rows == 2 and res.sequences == whole.sequences
+    with pytest.raises(OptionError, match=r"kv_budget_gib=.* one row of 16 positions"):
+        gen.generate(prompts, max_new_tokens=MAX_NEW, kv_budget_gib=0.5 * per_row / 2**30)
+
+
+def test_time_budget_counts_from_each_rows_start(llama):
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    res = Generator(llama, "ngram").generate(
+        prompts, max_new_tokens=MAX_NEW, max_rows=1, time_budget=0
+    )
+    # each row, admitted after the one before ended, still got its prefill's token
+    assert [len(s) for s in res.sequences] == [1, 1, 1]
+    assert res.finish_reasons == ["time"] * 3 and res.stats.stopped_by_time_budget
+    assert res.stats.admissions == 3
+
+
+def state_of(prompts, slots):
+    return BatchState([list(p) for p in prompts], MAX_NEW, set(), slots=slots)
+
+
+def test_samples_of_one_prompt_are_admitted_together():
+    a, b, c = [1, 2], [3], [4, 5, 6]
+    state, queue = state_of([a, a, a, b, b, c], 3), Queue(6)
+    assert queue.admit(state) == ([0, 1, 2], [0, 1, 2])
+    state.finish(1, "eos")
+    assert queue.admit(state) == ([], [])  # b's two samples wait for a second slot
+    state.finish(0, "eos")
+    assert queue.admit(state) == ([0, 1], [3, 4])
+    state.finish(2, "eos")
+    assert queue.admit(state) == ([2], [5])
+    assert not queue
+
+
+def test_a_group_larger_than_the_slots_is_split_only_when_nothing_runs():
+    a, b = [7], [8]
+    state, queue = state_of([b, a, a, a, a], 3), Queue(5)
+    assert queue.admit(state) == ([0], [0])  # b, then a's four samples do not fit
+    state.finish(0, "length")
+    assert queue.admit(state) == ([0, 1, 2], [1, 2, 3])  # nothing runs: split
+    state.finish(0, "length")
+    assert queue.admit(state) == ([0], [4])
+
+
+def test_admission_refills_a_draft_cache_row(llama):
+    """A draft model's cache rows are refilled in place: its buffers never move."""
+    gen = Generator(llama, perturbed(llama))
+    addresses = []
+
+    def record(g, state):
+        addresses.append([b.data_ptr() for b in g.drafter.cache.buffers()])
+
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12]]
+    assert_greedy_equivalent(gen, prompts, MAX_NEW, max_rows=2, on_step=record)
+    assert all(a == addresses[0] for a in addresses)
