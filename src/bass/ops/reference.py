@@ -18,10 +18,6 @@ from .contract import token_major
 GATHER_BUDGET = 1 << 25
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def token_rows(starts: torch.Tensor, q_lens: torch.Tensor, n: int):
     """For each of ``n`` flat tokens: its row (int64 ``[n]``, clamped to ``0..B-1``), its
     index within the row, and whether it belongs to a row: the last row starting at or
@@ -78,7 +74,7 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
     out = token_major(q, zero=True)  # padding tokens stay 0
     if N == 0 or B == 0 or S == 0:
         return out
-    cdt = compute_dtype(q.dtype)
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
     row, i, live = token_rows(starts, q_lens, N)
     pos = (kv_lens - q_lens).to(torch.long).index_select(0, row) + i  # absolute position
     # token j sees keys 0..pos[j] of its row, all within kv_len: a NaN left in a slot past
