@@ -387,13 +387,6 @@ _define("pad")
 _define("split")
 
 
-def unsupported(q: torch.Tensor) -> bool:
-    """Inputs the kernels do not take (they run the reference): fp16/bf16 with D % 8 == 0
-    only."""
-    D = q.shape[-1]
-    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
-
-
 def prepare(plan) -> tuple:
     """The gather into padded rows (the longest row's width) and the lengths."""
     src, back = reference.row_slots(plan.starts, plan.q_lens, plan.width, plan.num_tokens)
@@ -406,7 +399,8 @@ def runner(kind: str):
 
     def run(state, q, k, v, scale: float) -> torch.Tensor:
         src, back, starts, q_lens, kv_lens = state
-        if unsupported(q):
+        D = q.shape[-1]
+        if q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0:  # the kernels' inputs only
             return reference.attention(q, k, v, starts, q_lens, kv_lens, scale)
         rows = reference.to_rows(q, src).contiguous()  # [B, Hq, T, D]
         return reference.from_rows(op(rows, k, v, q_lens, kv_lens, scale), back)

@@ -1,10 +1,9 @@
 """``reference``: the pure-PyTorch implementation, and the helpers of the one layout
 (:mod:`bass.ops.plan`) that other implementations share (row gathers, the KV append).
 
-The reference is vectorised over tokens and heads, reads no length on the host (a CUDA
-graph can capture it) and computes in float32 (float64 stays float64). Time and memory
-grow with ``N * S``: it is the CPU-checkable twin of every fast path and the fallback for
-inputs a kernel does not take, not a fast path itself.
+Vectorised over tokens and heads, no host read (a CUDA graph can capture it), float32
+math (float64 stays float64); time and memory grow with ``N * S``: the twin of every fast
+path and the fallback for inputs a kernel does not take, not a fast path itself.
 """
 
 from __future__ import annotations
