@@ -93,9 +93,9 @@ AUTO: dict[str, dict[str, tuple[str, str]]] = {
     "cpu": {
         "eager": ("sdpa", "measured fastest on CPU in eager passes (one call per row, or "
                   "one for rows alike; no compile step)"),
-        "compiled": ("flex", "traced into the compiled graph, one launch per layer: in the "
-                     "engine on CPU (batch 8) flex 52.5 tok/s, sdpa 51.6 (an opaque op: "
-                     "untraceable), reference 37.3 (bench/results/cpu_attention_passes.md)"),
+        "compiled": ("flex", "traced into the compiled graph; in the engine on CPU (batch 8) "
+                     "flex 52.5 tok/s, sdpa 51.6 (not traceable: an opaque op there), "
+                     "reference 37.3 (bench/results/cpu_attention_passes.md)"),
         "graphs": ("flex", "as compiled passes (CPU has no CUDA graphs)"),
     },
     "cuda": {
