@@ -1,21 +1,13 @@
 """The ``torch.ops.bass`` custom ops: one ragged-attention family, and the ragged KV append.
 
-Importing this module (``import bass`` does) registers, in namespace ``bass``:
-
-* ``bass::ragged_attention(q, k, v, q_lens, kv_lens, scale, impl="auto")``: padded
-  queries ``[B, Hq, T, D]``, the public contract other models call (see
-  :func:`ragged_attention`);
-* ``bass::ragged_attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl="auto")``:
-  every row's new tokens in one flat ``[1, Hq, N, D]`` batch, what the engine's passes use
-  (see :func:`ragged_attention_packed`);
-* ``bass::kv_append`` and ``bass::kv_append_packed``: a pass's new keys and values written
-  into preallocated caches at per-row offsets (they mutate the caches).
-
-Both attention ops are served by one family of implementations through one dispatch
-(:mod:`~bass.ops.plan`); :mod:`~bass.ops.contract` holds the schemas, fakes and checks,
-and each implementation has its own module (:mod:`~bass.ops.reference`,
-:mod:`~bass.ops.sdpa`, :mod:`~bass.ops.flex`, :mod:`~bass.ops.fused`,
-:mod:`~bass.ops.cutlass`). ``bass ops`` lists them.
+Importing this module (``import bass`` does) registers, in namespace ``bass``, the
+attention ops ``bass::ragged_attention`` (padded queries ``[B, Hq, T, D]``, the public
+contract other models call) and ``bass::ragged_attention_packed`` (every row's tokens in
+one flat ``[1, Hq, N, D]`` batch, what the engine's passes use), and ``bass::kv_append``
+and ``bass::kv_append_packed`` (they write a pass's keys and values into the caches).
+One family of implementations serves both attention ops through one dispatch
+(:mod:`~bass.ops.plan`; schemas, fakes and checks: :mod:`~bass.ops.contract`; one module
+per implementation); ``bass ops`` lists them.
 
 The ragged convention, used everywhere in bass: lengths are int32 tensors (Python lists
 would recompile on every new value), ``[B]`` per row, or ``cu_q_lens`` ``[B+1]`` row
@@ -64,15 +56,9 @@ __all__ = [
 ]
 
 
-def ragged_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    scale: float,
-    impl: str = "auto",
-) -> torch.Tensor:
+def ragged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: torch.Tensor,
+                     kv_lens: torch.Tensor, scale: float, impl: str = "auto"
+                     ) -> torch.Tensor:  # fmt: skip
     """Causal attention of ragged new queries over per-row KV caches.
 
     ``torch.ops.bass.ragged_attention`` (this function calls it). Row ``b``'s query ``i <
@@ -112,15 +98,9 @@ def ragged_attention(
     return torch.ops.bass.ragged_attention(q, k, v, q_lens, kv_lens, scale, impl)
 
 
-def ragged_attention_packed(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    scale: float,
-    impl: str = "auto",
-) -> torch.Tensor:
+def ragged_attention_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            cu_q_lens: torch.Tensor, kv_lens: torch.Tensor, scale: float,
+                            impl: str = "auto") -> torch.Tensor:  # fmt: skip
     """Causal attention of packed new queries over per-row KV caches.
 
     ``torch.ops.bass.ragged_attention_packed`` (this function calls it). Token ``j`` with
@@ -159,14 +139,9 @@ def ragged_attention_packed(
     return torch.ops.bass.ragged_attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl)
 
 
-def kv_append(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_new: torch.Tensor,
-    v_new: torch.Tensor,
-    cache_lens: torch.Tensor,
-    new_lens: torch.Tensor,
-) -> None:
+def kv_append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
+              v_new: torch.Tensor, cache_lens: torch.Tensor, new_lens: torch.Tensor
+              ) -> None:  # fmt: skip
     """Write a step's new keys and values into per-row caches, in place.
 
     ``torch.ops.bass.kv_append`` (this function calls it): for ``i < new_lens[b]``,
@@ -196,14 +171,9 @@ def kv_append(
     torch.ops.bass.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
 
 
-def kv_append_packed(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_new: torch.Tensor,
-    v_new: torch.Tensor,
-    cu_q_lens: torch.Tensor,
-    cache_lens: torch.Tensor,
-) -> None:
+def kv_append_packed(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
+                     v_new: torch.Tensor, cu_q_lens: torch.Tensor, cache_lens: torch.Tensor
+                     ) -> None:  # fmt: skip
     """Write a packed pass's new keys and values into per-row caches, in place.
 
     ``torch.ops.bass.kv_append_packed`` (this function calls it). Token ``j`` of row ``b``

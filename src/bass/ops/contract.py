@@ -103,7 +103,10 @@ def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **ten
         if t.dim() != 1 or t.shape[0] != size:
             why = f" (row offsets, starting at 0; B = {B} rows in the cache)" if size > B else ""
             raise ValueError(f"{name} must have shape {what} = [{size}]{why}, got {_shape(t)}")
-    _check_same_device(**tensors, **dict((rows, other)))
+    tensors.update((rows, other))
+    if len({t.device for t in tensors.values()}) > 1:
+        listing = ", ".join(f"{n} on {t.device}" for n, t in tensors.items())
+        raise ValueError(f"all tensors must be on one device, got {listing}")
 
 
 def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
@@ -126,12 +129,6 @@ def _check_floats(layouts: dict[str, str], **tensors) -> None:
             raise ValueError(f"{name} must be 4-D {layouts[name]}, got shape {_shape(t)}")
         if t.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
-
-
-def _check_same_device(**tensors: torch.Tensor) -> None:
-    if len({t.device for t in tensors.values()}) > 1:
-        listing = ", ".join(f"{n} on {t.device}" for n, t in tensors.items())
-        raise ValueError(f"all tensors must be on one device, got {listing}")
 
 
 def check_attention(q, k, v, lens, kv_lens, scale, packed: bool) -> None:
@@ -209,8 +206,7 @@ def q_lens_of_cu(op: str, cu: Sequence[int], N: int, n_name: str = "q.shape[2]")
     if cu[-1] > N:
         raise ValueError(
             f"{op}: cu_q_lens[B] = {cu[-1]} tokens but the pass has N = {N} ({n_name}); "
-            "tokens past "
-            "cu_q_lens[B] are padding, the rows' tokens must fit in N"
+            "tokens past cu_q_lens[B] are padding, the rows' tokens must fit in N"
         )
     return q_lens
 
@@ -225,23 +221,15 @@ def check_rows(op: str, q_lens: Sequence[int], lens: Sequence[int], S: int, *, T
     rules = [
         (lambda n, x: n < 0, f"{q_name}[b] >= 0"),
         (lambda n, x: x < 0, f"{l_name}[b] >= 0"),
-        (
-            lambda n, x: T is not None and n > T,
-            f"{q_name}[b] <= T = {T} ({'k_new' if append else 'q'}.shape[2])",
-        ),
-    ]
-    if append:
-        rules.append(
-            (lambda n, x: x + n > S,
-             f"cache_lens[b] + {q_name}[b] <= S = {S}: the cache is full; allocate a larger one")
-        )  # fmt: skip
-    else:
-        rules += [
-            (lambda n, x: x > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
-            (lambda n, x: n > x,
-             f"{q_name}[b] <= kv_lens[b] (the new tokens are the last keys of their row; "
-             "append them first)"),
-        ]  # fmt: skip
+        (lambda n, x: T is not None and n > T,
+         f"{q_name}[b] <= T = {T} ({'k_new' if append else 'q'}.shape[2])"),
+        *([(lambda n, x: x + n > S,
+            f"cache_lens[b] + {q_name}[b] <= S = {S}: the cache is full; allocate a larger one")]
+          if append else
+          [(lambda n, x: x > S, f"kv_lens[b] <= S = {S} (the cache size, k.shape[2])"),
+           (lambda n, x: n > x, f"{q_name}[b] <= kv_lens[b] (the new tokens are the last keys "
+            "of their row; append them first)")]),
+    ]  # fmt: skip
     for test, what in rules:
         for b, (n, x) in enumerate(zip(q_lens, lens)):
             if test(n, x):
@@ -252,8 +240,7 @@ def check_rows(op: str, q_lens: Sequence[int], lens: Sequence[int], S: int, *, T
 
 
 # --------------------------------------------------------------------------- fakes
-# Shapes only: an attention output in q's dtype (token-major for the packed op, as every
-# implementation returns it; contiguous for the padded op); the appends return nothing.
+# Shapes only; the packed op's output token-major, as every implementation returns it.
 
 
 @torch.library.register_fake("bass::ragged_attention", lib=lib)

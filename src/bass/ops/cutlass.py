@@ -1,5 +1,5 @@
 """``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT on CUTLASS (CUDA), selectable
-by name (not in ``auto``). Compiled by nvcc in CI; not yet run on a GPU.
+by name (not in ``auto``). Timed on an H100, not yet checked against the reference there.
 
 Both follow the BASS paper (arXiv 2404.15778, Fig. 4b/4c): two GEMMs with a masked softmax
 (a Triton kernel, :func:`masked_softmax`) between them, per (batch row, KV head); the query
@@ -13,16 +13,14 @@ heads sharing a KV head are the ``G*T`` rows of one problem (GQA).
   per (row, KV head) of ``((G-1)*T + q_len) x kv_len``, sizes and pointers computed on the
   device (no host read). It never reads past ``kv_len``.
 
-Both take float16/bfloat16 with ``D % 8 == 0``; other inputs run the reference. A pass's
-tokens are gathered into rows of the longest row's query count
-(:func:`bass.ops.reference.row_slots`) and scattered back. The probabilities are rounded
-to the input dtype before the second GEMM (as in the paper and flash attention).
+Both take float16/bfloat16 with ``D % 8 == 0`` (other inputs run the reference), on a
+pass's tokens gathered into rows (:func:`bass.ops.reference.row_slots`); probabilities are
+rounded to the input dtype before the second GEMM (as in the paper and flash attention).
 
-The kernels live in ``libbass_cutlass.so``, built from ``cutlass_kernels/`` by ``python
-cutlass_kernels/build.py`` into ``$BASS_CUTLASS_CACHE`` (default ``~/.cache/bass/cutlass``);
-``$BASS_CUTLASS_LIB`` names a library explicitly. Importing this module touches no CUDA or
-nvcc: the library is loaded with ctypes on first use (:func:`unavailable_reason` says why
-it cannot be).
+The kernels live in ``libbass_cutlass.so``, built by ``python cutlass_kernels/build.py``
+into ``$BASS_CUTLASS_CACHE`` (default ``~/.cache/bass/cutlass``) or named by
+``$BASS_CUTLASS_LIB``, loaded with ctypes on first use (import touches no CUDA or nvcc;
+:func:`unavailable_reason` says why it cannot be).
 """
 
 from __future__ import annotations
@@ -37,12 +35,7 @@ from pathlib import Path
 import torch
 
 from . import reference
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # importable without Triton (then masked_softmax raises)
-    triton = tl = None
+from .fused import _jit, _next_pow2, tl, triton  # triton None: masked_softmax raises
 
 __all__ = ["available", "library_path", "masked_softmax", "unavailable_reason"]
 
@@ -71,18 +64,6 @@ def _build_module():
     return module
 
 
-def _cache_root() -> Path:
-    env = os.environ.get("BASS_CUTLASS_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "bass" / "cutlass"
-
-
-def _wanted_arch() -> str:
-    """The build to load: sm_90a unless the current GPU is an sm_8x one (then sm_80)."""
-    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 8:
-        return "80"
-    return "90"
-
-
 def library_path() -> tuple[Path | None, str]:
     """The library this process would load, or ``None`` and the reason there is none.
 
@@ -93,13 +74,16 @@ def library_path() -> tuple[Path | None, str]:
     if env:
         path = Path(env).expanduser()
         return (path, "from $BASS_CUTLASS_LIB") if path.is_file() else (None, f"{env} missing")
-    arch = _wanted_arch()
+    # sm_90a unless the current GPU is an sm_8x one (then sm_80)
+    sm8 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 8
+    arch = "80" if sm8 else "90"
     try:
         builder = _build_module()
         want = builder.source_hash(arch) if builder is not None else None
     except (OSError, ValueError) as e:  # pragma: no cover - broken checkout
         return None, f"cannot hash cutlass_kernels/: {e}"
-    root = _cache_root()
+    env = os.environ.get("BASS_CUTLASS_CACHE")
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "bass" / "cutlass"
     builds = sorted(root.glob("*/build.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for info_path in builds:
         try:
@@ -186,10 +170,6 @@ def unavailable_reason() -> str | None:
 # tests/ops/test_cutlass.py.
 
 
-def _jit(fn):
-    return fn if triton is None else triton.jit(fn)
-
-
 @_jit
 def _masked_softmax_kernel(
     scores_ptr,  # float32 [P, rows, ld]
@@ -250,23 +230,9 @@ def _masked_softmax_kernel(
         tl.store(probs_ptr + offs, prob.to(probs_ptr.dtype.element_ty), mask=inside)
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def masked_softmax(
-    scores: torch.Tensor,
-    probs: torch.Tensor,
-    q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    *,
-    heads_kv: int,
-    q_len: int,
-    group: int,
-    scale: float,
-    n_keys: int,
-    per_row_keys: bool,
-) -> None:
+def masked_softmax(scores: torch.Tensor, probs: torch.Tensor, q_lens: torch.Tensor,
+                   kv_lens: torch.Tensor, *, heads_kv: int, q_len: int, group: int, scale: float,
+                   n_keys: int, per_row_keys: bool) -> None:  # fmt: skip
     """Write ``probs`` (``[P, rows, ld]``, fp16/bf16) from ``scores`` (same, float32).
 
     ``P = B * heads_kv``; query rows ``r < group * q_len`` are ``r = g * q_len + t``.
@@ -288,22 +254,9 @@ def masked_softmax(
     block_r = min(64, max(8, _next_pow2(ld)))
     block_s = max(16, 4096 // block_r)
     grid = (n_problems, triton.cdiv(ld, block_r))
-    _masked_softmax_kernel[grid](
-        scores,
-        probs,
-        q_lens,
-        kv_lens,
-        n_keys,
-        rows * ld,
-        ld,
-        n_rows,
-        heads_kv,
-        q_len,
-        float(scale),
-        PER_ROW_KEYS=per_row_keys,
-        BLOCK_S=block_s,
-        BLOCK_R=block_r,
-    )
+    _masked_softmax_kernel[grid](scores, probs, q_lens, kv_lens, n_keys, rows * ld, ld, n_rows,
+                                 heads_kv, q_len, float(scale), PER_ROW_KEYS=per_row_keys,
+                                 BLOCK_S=block_s, BLOCK_R=block_r)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the computation
@@ -323,10 +276,6 @@ def _call(lib: ctypes.CDLL, name: str, *args) -> None:
         raise RuntimeError(f"bass_cutlass_{name} failed (status {status}): {message}")
 
 
-def _round8(n: int) -> int:
-    return (n + 7) // 8 * 8
-
-
 def _gemm_ready(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """``t`` ([B, H, S, D]) laid out for the kernels, and its per-(b, h) slab stride.
 
@@ -339,15 +288,8 @@ def _gemm_ready(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     for attempt in (t, t.clone(memory_format=torch.contiguous_format)):
         s0, s1, s2, s3 = attempt.stride()
         slab = s0 if H == 1 else s1
-        uniform = H == 1 or B == 1 or s0 == H * s1
-        if (
-            s3 == 1
-            and s2 % 8 == 0
-            and slab % 8 == 0
-            and s0 % 8 == 0
-            and uniform
-            and attempt.data_ptr() % 16 == 0
-        ):
+        uniform = (H == 1 or B == 1 or s0 == H * s1) and attempt.data_ptr() % 16 == 0
+        if s3 == 1 and s2 % 8 == s0 % 8 == slab % 8 == 0 and uniform:
             return attempt, slab
     raise AssertionError("a fresh contiguous tensor with D % 8 == 0 qualifies")  # pragma: no cover
 
@@ -358,21 +300,25 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-def _stream(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+def _shapes(q, k) -> tuple:
+    """The library and a call's sizes: ``B, Hq, T, D, Hkv, S, G``, problems ``P = B *
+    Hkv`` of ``R = G * T`` query rows (``ld``: R rounded up to 8), dtype code, device
+    index, stream."""
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    return (_require(), B, Hq, T, D, Hkv, S, G, B * Hkv, G * T, (G * T + 7) // 8 * 8,
+            _DTYPE_CODE.get(q.dtype), q.device.index, stream)  # fmt: skip
 
 
 def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    lib = _require()
-    B, Hq, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    G, P, R = Hq // Hkv, B * Hkv, (Hq // Hkv) * T
+    lib, B, Hq, T, D, Hkv, S, G, P, R, ld, dt, dev, stream = _shapes(q, k)
     # Host read (one sync): PAD pads every row to the batch's longest cache.
     s_eff = min(int(kv_lens.max()), S) if B else 0
     if P == 0 or T == 0 or s_eff <= 0:
         return torch.zeros(B, Hq, T, D, dtype=q.dtype, device=q.device)
-    dt, dev, stream = _DTYPE_CODE[q.dtype], q.device.index, _stream(q.device)
-    ld = _round8(R)  # 3.x TMA: contiguous extents and strides are multiples of 8
+    # ld: 3.x TMA wants contiguous extents and strides that are multiples of 8
     q3 = _aligned(q).view(P, R, D)
     if ld != R:
         q_pad = q3.new_zeros(P, ld, D)
@@ -396,16 +342,11 @@ def _pad(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    lib = _require()
-    B, Hq, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    G, P, R = Hq // Hkv, B * Hkv, (Hq // Hkv) * T
+    lib, B, Hq, T, D, Hkv, S, G, P, R, ld, dt, dev, stream = _shapes(q, k)
     # Rows past each problem's last valid query row are never written: start from zeros.
     out = torch.zeros(B, Hq, T, D, dtype=q.dtype, device=q.device)
     if P == 0 or T == 0 or S == 0:
         return out
-    dt, dev, stream = _DTYPE_CODE[q.dtype], q.device.index, _stream(q.device)
-    ld = _round8(R)
     q = _aligned(q)
     k, _ = _gemm_ready(k)
     v, _ = _gemm_ready(v)
@@ -428,17 +369,14 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
     return out
 
 
-def _run(kind, q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
-    with torch.cuda.device(q.device):
-        return (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
-
-
 # The kernels as opaque ops on padded rows [B, Hq, T, D] (ctypes launches that Inductor
 # cannot see into), returning [B, Hq, T, D] contiguous.
 def _define(kind: str) -> None:
     def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: torch.Tensor,
                kv_lens: torch.Tensor, scale: float) -> torch.Tensor:  # fmt: skip
-        return _run(kind, q, k, v, q_lens, kv_lens, scale).contiguous()
+        with torch.cuda.device(q.device):
+            out = (_pad if kind == "pad" else _split)(q, k, v, q_lens, kv_lens, float(scale))
+        return out.contiguous()
 
     op = torch.library.custom_op(f"bass::ragged_attention_{kind}", kernel, mutates_args=(),
                                  device_types="cuda")  # fmt: skip
@@ -447,13 +385,6 @@ def _define(kind: str) -> None:
 
 _define("pad")
 _define("split")
-
-
-def unsupported(q: torch.Tensor) -> bool:
-    """Inputs the kernels do not take (they run the reference): fp16/bf16 with D % 8 == 0
-    only."""
-    D = q.shape[-1]
-    return q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0
 
 
 def prepare(plan) -> tuple:
@@ -468,7 +399,8 @@ def runner(kind: str):
 
     def run(state, q, k, v, scale: float) -> torch.Tensor:
         src, back, starts, q_lens, kv_lens = state
-        if unsupported(q):
+        D = q.shape[-1]
+        if q.dtype not in _DTYPE_CODE or D == 0 or D % 8 != 0:  # the kernels' inputs only
             return reference.attention(q, k, v, starts, q_lens, kv_lens, scale)
         rows = reference.to_rows(q, src).contiguous()  # [B, Hq, T, D]
         return reference.from_rows(op(rows, k, v, q_lens, kv_lens, scale), back)

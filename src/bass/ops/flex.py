@@ -1,10 +1,8 @@
 """``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer.
 
-``auto``'s pick on CUDA for compiled and CUDA-graph passes (:mod:`bass.ops.plan`). On the
-CPU it compiles to Inductor's C++ flex template, on CUDA to its Triton template, through
-the same Python code here, which is what the CPU tests check. Checked against the
-reference on an H100 in eager, compiled and CUDA-graph passes
-(bench/results/gpu/2026-11-26-h100).
+``auto``'s pick for compiled and CUDA-graph passes (:data:`bass.ops.plan.AUTO`): the same
+code compiles to Inductor's C++ flex template on the CPU (what the CPU tests check) and its
+Triton template on CUDA (checked against the reference on an H100 in every pass kind).
 
 Layout. FlexAttention takes queries ``[B, Hq, T, D]`` over keys ``[B, Hkv, S, D]`` of the
 same batch, so the cache is used as it is (GQA natively) and the pass's tokens are
@@ -22,13 +20,10 @@ Row 0's queries sit at positions 127, 128, 129: key block 0 (keys 0..127) is *fu
 first query already sees all of it), block 1 *partial* (keys 128, 129, seen by the later
 queries only). Row 1's query sits at position 1: block 0 is partial (keys 0, 1 of it).
 
-Keys past a row's ``kv_len`` inside a partial block are masked out of the scores, but the
-kernels multiply their values by a zero weight: a NaN or Inf stored there would reach the
-output (0 * NaN is NaN). bass's caches are zero-initialised and hold only values a model
-produced, so this never arises in the engine; a cache from ``torch.empty`` must be
-zeroed before use with this implementation (``reference``, ``sdpa`` and ``fused`` read
-nothing past ``kv_len``). float64 inputs and head dims flex does not take (:func:`supports`) run the
-reference instead.
+Keys past a row's ``kv_len`` inside a partial block are masked out of the scores, but their
+values get a zero weight: a NaN or Inf stored there reaches the output (0 * NaN is NaN).
+bass's caches are zero-initialised; a cache from ``torch.empty`` must be zeroed before use
+with ``flex``. Inputs it does not take (:func:`supports`) run the reference.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """``fused``: bass's Triton flash-attention kernel over the ragged pass, one launch per
 layer (two with split-KV), beside its launcher and op.
 
-Selectable by name on CUDA; not in ``auto`` (``flex`` is the CUDA default). The op
+``auto``'s pick on CUDA for eager passes (:data:`bass.ops.plan.AUTO`). The op
 ``bass::ragged_attention_fused`` is a ``torch.library.triton_op`` (Inductor sees the
 kernels in a compiled graph); its grid comes from shapes only, so a CUDA graph can capture
-it. In a process started with ``TRITON_INTERPRET=1`` Triton's interpreter runs the kernels
-on CPU tensors: that is how the CPU tests check them. Not yet run on a GPU.
+it. Under ``TRITON_INTERPRET=1`` Triton's interpreter runs the kernels on CPU tensors (the
+CPU tests).
 
 Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //
 Hkv`` query heads sharing that KV head are flattened with the row's query slots into the
@@ -331,7 +331,9 @@ def fused_attention(
     starts, q_lens, kv_lens = starts.contiguous(), q_lens.contiguous(), kv_lens.contiguous()
     blocks = G * N // bm + B  # >= every row's first block + its blocks: see the kernels
     if split is None:
-        splits = int(num_kv_splits(Hkv * blocks, S, _num_sms(q.device)))
+        props = torch.cuda.get_device_properties(q.device) if q.is_cuda else None
+        sms = props.multi_processor_count if props is not None else ASSUMED_SMS
+        splits = int(num_kv_splits(Hkv * blocks, S, sms))
         use_split = splits > 1
     else:
         splits, use_split = max(int(split), 1), split >= 1
@@ -361,21 +363,8 @@ def fused_attention(
     return out
 
 
-def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return ASSUMED_SMS
-
-
-def _op(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    starts: torch.Tensor,
-    q_lens: torch.Tensor,
-    kv_lens: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
+def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch.Tensor,
+        q_lens: torch.Tensor, kv_lens: torch.Tensor, scale: float) -> torch.Tensor:  # fmt: skip
     return fused_attention(q, k, v, starts, q_lens, kv_lens, scale)
 
 

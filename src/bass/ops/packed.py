@@ -1,6 +1,5 @@
-"""Names ``engine.py`` and ``options.py`` import from here (files of the engine's own
-work); this module goes when they import :func:`bass.ops.resolve` and
-:func:`bass.ops.implementations` directly."""
+"""Names ``engine.py`` and ``options.py`` import from here; this module goes when they
+import :func:`bass.ops.resolve` and :func:`bass.ops.implementations` directly."""
 
 from __future__ import annotations
 
@@ -12,11 +11,8 @@ from .plan import Implementation, implementations, resolve
 def resolve_packed_implementation(
     impl: str, device: torch.device, planned: bool = True
 ) -> Implementation:
-    """The implementation ``impl`` names on ``device`` (an error saying why when it cannot
-    run there); see :func:`bass.ops.resolve`."""
+    """``resolve(impl, device)[0]``: an error saying why when it cannot run there."""
     return resolve(impl, device)[0]
 
 
-def packed_implementations(device: str | torch.device | None = None) -> list[str]:
-    """See :func:`bass.ops.implementations`."""
-    return implementations(device)
+packed_implementations = implementations  # see bass.ops.implementations

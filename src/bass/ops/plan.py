@@ -93,9 +93,10 @@ AUTO: dict[str, dict[str, tuple[str, str]]] = {
     "cpu": {
         "eager": ("sdpa", "measured fastest on CPU in eager passes (one call per row, or "
                   "one for rows alike; no compile step)"),
-        "compiled": ("reference", "the dense masked attention Inductor fuses, today's "
-                     "compiled path; flex (one launch) is not yet measured against it here"),
-        "graphs": ("reference", "as compiled passes (CPU has no CUDA graphs)"),
+        "compiled": ("flex", "traced into the compiled graph; in the engine on CPU (batch 8) "
+                     "flex 52.5 tok/s, sdpa 51.6 (not traceable: an opaque op there), "
+                     "reference 37.3 (bench/results/cpu_attention_passes.md)"),
+        "graphs": ("flex", "as compiled passes (CPU has no CUDA graphs)"),
     },
     "cuda": {
         "eager": ("fused", "bass's Triton flash kernel, one launch per layer: on an H100 it "
@@ -136,14 +137,10 @@ def resolve(impl: str, device: torch.device, kind: str = "eager") -> tuple[Imple
                 f"available on {device.type}: {here}"
             )
         return found, "named explicitly"
-    forced = os.environ.get(AUTO_OVERRIDE)
-    name, why = (
-        (forced, f"${AUTO_OVERRIDE}")
-        if forced
-        else AUTO.get(device.type, {}).get(
-            kind, ("reference", f"no implementation chosen for {device.type} {kind} passes")
-        )
-    )
+    unset = ("reference", f"no implementation chosen for {device.type} {kind} passes")
+    name, why = AUTO.get(device.type, {}).get(kind, unset)
+    if os.environ.get(AUTO_OVERRIDE):
+        name, why = os.environ[AUTO_OVERRIDE], f"${AUTO_OVERRIDE}"
     found = IMPLEMENTATIONS[name]
     missing = found.unavailable() or (None if device.type in found.devices else "wrong device")
     if missing is None:
@@ -180,21 +177,9 @@ class Plan:
     ([7, 4, 2], 4, torch.Size([1, 2, 5, 8]))
     """
 
-    def __init__(
-        self,
-        impl: str,
-        starts,
-        q_lens,
-        kv_lens,
-        num_tokens: int,
-        cache_size: int,
-        *,
-        kind: str = "eager",
-        host: HostLengths | None = None,
-        width: int | None = None,
-        cu_q_lens=None,
-        cache_lens=None,
-    ):
+    def __init__(self, impl: str, starts, q_lens, kv_lens, num_tokens: int, cache_size: int, *,
+                 kind: str = "eager", host: HostLengths | None = None, width: int | None = None,
+                 cu_q_lens=None, cache_lens=None):  # fmt: skip
         self.device = q_lens.device
         self.kind = kind
         self.impl, self.reason = resolve(impl, self.device, kind)
@@ -213,18 +198,9 @@ class Plan:
             self._index = reference.append_index(host.q_lens, caches, self.device)
 
     @classmethod
-    def for_pass(
-        cls,
-        impl: str,
-        q_lens: Sequence[int],
-        cache_lens: Sequence[int],
-        num_tokens: int,
-        cu_q_lens,
-        cache_lens_t,
-        kv_lens_t,
-        cache_size: int,
-        kind: str = "eager",
-    ) -> Plan:
+    def for_pass(cls, impl: str, q_lens: Sequence[int], cache_lens: Sequence[int], num_tokens: int,
+                 cu_q_lens, cache_lens_t, kv_lens_t, cache_size: int, kind: str = "eager"
+                 ) -> Plan:  # fmt: skip
         """An engine's packed pass: row ``b`` brings ``q_lens[b]`` tokens after
         ``cache_lens[b]`` cached (host lists); the device tensors ``cu_q_lens`` ``[B+1]``,
         ``cache_lens_t`` and ``kv_lens_t`` ``[B]``."""
@@ -271,18 +247,28 @@ def _host_index(q_lens: tuple, cache_lens: tuple) -> tuple:
     return reference.append_index(q_lens, cache_lens, "cpu")
 
 
+def _read(op, lens, other, N, S, packed: bool, T=None, append=False, host=False):
+    """The one host read of an op's lengths (``cu_q_lens`` when ``packed``) where ``host``
+    asks for them or checks are on (then checked): ``(raw, q_lens, other)`` lists, or None."""
+    checking = contract.checking_lengths(lens, other)
+    if not (host or checking):
+        return None
+    raw, rest = lens.tolist(), other.tolist()
+    n_name = "k_new.shape[2]" if append else "q.shape[2]"
+    q = contract.q_lens_of_cu(op, raw, N, n_name) if packed else raw
+    if checking:
+        check_rows(op, q, rest, S, T=T, append=append, cu=raw if packed else None)
+    return raw, q, rest
+
+
 def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
     device = lens.device
-    found, _ = resolve(impl, device, "eager")
     B = kv_lens.shape[0]
-    if device.type == "cpu" or found.host_lengths or contract.checking_lengths(lens, kv_lens):
-        raw, kv = lens.tolist(), kv_lens.tolist()  # the one host read of the lengths
-        q = contract.q_lens_of_cu(op, raw, N) if packed else raw
-        if contract.checking_lengths(lens, kv_lens):
-            check_rows(op, q, kv, S, T=width, cu=raw if packed else None)
-        if device.type == "cpu" or found.host_lengths:
-            starts = raw[:-1] if packed else [b * width for b in range(B)]
-            return _host_plan(impl, device, N, S, width, tuple(starts), tuple(q), tuple(kv))
+    if device.type == "cpu" or resolve(impl, device, "eager")[0].host_lengths:
+        raw, q, kv = _read(op, lens, kv_lens, N, S, packed, width, host=True)
+        starts = raw[:-1] if packed else [b * width for b in range(B)]
+        return _host_plan(impl, device, N, S, width, tuple(starts), tuple(q), tuple(kv))
+    _read(op, lens, kv_lens, N, S, packed, width)
     if packed:
         return Plan(impl, lens[:-1], lens.diff(), kv_lens, N, S, width=width, cu_q_lens=lens)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=device) * width
@@ -311,15 +297,11 @@ def _attention_padded(q, k, v, q_lens, kv_lens, scale, impl="auto"):
 def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True)
     check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
-    N, S = k_new.shape[2], k_cache.shape[2]
-    if k_cache.device.type == "cpu" or contract.checking_lengths(cu_q_lens, cache_lens):
-        cu, lens = cu_q_lens.tolist(), cache_lens.tolist()
-        q_lens = contract.q_lens_of_cu("kv_append_packed", cu, N, "k_new.shape[2]")
-        if contract.checking_lengths(cu_q_lens, cache_lens):
-            check_rows("kv_append_packed", q_lens, lens, S, append=True, cu=cu)
-        if k_cache.device.type == "cpu":  # one index per set of lengths
-            index = _host_index(tuple(q_lens), tuple(lens))
-            return reference.append_at(k_cache, v_cache, k_new, v_new, index)
+    N, S, cpu = k_new.shape[2], k_cache.shape[2], k_cache.device.type == "cpu"
+    read = _read("kv_append_packed", cu_q_lens, cache_lens, N, S, True, append=True, host=cpu)
+    if cpu:  # one index per set of lengths
+        index = _host_index(tuple(read[1]), tuple(read[2]))
+        return reference.append_at(k_cache, v_cache, k_new, v_new, index)
     reference.append(k_cache, v_cache, k_new, v_new, cu_q_lens[:-1], cu_q_lens.diff(), cache_lens)
 
 
@@ -327,10 +309,7 @@ def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
     check_no_grad("bass.kv_append", k_new=k_new, v_new=v_new)
     B, H, T, D = k_new.shape
-    if contract.checking_lengths(cache_lens, new_lens):
-        check_rows(
-            "kv_append", new_lens.tolist(), cache_lens.tolist(), k_cache.shape[2], T=T, append=True
-        )
+    _read("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T
     flat = [t.transpose(0, 1).reshape(1, H, B * T, D) for t in (k_new, v_new)]
     reference.append(k_cache, v_cache, *flat, starts, new_lens, cache_lens)

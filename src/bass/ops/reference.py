@@ -1,10 +1,9 @@
 """``reference``: the pure-PyTorch implementation, and the helpers of the one layout
 (:mod:`bass.ops.plan`) that other implementations share (row gathers, the KV append).
 
-The reference is vectorised over tokens and heads, reads no length on the host (a CUDA
-graph can capture it) and computes in float32 (float64 stays float64). Time and memory
-grow with ``N * S``: it is the CPU-checkable twin of every fast path and the fallback for
-inputs a kernel does not take, not a fast path itself.
+Vectorised over tokens and heads, no host read (a CUDA graph can capture it), float32
+math (float64 stays float64); time and memory grow with ``N * S``: the twin of every fast
+path and the fallback for inputs a kernel does not take, not a fast path itself.
 """
 
 from __future__ import annotations
@@ -16,10 +15,6 @@ from .contract import token_major
 # Elements of K (and as many of V) the reference gathers per chunk of tokens: the memory
 # it needs beyond its output. Shapes alone set the chunks (CUDA-graph safe).
 GATHER_BUDGET = 1 << 25
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def token_rows(starts: torch.Tensor, q_lens: torch.Tensor, n: int):
@@ -78,7 +73,7 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
     out = token_major(q, zero=True)  # padding tokens stay 0
     if N == 0 or B == 0 or S == 0:
         return out
-    cdt = compute_dtype(q.dtype)
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
     row, i, live = token_rows(starts, q_lens, N)
     pos = (kv_lens - q_lens).to(torch.long).index_select(0, row) + i  # absolute position
     # token j sees keys 0..pos[j] of its row, all within kv_len: a NaN left in a slot past

@@ -2,11 +2,9 @@
 analogue), planned once per pass from host lengths.
 
 Row ``b``'s ``q_lens[b]`` queries attend to its first ``kv_lens[b]`` keys (bottom-right
-causal), so no padded work is done. Rows of similar lengths that all bring the same number
-of tokens, or decode rows that are most of the batch, share ONE call over the cache padded
-to the longest of them (:data:`BATCH_MIN_FILL`). fp16/bf16 compute in float32, rounded
-once. Host lengths are free on a CPU, where it is ``auto``'s pick for eager passes
-(``bench/results/cpu_kernels.md``); on a GPU it is a launch per row, never ``auto``'s pick.
+causal), so no padded work is done, except where rows alike share one call
+(:data:`BATCH_MIN_FILL`). fp16/bf16 compute in float32, rounded once. Host lengths are free
+on a CPU, where it is ``auto``'s pick for eager passes; on a GPU it is a launch per row.
 """
 
 from __future__ import annotations
@@ -61,7 +59,7 @@ class SdpaPlan:
                 )
         done = self.batch.chosen if self.batch is not None else ()
         self.rows = [
-            (b, starts[b], n, L, _causal_mask(n, L, device), 1 < n == L)
+            _row(b, starts[b], n, L, device)
             for b, (n, L) in enumerate(zip(q_lens, kv_lens))
             if n > 0 and b not in done
         ]
@@ -83,13 +81,14 @@ class SdpaPlan:
         return out
 
 
-def _causal_mask(n: int, L: int, device=None) -> torch.Tensor | None:
-    """``[n, L]``: query ``i`` sits at position ``L - n + i`` (bottom-right causal); None
-    where no mask is needed (one query) or ``is_causal`` does it (``n == L``)."""
+def _row(b: int, start: int, n: int, L: int, device) -> tuple:
+    """Row ``b`` in a call of its own: ``(b, start, n, L, mask, is_causal)``, the mask ``[n,
+    L]`` putting query ``i`` at position ``L - n + i`` (bottom-right causal); None where no
+    mask is needed (one query) or ``is_causal`` does it (``n == L``)."""
     if n == 1 or n == L:
-        return None
+        return b, start, n, L, None, n > 1
     keys, queries = torch.arange(L, device=device), torch.arange(n, device=device)
-    return keys[None] <= queries[:, None] + (L - n)
+    return b, start, n, L, keys[None] <= queries[:, None] + (L - n), False
 
 
 def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
@@ -103,11 +102,10 @@ def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
 
 
 class _Batch:
-    """Rows in one SDPA call over every cache row (a view), padded to the longest chosen
-    row ``top``, each row masked to its own causal window. ``uniform``: every row brings
-    ``n`` tokens back to back (queries and output are views of the flat ones); else the
-    chosen rows decode one token, gathered, and the other rows attend to key 0, dropped.
-    """
+    """Rows in one SDPA call over every cache row padded to ``top``, each masked to its own
+    causal window. ``uniform``: every row brings ``n`` tokens back to back (queries and
+    output are views of the flat ones); else the chosen rows decode one token, gathered,
+    and the other rows attend to key 0, dropped."""
 
     def __init__(self, chosen, starts, kv, n: int, uniform: bool, top: int, device):
         B = len(kv)
@@ -130,10 +128,7 @@ class _Batch:
     def fallback(self) -> list:
         """The chosen rows as one call each (a batched result was not finite)."""
         chosen, starts, kv, device = self._fallback
-        n = self.n
-        return [
-            (b, starts[b], n, kv[b], _causal_mask(n, kv[b], device), 1 < n == kv[b]) for b in chosen
-        ]
+        return [_row(b, starts[b], self.n, kv[b], device) for b in chosen]
 
     def run(self, q, k, v, out, scale, gqa, check_finite: bool) -> bool:
         """Run the batched rows into ``out``; False (nothing written) when the result is
@@ -163,5 +158,4 @@ def prepare(plan) -> SdpaPlan:
     return SdpaPlan(host.starts, host.q_lens, host.kv_lens, plan.num_tokens, plan.device, cpu)
 
 
-def run(state: SdpaPlan, q, k, v, scale: float) -> torch.Tensor:
-    return state.run(q, k, v, scale)
+run = SdpaPlan.run
