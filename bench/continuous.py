@@ -1,0 +1,663 @@
+"""Continuous batching against static chunks and transformers' own, on a many-prompt job.
+
+``python bench/continuous.py``: the embedded default model (SmolLM2-135M-Instruct, CPU),
+the 64 chat prompts of ``_prompts.CHAT_MIXED`` in the chat template, greedy, at most
+``--max-new-tokens`` (192) new tokens a row, every row ending at eos: the answers' lengths
+spread from a few tokens to the cap, so a batch that waits for its longest row idles.
+``--rows`` (16) rows generate at once. Methods, side by side in one run, each in its own
+process (its peak RSS is that method's peak memory; loading the model is timed apart and
+not counted in tokens/s):
+
+* ``transformers-generate_batch``: transformers' continuous batching,
+  ``model.generate_batch`` (paged KV cache), its settings left at their defaults except
+  greedy decoding with the same max_new_tokens and eos, ``max_requests_per_batch=--rows``
+  (the requests in one forward pass: its concurrency) and ``num_blocks``: a KV cache for
+  ``--rows`` requests of the longest prompt plus the cap (its CPU default takes 60% of the
+  free RAM; ``--hf-num-blocks 0`` keeps that default). What was used is recorded;
+* ``bass-static-off``, ``bass-static``: :class:`bass.Generator` on consecutive chunks of
+  ``--rows`` prompts, one ``generate`` call each (every chunk waits for its longest row:
+  bass before continuous batching), drafting off and the default drafter (n-gram, default
+  policy);
+* ``bass-continuous-off``, ``bass-continuous``: one ``generate`` call over all prompts with
+  ``max_rows=--rows`` (a finished row's slot goes to the next prompt), drafting off and n-gram;
+* ``cli``: the same job through ``python -m bass generate --prompts-file F --batch-size
+  ROWS --max-new-tokens N --output O --no-progress`` (n-gram): the wall time of the whole
+  command (model load included) and the tokens/s its summary prints.
+
+The bass and transformers methods run a short warm-up generation (one prompt, two tokens)
+first, timed and reported, not counted. Reported per method: new tokens, wall seconds,
+tokens/s, peak RSS, load (and setup: bass's CPU calibration) seconds, the answer lengths
+(min/median/max, rows cut at the cap) and tokens/s against generate_batch and against
+bass's static chunks with the same drafting. Greedy bass output does not depend on the
+batching: every bass method's rows (the CLI's: text and token counts) are checked against
+``bass-static-off`` token for token and any difference is printed loudly;
+generate_batch's rows are compared too (its attention kernels may round differently).
+
+Writes ``bench/results/cpu_continuous.{md,json}``. ``--smoke``: a tiny random Llama saved
+with a word-level tokenizer (so the CLI can load it too), a few prompts and tokens, the
+other methods in one process and the CLI in its own beside it (their imports are most of
+the run's time); writes ``smoke_continuous.*`` under ``--out`` (the tests run it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import header, run_meta
+from _prompts import CHAT_MIXED, tiny_llama
+
+RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+GB = "transformers-generate_batch"
+METHODS = (GB, "bass-static-off", "bass-static", "bass-continuous-off", "bass-continuous", "cli")
+REFERENCE = "bass-static-off"  # the rows every bass method must equal
+# the static-chunk method each method is compared with: the same drafting
+STATIC_OF = {
+    "bass-static-off": "bass-static-off",
+    "bass-continuous-off": "bass-static-off",
+    "bass-static": "bass-static",
+    "bass-continuous": "bass-static",
+    "cli": "bass-static",
+    "cli (its summary)": "bass-static",
+}
+SUMMARY = re.compile(r"tokens generated\s+(\d+) in ([\d.]+) s \(([\d.]+) tokens/s")
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def smoke_model_dir(path: Path, n_prompts: int, max_new: int) -> None:
+    """A tiny random Llama and a word-level tokenizer over its 64 ids saved in ``path``;
+    its eos is the id whose first appearance in the model's greedy answers to the smoke
+    prompts (:func:`smoke_token_prompts`) falls at the most different lengths (so rows end
+    at different times, as the real job's do)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    model = tiny_llama(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    answers = []
+    with torch.inference_mode():
+        for p in smoke_token_prompts(n_prompts):
+            ids = torch.tensor([p])
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=max_new,
+                pad_token_id=0,
+            )
+            answers.append(out[0, len(p) :].tolist())
+
+    def spread(t: int) -> tuple[int, int]:  # distinct answer lengths with eos t, rows it ends
+        ends = [a.index(t) + 1 for a in answers if t in a]
+        return len(set(ends) | ({max_new} if len(ends) < len(answers) else set())), len(ends)
+
+    eos = max(range(2, 64), key=spread)  # not <unk> or <s>
+    words = ["<unk>", "<s>"] + [f"w{i}" for i in range(2, 64)]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token=words[eos]
+    )
+    model.generation_config.eos_token_id = eos
+    model.config.eos_token_id = eos
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+def smoke_token_prompts(n: int) -> list[list[int]]:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return [
+        torch.randint(2, 64, (int(k),), generator=g).tolist()
+        for k in torch.randint(3, 12, (n,), generator=g)
+    ]
+
+
+def smoke_texts(n: int) -> list[str]:
+    return [" ".join(f"w{i}" for i in p) for p in smoke_token_prompts(n)]
+
+
+def load(model: str):
+    """``(main, tokenizer)``: the embedded default model, or a saved model directory."""
+    if model == "default":
+        from bass import load_default_pair
+
+        return load_default_pair()
+    from bass.models import load_causal_lm, load_tokenizer
+
+    return load_causal_lm(model), load_tokenizer(model)
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+def hf_settings(job: dict, prompts: list[list[int]]) -> dict:
+    """The settings given to generate_batch: greedy with the job's max_new_tokens and eos;
+    ``max_requests_per_batch`` = rows; ``num_blocks``: room for ``rows`` requests of the
+    longest prompt plus the cap (+1 page each), unless ``hf_num_blocks`` says otherwise
+    (0: transformers' default)."""
+    from transformers import ContinuousBatchingConfig
+
+    page = ContinuousBatchingConfig().page_size
+    longest = max(map(len, prompts)) + job["max_new"]
+    blocks = job["hf_num_blocks"]
+    if blocks is None:
+        blocks = job["rows"] * (math.ceil(longest / page) + 1)
+    cb = {"max_requests_per_batch": job["rows"], **({"num_blocks": blocks} if blocks else {})}
+    gen = {
+        "max_new_tokens": job["max_new"],
+        "do_sample": False,
+        "eos_token_id": job["eos"],
+        "pad_token_id": job["eos"],
+    }
+    return {"generation_config": gen, "continuous_batching_config": cb, "page_size": page}
+
+
+def run_generate_batch(main, prompts, job, warmup: bool) -> dict:
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    settings = hf_settings(job, prompts)
+    gc = GenerationConfig(**settings["generation_config"])
+    cb = ContinuousBatchingConfig(**settings["continuous_batching_config"])
+    warm = None
+    if warmup:
+        t0 = time.perf_counter()
+        short = GenerationConfig(**{**settings["generation_config"], "max_new_tokens": 2})
+        main.generate_batch(prompts[:1], generation_config=short, continuous_batching_config=cb)
+        warm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = main.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb)
+    wall = time.perf_counter() - t0
+    results = list(out.values())  # in the order of the inputs
+    errors = [r.error for r in results if r.error is not None]
+    if len(results) != len(prompts) or errors:
+        raise RuntimeError(f"generate_batch: {len(results)} of {len(prompts)} rows, {errors[:3]}")
+    seqs = [list(r.generated_tokens) for r in results]
+    return {
+        "wall_s": wall,
+        "warmup_s": warm,
+        "sequences": seqs,
+        "settings": {k: v for k, v in settings.items() if k != "page_size"}
+        | {
+            "other": "otherwise transformers' defaults (page_size "
+            f"{settings['page_size']}, FIFO scheduler, no compile, no CUDA graphs or async "
+            f"batching on a CPU, paged attention over the model's "
+            f"{main.config._attn_implementation})"
+        },
+    }
+
+
+def run_bass(main, prompts, job, method: str, warmup: bool) -> dict:
+    from bass import Generator
+    from bass.stats import GenerationStats
+
+    t0 = time.perf_counter()
+    gen = Generator(
+        main, None if method.endswith("-off") else "ngram", cpu_linear=job["cpu_linear"]
+    )
+    setup = time.perf_counter() - t0
+    kw = {"max_new_tokens": job["max_new"], "eos_token_id": job["eos"]}
+    warm = None
+    if warmup:
+        t0 = time.perf_counter()
+        gen.generate(prompts[:1], **{**kw, "max_new_tokens": 2})
+        warm = time.perf_counter() - t0
+    rows = job["rows"]
+    t0 = time.perf_counter()
+    if method.startswith("bass-static"):
+        parts = [
+            gen.generate(prompts[i : i + rows], max_rows=len(prompts[i : i + rows]), **kw)
+            for i in range(0, len(prompts), rows)
+        ]
+    else:
+        parts = [gen.generate(prompts, max_rows=rows, **kw)]
+    wall = time.perf_counter() - t0
+    st = GenerationStats.merge([p.stats for p in parts])
+    return {
+        "wall_s": wall,
+        "setup_s": setup,
+        "warmup_s": warm,
+        "sequences": [s for p in parts for s in p.sequences],
+        "finish_reasons": [f for p in parts for f in p.finish_reasons],
+        "calls": len(parts),
+        "stats": {
+            "tokens_generated": st.tokens_generated,
+            "mean_accepted": st.mean_accepted,
+            "main_passes_per_token": st.main_passes_per_token,
+            "steps": len(st.steps),
+            "max_rows": st.max_rows,
+            "kv_budget_gib": st.kv_budget_bytes / 2**30,
+            "admissions": st.admissions,
+        },
+    }
+
+
+def worker(methods: list[str], job_path: Path, result_path: Path) -> int:
+    """Run ``methods`` (in this process) on the job; write what each measured."""
+    from bass.stopping import decode
+
+    job = json.loads(job_path.read_text())
+    t0 = time.perf_counter()
+    main, tok = load(job["model"])
+    load_s = time.perf_counter() - t0
+    chat = job["chat"]
+    from bass.models import encode_prompt
+
+    prompts = [encode_prompt(tok, t, chat) for t in job["texts"]]
+    out = {}
+    for m in methods:  # each runs under its own inference or no-grad mode
+        if m == GB:
+            try:
+                r = run_generate_batch(main, prompts, job, job["warmup"])
+            except Exception as exc:  # the smoke run says why and goes on
+                if not job["smoke"]:
+                    raise
+                out[m] = {"skipped": f"generate_batch failed on the tiny model: {exc!r:.300}"}
+                continue
+        else:
+            r = run_bass(main, prompts, job, m, job["warmup"])
+        r["load_s"], load_s = load_s, None  # loaded once per process: the first method's
+        r["texts"] = [decode(tok, s) for s in r["sequences"]]
+        r["prompt_tokens"] = [len(p) for p in prompts]
+        r["rss_self_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out[m] = r
+    result_path.write_text(json.dumps(out))
+    return 0
+
+
+# ----------------------------------------------------------------------------- parent
+
+
+def start_child(argv: list[str], log: Path, threads: int | None = None):
+    """Start ``argv``, its output to ``log`` (``threads``: its torch threads, else the
+    default); :func:`finish_child` waits for it."""
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    with open(log, "w") as f:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        return proc, t0
+
+
+def finish_child(started) -> tuple[int, float, float]:
+    """The exit status, wall seconds and peak RSS (MiB, its own: ``wait4``'s rusage of that
+    one child) of a :func:`start_child` process, once it ends."""
+    proc, t0 = started
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = rc = os.waitstatus_to_exitcode(status)
+    return rc, wall, usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def start_cli(job: dict, tmp: Path):
+    """Start the job's ``python -m bass generate``; :func:`finish_cli` collects it."""
+    prompts_file, output = tmp / "prompts.txt", tmp / "cli_out.jsonl"
+    prompts_file.write_text("".join(t + "\n" for t in job["texts"]))
+    flags = ["--batch-size", str(job["rows"]), "--max-new-tokens", str(job["max_new"])]
+    flags += ["--no-progress"] + (["--main", "MODEL"] if job["model"] != "default" else [])
+    if job["cpu_linear"] is not None:  # the smoke run's: no calibration
+        flags += ["--cpu-linear", job["cpu_linear"]]
+    shown = [
+        "generate",
+        "--prompts-file",
+        "PROMPTS.txt",
+        *flags[:4],
+        "--output",
+        "OUT.jsonl",
+        *flags[4:],
+    ]
+    subst = {"PROMPTS.txt": str(prompts_file), "OUT.jsonl": str(output), "MODEL": job["model"]}
+    args = [subst.get(a, a) for a in shown]
+    threads = 1 if job["smoke"] else None  # the smoke run's two processes side by side
+    cmd = [sys.executable, "-m", "bass", *args]
+    return start_child(cmd, tmp / "cli.log", threads), shown, output
+
+
+def finish_cli(tmp: Path, started) -> dict:
+    child, shown, output = started
+    rc, wall, rss = finish_child(child)
+    text = (tmp / "cli.log").read_text()
+    if rc:
+        raise RuntimeError(f"bass generate exited with {rc}:\n{text[-3000:]}")
+    m = SUMMARY.search(text)
+    rows = sorted(
+        (json.loads(line) for line in output.read_text().splitlines()),
+        key=lambda r: r["prompt_index"],
+    )
+    return {
+        "wall_s": wall,  # the whole command: model load included
+        "rss_mib": rss,
+        "command": "python -m bass " + " ".join(shown),
+        "printed": {"tokens": int(m[1]), "seconds": float(m[2]), "tokens_per_s": float(m[3])}
+        if m
+        else None,
+        "texts": [r["completion"] for r in rows],
+        "lengths": [r["completion_tokens"] for r in rows],
+        "finish_reasons": [r["finish_reason"] for r in rows],
+    }
+
+
+def spread(lengths: list[int], cap: int) -> dict:
+    return {
+        "min": min(lengths),
+        "median": statistics.median(lengths),
+        "max": max(lengths),
+        "at_cap": sum(n >= cap for n in lengths),
+    }
+
+
+def compare(results: dict) -> dict:
+    """Per method: the rows that differ from the reference (bass-static-off) token for
+    token (the CLI: its text and token count)."""
+    ref = results.get(REFERENCE)
+    if ref is None:
+        return {}
+    out = {}
+    for m, r in results.items():
+        if m == REFERENCE:
+            continue
+        if m == "cli":
+            bad = [
+                i
+                for i, (t, n, rt, rs) in enumerate(
+                    zip(r["texts"], r["lengths"], ref["texts"], ref["sequences"], strict=True)
+                )
+                if t != rt or n != len(rs)
+            ]
+        else:
+            bad = [
+                i
+                for i, (a, b) in enumerate(zip(r["sequences"], ref["sequences"], strict=True))
+                if a != b
+            ]
+        out[m] = bad
+    return out
+
+
+def table(rows: list[dict], cap: int) -> list[str]:
+    lines = [
+        "| method | new tokens | wall s | tokens/s | vs generate_batch | vs bass static "
+        "(same drafting) | peak RSS MiB | load s | setup s | answer tokens min / median / "
+        f"max (at cap {cap}) | mean accepted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def num(x, fmt, unit=""):
+        return "" if x is None else format(x, fmt) + unit
+
+    for r in rows:
+        d = r["lengths_spread"]
+        lines.append(
+            f"| {r['method']} | {r['tokens']} | {r['wall_s']:.2f} | {r['tokens_per_s']:.1f} | "
+            f"{num(r.get('vs_generate_batch'), '.2f', 'x')} | "
+            f"{num(r.get('vs_static'), '.2f', 'x')} | "
+            f"{r['rss_mib']:.0f}{'*' if r.get('shared_process') else ''} | "
+            f"{num(r['load_s'], '.1f')} | {num(r.get('setup_s'), '.1f')} | "
+            f"{d['min']} / {d['median']:g} / {d['max']} ({d['at_cap']}) | "
+            f"{num(r.get('mean_accepted'), '.2f')} |"
+        )
+    return lines
+
+
+def to_markdown(meta: dict, rows: list[dict], mismatches: dict, extra: dict) -> str:
+    cap = meta["max_new_tokens"]
+    out = header("Continuous batching: one many-prompt job, side by side", meta)
+    out += [
+        "",
+        f"Setup: {meta['setup']}; {meta['prompts']} prompts, greedy, at most {cap} new tokens "
+        f"a row, each row ending at eos; {meta['rows']} rows at once. Each method ran in its "
+        "own process (peak RSS: that process's; `*`: methods sharing one process, the smoke "
+        "run's). tokens/s: new tokens over the generation's wall time (model load, bass's "
+        "CPU setup and a warm-up generation of one prompt and two tokens excluded; `cli`: "
+        "the whole command's wall time, model load included; `cli (its summary)`: the "
+        "tokens and seconds its summary printed, its generation alone). Ratios: tokens/s "
+        "over generate_batch's, and over bass's static chunks "
+        "with the same drafting (`-off`: drafting off; the others: n-gram, default policy).",
+        "",
+        *table(rows, cap),
+        "",
+    ]
+    if "(smoke)" in meta["setup"]:
+        out += [
+            "Smoke run: its timings mean nothing (the CLI ran beside the other process, one "
+            "torch thread each).",
+            "",
+        ]
+    if "cli" in extra:
+        c = extra["cli"]
+        p = c["printed"]
+        said = "no summary line found"
+        if p:
+            said = f"it printed {p['tokens']} tokens in {p['seconds']:.2f} s"
+            said += f" ({p['tokens_per_s']:.1f} tokens/s)"
+        out += [f"`cli`: `{c['command']}`: {c['wall_s']:.1f} s for the whole command; {said}.", ""]
+    if GB in extra:
+        s = extra[GB]
+        out += [
+            "`transformers-generate_batch` settings: `generation_config` "
+            f"{json.dumps(s['generation_config'])}, `continuous_batching_config` "
+            f"{json.dumps(s['continuous_batching_config'])}; {s['other']}.",
+            "",
+        ]
+    if "skipped" in extra:
+        out += [f"Skipped: {why}" for why in extra["skipped"]] + [""]
+    out += ["## Are the outputs equal?", ""]
+    if not mismatches:
+        out += [f"Not checked ({REFERENCE} did not run).", ""]
+    for m, bad in mismatches.items():
+        what = "token for token" if m != "cli" else "text and token count"
+        if not bad:
+            out.append(f"- {m}: all {meta['prompts']} rows equal {REFERENCE}'s ({what}).")
+        elif m == GB:
+            out.append(
+                f"- {m}: {len(bad)} of {meta['prompts']} rows differ from {REFERENCE}'s "
+                f"(prompts {bad[:12]}{'...' if len(bad) > 12 else ''}; another "
+                "implementation: float rounding may differ)."
+            )
+        else:
+            out.append(
+                f"- **MISMATCH** {m}: {len(bad)} of {meta['prompts']} rows differ from "
+                f"{REFERENCE}'s ({what}; prompts {bad[:12]}): greedy bass output should "
+                "not depend on the batching."
+            )
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="the cap (default 192)")
+    ap.add_argument("--rows", type=int, default=None, help="rows at once (default 16)")
+    ap.add_argument("--prompts", type=int, default=None, help="the first N prompts (default all)")
+    ap.add_argument(
+        "--methods", default=",".join(METHODS), help="comma-separated, of: " + ", ".join(METHODS)
+    )
+    ap.add_argument(
+        "--hf-num-blocks",
+        type=int,
+        default=None,
+        help="generate_batch's num_blocks "
+        "(default: room for --rows requests; 0: transformers' default, 60%% of the "
+        "free RAM on a CPU)",
+    )
+    ap.add_argument("--smoke", action="store_true", help="a tiny random model (the tests)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--job", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker.split(","), args.job, args.result)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        ap.error(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    methods = [m for m in METHODS if m in methods]  # in the table's order
+    max_new = args.max_new_tokens or (8 if args.smoke else 192)
+    rows = args.rows or (3 if args.smoke else 16)
+    meta = run_meta(
+        "continuous.py",
+        sys.argv[1:] if argv is None else argv,
+        setup="tiny random Llama, word-level tokenizer (smoke)"
+        if args.smoke
+        else "SmolLM2-135M-Instruct (embedded), CHAT_MIXED prompts in the chat template",
+        max_new_tokens=max_new,
+        rows=rows,
+    )
+    tag = "smoke" if args.smoke else "cpu"
+    args.out.mkdir(parents=True, exist_ok=True)
+    results, extra, skipped = {}, {}, []
+    with tempfile.TemporaryDirectory(prefix="bass_continuous_") as tmpdir:
+        tmp = Path(tmpdir)
+        if args.smoke:
+            smoke_model_dir(tmp / "model", args.prompts or 7, max_new)
+            texts = smoke_texts(args.prompts or 7)
+            model = str(tmp / "model")
+        else:
+            texts = CHAT_MIXED[: args.prompts] if args.prompts else list(CHAT_MIXED)
+            model = "default"
+        from bass.models import default_model_file, load_tokenizer
+
+        tok = load_tokenizer(model if args.smoke else default_model_file())
+        job = {
+            "model": model,
+            "texts": texts,
+            "chat": getattr(tok, "chat_template", None) is not None,  # as bass generate
+            "eos": tok.eos_token_id,
+            "max_new": max_new,
+            "rows": rows,
+            "hf_num_blocks": args.hf_num_blocks,
+            "warmup": True,
+            "cpu_linear": "torch" if args.smoke else None,  # smoke: skip the calibration
+            "smoke": args.smoke,
+        }
+        meta.update(
+            prompts=len(texts),
+            eos_token_id=job["eos"],
+            chat=job["chat"],
+            cpu_linear=job["cpu_linear"] or "auto",
+        )
+        (tmp / "job.json").write_text(json.dumps(job))
+        api = [m for m in methods if m != "cli"]
+        cli = None
+        if args.smoke and "cli" in methods:  # beside the other process: the smoke run's time
+            print("continuous: running cli (beside the others: smoke) ...", flush=True)
+            cli = start_cli(job, tmp)
+        # one process per method; the smoke run: the API methods share one (imports are slow)
+        groups = [api] if args.smoke and api else [[m] for m in api]
+        for group in groups:
+            print(f"continuous: running {', '.join(group)} ...", flush=True)
+            res = tmp / "result.json"
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                ",".join(group),
+                "--job",
+                str(tmp / "job.json"),
+                "--result",
+                str(res),
+            ]
+            threads = 1 if args.smoke else None  # side by side with the CLI: one each
+            rc, _, rss = finish_child(start_child(cmd, tmp / "worker.log", threads))
+            if rc:
+                log = (tmp / "worker.log").read_text()
+                raise RuntimeError(f"{', '.join(group)} exited with {rc}:\n{log[-3000:]}")
+            for m, r in json.loads(res.read_text()).items():
+                if "skipped" in r:  # the smoke run: generate_batch failed on the tiny model
+                    skipped.append(f"{m}: {r['skipped']}")
+                    print(f"continuous: skipped {skipped[-1]}", flush=True)
+                    continue
+                r.update(rss_mib=rss, shared_process=len(group) > 1)
+                results[m] = r
+        if cli is None and "cli" in methods:
+            print("continuous: running cli ...", flush=True)
+            cli = start_cli(job, tmp)
+        if cli is not None:
+            c = finish_cli(tmp, cli)
+            extra["cli"] = {k: c[k] for k in ("command", "wall_s", "printed")}
+            results["cli"] = {**c, "load_s": None, "sequences": None}
+
+    report = []
+    for m in methods:
+        if m not in results:
+            continue
+        r = results[m]
+        lengths = r["lengths"] if m == "cli" else [len(s) for s in r["sequences"]]
+        row = {
+            "method": m,
+            "tokens": sum(lengths),
+            "wall_s": r["wall_s"],
+            "tokens_per_s": sum(lengths) / r["wall_s"],
+            "rss_mib": r["rss_mib"],
+            "shared_process": r.get("shared_process", False),
+            "load_s": r["load_s"],
+            "setup_s": r.get("setup_s"),
+            "warmup_s": r.get("warmup_s"),
+            "lengths": lengths,
+            "lengths_spread": spread(lengths, max_new),
+        }
+        if "stats" in r:
+            row.update(r["stats"])
+        if m == "cli":
+            row["printed"] = r["printed"]
+        if m == GB:
+            extra[GB] = r["settings"]
+            row["settings"] = r["settings"]
+        report.append(row)
+        if m == "cli" and r["printed"]:  # its generation alone, as its summary says
+            p = r["printed"]
+            report.append(
+                {
+                    **row,
+                    "method": "cli (its summary)",
+                    "tokens": p["tokens"],
+                    "wall_s": p["seconds"],
+                    "tokens_per_s": p["tokens"] / p["seconds"],
+                }
+            )
+    by = {r["method"]: r for r in report}
+    for r in report:
+        if GB in by:
+            r["vs_generate_batch"] = r["tokens_per_s"] / by[GB]["tokens_per_s"]
+        base = by.get(STATIC_OF.get(r["method"], ""))
+        if base is not None:
+            r["vs_static"] = r["tokens_per_s"] / base["tokens_per_s"]
+    mismatches = compare(results)
+    if skipped:
+        extra["skipped"] = skipped
+    data = {
+        "meta": meta,
+        "methods": report,
+        "mismatches": mismatches,
+        "skipped": skipped,
+        "prompts": texts,
+    }
+    text = to_markdown(meta, report, mismatches, extra)
+    (args.out / f"{tag}_continuous.json").write_text(json.dumps(data, indent=1))
+    (args.out / f"{tag}_continuous.md").write_text(text)
+    print(text)
+    for m, bad in mismatches.items():
+        if bad and m != GB:
+            print(
+                f"continuous: MISMATCH: {m} differs from {REFERENCE} in {len(bad)} rows: {bad}",
+                file=sys.stderr,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
