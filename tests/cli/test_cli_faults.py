@@ -311,7 +311,9 @@ def test_internal_errors_and_debug(model_dir, capsys, monkeypatch):
 
 def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_path, capsys):
     prompts = tmp_path / "p.txt"
-    prompts.write_text("".join(f"hello world the sea w{i} w{i + 1}\n" for i in range(12)))
+    # rows may end at eos after a token or two: enough of them that the run outlasts the signal
+    n = 48
+    prompts.write_text("".join(f"hello world the sea w{i % 12} w{i % 12 + 1}\n" for i in range(n)))
     out = tmp_path / "out.jsonl"
     args = (
         f"generate --main {model_dir} {FAST} --draft none --batch-size 1 --max-new-tokens 16 "
@@ -338,24 +340,26 @@ def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_
         proc.kill()
     assert proc.returncode == 130, stderr
     rows = read_jsonl(out)  # every line whole
-    assert 1 <= len(rows) < 12
-    assert [r["prompt_index"] for r in rows] == list(range(len(rows)))
+    assert 1 <= len(rows) < n
+    assert [r["prompt_index"] for r in rows] == list(range(len(rows)))  # one at a time
     last = stderr.rstrip().splitlines()[-2:]
     assert last[0] == "bass: interrupted" and "Traceback" not in stderr
     assert last[1] == (
-        f"bass: {len(rows)} of 12 rows are in {out}; rerun the same command with --resume "
+        f"bass: {len(rows)} of {n} rows are in {out}; rerun the same command with --resume "
         "to generate the rest"
     )
-    assert stdout.count(">>> ") >= len(rows)  # printed as each batch finished
+    assert stdout.count(">>> ") >= len(rows)  # printed as each row finished
 
     rc, _, err = run(capsys, f"{args} --resume")
     assert rc == 0, err
     resumed = read_jsonl(out)
-    assert resumed[: len(rows)] == rows and len(resumed) == 12
+    assert resumed[: len(rows)] == rows and len(resumed) == n
     whole = tmp_path / "whole.jsonl"
-    rc, _, err = run(capsys, f"{args.replace(str(out), str(whole))} --batch-size 12")
+    rc, _, err = run(capsys, f"{args.replace(str(out), str(whole))} --batch-size {n}")
     assert rc == 0, err
     key = ["prompt_index", "sample", "prompt", "completion", "finish_reason"]
-    assert [[r[k] for k in key] for r in resumed] == [
-        [r[k] for k in key] for r in read_jsonl(whole)
-    ]
+
+    def rows_of(records):  # sorted: rows are written in the order they finish
+        return sorted([r[k] for k in key] for r in records)
+
+    assert rows_of(resumed) == rows_of(read_jsonl(whole))
