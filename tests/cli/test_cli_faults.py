@@ -327,6 +327,9 @@ def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # Ctrl-C as in a terminal: a runner started in the background by a shell without
+        # job control ignores SIGINT, and its children would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60
