@@ -356,14 +356,11 @@ class Generator:
         where it is once that long has passed since it started (its prefill).
         ``result.finish_reasons`` says which rows ended how.
 
-        **Continuous batching**: at most ``max_rows`` rows generate at once, and no more than
-        the KV caches of ``kv_budget_gib`` GiB hold (default: 80% of the free GPU memory,
-        half the available memory on a CPU); when a row finishes, the next waiting prompt
-        takes its cache slot (nothing is allocated per row), the samples of one prompt (equal
-        prompts side by side) together. What a row generates does not depend on when it was
-        admitted or who shared its steps. ``res.stats.max_rows`` and ``kv_budget_bytes`` say
-        what was used. ``on_finish`` is called with a :class:`bass.FinishedRow` the moment a
-        row finishes (:meth:`stream` is the same as an iterator).
+        **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
+        once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot
+        goes to the next waiting prompt (samples of one prompt together). No row depends on
+        when it was admitted. ``on_finish`` gets each :class:`bass.FinishedRow` as it
+        finishes (:meth:`stream`: the same as an iterator).
 
         ``on_step`` is called with ``(generator, state)`` after each step (tests use it to
         check the bookkeeping invariant). ``row_ids``: one int >= 0 per prompt that keys its
@@ -379,25 +376,21 @@ class Generator:
         """
         job = self._job(prompts, locals())
         rows = self._run(job)
-        while True:
-            try:
-                row = next(rows)
-            except StopIteration as done:
-                return done.value
-            if on_finish is not None:
-                on_finish(row)
+        try:
+            while True:
+                try:
+                    row = next(rows)
+                except StopIteration as done:
+                    return done.value
+                if on_finish is not None:
+                    on_finish(row)
+        finally:  # a callback that raised: the generation unwinds here, not at collection
+            rows.close()
 
     def stream(self, prompts: Sequence[Sequence[int]], **kw) -> Iterator[FinishedRow]:
-        """:meth:`generate` as an iterator: each :class:`bass.FinishedRow` (its prompt's
-        index, new tokens and finish reason) the moment it finishes. Arguments are checked
-        when called; the generation runs while it is iterated, holding the process's
-        generation lock (:mod:`bass.locking`) until the iterator is exhausted or closed.
-
-        Example::
-
-            for row in gen.stream(prompts, max_new_tokens=256, max_rows=16):
-                out.write(json.dumps({"prompt": row.prompt, "tokens": row.tokens}) + "\\n")
-        """
+        """:meth:`generate` as an iterator of each :class:`bass.FinishedRow` as it finishes,
+        checked when called, run while iterated (holding the generation lock,
+        :mod:`bass.locking`, until exhausted or closed; the loop's body in its grad mode)."""
         if "on_finish" in kw:
             raise TypeError("stream() yields each finished row; on_finish is generate()'s")
         job = self._job(prompts, {"self": self, **kw})
@@ -423,11 +416,18 @@ class Generator:
                 for model in models:
                     hf.prepare(model, job.need)  # a window is checked against real positions
                 self.backend.refresh(models)  # weights may have changed since, in any way
-                # The engine builds valid lengths by construction (tests check the invariant
-                # every step); skip the ops' host-side range checks in the hot loop.
-                with length_checks(False), compat.generation_mode(models):
-                    self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
-                    return (yield from self._generate(job))
+                self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
+                work = self._generate(job)
+                try:  # grad mode, no host-side length checks (valid by construction: tests
+                    while True:  # check the invariant every step): the work's, not the caller's
+                        with length_checks(False), compat.generation_mode(models):
+                            try:
+                                row = next(work)
+                            except StopIteration as done:
+                                return done.value
+                        yield row  # the caller's code runs in its own grad mode
+                finally:
+                    work.close()
             finally:  # hand the models back as they came
                 for model, attn in zip(models, previous):
                     if attn != hf.ATTN_NAME:
