@@ -34,6 +34,7 @@ COVERAGE_RUN = [
     "-q",
     "tests/engine/test_batch_invariance.py",
     "tests/engine/test_cache.py",
+    "tests/engine/test_scheduler.py",
     "--cov=bass",
     "--cov-branch",
     "--cov-report=json:coverage.json",

@@ -3,9 +3,10 @@
 ``python tests/check_coverage.py coverage.json`` reads a coverage.py JSON report (``nox -s
 tests`` writes one: ``pytest --cov=bass --cov-branch --cov-report=json:coverage.json``)
 and fails, naming the function, line and branch, unless each function in
-:data:`FUNCTIONS` (prefill, the draft model's prefill, batch compaction) has no missing
-line and no missing branch. These are where rows get mapped to cache slots; a bug there
-gives another row's text, so the batch-invariance tests must reach all of it.
+:data:`FUNCTIONS` (prefill, the draft model's prefill, admission into free slots, batch
+compaction) has no missing line and no missing branch. These are where rows get mapped to
+cache slots; a bug there gives another row's text, so the batch-invariance and scheduler
+tests must reach all of it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bass"
 # file (under src/bass) -> qualified function names
 FUNCTIONS = {
     "hf.py": ["prefill"],
-    "drafters.py": ["ModelDrafter.start", "ModelDrafter.compact"],
+    "drafters.py": ["ModelDrafter.start", "ModelDrafter.admit", "ModelDrafter.compact"],
     "engine.py": ["Generator._compact"],
-    "batch_state.py": ["BatchState.compact"],
+    "batch_state.py": ["BatchState.compact", "BatchState.admit", "BatchState.free"],
+    "scheduler.py": ["Queue.admit", "prefill"],
     "cache.py": ["RaggedKVCache.compact"],
 }
 

@@ -62,3 +62,12 @@ def test_prefill_refuses_an_empty_chunk_budget():
     cache = RaggedKVCache(1, 16, 2, torch.device("cpu"))
     with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
         hf.prefill(model, cache, [[1, 2]], chunk_tokens=0)
+
+
+@pytest.mark.parametrize("slots", [[0], [1, 0], [2, 2], [0, 1, 2]])
+def test_prefill_refuses_slots_that_are_not_one_ascending_slot_per_prompt(slots):
+    model = tiny_lm("llama")
+    hf.prepare(model, 16)
+    cache = RaggedKVCache(3, 16, 2, torch.device("cpu"))
+    with pytest.raises(ValueError, match="one ascending slot per prompt"):
+        hf.prefill(model, cache, [[1, 2], [3]], slots=slots)
