@@ -324,8 +324,11 @@ def test_sdpa_batches_the_rows_it_should():
     assert not mixed.batch.uniform and mixed.batch.chosen == {0, 2, 4}
     assert [row[0] for row in mixed.rows] == [1]
     assert plan("worked_example").batch is None
-    spread = sdpa.SdpaPlan([0, 1], [1, 1], [9, 2], 2)  # fill 11 / 18 < BATCH_MIN_FILL
+    long = 2 * sdpa.ROW_CALL_POSITIONS + 10  # padding the short row costs more than a call
+    spread = sdpa.SdpaPlan([0, 1], [1, 1], [long, 9], 2)
     assert spread.batch is None and len(spread.rows) == 2
+    near = sdpa.SdpaPlan([0, 1], [1, 1], [long - 20, 9], 2)  # within a call's cost: shared
+    assert near.batch is not None and near.batch.chosen == {0, 1} and not near.rows
 
 
 def test_sdpa_plans_follow_lengths_changed_in_place():
