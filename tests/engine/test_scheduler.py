@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import perturbed, tiny_lm
+from models import perturbed
 from profiles import examples
 
 from bass import FinishedRow, Generator
@@ -21,16 +21,6 @@ from bass.testing.strategies import ragged_prompts
 VOCAB = 64
 MAX_NEW = 10
 DRAFTS = ["none", "ngram", "same", "perturbed"]
-
-
-@pytest.fixture(scope="module")
-def llama():
-    return tiny_lm("llama")
-
-
-@pytest.fixture(scope="module")
-def drafts(llama):
-    return {"none": None, "ngram": "ngram", "same": llama, "perturbed": perturbed(llama)}
 
 
 def check_slots(gen, state):

@@ -27,6 +27,28 @@ def test_default_model_rows_are_exact():
     assert_greedy_equivalent(gen, prompts, 24, eos_token_id=tok.eos_token_id)
 
 
+def test_default_model_cached_copy_is_the_gguf_exactly(tmp_path, monkeypatch):
+    """The de-quantized copy a second load reads back has the GGUF's weights, config and
+    tokenizer exactly."""
+    pytest.importorskip("gguf")
+    from bass import load_default_pair
+
+    monkeypatch.setenv("BASS_GGUF_CACHE", str(tmp_path))
+    (main, tok), (again, tok2) = load_default_pair(), load_default_pair()
+    assert len(list(tmp_path.iterdir())) == 2  # the model and the tokenizer
+    differ = {"quantization_config", "_name_or_path"}  # a plain model, from another folder
+
+    def config(model):
+        return {k: v for k, v in model.config.to_dict().items() if k not in differ}
+
+    assert type(again) is type(main) and config(again) == config(main)
+    a, b = main.state_dict(), again.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    text = "def fib(n):\n    return n  # \u00e9 \u4e2d"
+    assert tok2(text)["input_ids"] == tok(text)["input_ids"]
+    assert tok2.eos_token_id == tok.eos_token_id and tok2.chat_template == tok.chat_template
+
+
 def test_reduce_overhead_compile_matches_eager_on_cpu():
     """compile="reduce-overhead" (static shapes; CUDA graphs on a GPU, plain Inductor
     here) gives the eager output; its graphs are one per model, pass kind and bucket."""
