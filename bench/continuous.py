@@ -83,23 +83,13 @@ def smoke_model_dir(path: Path, n_prompts: int, max_new: int) -> None:
     its eos is the id whose first appearance in the model's greedy answers to the smoke
     prompts (:func:`smoke_token_prompts`) falls at the most different lengths (so rows end
     at different times, as the real job's do)."""
-    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
+    from bass.testing import greedy_reference
+
     model = tiny_llama(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
-    answers = []
-    with torch.inference_mode():
-        for p in smoke_token_prompts(n_prompts):
-            ids = torch.tensor([p])
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=max_new,
-                pad_token_id=0,
-            )
-            answers.append(out[0, len(p) :].tolist())
+    answers = [greedy_reference(model, p, max_new) for p in smoke_token_prompts(n_prompts)]
 
     def spread(t: int) -> tuple[int, int]:  # distinct answer lengths with eos t, rows it ends
         ends = [a.index(t) + 1 for a in answers if t in a]

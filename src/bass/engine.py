@@ -501,7 +501,7 @@ class Generator:
             view.offer = offer = drafter.offer(view)
             found = [len(t) for t in offer.tokens] if offer is not None else None
             match = offer.match_len if offer is not None else None
-            ctx = DraftContext(prompts, caps, drafter.name, found, match, step)
+            ctx = DraftContext(prompts, caps, drafter.name, found, match, step, state.waiting)
             lengths = hooks.draft_lengths(ctx)  # capped; an n-gram proposes what it found
         lengths = self.coord.share(lengths)  # a TP group: its leader's
         # 2) propose: up to lengths[r] tokens per row; a sampling drafter draws coupled

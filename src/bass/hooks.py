@@ -76,6 +76,9 @@ class DraftContext:
         match_len: per row, the length of the n-gram suffix that matched (0: none), or
             ``None``.
         step: 0-based index of the step.
+        waiting: prompts of the job still waiting for a slot (continuous batching). While
+            any wait, a row that finishes frees its slot for the next, so the job ends when
+            all its work is done rather than when the slowest of these rows does.
 
     >>> DraftContext(prompts=[0, 2], caps=[8, 3]).num_rows
     2
@@ -87,6 +90,7 @@ class DraftContext:
     available: Sequence[int] | None = None
     match_len: Sequence[int] | None = None
     step: int = 0
+    waiting: int = 0
 
     @property
     def num_rows(self) -> int:

@@ -152,14 +152,16 @@ def state_of(prompts, slots):
 def test_samples_of_one_prompt_are_admitted_together():
     a, b, c = [1, 2], [3], [4, 5, 6]
     state, queue = state_of([a, a, a, b, b, c], 3), Queue(6)
+    assert state.waiting == 6
     assert queue.admit(state) == ([0, 1, 2], [0, 1, 2])
     state.finish(1, "eos")
     assert queue.admit(state) == ([], [])  # b's two samples wait for a second slot
+    assert state.waiting == 3  # what the policy sees (DraftContext.waiting)
     state.finish(0, "eos")
     assert queue.admit(state) == ([0, 1], [3, 4])
     state.finish(2, "eos")
     assert queue.admit(state) == ([2], [5])
-    assert not queue
+    assert not queue and state.waiting == 0
 
 
 def test_a_group_larger_than_the_slots_is_split_only_when_nothing_runs():
@@ -183,3 +185,21 @@ def test_admission_refills_a_draft_cache_row(llama):
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12]]
     assert_greedy_equivalent(gen, prompts, MAX_NEW, max_rows=2, on_step=record)
     assert all(a == addresses[0] for a in addresses)
+
+
+def test_the_policy_sees_how_many_prompts_wait(llama):
+    class Recording:
+        def __init__(self):
+            self.waiting = []
+
+        def draft_lengths(self, ctx):
+            self.waiting.append(ctx.waiting)
+            return [0] * ctx.num_rows
+
+        def update(self, record):
+            pass
+
+    policy = Recording()
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    Generator(llama, "ngram", policy=policy).generate(prompts, max_new_tokens=4, max_rows=1)
+    assert policy.waiting == [2] * 3 + [1] * 3 + [0] * 3  # the first token comes from prefill

@@ -489,3 +489,26 @@ def test_draft_model_cost_limits_depth():
         )
     # alpha ~ 0.75 (accepts 3, rejects the 4th); a pass costs 40% of a verify
     assert 1 <= p.draft_lengths(DraftContext(prompts=[0], caps=[16], drafter="model"))[0] <= 6
+
+
+def test_with_prompts_waiting_every_rows_token_is_worth_the_same():
+    """Continuous batching: while prompts wait for a slot, a freshly admitted row (far
+    behind the others) is not the job's end: every row's token is worth ``c0 / (R p) +
+    c1`` (the mean's gradient), where without waiting prompts the row behind is worth
+    more (its tokens move the batch's end) and drafts more."""
+    p = load("adaptive")
+    R = 8
+    simulate(p, [0.5] * R, [8] * R, lambda n: 0.05 + 0.004 * n, steps=40)
+    p.pace = dict.fromkeys(range(R), 1.0)
+
+    def ctx(waiting):
+        return DraftContext(
+            prompts=list(range(R)), caps=[60] + [10] * (R - 1), drafter="ngram",
+            available=[8] * R, match_len=[2] * R, waiting=waiting,
+        )  # fmt: skip
+
+    alone = p.draft_lengths(ctx(0))
+    assert p.values[0] > 2 * max(p.values[1:]) and alone[0] > max(alone[1:])
+    p.draft_lengths(ctx(5))
+    c0, c1 = p.ends(list(range(R)), [61] + [11] * (R - 1), waiting=5)[3:]
+    assert p.values == pytest.approx([c0 / R + c1] * R)

@@ -45,6 +45,15 @@ tail, when few rows are left and a pass costs almost as much as with all of them
 drafting for the lagging rows pays even at low acceptance. With one row, ``S`` is
 ``(c0 / p + c1) E``: the familiar tokens-per-second trade-off.
 
+Continuous batching. While prompts of the job wait for a slot (``ctx.waiting``), a row
+that finishes sooner hands its slot to the next one: the job ends when all of its work is
+done, at about ``c0`` times its total remaining steps spread over the ``R`` rows, and the
+smooth maximum becomes the mean (``tau`` infinite): ``S(k) = c0 sum_r E_r / (R p_r) +
+c1 sum_r E_r``, each row's token worth ``c0 / (R p_r) + c1`` whatever its rank. Without
+it, each newly admitted row (the slowest by far) would look like the batch's end and
+draw drafts for itself that only slow the others. Once no prompt waits, the rule above
+applies again.
+
 The policy picks the lengths that save the most:
 
     k* = argmax_k  S(k)  -  (C(R + M) - C(R))  -  D,
@@ -317,7 +326,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
             min(c, self.k0 + 2 * int(self.reach[row]) if row in self.reach else 1)
             for c, row in zip(caps, ctx.prompts)
         ]
-        ends = self.ends(ctx.prompts, [m + 1 for m in ctx.caps])
+        ends = self.ends(ctx.prompts, [m + 1 for m in ctx.caps], ctx.waiting)
         self.values = self.values_at(ends)
         # a plan at most twice as wide as the widest pass measured: C beyond the sizes
         # seen is an extrapolation (from one measuring token, a line can miss a +100%
@@ -392,10 +401,12 @@ class AdaptivePolicy(OptionsMixin, Policy):
         scores plans jointly from :meth:`ends`."""
         return self.values_at(self.ends(rows, left))
 
-    def ends(self, rows, left) -> tuple:
+    def ends(self, rows, left, waiting: int = 0) -> tuple:
         """``(steps, pace, tau, c0, c1)``: each row's expected steps to go and tokens per
         step, the smooth maximum's temperature, and what a pass and a token cost (module
-        docstring), ``left``: each row's remaining token budget."""
+        docstring), ``left``: each row's remaining token budget. ``waiting`` prompts
+        waiting for a slot: ``tau`` is infinite, the smooth maximum a mean (module
+        docstring, continuous batching)."""
         R = len(rows)
         c0, c1 = self.cost.line()
         # what every step costs: the verify pass's fixed part (with the jump, as often
@@ -407,7 +418,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
         steps = [n / p for n, p in zip(left, pace, strict=True)]  # expected steps to go
         # uncertainty of a row's remaining steps: left * var / pace^3 (renewal theory)
         var = [self.spread.get(row, 0.0) * n / p**3 for row, n, p in zip(rows, left, pace)]
-        tau = self.tie_steps + math.sqrt(sum(var) / R)
+        tau = self.tie_steps + math.sqrt(sum(var) / R) if not waiting else math.inf
         return steps, pace, tau, c0, c1
 
     def values_at(self, ends: tuple) -> list[float]:
@@ -415,7 +426,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
         steps, pace, tau, c0, c1 = ends
         R = len(steps)
         top = max(steps)
-        w = [math.exp((s - top) / tau) for s in steps]
+        w = [math.exp((s - top) / tau) for s in steps]  # tau infinite: 1 each
         z = sum(w)
         # a quarter of each row's share is kept whatever its rank: which row ends last is
         # less certain than the softmax says (a row that stops drafting slows down), and
@@ -457,6 +468,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
             top = max(steps)
             terms0 = [math.exp((s - top) / tau) for s in steps]
             z0 = sum(terms0)
+            mean = math.isinf(tau)  # prompts wait: the end moves by the mean of the steps
         plain = self.cost(R)
         # drafting must be predicted to save a margin of a step: the best of many noisy
         # estimates is biased upwards, and a step mispredicted costs for real
@@ -465,7 +477,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
         for depth in depths:
             saved, m, deepest = 0.0, 0, 0
             if ends is not None:
-                terms, z, committed, total = list(terms0), z0, [0.0] * R, 0.0
+                terms, z, committed, total, moved = list(terms0), z0, [0.0] * R, 0.0, 0.0
             for g, r, j, prob in gains:
                 if j > depth:
                     continue
@@ -473,6 +485,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
                     break
                 if ends is None:
                     saved += g
+                elif mean:  # every row's step saved counts 1 / R of a pass
+                    total += prob
+                    moved += prob / pace[r] / R
+                    saved = c0 * moved + c1 * total
                 else:  # the smooth maximum's drop, updated one row's term at a time
                     committed[r] += prob
                     total += prob
