@@ -78,8 +78,7 @@ from .cache import RaggedKVCache
 from .distributed import coordinator_for
 from .drafters import make_drafter
 from .hooks import DraftContext, Drafter, Proposal, StepView
-from .ops import length_checks
-from .ops.packed import resolve_packed_implementation
+from .ops import length_checks, resolve
 from .options import generator_defaults
 from .packing import TOKEN_BUCKETS
 from .sampling import generator_seed
@@ -220,7 +219,7 @@ class Generator:
         self.vocab = main.get_input_embeddings().weight.shape[0]  # ids a pass may take
         self.attention = attention or cfg_gen.get("attention", "auto")
         if self.attention != "auto":  # it must run on the main model's device
-            resolve_packed_implementation(self.attention, main.device, planned=True)
+            resolve(self.attention, main.device)  # raises saying why not
         # 2) the policy (checked now, not mid-generation) and the drafter
         self.policy_spec = (policy, dict(policy_options or {}))
         self.new_policy()

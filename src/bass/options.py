@@ -28,7 +28,7 @@ from . import option_kinds as kinds
 from . import policies
 from .cpu_linear import MODES as CPU_LINEAR_MODES
 from .errors import OptionError
-from .ops.packed import packed_implementations
+from .ops import implementations
 from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, show
 
 __all__ = [
@@ -88,7 +88,7 @@ def _policy_text(ctx: Mapping) -> str:
 
 
 def _attention_choices() -> list[str]:
-    return ["auto", *packed_implementations()]
+    return ["auto", *implementations()]
 
 
 def _compile(v: Any, ctx: Mapping) -> Any:
