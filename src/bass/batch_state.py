@@ -89,7 +89,6 @@ class BatchState:
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
         self.row_ids = list(range(len(prompts)))  # per prompt: what keys its sampled draws
         self.finished: list[int] = []  # prompts ended since last handed over (in order)
-        self.admitted = 0  # prompts placed in a slot so far (the others wait)
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
         if slots is None:  # every prompt in its own slot, in order
             for s in range(n):
@@ -100,12 +99,6 @@ class BatchState:
         the caller's prefill; nothing is allocated."""
         self.seqs[s], self.prompt_of[s] = self.by_prompt[p], p
         self.draft_lens[s], self.done[s] = 0, False
-        self.admitted += 1
-
-    @property
-    def waiting(self) -> int:
-        """How many prompts wait for a slot."""
-        return len(self.by_prompt) - self.admitted
 
     def free(self) -> list[int]:
         """Slots whose rows have finished (or never held one): admission refills them."""

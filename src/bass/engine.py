@@ -475,7 +475,7 @@ class Generator:
                 if queue:
                     continue
                 break
-            self._step(state, hooks, sampling, stats, slots)
+            self._step(state, hooks, sampling, stats, slots, len(queue.waiting))
             if not queue:  # a slot no prompt will take again: compaction may drop it
                 self._compact(state)
             if on_step is not None:
@@ -485,9 +485,10 @@ class Generator:
         stats.tokens_generated = sum(len(o) for o in state.outputs)
         return GenerationResult([list(o) for o in state.outputs], stats, list(state.reasons))
 
-    def _step(self, state, hooks, sampling, stats, slots) -> None:
-        """One speculative step for the active rows ``slots``: lengths -> propose ->
-        verify -> accept -> commit -> learn (the module docstring walks through it)."""
+    def _step(self, state, hooks, sampling, stats, slots, waiting: int) -> None:
+        """One speculative step for the active rows ``slots`` (``waiting`` prompts wait
+        for a slot): lengths -> propose -> verify -> accept -> commit -> learn (the module
+        docstring walks through it)."""
         t_start = time.perf_counter()
         params, gen, seed = sampling
         prompts = [state.prompt_of[s] for s in slots]
@@ -500,7 +501,7 @@ class Generator:
             view.offer = offer = drafter.offer(view)
             found = [len(t) for t in offer.tokens] if offer is not None else None
             match = offer.match_len if offer is not None else None
-            ctx = DraftContext(prompts, caps, drafter.name, found, match, step, state.waiting)
+            ctx = DraftContext(prompts, caps, drafter.name, found, match, step, waiting)
             lengths = hooks.draft_lengths(ctx)  # capped; an n-gram proposes what it found
         lengths = self.coord.share(lengths)  # a TP group: its leader's
         # 2) propose: up to lengths[r] tokens per row; a sampling drafter draws coupled

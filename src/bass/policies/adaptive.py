@@ -393,14 +393,6 @@ class AdaptivePolicy(OptionsMixin, Policy):
             else:
                 self.shallow[rows[r]] = 0
 
-    def token_values(self, rows, left) -> list[float]:
-        """``V_r``: the first-order seconds one more committed token of each row saves the
-        batch (module docstring): ``c0 w_r / p_r + c1``, ``w_r`` the chance that row ``r``
-        is the last to finish, ``left``: each row's remaining token budget. They rank the
-        draft tokens (and price them for the draft-confidence stop); :meth:`allocate`
-        scores plans jointly from :meth:`ends`."""
-        return self.values_at(self.ends(rows, left))
-
     def ends(self, rows, left, waiting: int = 0) -> tuple:
         """``(steps, pace, tau, c0, c1)``: each row's expected steps to go and tokens per
         step, the smooth maximum's temperature, and what a pass and a token cost (module
@@ -422,7 +414,11 @@ class AdaptivePolicy(OptionsMixin, Policy):
         return steps, pace, tau, c0, c1
 
     def values_at(self, ends: tuple) -> list[float]:
-        """:meth:`token_values` from :meth:`ends`."""
+        """``V_r``: the first-order seconds one more committed token of each row saves the
+        batch (module docstring), from :meth:`ends`: ``c0 w_r / p_r + c1``, ``w_r`` the
+        chance that row ``r`` is the last to finish (``1 / R`` each while prompts wait).
+        They rank the draft tokens (and price them for the draft-confidence stop);
+        :meth:`allocate` scores plans jointly from :meth:`ends`."""
         steps, pace, tau, c0, c1 = ends
         R = len(steps)
         top = max(steps)
@@ -466,9 +462,9 @@ class AdaptivePolicy(OptionsMixin, Policy):
         if ends is not None:
             steps, pace, tau, c0, c1 = ends
             top = max(steps)
-            terms0 = [math.exp((s - top) / tau) for s in steps]
-            z0 = sum(terms0)
             mean = math.isinf(tau)  # prompts wait: the end moves by the mean of the steps
+            terms0 = [] if mean else [math.exp((s - top) / tau) for s in steps]
+            z0 = sum(terms0)
         plain = self.cost(R)
         # drafting must be predicted to save a margin of a step: the best of many noisy
         # estimates is biased upwards, and a step mispredicted costs for real
