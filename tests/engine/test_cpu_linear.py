@@ -447,3 +447,43 @@ def test_a_deepcopy_of_a_routed_model_computes_with_its_own_weights():
 
 def _wb(layer):
     return layer.weight, layer.bias
+
+
+def test_measurements_are_kept_on_disk_per_machine_and_shapes(tmp_path, monkeypatch):
+    """A second process (here: a fresh model of the same shapes) reads the measurement
+    instead of taking it again; another thread count, other shapes, a damaged entry or the
+    cache turned off measure anew; the plan read back is the one measured."""
+    monkeypatch.setenv(cpu_linear.CACHE_VARIABLE, str(tmp_path))
+    measured = []
+    real = cpu_linear.calibrate
+    monkeypatch.setattr(cpu_linear, "calibrate", lambda m: measured.append(m) or real(m, rounds=1))
+    first = cpu_linear.measured(tiny_lm(dtype=torch.float32))
+    (entry,) = tmp_path.glob("*.json")
+    again = cpu_linear.measured(tiny_lm(dtype=torch.float32, seed=3))
+    assert len(measured) == 1 and again == first  # rows, above, timings, swept: all equal
+    assert Generator(tiny_lm(dtype=torch.float32, seed=4), None).backend.routed
+    assert len(measured) == 1 and not list(tmp_path.glob(".*"))  # no temporary file left
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        cpu_linear.measured(tiny_lm(dtype=torch.float32))  # other threads: other timings
+    finally:
+        torch.set_num_threads(threads)
+    cpu_linear.measured(tiny_lm(dtype=torch.bfloat16))  # other shapes
+    assert len(measured) == 3 and len(list(tmp_path.glob("*.json"))) == 3
+    for damaged in ("{not json", '{"ident": 1}', entry.read_text().replace('"shapes"', '"x"')):
+        entry.write_text(damaged)
+        assert cpu_linear.measured(tiny_lm(dtype=torch.float32)).rows.keys() == first.rows.keys()
+    assert len(measured) == 6 and cpu_linear.measured(tiny_lm(dtype=torch.float32)) is not None
+    assert len(measured) == 6  # the last damaged entry was written again, whole
+    monkeypatch.setenv(cpu_linear.CACHE_VARIABLE, "0")
+    cpu_linear.measured(tiny_lm(dtype=torch.float32))
+    assert len(measured) == 7 and len(list(tmp_path.glob("*.json"))) == 3
+
+
+def test_an_unwritable_cache_only_logs(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the cache folder would be
+    monkeypatch.setenv(cpu_linear.CACHE_VARIABLE, str(blocker / "cache"))
+    plan = cpu_linear.measured(tiny_lm(dtype=torch.float32))
+    assert plan.timings and "BASS_CPU_LINEAR_CACHE" in caplog.text
