@@ -90,9 +90,16 @@ def cmd_ops(args) -> int:
             textwrap.fill(impl.description, 92, initial_indent=" " * 6, subsequent_indent=" " * 6)
         )
     for device in devices:
-        print(f"\nauto on {device.type} (every layer of a pass runs the pick):")
+        # a device this machine lacks: what auto picks on a machine that has one
+        absent = device.type == "cuda" and not torch.cuda.is_available()
+        where = " (none here: what a machine with one picks)" if absent else ""
+        print(f"\nauto on {device.type}{where} (every layer of a pass runs the pick):")
         for kind in PASS_KINDS:
-            impl, why = plan.resolve("auto", device, kind)
+            if absent and kind in plan.AUTO.get(device.type, {}):
+                name, why = plan.AUTO[device.type][kind]
+                impl = plan.IMPLEMENTATIONS[name]
+            else:
+                impl, why = plan.resolve("auto", device, kind)
             launch = "one launch per layer" if impl.single_launch else "not one launch per layer"
             line = f"{kind:<9} {impl.name} ({launch}): {why}"
             print(textwrap.fill(line, 92, initial_indent="  ", subsequent_indent=" " * 14))
