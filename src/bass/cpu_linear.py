@@ -320,8 +320,9 @@ def measured(model: torch.nn.Module) -> LinearPlan:
     folder = disk_cache.root(CACHE_VARIABLE, "cpu_linear")
     shapes = sorted([o, i, str(dt), n] for (o, i, dt), n in counts.items())
     ident = json.dumps([1, _machine(), ROWS, ABOVE, MARGIN, shapes])
-    path = folder and folder / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
-    stored = disk_cache.read_json(path) if path else None
+    name = f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
+    path = folder / name if folder is not None else None
+    stored = disk_cache.read_json(path) if path is not None else None
     if isinstance(stored, dict) and stored.get("ident") == ident:
         with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
             timings, swept = {}, {}

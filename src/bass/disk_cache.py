@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["OFF", "read_json", "root", "write_json"]
+__all__ = ["OFF", "read_json", "root", "store", "write_json"]
 
 OFF = ("0", "off", "false", "no")  # a cache variable set to one of these: no cache
 log = logging.getLogger(__name__)
@@ -35,18 +37,33 @@ def read_json(path: Path):
 
 
 def write_json(path: Path, data, variable: str) -> None:
-    """Store ``data`` at ``path`` whole or not at all: a temporary file beside it, renamed
-    into place (processes writing at once: one wins, each wrote a whole file)."""
+    """Store ``data`` as JSON at ``path``, whole or not at all (:func:`store`)."""
+    store(path, lambda tmp: tmp.write_text(json.dumps(data)), variable)
+
+
+def store(path: Path, fill: Callable[[Path], None], variable: str, folder: bool = False) -> None:
+    """Write the file (``folder``: the folder) ``path`` whole or not at all: ``fill(tmp)``
+    writes a temporary one beside it, which is then renamed into place (processes writing
+    at once: one wins, each wrote a whole entry; a folder's rename fails when another
+    process's folder got there first, which is no error). A failure is a log line naming
+    ``variable``, the cache's setting, never an error."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
+        if folder:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        else:
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            os.close(fd)
+            tmp = Path(name)
+        fill(tmp)
         os.replace(tmp, path)
         tmp = None
-    except OSError as e:
-        log.warning("cannot write the cache entry %s (%s); set %s", path, e, variable)
+    except Exception as e:  # caching never fails the work it saves
+        if not (folder and path.is_dir()):
+            log.warning("cannot write the cache entry %s (%s); set %s", path, e, variable)
     finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        if tmp is not None and tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp is not None:
+            tmp.unlink(missing_ok=True)

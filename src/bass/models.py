@@ -21,7 +21,6 @@ import importlib.metadata
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -116,8 +115,13 @@ def _from_gguf(cls, path: Path, kwargs: dict, what: str):
             )
             shutil.rmtree(entry, ignore_errors=True)
     loaded = cls.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-    if entry is not None:
-        _store(loaded, entry)
+    if entry is not None:  # the marker last: a folder holding it is whole
+
+        def fill(tmp: Path) -> None:
+            _save(loaded, tmp)
+            (tmp / _COMPLETE).write_text("")
+
+        disk_cache.store(entry, fill, "BASS_GGUF_CACHE", folder=True)
     return loaded
 
 
@@ -138,27 +142,6 @@ def _save(obj, folder: Path) -> None:
     if getattr(obj, "generation_config", None) is not None:
         obj.generation_config.save_pretrained(str(folder))
     save_model(obj, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
-def _store(obj, entry: Path) -> None:
-    """Save ``obj`` into the cache ``entry`` whole or not at all (a temporary folder renamed
-    into place). Caching never fails a load: an error is a log line."""
-    tmp = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
-        _save(obj, tmp)
-        (tmp / _COMPLETE).write_text("")
-        os.replace(tmp, entry)  # atomic; fails when another process's copy got there first
-        tmp = None
-    except Exception as e:
-        if not (entry / _COMPLETE).is_file():
-            log.warning(
-                "cannot cache the de-quantized model at %s (%s); set BASS_GGUF_CACHE", entry, e
-            )
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_config(name_or_path: str | os.PathLike):

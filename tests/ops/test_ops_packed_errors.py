@@ -156,6 +156,10 @@ def test_auto_falls_back_to_the_reference_where_its_pick_cannot_run(monkeypatch)
     assert impl.name == "reference" and why == "flex unavailable (gone); the reference"
     monkeypatch.setenv(plan.AUTO_OVERRIDE, "sdpa")  # a suite run through one implementation
     assert plan.resolve("auto", torch.device("cuda"), "eager")[0].name == "sdpa"
+    assert plan.auto_pick("cuda", "eager") == ("sdpa", f"${plan.AUTO_OVERRIDE}")
+    monkeypatch.setenv(plan.AUTO_OVERRIDE, "nope")
+    with pytest.raises(ValueError, match=r"BASS_AUTO_ATTENTION='nope' names no ragged attention"):
+        plan.resolve("auto", torch.device("cpu"))
 
 
 def test_a_registered_implementation_runs_by_name_and_replacing_it_takes_effect(monkeypatch):

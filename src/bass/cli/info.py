@@ -95,8 +95,8 @@ def cmd_ops(args) -> int:
         where = " (none here: what a machine with one picks)" if absent else ""
         print(f"\nauto on {device.type}{where} (every layer of a pass runs the pick):")
         for kind in PASS_KINDS:
-            if absent and kind in plan.AUTO.get(device.type, {}):
-                name, why = plan.AUTO[device.type][kind]
+            if absent:  # the pick as such, not this process's fallback to the reference
+                name, why = plan.auto_pick(device.type, kind)
                 impl = plan.IMPLEMENTATIONS[name]
             else:
                 impl, why = plan.resolve("auto", device, kind)

@@ -32,7 +32,15 @@ import torch
 from . import contract, cutlass, flex, fused, reference, sdpa
 from .contract import LENGTH_DTYPE, bucket_query_len, check_no_grad, check_rows, lib
 
-__all__ = ["PASS_KINDS", "Implementation", "Plan", "implementations", "register", "resolve"]
+__all__ = [
+    "PASS_KINDS",
+    "Implementation",
+    "Plan",
+    "auto_pick",
+    "implementations",
+    "register",
+    "resolve",
+]
 
 PASS_KINDS = ("eager", "compiled", "graphs")
 
@@ -112,6 +120,22 @@ AUTO: dict[str, dict[str, tuple[str, str]]] = {
 AUTO_OVERRIDE = "BASS_AUTO_ATTENTION"
 
 
+def auto_pick(device_type: str, kind: str) -> tuple[str, str]:
+    """What ``auto`` picks for a pass of ``kind`` on ``device_type`` and why: the
+    :data:`AUTO` table's entry (``$BASS_AUTO_ATTENTION`` overrides it), whether or not it
+    can run in this process (:func:`resolve` adds that check)."""
+    forced = os.environ.get(AUTO_OVERRIDE)
+    if forced:
+        if forced not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"${AUTO_OVERRIDE}={forced!r} names no ragged attention implementation; "
+                f"registered: {', '.join(IMPLEMENTATIONS)} (or unset it)"
+            )
+        return forced, f"${AUTO_OVERRIDE}"
+    unset = ("reference", f"no implementation chosen for {device_type} {kind} passes")
+    return AUTO.get(device_type, {}).get(kind, unset)
+
+
 def resolve(impl: str, device: torch.device, kind: str = "eager") -> tuple[Implementation, str]:
     """The implementation ``impl`` names on ``device`` for a pass of ``kind``, and why:
     for ``"auto"`` the :data:`AUTO` table's pick (``$BASS_AUTO_ATTENTION`` overrides it),
@@ -137,10 +161,7 @@ def resolve(impl: str, device: torch.device, kind: str = "eager") -> tuple[Imple
                 f"available on {device.type}: {here}"
             )
         return found, "named explicitly"
-    unset = ("reference", f"no implementation chosen for {device.type} {kind} passes")
-    name, why = AUTO.get(device.type, {}).get(kind, unset)
-    if os.environ.get(AUTO_OVERRIDE):
-        name, why = os.environ[AUTO_OVERRIDE], f"${AUTO_OVERRIDE}"
+    name, why = auto_pick(device.type, kind)
     found = IMPLEMENTATIONS[name]
     missing = found.unavailable() or (None if device.type in found.devices else "wrong device")
     if missing is None:
