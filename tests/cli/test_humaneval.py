@@ -37,7 +37,7 @@ PROBLEMS = [
 ]
 
 
-def fake_sampler(problem, n):
+def fake_one(problem, n):
     """Sample 0 is the canonical solution, sample 1 garbage. Toy/0's garbage finishes
     first (fewer tokens), Toy/1's canonical one does."""
     short, long = (1, 5) if problem["task_id"] == "Toy/0" else (5, 1)
@@ -45,11 +45,31 @@ def fake_sampler(problem, n):
         Sample(problem["canonical_solution"], long, True),
         Sample("    return None\n", short, True),
     ]
-    return samples[:n], None
+    return samples[:n]
 
 
-def test_pass_first_and_pass_all():
-    (report,) = humaneval.evaluate(PROBLEMS, {"fake": fake_sampler}, n=2, timeout=5)
+def fake_sampler(problems, n, on_problem=None):
+    got = [fake_one(p, n) for p in problems]
+    for i, samples in enumerate(got):
+        if on_problem is not None:
+            on_problem(i, samples)
+    return got, None
+
+
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_pass_first_and_pass_all(chunk):
+    calls, lines = [], []
+
+    def sampler(problems, n, on_problem=None):
+        calls.append([p["task_id"] for p in problems])
+        return fake_sampler(problems, n, on_problem)
+
+    (report,) = humaneval.evaluate(
+        PROBLEMS, {"fake": sampler}, n=2, timeout=5, chunk=chunk, progress=lines.append
+    )
+    assert calls == ([["Toy/0", "Toy/1"]] if chunk is None else [["Toy/0"], ["Toy/1"]])
+    assert lines[0] == "[1/2] Toy/0 fake: 2 samples generated"
+    assert "[2/2] Toy/1 fake: first pass, 1/2 passed" in lines
     assert [s.first for s in report.scores] == [1, 0]
     assert [[c.passed for c in s.checks] for s in report.scores] == [[True, False]] * 2
     assert report.pass_first == 0.5 and report.pass_all == 1.0
@@ -151,25 +171,28 @@ def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
     assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True
 
 
-@pytest.mark.parametrize("seed", ["--seed 5", ""])
-def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_path, seed):
+@pytest.mark.parametrize(("seed", "batch"), [("--seed 5", "--batch-size 2"), ("", "")])
+def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_path, seed, batch):
     """Both methods sample each problem with one seed (given, or drawn once for the run):
-    with n-gram drafts their samples are the same texts; problems get different seeds."""
+    with n-gram drafts their samples are the same texts; problems' rows get different
+    ids (humaneval.row_id), so different draws. Both problems' rows share each method's
+    call, --batch-size of them at once."""
     monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in PROBLEMS})
     out_file = tmp_path / "he.jsonl"
     rc, out, err = run(
         capsys,
         f"eval humaneval --main {model_dir} --problems 0:2 --n 3 --sample {seed} "
-        f"--max-new-tokens 12 -o {out_file}",
+        f"--max-new-tokens 12 -o {out_file} {batch} --progress",
     )
     assert rc == 0, err
     assert "2 problems, 3 samples each" in out and "0.0%" in out  # random words never pass
     assert ("sampling, seed 5" in out) == bool(seed) and "sampling, seed " in out
+    assert ("2 rows at once" in out) == bool(batch) and "[2/2] Toy/1 regular: 3 samples" in err
     for rec in read_jsonl(out_file):
         regular, bass_ = ([s["completion"] for s in m["samples"]] for m in rec["methods"].values())
         assert regular == bass_ and len(set(regular)) > 1
-    assert humaneval.problem_seed(5, "Toy/0") != humaneval.problem_seed(5, "Toy/1")
-    assert humaneval.problem_seed(None, "Toy/0") is None
+    rows = [humaneval.row_id(t, j) for t in ("Toy/0", "Toy/1") for j in range(3)]
+    assert len(set(rows)) == 6 and humaneval.row_id("Toy/1", 2) == rows[-1]
 
 
 def test_real_humaneval_data():

@@ -361,13 +361,19 @@ def test_humaneval_rows_stop_at_the_stop_sequences(llama, tok):
 
     gen = Generator(llama, "ngram", policy="constant", policy_options={"k": 3})
     sample = humaneval.make_sampler(gen, tok, max_new_tokens=40)
-    stopped = 0
-    for prompt in ["a(", "a a", "ab"]:  # "\n#" after 13 and 4 tokens; never
+    prompts = ["a(", "a a", "ab"]  # "\n#" after 13 and 4 tokens; never
+    done = []
+    problems = [{"prompt": p, "task_id": f"T/{i}"} for i, p in enumerate(prompts)]
+    got, stats = sample(problems, 2, lambda i, samples: done.append(i))
+    stopped = tokens = 0
+    for prompt, samples in zip(prompts, got):  # one call, three problems
         full = reference_greedy(llama, tok(prompt)["input_ids"], 40)
         j = first_stop(tok, full, humaneval.STOP_SEQUENCES)
         completion, _ = humaneval.truncate(text(tok, full))
-        samples, stats = sample({"prompt": prompt}, 2)
         assert samples == [humaneval.Sample(completion, j or 40, j is not None)] * 2
-        assert stats.tokens_generated == 2 * (j or 40)
+        tokens += 2 * (j or 40)
         stopped += j is not None
-    assert stopped == 2
+    assert stopped == 2 and stats.tokens_generated == tokens
+    assert sorted(done) == [0, 1, 2] and done[-1] == 2  # the longest finishes last
+    with pytest.raises(humaneval.HumanEvalError, match="'T/0' is given twice"):
+        sample(problems[:1] * 2, 1)

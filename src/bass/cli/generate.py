@@ -32,7 +32,7 @@ from .report import comparison_text, merge_stats, plot_steps, summary_text
 from .results import Prompt, ResultsFile, check_not_inputs, check_writable, read_done
 from .settings import note_sampling, resolve_config
 
-__all__ = ["MAX_ROWS", "cmd_generate", "read_prompts", "row_settings"]
+__all__ = ["MAX_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
 
 #: The most rows (prompts x ``--n``) one ``bass generate`` run takes: far more than a run
 #: finishes in a day, and few enough that the rows' bookkeeping (about 1.5 GB at the
@@ -244,17 +244,17 @@ def cmd_generate(args) -> int:
         return _generate(args, held)
 
 
-def _generate(args, held: contextlib.ExitStack) -> int:
-    from ..sampling import row_key
-    from ..stopping import cut_at_stop, decode
-
-    n = n_of(args)
+def check_batch_flags(args) -> None:
+    """``--batch-size`` and ``--kv-budget-gib`` (``bass generate``, ``bass eval
+    humaneval``), checked before anything loads."""
     if args.batch_size is not None and args.batch_size < 1:
+        from .. import scheduler
+
         raise flag_error(
             "--batch-size",
             args.batch_size,
             "an integer >= 1",
-            "as many rows at once as the KV budget holds, at most 256",
+            f"as many rows at once as the KV budget holds, at most {scheduler.MAX_ROWS}",
         )
     if args.kv_budget_gib is not None:
         from ..options import OptionError, check
@@ -264,6 +264,14 @@ def _generate(args, held: contextlib.ExitStack) -> int:
                   label="--kv-budget-gib")  # fmt: skip
         except OptionError as exc:
             raise UsageError(str(exc)) from None
+
+
+def _generate(args, held: contextlib.ExitStack) -> int:
+    from ..sampling import row_key
+    from ..stopping import cut_at_stop, decode
+
+    n = n_of(args)
+    check_batch_flags(args)
     scale = scaleout.start(args)  # one process, or torchrun's ranks (bass.distributed)
     prompts = read_prompts(args)
     config = resolve_config(args)

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import humaneval as he
 from .errors import UsageError, add_note, flag_error
 from .filelock import command_line, lock_outputs
-from .generate import MAX_ROWS, input_paths
+from .generate import MAX_ROWS, check_batch_flags, input_paths
 from .loading import load_models, make_generator, use_chat
 from .results import LineWriter, check_not_inputs, check_writable
 from .settings import note_sampling, resolve_config
@@ -48,19 +48,25 @@ def _check_flags(args) -> int:
     return n
 
 
-def _named(sample):
+def _named(sample, n: int):
     """``sample`` (a :data:`bass.humaneval.SampleFn`) with a prompt error naming the
-    problem by its task id (``HumanEval/0``), not by its row in the problem's batch."""
+    problem by its task id (``HumanEval/0``), not by its row in the call."""
     from ..batch_state import PromptError
 
-    def named(problem: dict, n: int):
+    def named(problems, n_, on_problem=None):
         try:
-            return sample(problem, n)
+            return sample(problems, n_, on_problem)
         except PromptError as exc:
-            name = f"the prompt of {problem.get('task_id', 'the problem')}"
+            problem = problems[exc.prompt // n] if 0 <= exc.prompt < n * len(problems) else {}
+            name = f"the prompt of {problem.get('task_id', 'a problem')}"
             raise UsageError(exc.naming(name)) from exc
 
     return named
+
+
+#: Problems per generate call: enough for this many times the rows at once, so a call's
+#: tail (its last rows finishing with fewer at once) is a small part of it
+CHUNK_ROWS = 4
 
 
 def cmd_humaneval(args) -> int:
@@ -71,6 +77,7 @@ def cmd_humaneval(args) -> int:
 
 def _humaneval(args, held: contextlib.ExitStack) -> int:
     n = _check_flags(args)
+    check_batch_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
     if args.output:  # before any model loads
@@ -84,12 +91,13 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
     chat = use_chat(tokenizer, config, config.model.main or "the default model")
     kwargs = config.generate_kwargs()
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    batch = dict(max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib)
     if kwargs.get("do_sample") and kwargs.get("seed") is None:
         import torch
 
         # one seed for the run (from torch's global generator), shared by every method:
         # with n-gram drafts regular decoding and BASS then make the same draws (the same
-        # texts until a draw lands within rounding of a token boundary: problem_seed)
+        # texts until a draw lands within rounding of a token boundary: he.row_id)
         kwargs["seed"] = int(torch.randint(0, 2**31, (1,)).item())
     methods = {"regular": make_generator(main, None, config)}
     if draft is not None:
@@ -98,9 +106,14 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
     else:
         print("bass: note: --draft none: evaluating regular decoding only", file=sys.stderr)
     samplers = {
-        name: _named(he.make_sampler(g, tokenizer, chat=chat, **kwargs))
+        name: _named(he.make_sampler(g, tokenizer, chat=chat, **batch, **kwargs), n)
         for name, g in methods.items()
     }
+    from ..scheduler import MAX_ROWS as AT_MOST  # torch is loaded by now
+
+    # each method's call takes many problems (continuous batching), the methods in turn
+    # per chunk of them; a chunk's lines are written once every method has done it
+    chunk = -(-CHUNK_ROWS * (args.batch_size or AT_MOST) // n)
     out = LineWriter(Path(args.output), "--output") if args.output else None
     show = sys.stderr.isatty() if args.progress is None else args.progress
     try:
@@ -112,6 +125,7 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
             check=check,
             output=out,
             progress=(lambda m: print("bass: " + m, file=sys.stderr)) if show else None,
+            chunk=chunk,
         )
     except ValueError as exc:
         error = UsageError(str(exc))
@@ -126,11 +140,13 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
         if out is not None:
             out.close()
     budget = kwargs.get("time_budget")
+    at_once = max((st.max_rows for r in reports for st in r.stats), default=0)
     print(
         f"HumanEval: {len(problems)} problems, {n} samples each, "
         f"max_new_tokens={kwargs['max_new_tokens']}, "
         f"{'sampling, seed ' + str(kwargs['seed']) if kwargs['do_sample'] else 'greedy'}"
         + (f", time budget {budget:g} s per problem" if budget else "")
+        + (f", {at_once} rows at once" if at_once else "")
     )
     print(he.format_table(reports))
     if args.output:

@@ -103,17 +103,19 @@ _GENERATION_FLAGS = [
     ("--progress", {**_BOOL, "help": "progress on stderr (default: if stderr is a terminal)"}),
     (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
 ]
-_GENERATE_FLAGS = [
-    ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
-                        "field per line) or text, one prompt per line (.txt or any other "
-                        "suffix but .json); - (or /dev/stdin) reads text lines from "
-                        "standard input"}),
+_BATCH_FLAGS = [
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows generating at once: a "
                       "finished row's slot goes to the next (continuous batching; default: as "
                       "many as the KV budget holds, at most 256)"}),
     ("--kv-budget-gib", {"type": float, "metavar": "GIB", "help": "the most memory the rows' "
                          "KV caches may take (default: 80%% of the free GPU memory, half the "
                          "available memory on a CPU)"}),
+]
+_GENERATE_FLAGS = [
+    ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
+                        "field per line) or text, one prompt per line (.txt or any other "
+                        "suffix but .json); - (or /dev/stdin) reads text lines from "
+                        "standard input"}),
     ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
                 "per step (needs matplotlib)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
@@ -179,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per problem with each method under the same settings; tests run "
         "in separate, limited interpreters.",
     )
-    for p, own in ((gen, _GENERATE_FLAGS), (he, _HUMANEVAL_FLAGS)):
+    for p, own in ((gen, _GENERATE_FLAGS + _BATCH_FLAGS), (he, _HUMANEVAL_FLAGS + _BATCH_FLAGS)):
         _add(p, "input and output" if p is gen else "evaluation", own)
         _add(p, "models", _MODEL_FLAGS)
         _add(p, "generation", _GENERATION_FLAGS)

@@ -1,7 +1,8 @@
 """``bass eval humaneval``: HumanEval code completion, regular vs speculative decoding.
 
 For each problem every method generates ``n`` samples of the problem's prompt (no chat
-template by default: it is code completion). A sample stops generating as soon as its text
+template by default: it is code completion), many problems per continuously batched call
+(:func:`evaluate`'s ``chunk``). A sample stops generating as soon as its text
 contains one of the usual stop sequences (:data:`STOP_SEQUENCES`, given to the engine as
 ``stop_strings``, so a finished row leaves the batch at once), its completion is the text
 before that stop sequence (:func:`truncate`), and every sample is run against the
@@ -48,7 +49,7 @@ from .problems import (
     select_problems,
     truncate,
 )
-from .samples import Sample, SampleFn, _to_sample, make_sampler, problem_seed
+from .samples import Sample, SampleFn, _to_sample, make_sampler, row_id
 from .scoring import (
     MethodReport,
     ProblemScore,
@@ -70,7 +71,7 @@ __all__ = [
     "load_problems",
     "make_sampler",
     "package_check",
-    "problem_seed",
+    "row_id",
     "run_check",
     "score_problem",
     "select_problems",

@@ -1,17 +1,18 @@
-"""A problem's samples: ``n`` completions of its prompt, generated in one batch and cut at
-the stop sequences."""
+"""Problems' samples: ``n`` completions of each prompt, generated in one continuously
+batched call over many problems and cut at the stop sequences."""
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..models import encode_prompt
-from .problems import STOP_SEQUENCES, truncate
+from ..sampling import SAMPLE_BITS, row_key
+from .problems import STOP_SEQUENCES, HumanEvalError, truncate
 
-__all__ = ["Sample", "SampleFn", "make_sampler", "problem_seed"]
+__all__ = ["Sample", "SampleFn", "make_sampler", "row_id"]
 
 
 @dataclass
@@ -25,47 +26,70 @@ class Sample:
     finished: bool
 
 
-# (problem, n) -> (samples, GenerationStats or None)
-SampleFn = Callable[[dict, int], tuple[list[Sample], Any]]
+# (problems, n, on_problem) -> (each problem's n samples, GenerationStats or None);
+# on_problem (may be None) gets (the problem's index, its samples) as soon as the
+# problem's last sample finishes
+SampleFn = Callable[..., tuple[list[list[Sample]], Any]]
+
+#: the bits of a task id's hash in its rows' ids (:func:`row_id`; ``row_key``'s limit)
+_TASK_BITS = 63 - SAMPLE_BITS
 
 
-def problem_seed(seed: int | None, task_id: str) -> int | None:
-    """The seed of one problem's batch: ``seed`` mixed with the task id, so problems draw
-    independent samples while every method sampling the same problem uses the same seed
-    (with n-gram drafts or none, bass's keyed sampling then gives every method the same
-    draws: with a float64 model the very same samples; in float32 or bfloat16 a pass
-    that verifies drafts computes the logits through differently shaped products, which
-    round differently, so a draw that falls within rounding of a token boundary can pick
-    the neighbouring token and the samples part from there)."""
-    if seed is None:
-        return None
-    return (seed * 0x9E3779B1 + zlib.crc32(task_id.encode())) % 2**62
+def row_id(task_id: str, sample: int) -> int:
+    """The row id (``generate(row_ids=...)``, which keys the row's sampled draws with the
+    seed) of sample ``sample`` of problem ``task_id``: a function of the two alone, so a
+    sample draws the same whichever problems share its generate call, in which order,
+    and under every method (with n-gram drafts or none, bass's keyed sampling then gives
+    every method the same draws: with a float64 model the very same samples; in float32
+    or bfloat16 a pass that verifies drafts computes the logits through differently
+    shaped products, which round differently, so a draw that falls within rounding of a
+    token boundary can pick the neighbouring token and the samples part from there)."""
+    digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
+    return row_key(int.from_bytes(digest, "big") >> (64 - _TASK_BITS), sample)
 
 
 def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs) -> SampleFn:
-    """A :data:`SampleFn` that generates ``n`` samples of a problem's prompt in one batch
-    with ``generator`` (a :class:`bass.Generator`). Rows stop at the stop sequences
-    (:data:`STOP_SEQUENCES`, plus any ``stop_strings`` in ``generate_kwargs``) and the
-    completions are cut before them; a ``seed`` in ``generate_kwargs`` seeds each
-    problem's batch with :func:`problem_seed`."""
+    """A :data:`SampleFn` that generates ``n`` samples of each problem's prompt with
+    ``generator`` (a :class:`bass.Generator`) in one continuously batched call over all
+    the problems it is given (``max_rows`` and ``kv_budget_gib`` in ``generate_kwargs``
+    bound the rows at once; a problem's samples are admitted together, so a time budget
+    runs from when they start). Rows stop at the stop sequences (:data:`STOP_SEQUENCES`,
+    plus any ``stop_strings`` in ``generate_kwargs``) and the completions are cut before
+    them; sampled rows are keyed by :func:`row_id` and the ``seed``."""
     extra = generate_kwargs.pop("stop_strings", None) or ()
     extra = [extra] if isinstance(extra, str) else list(extra)
     stops = tuple(dict.fromkeys([*STOP_SEQUENCES, *extra]))
-    seed = generate_kwargs.pop("seed", None)
+    eos = generate_kwargs.get("eos_token_id")
+    eos = set([eos] if isinstance(eos, int) else (eos or []))
 
-    def sample(problem: dict, n: int) -> tuple[list[Sample], Any]:
-        text = problem["prompt"]
-        ids = encode_prompt(tokenizer, text, chat)
+    def sample(problems: Sequence[dict], n: int, on_problem=None):
+        tasks = [p.get("task_id", "") for p in problems]
+        twice = next((t for t in tasks if tasks.count(t) > 1), None)
+        if twice is not None:
+            raise HumanEvalError(f"problem {twice!r} is given twice: task ids must differ")
+        prompts, ids = [], []
+        for problem, task in zip(problems, tasks):
+            prompts += [encode_prompt(tokenizer, problem["prompt"], chat)] * n
+            ids += [row_id(task, j) for j in range(n)]
+        got: list[list] = [[None] * n for _ in problems]
+        left = [n] * len(problems)
+
+        def finished(row) -> None:  # a problem's samples side by side: row i * n + j
+            i, j = divmod(row.prompt, n)
+            got[i][j] = _to_sample(tokenizer, row.tokens, eos, stops)
+            left[i] -= 1
+            if not left[i] and on_problem is not None:
+                on_problem(i, got[i])
+
         res = generator.generate(
-            [ids] * n,
+            prompts,
             stop_strings=stops,
             tokenizer=tokenizer,
-            seed=problem_seed(seed, problem.get("task_id", "")),
+            row_ids=ids,
+            on_finish=finished,
             **generate_kwargs,
         )
-        eos = generate_kwargs.get("eos_token_id")
-        eos = set([eos] if isinstance(eos, int) else (eos or []))
-        return [_to_sample(tokenizer, seq, eos, stops) for seq in res.sequences], res.stats
+        return got, res.stats
 
     return sample
 

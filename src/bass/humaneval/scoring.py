@@ -59,7 +59,7 @@ class MethodReport:
 
     name: str
     scores: list[ProblemScore] = field(default_factory=list)
-    stats: list[Any] = field(default_factory=list)  # GenerationStats per problem
+    stats: list[Any] = field(default_factory=list)  # GenerationStats per call (chunk)
 
     def _rate(self, attr: str) -> float:
         n = len(self.scores)
@@ -103,47 +103,83 @@ def evaluate(
     check: Callable[..., CheckResult] = run_check,
     output: TextIO | None = None,
     progress: Callable[[str], None] | None = None,
+    chunk: int | None = None,
 ) -> list[MethodReport]:
-    """Generate and score ``n`` samples per problem with every method (problems outer,
-    methods inner, so a drift in machine speed hits all methods alike). ``output`` gets
-    one JSON line per problem."""
+    """Generate and score ``n`` samples per problem with every method.
+
+    The problems go in chunks of ``chunk`` (default: all at once): each method generates
+    the ``n`` samples of every problem of a chunk in one call (continuously batched: rows
+    of other problems take the slots of finished ones), the methods in turn, chunk by
+    chunk, so a drift in machine speed hits all methods alike. ``output`` gets one JSON
+    line per problem once every method has generated and scored its chunk; ``progress``
+    a line as each problem's samples are done (generation) and as each is scored."""
     if n < 1:
         raise HumanEvalError(f"--n must be >= 1 samples per problem, got {n}")
+    if chunk is not None and chunk < 1:
+        raise HumanEvalError(f"chunk must be >= 1 problems per call, got {chunk}")
     reports = {name: MethodReport(name) for name in methods}
-    for i, problem in enumerate(problems):
-        line: dict[str, Any] = {"task_id": problem["task_id"], "methods": {}}
+    step = chunk or max(len(problems), 1)
+    for start in range(0, len(problems), step):
+        part = problems[start : start + step]
+        lines: list[dict[str, Any]] = [{"task_id": p["task_id"], "methods": {}} for p in part]
         for name, fn in methods.items():
-            samples, stats = fn(problem, n)
-            score = score_problem(problem, samples, timeout, check)
-            reports[name].scores.append(score)
+
+            def generated(i: int, samples, name=name, start=start, part=part) -> None:
+                if progress is not None:
+                    k = start + i + 1
+                    progress(f"[{k}/{len(problems)}] {part[i]['task_id']} {name}: "
+                             f"{len(samples)} samples generated")  # fmt: skip
+
+            results, stats = fn(part, n, generated)
             if stats is not None:
                 reports[name].stats.append(stats)
-            line["methods"][name] = {
-                "pass_first": score.pass_first,
-                "pass_all": score.pass_all,
-                "first": score.first,
-                "samples": [
-                    {
-                        "completion": s.completion,
-                        "tokens": s.tokens,
-                        "finished": s.finished,
-                        "passed": c.passed,
-                        "result": c.result,
-                    }
-                    for s, c in zip(samples, score.checks, strict=True)
-                ],
-                "stats": stats.summary() if stats is not None else None,
-            }
-            if progress is not None:
-                progress(
-                    f"[{i + 1}/{len(problems)}] {problem['task_id']} {name}: "
-                    f"first {'pass' if score.pass_first else 'fail'}, "
-                    f"{sum(c.passed for c in score.checks)}/{n} passed"
-                )
+            rows = _row_steps(stats, n * len(part))
+            for i, (problem, samples) in enumerate(zip(part, results, strict=True)):
+                score = score_problem(problem, samples, timeout, check)
+                reports[name].scores.append(score)
+                steps = sum(rows[0][i * n : (i + 1) * n])
+                accepted = sum(rows[1][i * n : (i + 1) * n])
+                lines[i]["methods"][name] = {
+                    "pass_first": score.pass_first,
+                    "pass_all": score.pass_all,
+                    "first": score.first,
+                    "samples": [
+                        {
+                            "completion": s.completion,
+                            "tokens": s.tokens,
+                            "finished": s.finished,
+                            "passed": c.passed,
+                            "result": c.result,
+                        }
+                        for s, c in zip(samples, score.checks, strict=True)
+                    ],
+                    "stats": None if stats is None else {
+                        "tokens": sum(s.tokens for s in samples),
+                        "row_steps": steps,  # its samples' steps, summed
+                        "mean_accepted_per_step": round(accepted / steps, 4) if steps else 0.0,
+                    },
+                }  # fmt: skip
+                if progress is not None:
+                    progress(
+                        f"[{start + i + 1}/{len(problems)}] {problem['task_id']} {name}: "
+                        f"first {'pass' if score.pass_first else 'fail'}, "
+                        f"{sum(c.passed for c in score.checks)}/{n} passed"
+                    )
         if output is not None:
-            output.write(json.dumps(line) + "\n")
+            for line in lines:
+                output.write(json.dumps(line) + "\n")
             output.flush()
     return list(reports.values())
+
+
+def _row_steps(stats, rows: int) -> tuple[list[int], list[int]]:
+    """Each row's steps and accepted draft tokens in one call (its steps' records)."""
+    steps, accepted = [0] * rows, [0] * rows
+    for rec in getattr(stats, "steps", ()):
+        for p, a in zip(rec.prompts, rec.accepted):
+            steps[p] += 1
+            accepted[p] += a
+    return steps, accepted
 
 
 def format_table(reports: Sequence[MethodReport]) -> str:
