@@ -64,9 +64,14 @@ class RaggedKVCache:
     @staticmethod
     def bytes_per_token(model) -> int:
         """Bytes of keys and values one position of ``model`` takes in a cache (every
-        layer; from its config: key/value heads x head size, in its dtype)."""
+        layer; from its config: key/value heads x head size, in its dtype). A model
+        sharded over ``T`` tensor-parallel ranks keeps ``1/T`` of the key/value heads on
+        each (at least one)."""
+        from . import compat
+
         cfg = model.config.get_text_config()
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        heads = max(1, heads // compat.tp_size(model))
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         itemsize = next(model.parameters()).element_size()
         return 2 * cfg.num_hidden_layers * heads * head_dim * itemsize

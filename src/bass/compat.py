@@ -47,6 +47,7 @@ __all__ = [
     "generation_mode",
     "tensor_parallel_kwargs",
     "tp_group",
+    "tp_size",
     "transformers_version",
 ]
 
@@ -112,6 +113,13 @@ def tensor_parallel_kwargs(tp: int, dp: int = 1) -> dict:
 
 def _mesh_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tp_size(model: torch.nn.Module) -> int:
+    """Shim 4: how many ranks ``model``'s tensor parallelism spans (1: not sharded); each
+    rank holds ``1/tp_size`` of the attention heads (``_tp_size``, as :func:`tp_group`)."""
+    size = getattr(model, "_tp_size", None)
+    return size if isinstance(size, int) and size > 1 else 1
 
 
 def tp_group(model: torch.nn.Module):

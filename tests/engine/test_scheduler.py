@@ -134,6 +134,18 @@ def test_the_kv_budget_sizes_the_rows_at_once(llama):
         gen.generate(prompts, max_new_tokens=MAX_NEW, kv_budget_gib=0.5 * per_row / 2**30)
 
 
+def test_a_tensor_parallel_rank_holds_its_share_of_the_kv_heads(llama, monkeypatch):
+    from bass.cache import RaggedKVCache
+
+    whole = RaggedKVCache.bytes_per_token(llama)
+    cfg = llama.config.get_text_config()
+    heads = cfg.num_key_value_heads or cfg.num_attention_heads
+    monkeypatch.setattr(llama, "_tp_size", 2, raising=False)  # as transformers' TP sets it
+    assert RaggedKVCache.bytes_per_token(llama) == whole * (heads // 2) // heads
+    monkeypatch.setattr(llama, "_tp_size", 4 * heads, raising=False)  # at least one head
+    assert RaggedKVCache.bytes_per_token(llama) == whole // heads
+
+
 def test_time_budget_counts_from_each_rows_start(llama):
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     res = Generator(llama, "ngram").generate(
