@@ -231,6 +231,7 @@ def run_bass(main, prompts, job, method: str, warmup: bool) -> dict:
             "max_rows": st.max_rows,
             "kv_budget_gib": st.kv_budget_bytes / 2**30,
             "admissions": st.admissions,
+            "riding_admissions": getattr(st, "riding_admissions", 0),  # older commits: none
         },
     }
 

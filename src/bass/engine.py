@@ -24,7 +24,8 @@ Glossary (one meaning each, everywhere in the engine, the hooks and the docs):
   **accepted** (``accepted[r]``): the drafts verification kept (``<= drafted``).
 
 Between steps, waiting prompts take the slots of finished rows (:mod:`bass.scheduler`:
-their prefill gives each its first token) and rows past their time budget end. One step
+their prefill, riding in the next verify pass while other rows run, gives each its first
+token) and rows past their time budget end. One step
 (:meth:`Generator._step`, one screen, read top to bottom) for every active row;
 the plugins' hooks and the data they exchange are declared in :mod:`bass.hooks`:
 
@@ -35,6 +36,7 @@ the plugins' hooks and the data they exchange are declared in :mod:`bass.hooks`:
    draft model: packed passes over the rows still drafting; n-grams: host tokens). A
    sampling drafter draws coupled: with the key of the position each token would take
 3) verify: the main model scores ``[last, d_1..d_n]`` of all rows in ONE packed pass
+   (with the whole prompts of rows just admitted: their prefill)
 4) accept (:mod:`bass.verify`, :mod:`bass.sampling`): greedy prefix match, keyed draws
    (deterministic or coupled drafts) or rejection sampling, batched on the device; then
    the step's one host read (accepted counts, next tokens, non-finite flags and, for
@@ -70,10 +72,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from . import backends, compat, hf, locking, options, policies, scheduler
-from .batch_state import (
-    BatchState,
-    NonFiniteLogitsError,
-)
+from .batch_state import BatchState, NonFiniteLogitsError
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
 from .drafters import make_drafter
@@ -306,17 +305,8 @@ class Generator:
         return cls(main_model, draft_model, **kw)
 
     def new_policy(self):
-        spec, options = self.policy_spec
-        if isinstance(spec, str):
-            return policies.load(spec, **options)
-        if options:
-            raise ValueError("policy_options apply to a policy name, not a policy instance")
-        if not policies.is_policy(spec):
-            raise TypeError(
-                "policy must be a name or have draft_length() (or draft_lengths(ctx)) and "
-                f"update(record) (see bass.hooks.Policy), got {spec!r}"
-            )
-        return spec
+        """A fresh policy as configured (:func:`bass.policies.make`)."""
+        return policies.make(*self.policy_spec)
 
     # ----------------------------------------------------------------- generation
 
@@ -464,18 +454,21 @@ class Generator:
         #    rows (their prefill first), rows past their time budget stop where they are
         while True:
             yield from scheduler.hand_over(state)  # first: before a prefill that may fail
-            if queue and state.free():
-                first = stats.admissions == 0
-                scheduler.prefill(self, state, *queue.admit(state), sampling, stats)
-                if first and self.passes.bucket is not None:  # CUDA graphs: the buffers
-                    self._mark_static()  # (allocated by the first prefill) must not move
-            slots = queue.expire(state, state.active(), time_budget, self.coord.share)
+            first = stats.admissions == 0
+            # admitted rows: prefilled now, or riding in this step's verify pass (fill)
+            fill = scheduler.admit_waiting(self, state, queue, sampling, stats)
+            if first and stats.admissions and self.passes.bucket is not None:  # CUDA graphs:
+                self._mark_static()  # the buffers (the first prefill's) must not move
+            running = [s for s in state.active() if s not in fill]
+            slots = queue.expire(state, running, time_budget, self.coord.share)
             yield from scheduler.hand_over(state)  # ended by their first token or the time
             if not slots:
-                if queue:
+                if fill:  # no verify pass to ride in after all: a prefill pass of their own
+                    scheduler.prefill(self, state, fill, sampling, stats, admitted=True)
+                if queue or fill:
                     continue
                 break
-            self._step(state, hooks, sampling, stats, slots, len(queue.waiting))
+            self._step(state, hooks, sampling, stats, slots, len(queue.waiting), fill)
             if not queue:  # a slot no prompt will take again: compaction may drop it
                 self._compact(state)
             if on_step is not None:
@@ -485,10 +478,11 @@ class Generator:
         stats.tokens_generated = sum(len(o) for o in state.outputs)
         return GenerationResult([list(o) for o in state.outputs], stats, list(state.reasons))
 
-    def _step(self, state, hooks, sampling, stats, slots, waiting: int) -> None:
+    def _step(self, state, hooks, sampling, stats, slots, waiting: int, fill=()) -> None:
         """One speculative step for the active rows ``slots`` (``waiting`` prompts wait
-        for a slot): lengths -> propose -> verify -> accept -> commit -> learn (the module
-        docstring walks through it)."""
+        for a slot; ``fill``: rows just admitted, whose prefill rides in the verify pass):
+        lengths -> propose -> verify -> accept -> commit -> learn (the module docstring
+        walks through it)."""
         t_start = time.perf_counter()
         params, gen, seed = sampling
         prompts = [state.prompt_of[s] for s in slots]
@@ -517,20 +511,26 @@ class Generator:
         # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass: drafts
         #    kept while equal to the main model's keyed draws when sampling
         keyed = sampled and (coupled or prop.probs is None)  # else rejection sampling
-        v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed)
+        v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed, fill)
         t_fwd = time.perf_counter()
         logits = self.passes.run(self.main, self.cache, v.batch)
         forward_seconds = time.perf_counter() - t_fwd
-        # 4) accept (on the device), then the step's one host read
+        # 4) accept (on the device), then the step's one host read (and new rows' first
+        #    tokens, drawn from their prompts' last logits, as a prefill pass would)
         acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
         models = (self.main, self.drafter.model if drafter is not None else None)
-        accepted, nexts, drafts, confidence = read_step(acc, logits, v, prop, prompts, step, models)
+        tail = scheduler.riders_first(state, fill, logits[v.n : v.n + v.filled], sampling)
+        accepted, nexts, drafts, confidence, firsts = read_step(
+            acc, logits, v, prop, prompts, step, models, tail
+        )
         t_end = time.perf_counter()
         # 5) commit: the drafter keeps its accepted drafts; rows append [d_1..d_a, next]
         #    (the main cache keeps [last, d_1..d_a]: its lengths follow from the rows)
         if drafter is not None:
             drafter.commit(prop, accepted)
         state.append(slots, [[*d[:a], t] for d, a, t in zip(drafts, accepted, nexts)])
+        if fill:  # the new rows' first tokens (raises on their non-finite logits)
+            scheduler.take_first(self.main, state, fill, firsts, stats)
         # 6) learn: the step's one record, for the statistics and the policy
         rec = StepRecord(
             max(lengths, default=0),

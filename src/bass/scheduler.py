@@ -3,9 +3,11 @@
 A job may hold any number of prompts; at most :func:`rows_at_once` of them generate at
 once, each in a *slot* (a row of the caches, allocated once for the whole job). When a
 row finishes, :class:`Queue` places the next waiting prompt in its slot and
-:func:`prefill` fills that slot's caches and draws the row's first token; the samples of
-one prompt (equal prompts side by side in the job) are admitted together, as the n-gram
-drafter's sibling lookup wants them. Nothing a row generates depends on when it was
+:func:`admit_waiting` has that slot's caches filled and the row's first token drawn: in the
+other rows' next verify pass (:func:`rides`; :func:`bass.verify.verify_pass`'s ``fill``),
+or by a :func:`prefill` pass of its own (none running, prompts over a prefill chunk,
+compiled passes); the samples of one prompt (equal prompts side by side in the job) are
+admitted together, as the n-gram drafter's sibling lookup wants them. Nothing a row generates depends on when it was
 admitted: its draws are keyed by (seed, row id, position) (:mod:`bass.sampling`), and
 every pass treats rows independently (``tests/engine/test_scheduler.py``).
 """
@@ -27,7 +29,20 @@ from .sampling import SamplingParams, position_keys, sample_keyed, warp_probs
 from .stats import FinishedRow
 from .stopping import StopStrings
 
-__all__ = ["MAX_ROWS", "Job", "Queue", "hand_over", "prefill", "rows_at_once"]
+__all__ = [
+    "MAX_ROWS",
+    "Job",
+    "Queue",
+    "admit_rows",
+    "admit_waiting",
+    "first_tokens",
+    "hand_over",
+    "prefill",
+    "riders_first",
+    "rides",
+    "rows_at_once",
+    "take_first",
+]
 
 #: The most rows generating at once when ``max_rows`` is not given (vLLM's
 #: ``max_num_seqs`` default); the KV budget may allow fewer.
@@ -139,33 +154,93 @@ class Queue:
         return [s for s, over in zip(slots, late) if not over]
 
 
-def prefill(gen, state, slots: list[int], prompts: list[int], sampling, stats) -> None:
+def admit_waiting(gen, state, queue: Queue, sampling, stats) -> list[int]:
+    """Waiting prompts into the free slots (:meth:`Queue.admit`): prefilled at once, or,
+    where they can (:func:`rides`), left to ride in the next verify pass (returned: the
+    step's ``fill``)."""
+    if not (queue and state.free()):
+        return []
+    slots, _ = queue.admit(state)
+    if rides(gen, state, slots):
+        admit_rows(gen, state, slots, stats)
+        return slots
+    prefill(gen, state, slots, sampling, stats)
+    return []
+
+
+def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = False) -> None:
     """Fill the caches' rows ``slots`` with the prompts just admitted there (the main
-    model's prefill, then the drafter's), and append each row's first token: argmax, or
-    drawn with the key of (seed, row id, position 0) as any other draw."""
+    model's prefill, then the drafter's, unless :func:`admit_rows` did it), and append each
+    row's first token (:func:`first_tokens`)."""
     if not slots:  # none admitted (a group waits for more free slots)
         return
     t = time.perf_counter()
     params, _, seed = sampling
-    device = gen.main.device
+    prompts = [state.prompt_of[s] for s in slots]
     seqs = [state.seqs[s] for s in slots]
     logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots)
-    if params.do_sample:
-        keys = position_keys(seed, [state.row_ids[p] for p in prompts], [0] * len(prompts), 1)
-        keys_t = torch.tensor(keys, dtype=torch.int64).to(device, non_blocking=True)
-        first = sample_keyed(warp_probs(logits, params), keys_t)
-    else:
-        first = logits.argmax(dim=-1)
+    row_ids = [state.row_ids[p] for p in prompts]
+    first = first_tokens(logits, params, seed, row_ids)
     host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
     raise_if_nonfinite(host[len(prompts) :], gen.main, "main", prompts, "the prefill")
     stats.main_passes += passes
     stats.prefill_passes += passes
-    stats.prefill_tokens += sum(map(len, seqs))
+    if not admitted:
+        admit_rows(gen, state, slots, stats)
+    state.append(slots, [[tok] for tok in host[: len(prompts)]])
+    stats.prefill_seconds += time.perf_counter() - t
+
+
+def rides(gen, state, slots: list[int]) -> bool:
+    """Whether the prompts just admitted into ``slots`` can ride in the next verify pass
+    (:func:`bass.verify.verify_pass`'s ``fill``) instead of a prefill pass of their own:
+    other rows are running, the passes are eager with unpadded shapes (compiled passes and
+    CUDA graphs keep their prefill apart) and the prompts fit in one pass."""
+    p = gen.passes
+    if not slots or p.compiled or p.bucket is not None:
+        return False
+    tokens = sum(len(state.seqs[s]) for s in slots)
+    return tokens <= p.chunk_tokens and any(s not in slots for s in state.active())
+
+
+def admit_rows(gen, state, slots: list[int], stats) -> None:
+    """An admission wave's bookkeeping and the drafter's prefill of its rows (a prompt
+    riding in the verify pass gets only this before the pass)."""
+    stats.prefill_tokens += sum(len(state.seqs[s]) for s in slots)
     stats.admissions += 1
     if gen.drafter is not None:
         stats.draft_passes += gen._drafting.admit(state, slots)
-    state.append(slots, [[tok] for tok in host[: len(prompts)]])
-    stats.prefill_seconds += time.perf_counter() - t
+
+
+def riders_first(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
+    """The first tokens and non-finite flags (int64 ``[2F]``, for the step's host read) of
+    the rows ``fill`` whose prefill rode in the verify pass, from their prompts' last
+    logits ``[F, V]`` there; ``None`` without such rows."""
+    if not fill:
+        return None
+    params, _, seed = sampling
+    row_ids = [state.row_ids[state.prompt_of[s]] for s in fill]
+    return torch.cat([first_tokens(logits, params, seed, row_ids), nonfinite(logits).long()])
+
+
+def take_first(main, state, fill: list[int], host: list[int], stats) -> None:
+    """Append the riders' first tokens (``host``: :func:`riders_first` read back);
+    non-finite logits raise, naming their prompts."""
+    F = len(fill)
+    prompts = [state.prompt_of[s] for s in fill]
+    raise_if_nonfinite(host[F:], main, "main", prompts, "the prefill")
+    state.append(fill, [[t] for t in host[:F]])
+    stats.riding_admissions += 1
+
+
+def first_tokens(logits, params, seed: int, row_ids: list[int]) -> torch.Tensor:
+    """New rows' first tokens from their prompts' last logits ``[P, V]``: the argmax, or
+    drawn with the key of (seed, row id, position 0) as any other draw."""
+    if not params.do_sample:
+        return logits.argmax(dim=-1)
+    keys = position_keys(seed, row_ids, [0] * len(row_ids), 1)
+    keys_t = torch.tensor(keys, dtype=torch.int64).to(logits.device, non_blocking=True)
+    return sample_keyed(warp_probs(logits, params), keys_t)
 
 
 def hand_over(state) -> Iterator[FinishedRow]:

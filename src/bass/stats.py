@@ -96,6 +96,7 @@ class GenerationStats:
     kv_budget_bytes: int = 0  # the KV budget the rows at once were sized by (0: none known)
     kv_bytes_per_row: int = 0  # KV cache bytes of one slot (main and draft models)
     admissions: int = 0  # prefill waves: prompts admitted into free slots, the first included
+    riding_admissions: int = 0  # of those, waves whose prefill rode in a verify pass
 
     @classmethod
     def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
@@ -178,6 +179,7 @@ class GenerationStats:
             "max_rows": self.max_rows,
             "kv_budget_gib": round(self.kv_budget_bytes / 2**30, 3),
             "admissions": self.admissions,
+            "riding_admissions": self.riding_admissions,
             **(
                 {"forced_acceptance": self.forced_acceptance}
                 if self.forced_acceptance is not None

@@ -6,7 +6,9 @@ in its step's phases 2-4; the terms are its glossary's.
 
 from __future__ import annotations
 
+import itertools
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -41,64 +43,113 @@ __all__ = [
 class VerifyPass:
     """The verify pass of a step, with its inputs as named device views (one copy).
 
-    ``index`` int64 ``[R, K+1]``: position ``i`` of active row ``r`` -> its token in the
-    flat pass (clamped to the row's last); ``drafted`` int64 ``[R]``; ``drafts`` int64
-    ``[R, K]`` (padding past a row's count); ``keys`` int64 ``[n]``: the sampling key of
-    each real token of the pass (the position it may emit; keyed draws), else ``None``."""
+    ``index`` int64 ``[R, K+1]``: position ``i`` of active row ``r`` -> its row of the
+    pass's logits (clamped to the row's last); ``drafted`` int64 ``[R]``; ``drafts``
+    int64 ``[R, K]`` (padding past a row's count); ``keys`` int64 ``[n]``: the sampling
+    key of each verify token of the pass (the position it may emit; keyed draws), else
+    ``None``. ``filled``: the rows just admitted whose prefill rides in this pass (their
+    logits follow the verify tokens': rows ``n .. n + filled - 1``), ``n`` the verify
+    tokens."""
 
     batch: PackedPass
     index: torch.Tensor
     drafted: torch.Tensor
     drafts: torch.Tensor
     keys: torch.Tensor | None
+    n: int = 0
+    filled: int = 0
 
 
 def verify_pass(
-    passes: Passes, main, cache, state, slots, prop: Proposal, keyed: bool, seed: int
+    passes: Passes,
+    main,
+    cache,
+    state,
+    slots,
+    prop: Proposal,
+    keyed: bool,
+    seed: int,
+    fill: Sequence[int] = (),
 ) -> VerifyPass:
     """3) The verify pass's inputs: every active row (cache slots ``slots``, ascending)
     feeds ``[last, d_1..d_n]``, ``n = prop.drafted[r]``; the step's small device tensors
     ride in the pass's one host-to-device copy (:class:`VerifyPass` names them and their
     shapes). ``keyed``: add the sampling keys of each row's positions (keyed draws,
-    :func:`bass.sampling.position_keys` with ``seed``).
+    :func:`bass.sampling.position_keys` with ``seed``). ``fill``: slots of rows just
+    admitted (not in ``slots``) whose whole prompt this pass feeds, from an empty cache
+    row (their prefill, riding in the verify pass); only their last token's logits are
+    computed, after the verify tokens' (:attr:`VerifyPass.filled`).
 
     Worked example: two rows that drafted 2 and 0 tokens (``K = 2``) feed ``[last_0,
     d_1, d_2, last_1]``; ``index = [[0, 1, 2], [3, 3, 3]]``.
     """
     R, K = len(slots), max(prop.drafted)
-    q_lens = [0] * cache.batch_size
-    index: list[int] = []  # [R, K+1]: row r's position i -> its token (clamped)
+    q_lens, lens = [0] * cache.batch_size, state.cache_lens()
+    index: list[int] = []  # [R, K+1]: row r's position i -> its logits row (clamped)
     start = 0
     for r, s in enumerate(slots):
         q_lens[s] = n = 1 + prop.drafted[r]
         index += [start + min(i, n - 1) for i in range(K + 1)]
         start += n
+    for s in fill:  # a new row: its prompt, from position 0
+        q_lens[s], lens[s] = len(state.seqs[s]), 0
     last = [state.seqs[s][-1] for s in slots]
     extra = {"index": Extra(index, (R, K + 1)), "drafted": Extra(prop.drafted, (R,))}
+    row_of = {s: r for r, s in enumerate(slots)}
+    logits_at = None
+    if fill:  # the verify tokens' logits, then each new row's last token's
+        flat = [0, *itertools.accumulate(q_lens)]
+        verify_at = [flat[s] + i for s in slots for i in range(q_lens[s])]
+        logits_at = verify_at + [flat[s + 1] - 1 for s in fill]
     if prop.host_tokens is not None:  # drafts on the host (n-grams, or none)
-        ids = [t for r in range(R) for t in (last[r], *prop.host_tokens[r])]
+        rows = (
+            (last[row_of[s]], *prop.host_tokens[row_of[s]]) if s in row_of else state.seqs[s]
+            for s in sorted([*slots, *fill])
+        )
+        ids = [t for row in rows for t in row]
         pad = [t for d in prop.host_tokens for t in (*d, *[0] * (K - len(d)))]
         extra["drafts"] = Extra(pad, (R, K))
-    else:  # drafts on the device: gathered into the packed order there
-        ids = None
-        flat = [r * (K + 1) + i for r in range(R) for i in range(1 + prop.drafted[r])]
+    else:  # drafts on the device: gathered into the packed order there (new rows'
+        ids = None  # prompts after the [R, K+1] table)
+        new = {s: R * (K + 1) + i for s, i in zip(fill, _starts(state.seqs, fill))}
+        flat_ix = [
+            i
+            for s in sorted([*slots, *fill])
+            for i in (
+                range(new[s], new[s] + len(state.seqs[s]))
+                if s in new
+                else range(row_of[s] * (K + 1), row_of[s] * (K + 1) + q_lens[s])
+            )
+        ]
         extra["last"] = Extra(last, (R, 1))
-        extra["gather"] = Extra(flat, (len(flat),))
+        extra["gather"] = Extra(flat_ix, (len(flat_ix),))
+        if fill:
+            prompt_ids = [t for s in fill for t in state.seqs[s]]
+            extra["prompts"] = Extra(prompt_ids, (len(prompt_ids),))
     if keyed:  # the sampling keys of the positions each row may emit, one per fed token
         starts = [len(state.outputs[state.prompt_of[s]]) for s in slots]
         key_rows = [state.row_ids[state.prompt_of[s]] for s in slots]  # what keys each row
         grid = position_keys(seed, key_rows, starts, K + 1)  # [R, K+1], row-major
         keys = [grid[r * (K + 1) + i] for r in range(R) for i in range(1 + prop.drafted[r])]
         extra["keys"] = Extra(keys, (len(keys),))
-    batch = passes.pack(main, q_lens, state.cache_lens(), cache.lens.device, ids=ids, extra=extra)
+    batch = passes.pack(
+        main, q_lens, lens, cache.lens.device, ids=ids, logits_at=logits_at, extra=extra
+    )
     e = batch.extra
     if ids is None:
         drafts = prop.tokens[:, :K]
-        table = torch.cat([e["last"], drafts], dim=1)  # [R, K+1]: what each row feeds
-        batch.set_input_ids(table.view(-1)[e["gather"]])
+        table = torch.cat([e["last"], drafts], dim=1).view(-1)  # [R*(K+1)]: what rows feed
+        if fill:
+            table = torch.cat([table, e["prompts"]])
+        batch.set_input_ids(table[e["gather"]])
     else:
         drafts = e["drafts"]
-    return VerifyPass(batch, e["index"], e["drafted"], drafts, e.get("keys"))
+    return VerifyPass(batch, e["index"], e["drafted"], drafts, e.get("keys"), start, len(fill))
+
+
+def _starts(seqs, fill: Sequence[int]) -> list[int]:
+    """Where each new row's prompt starts among the new rows' prompts, concatenated."""
+    return [0, *itertools.accumulate(len(seqs[s]) for s in fill)][: len(fill)]
 
 
 def accept(
@@ -207,18 +258,23 @@ def draft_keys(state, slots: list[int], K: int, seed: int, main) -> torch.Tensor
     return keys.view(len(slots), K).to(main.device, non_blocking=True)
 
 
-def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, step, models):
+def read_step(
+    acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, step, models, tail=None
+):
     """The step's one host read: accepted counts, next tokens, the non-finite flags of the
     main and draft models (``models``; raised as
-    :class:`~bass.batch_state.NonFiniteLogitsError`), device drafts and the drafted
-    tokens' confidences. Returns ``(accepted, next_tokens, drafts, confidence)``."""
+    :class:`~bass.batch_state.NonFiniteLogitsError`), device drafts, the drafted tokens'
+    confidences and ``tail`` (an int64 tensor, e.g. new rows' first tokens; else none).
+    Returns ``(accepted, next_tokens, drafts, confidence, tail)``."""
     R, K = len(prompts), v.drafts.shape[1]
     read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
     device_drafts = prop.host_tokens is None
     if device_drafts:
         bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
         read += [bad.long(), v.drafts.reshape(-1)]
-    host = torch.cat(read).tolist()  # the one per-step sync
+    n_tail = 0 if tail is None else tail.shape[0]
+    host = torch.cat([*read, *([] if tail is None else [tail])]).tolist()  # the one sync
+    host, tail_host = host[: len(host) - n_tail], host[len(host) - n_tail :]
     where = f"step {step}"
     raise_if_nonfinite(host[2 * R : 3 * R], models[0], "main", prompts, where)
     drafts = prop.host_tokens
@@ -230,4 +286,4 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     if prop.confidence is not None:  # an early stop's: each drafted token's top-1
         conf = prop.confidence.tolist()
         confidence = [conf[r][: prop.drafted[r]] for r in range(R)]
-    return host[:R], host[R : 2 * R], drafts, confidence
+    return host[:R], host[R : 2 * R], drafts, confidence, tail_host

@@ -162,6 +162,22 @@ def test_nonfinite_main_logits_raise_at_the_prefill(llama, value, do_sample):
         gen.generate(prompts, max_new_tokens=4, do_sample=do_sample, seed=0)
 
 
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_nonfinite_logits_of_a_prompt_riding_in_a_verify_pass_raise(llama, do_sample):
+    """A prompt admitted while others run is prefilled in their verify pass: non-finite
+    logits there name it, at the prefill, as a prefill pass of its own would."""
+    from bass import NonFiniteLogitsError
+
+    prompts = [[1, 2, 3], [4, 5], [6, 63, 7]]
+    kw = dict(max_new_tokens=8, do_sample=do_sample, seed=0, max_rows=2)
+    row0 = Generator(llama).generate(prompts[:1], **kw).sequences[0]
+    kw["eos_token_id"] = row0[1]  # row 0 ends early; row 1 runs on
+    assert Generator(llama, "ngram").generate(prompts, **kw).stats.riding_admissions == 1
+    gen = Generator(poisoned(llama, 63), "ngram")
+    with pytest.raises(NonFiniteLogitsError, match=r"main model .* prompt 2 at the prefill"):
+        gen.generate(prompts, **kw)
+
+
 @pytest.mark.parametrize("draft", [None, "ngram", "model"])
 def test_nonfinite_main_logits_raise_mid_generation(llama, draft):
     """Row 1 emits a token whose embedding is NaN: the step that feeds it raises, naming

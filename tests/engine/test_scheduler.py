@@ -86,6 +86,63 @@ def test_seeded_samples_do_not_depend_on_admission_order(
     assert back.sequences[::-1] == together
 
 
+RIDING = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10, 11], [12], [13, 14], [15, 16, 17]]
+
+
+def _row_ender(llama, prompt):
+    """An eos that ends the row of ``prompt`` after three tokens (others run on)."""
+    return greedy_reference(llama, prompt, MAX_NEW)[2]
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_admitted_prompts_prefill_in_the_verify_pass(llama, drafts, draft):
+    """A prompt admitted while other rows run feeds its whole prompt in their next verify
+    pass (no prefill pass of its own) and comes out as the main model's own, greedy and
+    seeded sampling alike, with the drafters' host drafts and device drafts."""
+    gen = Generator(llama, drafts[draft])
+    eos = _row_ender(llama, RIDING[0])
+    res = assert_greedy_equivalent(
+        gen, RIDING, MAX_NEW, max_rows=2, eos_token_id=eos, on_step=check_slots
+    )
+    assert res.stats.riding_admissions >= 1
+    assert res.stats.prefill_passes == res.stats.admissions - res.stats.riding_admissions
+    kw = dict(max_new_tokens=MAX_NEW, do_sample=True, seed=5, eos_token_id=eos)
+    together = gen.generate(RIDING, **kw)
+    one_by_one = gen.generate(RIDING, max_rows=2, **kw)
+    assert one_by_one.sequences == together.sequences
+    assert one_by_one.stats.riding_admissions >= 1
+    # prompts longer than a prefill chunk take prefill passes of their own
+    short = Generator(llama, drafts[draft], prefill_chunk_tokens=1)
+    res = short.generate(RIDING[:3], max_new_tokens=MAX_NEW, max_rows=2, eos_token_id=eos)
+    assert res.stats.riding_admissions == 0 and res.stats.admissions >= 2
+
+
+def test_riders_whose_pass_never_comes_get_a_prefill_of_their_own(llama, monkeypatch):
+    """Rows admitted to ride in the next verify pass, when every running row ends before
+    it (their time budget): the riders are prefilled on their own and go on."""
+    from bass import scheduler
+
+    expire, ended = Queue.expire, []
+
+    def end_all_once(self, state, slots, budget, share):
+        if not ended and len(state.active()) > len(slots):  # riders wait for this pass
+            ended.extend(slots)
+            for s in slots:
+                state.finish(s, "time")
+            return []
+        return expire(self, state, slots, budget, share)
+
+    monkeypatch.setattr(scheduler.Queue, "expire", end_all_once)
+    gen = Generator(llama, "ngram")
+    eos = _row_ender(llama, RIDING[0])
+    res = gen.generate(RIDING, max_new_tokens=MAX_NEW, max_rows=2, eos_token_id=eos)
+    assert ended and res.finish_reasons.count("time") == len(ended)
+    for p, (seq, why) in enumerate(zip(res.sequences, res.finish_reasons, strict=True)):
+        want = greedy_reference(llama, RIDING[p], MAX_NEW, eos_token_id=eos)
+        assert seq == want[: len(seq)] and (why == "time" or seq == want)
+    assert res.stats.riding_admissions < res.stats.admissions
+
+
 def test_stream_hands_each_row_over_when_it_finishes(llama):
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12]]
     gen = Generator(llama, "ngram")

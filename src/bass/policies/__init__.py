@@ -38,6 +38,7 @@ from .registry import (
     available,
     describe,
     load,
+    make,
     parse_options,
 )
 
@@ -61,5 +62,6 @@ __all__ = [
     "is_policy",
     "lengths_for",
     "load",
+    "make",
     "parse_options",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "describe",
     "entry_points",
     "load",
+    "make",
     "parse_options",
 ]
 
@@ -174,6 +175,21 @@ def load(name: str, **options: Any) -> Policy:
             plugin=name,
         )
     return policy
+
+
+def make(spec: str | Policy, options: Mapping[str, Any] | None = None) -> Policy:
+    """A fresh policy from a :class:`bass.Generator`'s ``policy`` (a name: :func:`load`
+    with ``options``) or the instance itself (its hooks checked; no options)."""
+    if isinstance(spec, str):
+        return load(spec, **(options or {}))
+    if options:
+        raise ValueError("policy_options apply to a policy name, not a policy instance")
+    if not is_policy(spec):
+        raise TypeError(
+            "policy must be a name or have draft_length() (or draft_lengths(ctx)) and "
+            f"update(record) (see bass.hooks.Policy), got {spec!r}"
+        )
+    return spec
 
 
 def _parse_value(text: str, default: Any) -> Any:
