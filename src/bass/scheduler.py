@@ -7,9 +7,10 @@ row finishes, :class:`Queue` places the next waiting prompt in its slot and
 other rows' next verify pass (:func:`rides`; :func:`bass.verify.verify_pass`'s ``fill``),
 or by a :func:`prefill` pass of its own (none running, prompts over a prefill chunk,
 compiled passes); the samples of one prompt (equal prompts side by side in the job) are
-admitted together, as the n-gram drafter's sibling lookup wants them. Nothing a row generates depends on when it was
-admitted: its draws are keyed by (seed, row id, position) (:mod:`bass.sampling`), and
-every pass treats rows independently (``tests/engine/test_scheduler.py``).
+admitted together, as the n-gram drafter's sibling lookup wants them. Nothing a row
+generates depends on when it was admitted: its draws are keyed by (seed, row id,
+position) (:mod:`bass.sampling`), and every pass treats rows independently
+(``tests/engine/test_scheduler.py``).
 """
 
 from __future__ import annotations
