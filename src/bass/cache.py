@@ -80,15 +80,18 @@ class RaggedKVCache:
     def default_budget(device) -> int | None:
         """The KV memory budget on ``device`` when none is given: a share
         (:data:`KV_MEMORY_SHARE`) of its free memory (CUDA: ``mem_get_info``; CPU: the
-        kernel's ``MemAvailable``), or ``None`` where that is not known."""
+        kernel's ``MemAvailable``, shared by the processes ``torchrun`` started on this
+        host: ``$LOCAL_WORLD_SIZE``), or ``None`` where that is not known."""
         device = torch.device(device)
         share = KV_MEMORY_SHARE.get(device.type)
         if share is None:
             return None
         if device.type == "cuda":
             free = torch.cuda.mem_get_info(device)[0]
-        else:
+        else:  # one host's memory for every local rank
             free = _available_memory()
+            local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+            share /= max(1, int(local)) if local.isdigit() else 1
         return None if free is None else int(free * share)
 
     # ----------------------------------------------------------------- engine side

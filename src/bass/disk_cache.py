@@ -38,15 +38,20 @@ def read_json(path: Path):
 
 def write_json(path: Path, data, variable: str) -> None:
     """Store ``data`` as JSON at ``path``, whole or not at all (:func:`store`)."""
-    store(path, lambda tmp: tmp.write_text(json.dumps(data)), variable)
+    text = json.dumps(data)  # outside store: data that is not JSON is the caller's error
+    store(path, lambda tmp: tmp.write_text(text), variable)
 
 
-def store(path: Path, fill: Callable[[Path], None], variable: str, folder: bool = False) -> None:
-    """Write the file (``folder``: the folder) ``path`` whole or not at all: ``fill(tmp)``
-    writes a temporary one beside it, which is then renamed into place (processes writing
-    at once: one wins, each wrote a whole entry; a folder's rename fails when another
-    process's folder got there first, which is no error). A failure is a log line naming
-    ``variable``, the cache's setting, never an error."""
+def store(
+    path: Path, fill: Callable[[Path], None], variable: str, whole: str | None = None
+) -> None:
+    """Write the file ``path`` whole or not at all: ``fill(tmp)`` writes a temporary one
+    beside it, which is then renamed into place (processes writing at once: one wins, each
+    wrote a whole file). ``whole``: ``path`` is a folder, whole once it holds the file
+    ``whole`` (which ``fill`` writes last); its rename fails when another process's whole
+    folder got there first, which is no error. A failure is a log line naming
+    ``variable``, the cache's setting, never an error (caching only saves time)."""
+    folder = whole is not None
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +65,7 @@ def store(path: Path, fill: Callable[[Path], None], variable: str, folder: bool 
         os.replace(tmp, path)
         tmp = None
     except Exception as e:  # caching never fails the work it saves
-        if not (folder and path.is_dir()):
+        if not (folder and (path / whole).is_file()):
             log.warning("cannot write the cache entry %s (%s); set %s", path, e, variable)
     finally:
         if tmp is not None and tmp.is_dir():

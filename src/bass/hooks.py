@@ -262,8 +262,9 @@ class Drafter:
         return 0
 
     def admit(self, state: BatchState, slots: list[int]) -> int:
-        """Rows were just placed in ``slots`` (ascending; their prompts prefilled in the
-        main model, ``state.seqs[slot]`` the prompt): at a generation's start, and again
+        """Rows were just placed in ``slots`` (ascending; ``state.seqs[slot]`` the prompt,
+        which the main model prefills before or, riding in the next verify pass, after
+        this call; no row has its first token yet): at a generation's start, and again
         whenever waiting prompts take the slots of finished rows (continuous batching).
         A drafter that keeps anything per slot resets it here. Returns the forward
         passes it ran (a draft model's prefill)."""

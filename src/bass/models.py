@@ -121,7 +121,7 @@ def _from_gguf(cls, path: Path, kwargs: dict, what: str):
             _save(loaded, tmp)
             (tmp / _COMPLETE).write_text("")
 
-        disk_cache.store(entry, fill, "BASS_GGUF_CACHE", folder=True)
+        disk_cache.store(entry, fill, "BASS_GGUF_CACHE", whole=_COMPLETE)
     return loaded
 
 

