@@ -519,7 +519,7 @@ class Generator:
         #    tokens, drawn from their prompts' last logits, as a prefill pass would)
         acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
         models = (self.main, self.drafter.model if drafter is not None else None)
-        tail = scheduler.riders_first(state, fill, logits[v.n : v.n + v.filled], sampling)
+        tail = scheduler.first_read(state, fill, logits[v.n : v.n + v.filled], sampling)
         accepted, nexts, drafts, confidence, firsts = read_step(
             acc, logits, v, prop, prompts, step, models, tail
         )

@@ -36,10 +36,10 @@ __all__ = [
     "Queue",
     "admit_rows",
     "admit_waiting",
+    "first_read",
     "first_tokens",
     "hand_over",
     "prefill",
-    "riders_first",
     "rides",
     "rows_at_once",
     "take_first",
@@ -159,9 +159,9 @@ def admit_waiting(gen, state, queue: Queue, sampling, stats) -> list[int]:
     """Waiting prompts into the free slots (:meth:`Queue.admit`): prefilled at once, or,
     where they can (:func:`rides`), left to ride in the next verify pass (returned: the
     step's ``fill``)."""
-    if not (queue and state.free()):
+    if not queue:
         return []
-    slots, _ = queue.admit(state)
+    slots, _ = queue.admit(state)  # none while no slot is free
     if rides(gen, state, slots):
         admit_rows(gen, state, slots, stats)
         return slots
@@ -176,19 +176,14 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
     if not slots:  # none admitted (a group waits for more free slots)
         return
     t = time.perf_counter()
-    params, _, seed = sampling
-    prompts = [state.prompt_of[s] for s in slots]
     seqs = [state.seqs[s] for s in slots]
     logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots)
-    row_ids = [state.row_ids[p] for p in prompts]
-    first = first_tokens(logits, params, seed, row_ids)
-    host = torch.cat([first, nonfinite(logits).long()]).tolist()  # host read
-    raise_if_nonfinite(host[len(prompts) :], gen.main, "main", prompts, "the prefill")
+    host = first_read(state, slots, logits, sampling).tolist()  # host read
     stats.main_passes += passes
     stats.prefill_passes += passes
     if not admitted:
         admit_rows(gen, state, slots, stats)
-    state.append(slots, [[tok] for tok in host[: len(prompts)]])
+    take_first(gen.main, state, slots, host)
     stats.prefill_seconds += time.perf_counter() - t
 
 
@@ -213,10 +208,10 @@ def admit_rows(gen, state, slots: list[int], stats) -> None:
         stats.draft_passes += gen._drafting.admit(state, slots)
 
 
-def riders_first(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
-    """The first tokens and non-finite flags (int64 ``[2F]``, for the step's host read) of
-    the rows ``fill`` whose prefill rode in the verify pass, from their prompts' last
-    logits ``[F, V]`` there; ``None`` without such rows."""
+def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
+    """The first tokens and non-finite flags (int64 ``[2F]``, for a host read) of the
+    rows ``fill`` just prefilled (in a verify pass they rode in, or their own), from their
+    prompts' last logits ``[F, V]``; ``None`` without such rows."""
     if not fill:
         return None
     params, _, seed = sampling
@@ -224,14 +219,16 @@ def riders_first(state, fill: list[int], logits, sampling) -> torch.Tensor | Non
     return torch.cat([first_tokens(logits, params, seed, row_ids), nonfinite(logits).long()])
 
 
-def take_first(main, state, fill: list[int], host: list[int], stats) -> None:
-    """Append the riders' first tokens (``host``: :func:`riders_first` read back);
-    non-finite logits raise, naming their prompts."""
+def take_first(main, state, fill: list[int], host: list[int], stats=None) -> None:
+    """Append the new rows' first tokens (``host``: :func:`first_read` read back);
+    non-finite logits raise, naming their prompts. ``stats``: the wave rode in a verify
+    pass (counted)."""
     F = len(fill)
     prompts = [state.prompt_of[s] for s in fill]
     raise_if_nonfinite(host[F:], main, "main", prompts, "the prefill")
     state.append(fill, [[t] for t in host[:F]])
-    stats.riding_admissions += 1
+    if stats is not None:
+        stats.riding_admissions += 1
 
 
 def first_tokens(logits, params, seed: int, row_ids: list[int]) -> torch.Tensor:
