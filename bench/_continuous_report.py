@@ -60,12 +60,18 @@ def table(rows: list[dict], cap: int) -> list[str]:
     def num(x, fmt, unit=""):
         return "" if x is None else format(x, fmt) + unit
 
+    def rounds(xs, fmt, unit=""):  # each round's, after the median, when more than one ran
+        return f" ({' / '.join(format(x, fmt) + unit for x in xs)})" if xs and len(xs) > 1 else ""
+
     for r in rows:
         d = r["lengths_spread"]
         lines.append(
-            f"| {r['method']} | {r['tokens']} | {r['wall_s']:.2f} | {r['tokens_per_s']:.1f} | "
-            f"{num(r.get('vs_generate_batch'), '.2f', 'x')} | "
-            f"{num(r.get('vs_static'), '.2f', 'x')} | "
+            f"| {r['method']} | {r['tokens']} | {r['wall_s']:.2f} | {r['tokens_per_s']:.1f}"
+            f"{rounds(r.get('round_tokens_per_s'), '.1f')} | "
+            f"{num(r.get('vs_generate_batch'), '.2f', 'x')}"
+            f"{rounds(r.get('vs_generate_batch_rounds'), '.2f', 'x')} | "
+            f"{num(r.get('vs_static'), '.2f', 'x')}"
+            f"{rounds(r.get('vs_static_rounds'), '.2f', 'x')} | "
             f"{r['rss_mib']:.0f}{'*' if r.get('shared_process') else ''} | "
             f"{num(r['load_s'], '.1f')} | {num(r.get('setup_s'), '.1f')} | "
             f"{d['min']} / {d['median']:g} / {d['max']} ({d['at_cap']}) | "
@@ -80,7 +86,10 @@ def to_markdown(meta: dict, rows: list[dict], mismatches: dict, extra: dict) -> 
     out += [
         "",
         f"Setup: {meta['setup']}; {meta['prompts']} prompts, greedy, at most {cap} new tokens "
-        f"a row, each row ending at eos; {meta['rows']} rows at once. Each method ran in its "
+        f"a row, each row ending at eos; {meta['rows']} rows at once; "
+        f"{meta.get('rounds', 1)} round(s), each method once a round, in an order rotated by "
+        "one each round; wall s, tokens/s and ratios: the median of the rounds', each round's "
+        "in brackets (a ratio compares two methods of the same round). Each method ran in its "
         "own process (peak RSS: that process's; `*`: methods sharing one process, the smoke "
         "run's). tokens/s: new tokens over the generation's wall time (model load, bass's "
         "CPU setup and a warm-up generation of one prompt and two tokens excluded; `cli`: "
@@ -103,12 +112,16 @@ def to_markdown(meta: dict, rows: list[dict], mismatches: dict, extra: dict) -> 
         ]
     if "cli" in extra:
         c = extra["cli"]
-        p = c["printed"]
-        said = "no summary line found"
-        if p:
-            said = f"it printed {p['tokens']} tokens in {p['seconds']:.2f} s"
-            said += f" ({p['tokens_per_s']:.1f} tokens/s)"
-        out += [f"`cli`: `{c['command']}`: {c['wall_s']:.1f} s for the whole command; {said}.", ""]
+        said = []
+        for k, (wall, p) in enumerate(zip(c["wall_s"], c["printed"]), 1):
+            text = f"round {k}: {wall:.1f} s for the whole command, "
+            if p:
+                text += f"it printed {p['tokens']} tokens in {p['seconds']:.2f} s"
+                text += f" ({p['tokens_per_s']:.1f} tokens/s)"
+            else:
+                text += "no summary line found"
+            said.append(text)
+        out += [f"`cli`: `{c['command']}`: {'; '.join(said)}.", ""]
     if GB in extra:
         s = extra[GB]
         out += [

@@ -24,8 +24,11 @@ not counted in tokens/s):
   ROWS --max-new-tokens N --output O --no-progress`` (n-gram): the wall time of the whole
   command (model load included) and the tokens/s its summary prints.
 
-The bass and transformers methods run a short warm-up generation (one prompt, two tokens)
-first, timed and reported, not counted. Reported per method: new tokens, wall seconds,
+``--rounds`` (2) rounds run every method once each, the order rotated by one each round
+(round 2 starts with the second method): the table gives the median of the rounds' wall
+times, tokens/s and ratios, each round's beside it (a ratio is of two methods of the same
+round). The bass and transformers methods run a short warm-up generation (one prompt, two
+tokens) first, timed and reported, not counted. Reported per method: new tokens, wall seconds,
 tokens/s, peak RSS, load (and setup: bass's CPU calibration) seconds, the answer lengths
 (min/median/max, rows cut at the cap) and tokens/s against generate_batch and against
 bass's static chunks with the same drafting. Greedy bass output does not depend on the
@@ -47,6 +50,7 @@ import math
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -340,6 +344,104 @@ def finish_cli(tmp: Path, started) -> dict:
     }
 
 
+def run_round(k: int, methods, job: dict, tmp: Path, smoke: bool, skipped: list) -> dict:
+    """Round ``k`` of every method, each API method in a process of its own (the smoke
+    run's share one, the CLI beside it), the CLI too; the order rotated by ``k`` (round
+    ``k`` starts with the ``k``-th method), so a shared machine's drift does not favour the
+    same method every round. Returns what each method measured."""
+    here = tmp / f"round{k}"
+    here.mkdir()
+    api = [m for m in methods if m != "cli"]
+    units = [api] if smoke and api else [[m] for m in api]
+    if "cli" in methods and not smoke:
+        units.append(["cli"])
+    if units:
+        units = units[k % len(units) :] + units[: k % len(units)]
+    results: dict = {}
+    cli = None
+    if smoke and "cli" in methods:  # beside the other process: the smoke run's time
+        print("continuous: running cli (beside the others: smoke) ...", flush=True)
+        cli = start_cli(job, here)
+    for group in units:
+        print(f"continuous: round {k + 1}: running {', '.join(group)} ...", flush=True)
+        if group == ["cli"]:
+            results["cli"] = {**finish_cli(here, start_cli(job, here)), "load_s": None}
+            continue
+        res = here / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(group)]
+        cmd += ["--job", str(tmp / "job.json"), "--result", str(res)]
+        threads = 1 if smoke else None  # side by side with the CLI: one each
+        rc, _, rss = finish_child(start_child(cmd, here / "worker.log", threads))
+        if rc:
+            log = (here / "worker.log").read_text()
+            raise RuntimeError(f"{', '.join(group)} exited with {rc}:\n{log[-3000:]}")
+        for m, r in json.loads(res.read_text()).items():
+            if "skipped" in r:  # the smoke run: generate_batch failed on the tiny model
+                skipped.append(f"{m}: {r['skipped']}")
+                print(f"continuous: skipped {skipped[-1]}", flush=True)
+                continue
+            r.update(rss_mib=rss, shared_process=len(group) > 1)
+            results[m] = r
+    if cli is not None:
+        results["cli"] = {**finish_cli(here, cli), "load_s": None}
+    return results
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def rows_of(m: str, runs: list[dict], cap: int, extra: dict) -> list[dict]:
+    """Method ``m``'s row of the table from its runs (one a round): the median of the
+    rounds' tokens/s and wall times, each round's beside them; the CLI's two rows (the
+    whole command, and the generation its summary printed)."""
+    lengths = [r["lengths"] if m == "cli" else [len(s) for s in r["sequences"]] for r in runs]
+    walls = [r["wall_s"] for r in runs]
+    rates = [sum(n) / w for n, w in zip(lengths, walls)]
+    row = {
+        "method": m,
+        "tokens": sum(lengths[0]),
+        "wall_s": statistics.median(walls),
+        "tokens_per_s": statistics.median(rates),
+        "round_wall_s": walls,
+        "round_tokens_per_s": rates,
+        "rss_mib": max(r["rss_mib"] for r in runs),
+        "shared_process": runs[0].get("shared_process", False),
+        "load_s": _median(r["load_s"] for r in runs),
+        "setup_s": _median(r.get("setup_s") for r in runs),
+        "warmup_s": _median(r.get("warmup_s") for r in runs),
+        "lengths": lengths[0],
+        "lengths_spread": spread(lengths[0], cap),
+    }
+    row.update(runs[0].get("stats", {}))
+    if m == GB:
+        extra[GB] = row["settings"] = runs[0]["settings"]
+    if m != "cli":
+        return [row]
+    printed = [r["printed"] for r in runs]
+    row["printed"] = printed[0]
+    extra["cli"] = {"command": runs[0]["command"], "wall_s": walls, "printed": printed}
+    if not all(printed):
+        return [row]
+    rates = [p["tokens_per_s"] for p in printed]  # as printed (its seconds are rounded)
+    seconds = [p["seconds"] for p in printed]
+    summary = {
+        "method": "cli (its summary)",
+        "tokens": printed[0]["tokens"],
+        "wall_s": statistics.median(seconds),
+        "tokens_per_s": statistics.median(rates),
+        "round_wall_s": seconds,
+        "round_tokens_per_s": rates,
+    }
+    return [row, {**row, **summary}]
+
+
+def per_round(row: dict, base: dict) -> list[float]:
+    """``row``'s tokens/s over ``base``'s, round by round (the two ran in the same round)."""
+    return [a / b for a, b in zip(row["round_tokens_per_s"], base["round_tokens_per_s"])]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-new-tokens", type=int, default=None, help="the cap (default 192)")
@@ -356,6 +458,13 @@ def main(argv=None) -> int:
         "(default: room for --rows requests; 0: transformers' default, 60%% of the "
         "free RAM on a CPU)",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds of every method, each round in an order rotated by one (default 2; "
+        "the smoke run 1)",
+    )
     ap.add_argument("--smoke", action="store_true", help="a tiny random model (the tests)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -371,6 +480,9 @@ def main(argv=None) -> int:
     methods = [m for m in METHODS if m in methods]  # in the table's order
     max_new = args.max_new_tokens or (8 if args.smoke else 192)
     rows = args.rows or (3 if args.smoke else 16)
+    n_rounds = args.rounds or (1 if args.smoke else 2)
+    if n_rounds < 1:
+        ap.error(f"--rounds {n_rounds}: expected at least 1")
     meta = run_meta(
         "continuous.py",
         sys.argv[1:] if argv is None else argv,
@@ -379,10 +491,12 @@ def main(argv=None) -> int:
         else "SmolLM2-135M-Instruct (embedded), CHAT_MIXED prompts in the chat template",
         max_new_tokens=max_new,
         rows=rows,
+        rounds=n_rounds,
     )
     tag = "smoke" if args.smoke else "cpu"
     args.out.mkdir(parents=True, exist_ok=True)
-    results, extra, skipped = {}, {}, []
+    extra: dict = {}
+    skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bass_continuous_") as tmpdir:
         tmp = Path(tmpdir)
         if args.smoke:
@@ -414,92 +528,26 @@ def main(argv=None) -> int:
             cpu_linear=job["cpu_linear"] or "auto",
         )
         (tmp / "job.json").write_text(json.dumps(job))
-        api = [m for m in methods if m != "cli"]
-        cli = None
-        if args.smoke and "cli" in methods:  # beside the other process: the smoke run's time
-            print("continuous: running cli (beside the others: smoke) ...", flush=True)
-            cli = start_cli(job, tmp)
-        # one process per method; the smoke run: the API methods share one (imports are slow)
-        groups = [api] if args.smoke and api else [[m] for m in api]
-        for group in groups:
-            print(f"continuous: running {', '.join(group)} ...", flush=True)
-            res = tmp / "result.json"
-            cmd = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--worker",
-                ",".join(group),
-                "--job",
-                str(tmp / "job.json"),
-                "--result",
-                str(res),
-            ]
-            threads = 1 if args.smoke else None  # side by side with the CLI: one each
-            rc, _, rss = finish_child(start_child(cmd, tmp / "worker.log", threads))
-            if rc:
-                log = (tmp / "worker.log").read_text()
-                raise RuntimeError(f"{', '.join(group)} exited with {rc}:\n{log[-3000:]}")
-            for m, r in json.loads(res.read_text()).items():
-                if "skipped" in r:  # the smoke run: generate_batch failed on the tiny model
-                    skipped.append(f"{m}: {r['skipped']}")
-                    print(f"continuous: skipped {skipped[-1]}", flush=True)
-                    continue
-                r.update(rss_mib=rss, shared_process=len(group) > 1)
-                results[m] = r
-        if cli is None and "cli" in methods:
-            print("continuous: running cli ...", flush=True)
-            cli = start_cli(job, tmp)
-        if cli is not None:
-            c = finish_cli(tmp, cli)
-            extra["cli"] = {k: c[k] for k in ("command", "wall_s", "printed")}
-            results["cli"] = {**c, "load_s": None, "sequences": None}
+        rounds = [run_round(k, methods, job, tmp, args.smoke, skipped) for k in range(n_rounds)]
 
     report = []
     for m in methods:
-        if m not in results:
-            continue
-        r = results[m]
-        lengths = r["lengths"] if m == "cli" else [len(s) for s in r["sequences"]]
-        row = {
-            "method": m,
-            "tokens": sum(lengths),
-            "wall_s": r["wall_s"],
-            "tokens_per_s": sum(lengths) / r["wall_s"],
-            "rss_mib": r["rss_mib"],
-            "shared_process": r.get("shared_process", False),
-            "load_s": r["load_s"],
-            "setup_s": r.get("setup_s"),
-            "warmup_s": r.get("warmup_s"),
-            "lengths": lengths,
-            "lengths_spread": spread(lengths, max_new),
-        }
-        if "stats" in r:
-            row.update(r["stats"])
-        if m == "cli":
-            row["printed"] = r["printed"]
-        if m == GB:
-            extra[GB] = r["settings"]
-            row["settings"] = r["settings"]
-        report.append(row)
-        if m == "cli" and r["printed"]:  # its generation alone, as its summary says
-            p = r["printed"]
-            report.append(
-                {
-                    **row,
-                    "method": "cli (its summary)",
-                    "tokens": p["tokens"],
-                    "wall_s": p["seconds"],
-                    "tokens_per_s": p["tokens"] / p["seconds"],
-                }
-            )
+        runs = [r[m] for r in rounds if m in r]
+        if runs:
+            report += rows_of(m, runs, max_new, extra)
     by = {r["method"]: r for r in report}
     for r in report:
         if GB in by:
             r["vs_generate_batch"] = r["tokens_per_s"] / by[GB]["tokens_per_s"]
+            r["vs_generate_batch_rounds"] = per_round(r, by[GB])
         base = by.get(STATIC_OF.get(r["method"], ""))
         if base is not None:
             r["vs_static"] = r["tokens_per_s"] / base["tokens_per_s"]
-    mismatches = compare(results)
+            r["vs_static_rounds"] = per_round(r, base)
+    mismatches: dict[str, list[int]] = {}
+    for results in rounds:  # every round's rows against that round's reference
+        for m, bad in compare(results).items():
+            mismatches[m] = sorted(set(mismatches.get(m, [])) | set(bad))
     if skipped:
         extra["skipped"] = skipped
     data = {
