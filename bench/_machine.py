@@ -33,15 +33,29 @@ def git_commit() -> str:
         return "unknown"
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s, else ``platform.processor()``), or
+    ``unknown``: 2-CPU VMs of one name may sit on very different hosts, so it is recorded."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def run_meta(script: str, argv, *, cuda: bool = False, **extra) -> dict:
     """What a result file records about its run: the command (``python bench/<script>``
     with ``argv``), the git commit, the date (UTC), the machine (the CUDA device's name
-    with ``cuda``, else the CPU's architecture, its CPU count and torch's thread count),
+    with ``cuda``, else the CPU's architecture and model name, its CPU count and torch's
+    thread count),
     the software; ``extra`` entries are added as given."""
     machine = (
         torch.cuda.get_device_name()
         if cuda
-        else f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads"
+        else f"{platform.machine()} ({cpu_name()}), {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} torch threads"
     )
     return {
         "command": " ".join(["python", f"bench/{script}", *argv]),

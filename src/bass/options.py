@@ -35,6 +35,7 @@ __all__ = [
     "DRAFT_SAMPLING",
     "DTYPES",
     "GENERATE",
+    "MAX_ROWS",
     "OPTIONS",
     "SAMPLING_TEMPERATURE",
     "Option",
@@ -54,6 +55,10 @@ __all__ = [
 
 #: How sampled drafts are drawn and verified (:class:`bass.Generator`'s ``draft_sampling``).
 DRAFT_SAMPLING = ("coupled", "rejection")
+
+#: The most rows generating at once when ``max_rows`` is not given (vLLM's
+#: ``max_num_seqs`` default; :mod:`bass.scheduler`); the KV budget may allow fewer.
+MAX_ROWS = 256
 
 #: What ``temperature`` must be when sampling (a check between two options).
 SAMPLING_TEMPERATURE = "a number > 0 when do_sample is true (do_sample = false is greedy decoding)"
@@ -243,7 +248,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            "called with (generator, state) after each step", RUN, absent="no callback"),
     Option("max_rows", Range(int, low=1), "the most rows generating at once: when one "
            "finishes, the next waiting prompt takes its cache slot (continuous batching)",
-           RUN, absent="as many as the KV budget holds, at most 256"),
+           RUN, absent=f"as many as the KV budget holds, at most {MAX_ROWS}"),
     Option("kv_budget_gib", Range(float, low=0, low_open=True, text="a number of GiB > 0"),
            "the most memory the KV caches of the rows at once may take, in GiB", RUN,
            absent="80% of the free GPU memory; half the available memory on a CPU"),

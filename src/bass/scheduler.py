@@ -45,9 +45,9 @@ __all__ = [
     "take_first",
 ]
 
-#: The most rows generating at once when ``max_rows`` is not given (vLLM's
-#: ``max_num_seqs`` default); the KV budget may allow fewer.
-MAX_ROWS = 256
+#: The most rows generating at once when ``max_rows`` is not given (declared with the
+#: option, :data:`bass.options.MAX_ROWS`); the KV budget may allow fewer.
+MAX_ROWS = options.MAX_ROWS
 
 
 class Job(NamedTuple):

@@ -32,12 +32,12 @@ from .report import comparison_text, merge_stats, plot_steps, summary_text
 from .results import Prompt, ResultsFile, check_not_inputs, check_writable, read_done
 from .settings import note_sampling, resolve_config
 
-__all__ = ["MAX_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
+__all__ = ["MAX_JOB_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
 
 #: The most rows (prompts x ``--n``) one ``bass generate`` run takes: far more than a run
 #: finishes in a day, and few enough that the rows' bookkeeping (about 1.5 GB at the
 #: bound) is built before any model loads, rather than running out of memory.
-MAX_ROWS = 10_000_000
+MAX_JOB_ROWS = 10_000_000
 
 
 def read_prompts(args) -> list[Prompt]:
@@ -52,10 +52,10 @@ def read_prompts(args) -> list[Prompt]:
         if not p.strip():
             raise UsageError(f"{p.where}: the prompt is empty; every prompt needs some text")
         _check_unicode(p)
-    if len(prompts) * n_of(args) > MAX_ROWS:
+    if len(prompts) * n_of(args) > MAX_JOB_ROWS:
         raise UsageError(
             f"{len(prompts)} prompts x --n {n_of(args)} = {len(prompts) * n_of(args)} rows; bass "
-            f"generate takes at most {MAX_ROWS:,} rows (prompts x --n) per run: split the "
+            f"generate takes at most {MAX_JOB_ROWS:,} rows (prompts x --n) per run: split the "
             "prompts over several runs (each with its own --output)"
         )
     return prompts

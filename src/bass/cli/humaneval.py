@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import humaneval as he
 from .errors import UsageError, add_note, flag_error
 from .filelock import command_line, lock_outputs
-from .generate import MAX_ROWS, check_batch_flags, input_paths
+from .generate import MAX_JOB_ROWS, check_batch_flags, input_paths
 from .loading import load_models, make_generator, use_chat
 from .results import LineWriter, check_not_inputs, check_writable
 from .settings import note_sampling, resolve_config
@@ -29,8 +29,10 @@ MAX_TIMEOUT = 86400.0
 def _check_flags(args) -> int:
     """``--n``, ``--timeout`` and ``--problems``, checked before anything loads; returns n."""
     n = 1 if args.n is None else args.n
-    if not 1 <= n <= MAX_ROWS:
-        raise flag_error("--n", n, f"an integer >= 1 and <= {MAX_ROWS:,}", "1 sample per problem")
+    if not 1 <= n <= MAX_JOB_ROWS:
+        raise flag_error(
+            "--n", n, f"an integer >= 1 and <= {MAX_JOB_ROWS:,}", "1 sample per problem"
+        )
     t = args.timeout
     if not (math.isfinite(t) and 0 < t <= MAX_TIMEOUT):
         raise flag_error(

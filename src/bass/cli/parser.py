@@ -105,8 +105,8 @@ _GENERATION_FLAGS = [
 ]
 _BATCH_FLAGS = [
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows generating at once: a "
-                      "finished row's slot goes to the next (continuous batching; default: as "
-                      "many as the KV budget holds, at most 256)"}),
+                      "finished row's slot goes to the next (continuous batching; default: "
+                      f"{OPTIONS['max_rows'].absent})"}),
     ("--kv-budget-gib", {"type": float, "metavar": "GIB", "help": "the most memory the rows' "
                          "KV caches may take (default: 80%% of the free GPU memory, half the "
                          "available memory on a CPU)"}),
