@@ -10,6 +10,10 @@ from _machine import header
 
 GB = "transformers-generate_batch"
 REFERENCE = "bass-static-off"  # the rows every bass method must equal
+ORDERS = {
+    "shuffled": "a fixed shuffled order (seed 0)",
+    "given": "the given order (CHAT_MIXED's: by answer length, static batching's best case)",
+}
 
 
 def spread(lengths: list[int], cap: int) -> dict:
@@ -86,7 +90,8 @@ def to_markdown(meta: dict, rows: list[dict], mismatches: dict, extra: dict) -> 
     out += [
         "",
         f"Setup: {meta['setup']}; {meta['prompts']} prompts, greedy, at most {cap} new tokens "
-        f"a row, each row ending at eos; {meta['rows']} rows at once; "
+        f"a row, each row ending at eos; {meta['rows']} rows at once; prompts in "
+        f"{ORDERS.get(meta.get('order'), 'the given order')}; "
         f"{meta.get('rounds', 1)} round(s), each method once a round, in an order rotated by "
         "one each round; wall s, tokens/s and ratios: the median of the rounds', each round's "
         "in brackets (a ratio compares two methods of the same round). Each method ran in its "

@@ -4,7 +4,10 @@
 the 64 chat prompts of ``_prompts.CHAT_MIXED`` in the chat template, greedy, at most
 ``--max-new-tokens`` (192) new tokens a row, every row ending at eos: the answers' lengths
 spread from a few tokens to the cap, so a batch that waits for its longest row idles.
-``--rows`` (16) rows generate at once. Methods, side by side in one run, each in its own
+``--rows`` (16) rows generate at once. ``--order``: the prompts shuffled (a fixed seed-0
+permutation, the default: a job's order knows nothing of its answers' lengths) or as given
+(``CHAT_MIXED`` lists them by answer length, so static chunks hold rows of like lengths:
+static batching's best case). Methods, side by side in one run, each in its own
 process (its peak RSS is that method's peak memory; loading the model is timed apart and
 not counted in tokens/s):
 
@@ -48,6 +51,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import resource
 import statistics
@@ -465,6 +469,14 @@ def main(argv=None) -> int:
         help="rounds of every method, each round in an order rotated by one (default 2; "
         "the smoke run 1)",
     )
+    ap.add_argument(
+        "--order",
+        choices=("shuffled", "given"),
+        default="shuffled",
+        help="the prompts' order: shuffled (a fixed seed-0 permutation, the default) or as "
+        "given (CHAT_MIXED lists them by answer length: static chunks then hold rows of like "
+        "lengths, static batching's best case)",
+    )
     ap.add_argument("--smoke", action="store_true", help="a tiny random model (the tests)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -506,6 +518,8 @@ def main(argv=None) -> int:
         else:
             texts = CHAT_MIXED[: args.prompts] if args.prompts else list(CHAT_MIXED)
             model = "default"
+        if args.order == "shuffled":  # a job's order knows nothing of its answers' lengths
+            texts = random.Random(0).sample(texts, len(texts))
         from bass.models import default_model_file, load_tokenizer
 
         tok = load_tokenizer(model if args.smoke else default_model_file())
@@ -523,6 +537,7 @@ def main(argv=None) -> int:
         }
         meta.update(
             prompts=len(texts),
+            order=args.order,
             eos_token_id=job["eos"],
             chat=job["chat"],
             cpu_linear=job["cpu_linear"] or "auto",
