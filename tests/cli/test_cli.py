@@ -279,10 +279,24 @@ def test_merge_stats_sums_batches():
 def test_progress_without_tqdm(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     p = cli.Progress(2, enabled=True)
-    p.row_done()
-    p.row_done()
+    p.row_done(3)
+    p.row_done(4)
     p.close()
     assert capsys.readouterr().err == "\r\x1b[Kbass: 1/2 rows\r\x1b[Kbass: 2/2 rows\n"
+
+
+def test_progress_counts_finished_and_running_rows_tokens():
+    """The tokens so far: the finished rows' (as handed over) and the running rows' (read
+    from their slots each step; the waiting rows' empty outputs are never summed)."""
+    from types import SimpleNamespace
+
+    p = cli.Progress(4, enabled=False)
+    p.row_done(5)  # prompt 0 finished with 5 tokens
+    outputs = [[9] * 5, [1, 2, 3], [4], []]  # prompts 1 and 2 run in slots 1 and 0
+    state = SimpleNamespace(outputs=outputs, prompt_of=[2, 1], active=lambda: [0, 1])
+    stats = SimpleNamespace(steps=[], mean_accepted=0.0)
+    p.on_step(SimpleNamespace(stats=stats), state)
+    assert p.text.startswith("9 tokens, ")
 
 
 # ----------------------------------------------------------------------------- others

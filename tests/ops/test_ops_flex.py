@@ -215,11 +215,16 @@ def test_compiled_pass_holds_one_flex_kernel_per_layer_and_no_graph_break():
     assert sum("flex_attention" in str(t) for t in ops) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="torch 2.13's CPU flex template, head dim 16, S % 16 == 8")
+@pytest.mark.xfail(
+    strict=False,  # wrong on the VMs it was found on, right on an AVX-512 EPYC host
+    reason="torch 2.13's CPU flex template, head dim 16, S % 16 == 8: wrong on some CPUs",
+)
 def test_small_head_dims_stay_with_the_reference_while_torch_gets_them_wrong():
     """Why :func:`bass.ops.flex.supports` sends CPU head dims under 32 to the reference:
-    FlexAttention itself, compiled on a CPU, is wrong there. When this passes (xfail
-    strict), torch fixed it: lower the bound in ``supports``."""
+    FlexAttention itself, compiled on a CPU, is wrong there on some CPUs (the 2-core VMs
+    it was found on; an AVX-512 AMD EPYC VM of 2026-11-27 computes it right: its code
+    depends on the CPU's vector ISA, so the mark is not strict). When it passes on every
+    CPU (XPASS everywhere), torch fixed it: lower the bound in ``supports``."""
     from torch.nn.attention.flex_attention import flex_attention
 
     case = FlexCase((1, 2, 16), S=40, q_lens=(3,), kv_lens=(40,))

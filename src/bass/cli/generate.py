@@ -368,7 +368,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             "stats": progress.row_stats(row.prompt),
             "settings": settings,
         }
-        progress.row_done()
+        progress.row_done(len(row.tokens))
         if scale.sharded:
             kept.append(record)  # printed by rank 0 once every group is done
         elif scale.prints:  # first: on screen even if the write fails

@@ -25,6 +25,7 @@ class Progress:
         self.accepted: Counter[int] = Counter()  # per prompt: its accepted draft tokens
         self.trace: dict[int, list[int]] = {}  # per prompt: each of its steps' draft length
         self.seen = 0  # steps of the running generation already counted
+        self.tokens_done = 0  # the finished rows' tokens (the others': counted per step)
         self.start = time.perf_counter()
         if enabled:
             try:
@@ -43,7 +44,11 @@ class Progress:
                 self.accepted[p] += a
                 self.trace.setdefault(p, []).append(step.draft_length)
         self.seen = len(stats.steps)
-        tokens = sum(len(o) for o in state.outputs)
+        # the finished rows' tokens and the running rows': per step, a cost of the rows at
+        # once, not of the job's (a million-row job's outputs are not summed each step)
+        tokens = self.tokens_done + sum(
+            len(state.outputs[state.prompt_of[r]]) for r in state.active()
+        )
         seconds = time.perf_counter() - self.start
         rate = f"{tokens / seconds:.1f} tok/s, " if seconds > 0 else ""
         self.text = f"{tokens} tokens, {rate}{stats.mean_accepted:.2f} accepted/step"
@@ -60,8 +65,10 @@ class Progress:
             "draft_length_trace": self.trace.pop(prompt, []),
         }
 
-    def row_done(self) -> None:
+    def row_done(self, tokens: int) -> None:
+        """A row finished with ``tokens`` new tokens."""
         self.done += 1
+        self.tokens_done += tokens
         if self.bar is not None:
             self.bar.update(1)
         self._show(force=self.done == self.total)
