@@ -87,3 +87,26 @@ def reference_greedy(model, prompt: list[int], max_new_tokens: int, eos=None) ->
     if eos is not None and eos in seq:  # generate pads finished rows; keep up to eos
         seq = seq[: seq.index(eos) + 1]
     return seq
+
+
+def forward_padded(model, cache, input_ids, q_lens, impl: str = "auto"):
+    """One padded forward pass (``input_ids`` int64 ``[B, T]``, row ``b``'s first
+    ``q_lens[b]`` tokens real) through a model :func:`bass.hf.prepare` routed to bass's
+    attention: the padded op's path (``bass_q_lens``), which the engine's packed passes do
+    not take. Appends the tokens to ``cache`` (uncommitted); returns the logits
+    ``[B, T, V]``."""
+    from bass import compat
+
+    kv_lens = cache.begin(q_lens)
+    T = input_ids.shape[1]
+    positions = cache.lens.to(torch.long)[:, None] + torch.arange(T, device=input_ids.device)
+    out = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        **compat.forward_cache_kwargs(model, cache),
+        use_cache=True,
+        bass_q_lens=cache.q_lens,
+        bass_kv_lens=kv_lens,
+        bass_impl=impl,
+    )
+    return out.logits

@@ -48,7 +48,6 @@ __all__ = [
     "tensor_parallel_kwargs",
     "tp_group",
     "tp_size",
-    "transformers_version",
 ]
 
 #: Shim 2: what the layers may pass to ``Cache.update`` after ``layer_idx`` (ignored).
@@ -57,12 +56,6 @@ CACHE_UPDATE_EXTRAS = "positional cache_kwargs (<= 5.23) or keyword kwargs= (>= 
 # model class -> the name of its forward's cache argument (filled outside compiled code:
 # hf.prepare runs before any pass, so a compiled forward only reads the dict)
 _CACHE_ARG: dict[type, str] = {}
-
-
-def transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
 
 
 def cache_argument(model: torch.nn.Module) -> str:

@@ -179,37 +179,6 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
     return model
 
 
-def forward_logits(
-    model: PreTrainedModel,
-    cache,  # RaggedKVCache
-    input_ids: torch.Tensor,  # int64 [B, T] (padded)
-    q_lens: torch.Tensor,  # int32 [B]: real tokens per row
-    impl: str = "auto",
-    logits_to_keep: int | torch.Tensor = 0,
-) -> torch.Tensor:  # [B, T, V] (or [B, kept, V])
-    """One forward pass over ragged new tokens; appends them to ``cache`` (uncommitted).
-
-    ``logits_to_keep`` is transformers' argument: ``0`` all positions, an int ``n`` the
-    last ``n``, a 1-D index tensor those positions (the lm head is the largest matmul of
-    a prefill; most positions' logits are never read).
-    """
-    _check_routed(model)
-    kv_lens = cache.begin(q_lens)
-    T = input_ids.shape[1]
-    positions = cache.lens.to(torch.long)[:, None] + torch.arange(T, device=input_ids.device)
-    out = model(
-        input_ids=input_ids,
-        position_ids=positions,
-        **compat.forward_cache_kwargs(model, cache),
-        use_cache=True,
-        bass_q_lens=cache.q_lens,
-        bass_kv_lens=kv_lens,
-        bass_impl=impl,
-        logits_to_keep=logits_to_keep,
-    )
-    return out.logits
-
-
 def _check_routed(model) -> None:
     if model.config._attn_implementation != ATTN_NAME:
         # With any other attention the whole (unmasked) cache buffer would be attended to.

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models import FAMILIES, perturbed, reference_greedy, tiny_lm
+from models import FAMILIES, forward_padded, perturbed, reference_greedy, tiny_lm
 
 from bass import Generator, policies, testing
 from bass.drafters import ModelDrafter
@@ -284,9 +284,9 @@ def test_compiled_step_has_no_graph_breaks_and_few_graphs(llama):
     cache = RaggedKVCache(2, 64, 2, torch.device("cpu"))
     q = torch.tensor([4, 2], dtype=torch.int32)
     with torch.inference_mode():
-        hf.forward_logits(main, cache, torch.tensor([[1, 2, 3, 4], [5, 6, 0, 0]]), q)
+        forward_padded(main, cache, torch.tensor([[1, 2, 3, 4], [5, 6, 0, 0]]), q)
         cache.commit(q)
-        explain = torch._dynamo.explain(hf.forward_logits)(
+        explain = torch._dynamo.explain(forward_padded)(
             main, cache, torch.tensor([[1, 2], [3, 0]]), torch.tensor([2, 1], dtype=torch.int32)
         )
     assert explain.graph_break_count == 0 and explain.graph_count == 1

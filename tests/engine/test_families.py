@@ -1,6 +1,7 @@
 """Model families beyond the four the other suites use: tiny random models of each, run
-through bass with n-gram drafts and a draft model, equal to the model's own greedy
-decoding; families whose attention bass cannot compute exactly are refused by name."""
+through bass with n-gram drafts and a draft model (two rows at once: a prompt admitted as
+another row runs), equal to the model's own greedy decoding; families whose attention bass
+cannot compute exactly are refused by name."""
 
 from __future__ import annotations
 
@@ -95,10 +96,12 @@ def test_family_greedy_equals_its_own_decoding(family):
         model = build(config_name, model_name, overrides, dtype)
     testing.assert_greedy_equivalent(Generator(model, "ngram"), PROMPTS, 12)
     draft = perturbed(model, scale=0.1)
-    res = testing.assert_greedy_equivalent(
-        Generator(model, draft, policy="constant", policy_options={"k": 3}), PROMPTS, 12
-    )
+    gen = Generator(model, draft, policy="constant", policy_options={"k": 3})
+    # two rows at once: the third prompt is admitted when one finishes, its prompt fed in
+    # the other row's verify pass (continuous batching), and its rows stay the model's own
+    res = testing.assert_greedy_equivalent(gen, PROMPTS, 12, max_rows=2)
     assert res.stats.mean_accepted > 0  # the draft model's tokens were verified too
+    assert res.stats.admissions == 2
 
 
 @pytest.mark.parametrize("family", list(REFUSED))

@@ -251,7 +251,7 @@ def test_packed_explain_reports_one_graph_and_functionalized_append():
 def test_gpu_llama_step_compiles_without_breaks(impl):
     """A Llama-shaped decoder step (bf16, GQA 8/2, head dim 32) through each CUDA
     implementation: one graph, no break, and the compiled logits match eager ones."""
-    from models import tiny_lm
+    from models import forward_padded, tiny_lm
 
     from bass import hf
     from bass.cache import RaggedKVCache
@@ -266,21 +266,21 @@ def test_gpu_llama_step_compiles_without_breaks(impl):
         cache = RaggedKVCache(2, 128, 2, dev)
         q = torch.tensor([5, 3], dtype=torch.int32, device=dev)
         ids = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]], device=dev)
-        hf.forward_logits(model, cache, ids, q, impl)
+        forward_padded(model, cache, ids, q, impl)
         cache.commit(q)
         return cache
 
     step_ids = torch.tensor([[9, 10, 11], [12, 0, 0]], device=dev)
     step_lens = torch.tensor([3, 1], dtype=torch.int32, device=dev)
     with torch.inference_mode():
-        eager = hf.forward_logits(model, prefilled(), step_ids, step_lens, impl)
-        explain = torch._dynamo.explain(hf.forward_logits)(
+        eager = forward_padded(model, prefilled(), step_ids, step_lens, impl)
+        explain = torch._dynamo.explain(forward_padded)(
             model, prefilled(), step_ids, step_lens, impl
         )
         assert explain.graph_break_count == 0, explain.break_reasons
         assert explain.graph_count == 1
         torch._dynamo.reset()
-        compiled = torch.compile(hf.forward_logits, fullgraph=True)
+        compiled = torch.compile(forward_padded, fullgraph=True)
         got = compiled(model, prefilled(), step_ids, step_lens, impl)
     live = [(0, slice(0, 3)), (1, slice(0, 1))]  # padding positions' logits are unused
     for b, t in live:
