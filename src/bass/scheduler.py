@@ -31,7 +31,6 @@ from .stats import FinishedRow
 from .stopping import StopStrings
 
 __all__ = [
-    "MAX_ROWS",
     "Job",
     "Queue",
     "admit_rows",
@@ -44,10 +43,6 @@ __all__ = [
     "rows_at_once",
     "take_first",
 ]
-
-#: The most rows generating at once when ``max_rows`` is not given (declared with the
-#: option, :data:`bass.options.MAX_ROWS`); the KV budget may allow fewer.
-MAX_ROWS = options.MAX_ROWS
 
 
 class Job(NamedTuple):
@@ -93,7 +88,7 @@ def rows_at_once(job: Job, models, device, share) -> tuple[int, int, int]:
     per_row = job.max_len * sum(RaggedKVCache.bytes_per_token(m) for m in models)
     given = job.kw["kv_budget_gib"]
     budget = int(given * 2**30) if given is not None else RaggedKVCache.default_budget(device)
-    rows = min(len(job.prompts), job.kw["max_rows"] or MAX_ROWS)
+    rows = min(len(job.prompts), job.kw["max_rows"] or options.MAX_ROWS)
     if budget is not None:
         rows = min(rows, budget // per_row)
     rows = share([rows])[0]

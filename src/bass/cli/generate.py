@@ -248,13 +248,10 @@ def check_batch_flags(args) -> None:
     """``--batch-size`` and ``--kv-budget-gib`` (``bass generate``, ``bass eval
     humaneval``), checked before anything loads."""
     if args.batch_size is not None and args.batch_size < 1:
-        from .. import scheduler
+        from ..options import OPTIONS
 
         raise flag_error(
-            "--batch-size",
-            args.batch_size,
-            "an integer >= 1",
-            f"as many rows at once as the KV budget holds, at most {scheduler.MAX_ROWS}",
+            "--batch-size", args.batch_size, "an integer >= 1", OPTIONS["max_rows"].absent
         )
     if args.kv_budget_gib is not None:
         from ..options import OptionError, check

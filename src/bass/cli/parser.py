@@ -108,8 +108,8 @@ _BATCH_FLAGS = [
                       "finished row's slot goes to the next (continuous batching; default: "
                       f"{OPTIONS['max_rows'].absent})"}),
     ("--kv-budget-gib", {"type": float, "metavar": "GIB", "help": "the most memory the rows' "
-                         "KV caches may take (default: 80%% of the free GPU memory, half the "
-                         "available memory on a CPU)"}),
+                         "KV caches may take (default: "
+                         f"{OPTIONS['kv_budget_gib'].absent.replace('%', '%%')})"}),
 ]
 _GENERATE_FLAGS = [
     ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
