@@ -276,6 +276,20 @@ def test_merge_stats_sums_batches():
     assert cli.short_trace(list(range(30))).endswith("... 22 23 24 25 26 27 28 29 (30 steps)")
 
 
+def test_summary_names_the_admissions_whose_prefill_rode_in_verify_passes():
+    from bass.cli.report import summary_text
+    from bass.engine import GenerationStats
+
+    alone = GenerationStats(tokens_generated=8, wall_seconds=2.0, prefill_seconds=0.5)
+    assert "(4.0 tokens/s, prefill 0.50 s)\n" in summary_text(alone, rows=2)
+    rode = GenerationStats(
+        tokens_generated=8, wall_seconds=2.0, prefill_seconds=0.25, admissions=3,
+        riding_admissions=2,
+    )  # fmt: skip
+    text = summary_text(rode, rows=6)
+    assert "prefill 0.25 s in its own passes; 2 of 3 admissions rode in verify passes)" in text
+
+
 def test_progress_without_tqdm(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     p = cli.Progress(2, enabled=True)

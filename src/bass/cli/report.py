@@ -29,11 +29,17 @@ def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
             f"; KV budget {s.kv_budget_bytes / 2**30:.2f} GiB, "
             f"{s.kv_bytes_per_row / 2**20:.1f} MiB per row"
         )
+    prefill = f"prefill {s.prefill_seconds:.2f} s"
+    if s.riding_admissions:  # their prefill's time is their verify pass's, not counted here
+        prefill += (
+            f" in its own passes; {s.riding_admissions} of {s.admissions} admissions rode in "
+            "verify passes"
+        )
     lines = [
         "summary",
         f"  rows                {rows} ({s.max_rows} at once{budget})",
         f"  tokens generated    {s.tokens_generated} in {s.wall_seconds:.2f} s "
-        f"({s.tokens_per_second:.1f} tokens/s, prefill {s.prefill_seconds:.2f} s)",
+        f"({s.tokens_per_second:.1f} tokens/s, {prefill})",
         f"  mean accepted       {s.mean_accepted:.2f} draft tokens per step per row",
         f"  main-model passes   {s.main_passes} ({s.main_passes_per_token:.3f} per token)",
         f"  draft-model passes  {s.draft_passes}",
