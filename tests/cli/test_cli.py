@@ -299,18 +299,43 @@ def test_progress_without_tqdm(capsys, monkeypatch):
     assert capsys.readouterr().err == "\r\x1b[Kbass: 1/2 rows\r\x1b[Kbass: 2/2 rows\n"
 
 
-def test_progress_counts_finished_and_running_rows_tokens():
+def test_progress_counts_finished_and_running_rows_tokens(monkeypatch):
     """The tokens so far: the finished rows' (as handed over) and the running rows' (read
-    from their slots each step; the waiting rows' empty outputs are never summed)."""
+    from their slots each step; the waiting rows' empty outputs are never summed); the mean
+    accepted drafts from the steps' records, each read once (no job-wide sum per step: the
+    statistics' ``mean_accepted`` is not touched)."""
     from types import SimpleNamespace
 
-    p = cli.Progress(4, enabled=False)
+    from bass.stats import StepRecord
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    p = cli.Progress(4, enabled=True)
     p.row_done(5)  # prompt 0 finished with 5 tokens
     outputs = [[9] * 5, [1, 2, 3], [4], []]  # prompts 1 and 2 run in slots 1 and 0
     state = SimpleNamespace(outputs=outputs, prompt_of=[2, 1], active=lambda: [0, 1])
-    stats = SimpleNamespace(steps=[], mean_accepted=0.0)
+    steps = [StepRecord(2, accepted=[1, 2], prompts=[2, 1])]
+    stats = SimpleNamespace(steps=steps)  # no mean_accepted: never summed over the job
     p.on_step(SimpleNamespace(stats=stats), state)
-    assert p.text.startswith("9 tokens, ")
+    assert p.text.startswith("9 tokens, ") and p.text.endswith(" 1.50 accepted/step")
+    steps.append(StepRecord(2, accepted=[0], prompts=[1]))
+    p.on_step(SimpleNamespace(stats=stats), state)
+    assert p.text.endswith(" 1.00 accepted/step")  # (1 + 2 + 0) / 3 rows' steps
+    assert p.row_stats(1)["steps"] == 2 and p.row_stats(2)["accepted"] == 1
+    p.close()
+
+
+def test_progress_off_still_tallies_each_rows_statistics():
+    from types import SimpleNamespace
+
+    from bass.stats import StepRecord
+
+    p = cli.Progress(2, enabled=False)
+    stats = SimpleNamespace(steps=[StepRecord(3, accepted=[2, 0], prompts=[0, 1])])
+    p.on_step(SimpleNamespace(stats=stats), None)  # off: the running rows are not read
+    assert p.text == ""
+    assert p.row_stats(0) == {
+        "steps": 1, "accepted": 2, "mean_accepted_per_step": 2.0, "draft_length_trace": [3]
+    }  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- others

@@ -25,6 +25,7 @@ class Progress:
         self.accepted: Counter[int] = Counter()  # per prompt: its accepted draft tokens
         self.trace: dict[int, list[int]] = {}  # per prompt: each of its steps' draft length
         self.seen = 0  # steps of the running generation already counted
+        self.row_steps = self.accepted_total = 0  # over those steps' active rows
         self.tokens_done = 0  # the finished rows' tokens (the others': counted per step)
         self.start = time.perf_counter()
         if enabled:
@@ -38,20 +39,25 @@ class Progress:
 
     def on_step(self, generator, state) -> None:
         stats = generator.stats
+        # per step, a cost of the step's rows, never of the job's so far: a long job's
+        # steps are not summed again each step, nor its finished rows' outputs
         for step in stats.steps[self.seen :]:
             for p, a in zip(step.prompts, step.accepted):
                 self.steps[p] += 1
                 self.accepted[p] += a
                 self.trace.setdefault(p, []).append(step.draft_length)
+            self.row_steps += len(step.accepted)
+            self.accepted_total += sum(step.accepted)
         self.seen = len(stats.steps)
-        # the finished rows' tokens and the running rows': per step, a cost of the rows at
-        # once, not of the job's (a million-row job's outputs are not summed each step)
+        if not self.enabled:
+            return
         tokens = self.tokens_done + sum(
             len(state.outputs[state.prompt_of[r]]) for r in state.active()
         )
         seconds = time.perf_counter() - self.start
         rate = f"{tokens / seconds:.1f} tok/s, " if seconds > 0 else ""
-        self.text = f"{tokens} tokens, {rate}{stats.mean_accepted:.2f} accepted/step"
+        mean = self.accepted_total / self.row_steps if self.row_steps else 0.0
+        self.text = f"{tokens} tokens, {rate}{mean:.2f} accepted/step"
         self._show()
 
     def row_stats(self, prompt: int) -> dict:
