@@ -29,6 +29,7 @@ import os
 
 import torch
 
+from .backends import available_memory as _available_memory
 from .ops import kv_append
 
 #: The share of the free memory the KV caches may take by default, by device type (the
@@ -205,18 +206,3 @@ class RaggedKVCache:
 
     def __len__(self) -> int:
         return self.num_layers
-
-
-def _available_memory() -> int | None:
-    """The host's available memory in bytes (Linux ``MemAvailable``, else free pages)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None

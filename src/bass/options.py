@@ -41,6 +41,7 @@ __all__ = [
     "Option",
     "OptionError",
     "check",
+    "check_config_eos",
     "check_keywords",
     "check_sampling",
     "fail",
@@ -400,11 +401,17 @@ def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
         return {}, {}, None
     cfg = _config_of(config)
     defaults = cfg.generate_kwargs()
-    if defaults.get("eos_token_id") is not None:  # needs the model
-        vocab = main.get_output_embeddings().weight.shape[0]
-        check("eos_token_id", defaults["eos_token_id"], where="Generator(config=...)",
-              label="[generation].eos_token_id", vocab=vocab)  # fmt: skip
+    check_config_eos(defaults, main, "Generator(config=...)")
     return cfg.generator_kwargs(), defaults, cfg.model.chat
+
+
+def check_config_eos(generate_kwargs: Mapping[str, Any], main, where: str) -> None:
+    """A config's ``[generation].eos_token_id`` (in its ``generate_kwargs``) checked against
+    the main model's vocabulary, which a config file's own check could not know."""
+    if generate_kwargs.get("eos_token_id") is not None:
+        vocab = main.get_output_embeddings().weight.shape[0]
+        check("eos_token_id", generate_kwargs["eos_token_id"], where=where,
+              label="[generation].eos_token_id", vocab=vocab)  # fmt: skip
 
 
 def pretrained_arguments(main, draft, dtype, device, config) -> tuple:

@@ -264,6 +264,7 @@ def check_batch_flags(args) -> None:
 
 
 def _generate(args, held: contextlib.ExitStack) -> int:
+    from ..options import check_config_eos
     from ..sampling import row_key
     from ..stopping import cut_at_stop, decode
 
@@ -320,13 +321,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     encoded = {i: encode(tokenizer, prompts[i], chat) for i in needed}
     _check_lengths(encoded, config.generation.max_new_tokens, gen.models, prompts)
     kwargs = config.generate_kwargs()
-    if "eos_token_id" in kwargs:  # the config file's: checked against the loaded model
-        from ..options import check
-
-        vocab = main.get_output_embeddings().weight.shape[0]
-        where = args.config or "config"
-        label = "[generation].eos_token_id"
-        check("eos_token_id", kwargs["eos_token_id"], where=where, label=label, vocab=vocab)
+    check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
     stops = kwargs.get("stop_strings")
     if stops:
