@@ -125,6 +125,50 @@ def test_a_write_that_fails_later_keeps_the_earlier_rows(model_dir, tmp_path, ca
     assert ">>> hello\n" in stdout and ">>> the sea\n" in stdout
 
 
+def test_ctrl_c_during_a_rows_write_counts_that_row_as_kept(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C held back while a row is written lands once it is whole: the file keeps the
+    row, and the count printed says so (it once said one row fewer)."""
+    import bass.cli.results
+
+    real = bass.cli.results.LineWriter.write
+    calls = []
+
+    class InterruptedFile:  # SIGINT arrives as the second row's bytes go out
+        def __init__(self, file):
+            self.file = file
+
+        def write(self, data):
+            signal.raise_signal(signal.SIGINT)
+            return self.file.write(data)
+
+    def write(self, text):
+        calls.append(text)
+        if len(calls) != 2:
+            return real(self, text)
+        self.file = InterruptedFile(self.file)
+        try:
+            return real(self, text)
+        finally:
+            self.file = self.file.file
+
+    monkeypatch.setattr(bass.cli.results.LineWriter, "write", write)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        out = tmp_path / "out.jsonl"
+        rc, _, err = run(
+            capsys,
+            f"generate --main {model_dir} {FAST} --draft none --batch-size 1 -o {out}",
+            "hello", "the sea", "world",
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert rc == 130, err
+    assert len(read_jsonl(out)) == 2
+    assert f"bass: 2 of 3 rows are in {out}; rerun" in err
+
+
 def test_unreadable_inputs_are_one_error_line(model_dir, tmp_path, capsys):
     binary = tmp_path / "bin.txt"
     binary.write_bytes(b"hello\n\xff\xfe\x00x\n")

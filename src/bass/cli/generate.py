@@ -395,7 +395,9 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             run_stats.append(res.stats)
             reasons += res.finish_reasons
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
-        add_note(exc, _kept(written, len(rows), done, out_path, scale))
+        # the file's count: a Ctrl-C held back while a row was written lands after it
+        kept_rows = written if results is None else results.lines
+        add_note(exc, _kept(kept_rows, len(rows), done, out_path, scale))
         raise
     finally:
         progress.close()

@@ -248,9 +248,10 @@ class LineWriter:
             with deferred_interrupts():
                 while data:
                     data = data[self.file.write(data) :]
+                # counted before a Ctrl-C held back during the write is raised
+                self.lines += text.count("\n")
         except OSError as exc:  # a full disk, a file system gone read-only
             raise UsageError(f"{self.flag} {self.path}: cannot write it: {exc.strerror}") from exc
-        self.lines += text.count("\n")
 
     def flush(self) -> None:  # unbuffered: every write is already with the OS
         pass
