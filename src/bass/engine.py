@@ -347,8 +347,8 @@ class Generator:
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
         once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot
-        goes to the next waiting prompt (samples of one prompt together). No row depends on
-        when it was admitted. ``on_finish`` gets each :class:`bass.FinishedRow` as it
+        goes to the next waiting prompt, in order. No row depends on when it was
+        admitted. ``on_finish`` gets each :class:`bass.FinishedRow` as it
         finishes (:meth:`stream`: the same as an iterator).
 
         ``on_step`` is called with ``(generator, state)`` after each step (tests use it to

@@ -6,8 +6,9 @@ row finishes, :class:`Queue` places the next waiting prompt in its slot and
 :func:`admit_waiting` has that slot's caches filled and the row's first token drawn: in the
 other rows' next verify pass (:func:`rides`; :func:`bass.verify.verify_pass`'s ``fill``),
 or by a :func:`prefill` pass of its own (none running, prompts over a prefill chunk,
-compiled passes); the samples of one prompt (equal prompts side by side in the job) are
-admitted together, as the n-gram drafter's sibling lookup wants them. Nothing a row
+compiled passes). Prompts are admitted in the job's order, so the samples of one prompt
+(equal prompts side by side) run side by side, as the n-gram drafter's sibling lookup wants
+them, but no free slot waits for a whole group. Nothing a row
 generates depends on when it was admitted: its draws are keyed by (seed, row id,
 position) (:mod:`bass.sampling`), and every pass treats rows independently
 (``tests/engine/test_scheduler.py``).
@@ -118,19 +119,13 @@ class Queue:
         return bool(self.waiting)
 
     def admit(self, state) -> tuple[list[int], list[int]]:
-        """Place waiting prompts into ``state``'s free slots, in order; equal prompts go
-        together: a group that does not fit waits for more free slots unless no row runs.
-        Returns the slots (ascending) and their prompts."""
-        free, new, waiting = state.free(), [], self.waiting
-        while waiting and len(new) < len(free):
-            head = state.by_prompt[waiting[0]]
-            group = 1  # the prompts equal to the first waiting one, side by side
-            while group < len(waiting) and state.by_prompt[waiting[group]] == head:
-                group += 1
-            room = len(free) - len(new)
-            if group > room and (new or state.active()):
-                break  # a group too big: wait for more slots
-            new += [waiting.popleft() for _ in range(min(group, room))]
+        """Place waiting prompts into ``state``'s free slots, in the caller's order: every
+        free slot is taken while prompts wait (a prompt's samples, side by side in the job,
+        take consecutive slots as they free up; holding slots free for a whole group left
+        them idle, up to half the steps when ``n`` reached the rows at once). Returns the
+        slots (ascending) and their prompts."""
+        free = state.free()
+        new = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
         now = time.perf_counter()
         for s, p in zip(free, new):
             state.admit(s, p)

@@ -228,27 +228,30 @@ def state_of(prompts, slots):
     return BatchState([list(p) for p in prompts], MAX_NEW, set(), slots=slots)
 
 
-def test_samples_of_one_prompt_are_admitted_together():
+def test_prompts_take_every_free_slot_in_order_samples_side_by_side():
+    """No slot idles while prompts wait: a prompt's samples (equal prompts side by side)
+    take consecutive slots as they free up, rather than waiting for room for them all
+    (which left slots idle for up to half the steps once ``n`` reached the rows at once)."""
     a, b, c = [1, 2], [3], [4, 5, 6]
     state, queue = state_of([a, a, a, b, b, c], 3), Queue(6)
     assert len(queue.waiting) == 6
     assert queue.admit(state) == ([0, 1, 2], [0, 1, 2])
     state.finish(1, "eos")
-    assert queue.admit(state) == ([], [])  # b's two samples wait for a second slot
-    assert len(queue.waiting) == 3  # what the policy sees (DraftContext.waiting)
+    assert queue.admit(state) == ([1], [3])  # b's first sample; its second waits its turn
+    assert len(queue.waiting) == 2  # what the policy sees (DraftContext.waiting)
     state.finish(0, "eos")
-    assert queue.admit(state) == ([0, 1], [3, 4])
     state.finish(2, "eos")
-    assert queue.admit(state) == ([2], [5])
+    assert queue.admit(state) == ([0, 2], [4, 5])
     assert not queue and not queue.waiting
+    assert queue.admit(state) == ([], [])
 
 
-def test_a_group_larger_than_the_slots_is_split_only_when_nothing_runs():
+def test_a_group_larger_than_the_slots_runs_as_slots_free():
     a, b = [7], [8]
     state, queue = state_of([b, a, a, a, a], 3), Queue(5)
-    assert queue.admit(state) == ([0], [0])  # b, then a's four samples do not fit
-    state.finish(0, "length")
-    assert queue.admit(state) == ([0, 1, 2], [1, 2, 3])  # nothing runs: split
+    assert queue.admit(state) == ([0, 1, 2], [0, 1, 2])  # b and two of a's four samples
+    state.finish(1, "length")
+    assert queue.admit(state) == ([1], [3])  # while b and a's first run
     state.finish(0, "length")
     assert queue.admit(state) == ([0], [4])
 

@@ -52,9 +52,8 @@ def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs)
     """A :data:`SampleFn` that generates ``n`` samples of each problem's prompt with
     ``generator`` (a :class:`bass.Generator`) in one continuously batched call over all
     the problems it is given (``max_rows`` and ``kv_budget_gib`` in ``generate_kwargs``
-    bound the rows at once; a problem's samples are admitted together, so a time budget
-    runs from when they start, unless there are more of them than rows at once: then
-    they start as slots free up, and the problem's rows wait until no other row runs).
+    bound the rows at once; a problem's samples take slots one after another as they free
+    up, and a time budget runs for each from when it starts).
     Rows stop at the stop sequences (:data:`STOP_SEQUENCES`, plus any ``stop_strings``
     in ``generate_kwargs``) and the completions are cut before them; sampled rows are
     keyed by :func:`row_id` and the ``seed``."""
