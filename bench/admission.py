@@ -1,12 +1,14 @@
 """Admission under continuous batching: every free slot taken in order, against slots held
-for a whole group of samples, on a job of many samples per prompt.
+for a whole group of samples, on jobs of many samples per prompt.
 
-``python bench/admission.py``: the embedded default model (SmolLM2-135M-Instruct, CPU),
-``--prompts`` (8) chat prompts of ``_prompts.CHAT_MIXED`` spread over its answer lengths, in
-the chat template, ``--n`` samples of each (``8,16``: one job per count), sampled
-(temperature 0.7, seed 0), at most ``--max-new-tokens`` (128) a row, each ending at eos,
-``--rows`` (16) rows at once, n-gram drafting and the default policy. Two admission rules,
-side by side in one process (the model loaded once):
+``python bench/admission.py``: the embedded default model (SmolLM2-135M-Instruct, CPU), in
+the chat template, two prompt sets (``--sets``): ``spread``, 8 prompts of
+``_prompts.CHAT_MIXED`` spread over its answer lengths (a word to past the cap), and
+``short``, its 8 prompts of one-line answers (``CHAT_MIXED[8:16]``); ``--n`` samples of
+each prompt (``8,16``: one job per count), sampled (temperature 0.7, seed 0), at most
+``--max-new-tokens`` (128) a row, each ending at eos, ``--rows`` (16) rows at once, n-gram
+drafting and the default policy. Two admission rules, side by side in one process (the
+model loaded once):
 
 * ``in-order``: bass's :meth:`bass.scheduler.Queue.admit`: every free slot takes the next
   waiting prompt (a prompt's samples, side by side in the job, run side by side);
@@ -18,12 +20,11 @@ each round. Reported per job and rule: wall seconds, tokens/s, steps, main-model
 (the steps' and the prefill passes of their own: a prompt admitted while rows run has its
 prefill ride in their verify pass, so steps alone favour the group rule, whose waves
 prefill apart), mean rows per step (of ``--rows``), admission waves, mean accepted draft
-tokens per step per row; the median
-of the rounds' and each round's, and in-order's tokens/s over group's. Sampled rows are
-keyed by (seed, row, position), so both rules must give the same rows: checked, and any
-difference printed loudly. Writes ``bench/results/cpu_admission.{md,json}``; ``--smoke``:
-a tiny random Llama and a few prompts (``smoke_admission.*`` under ``--out``; the tests run
-it).
+tokens per step per row; the median of the rounds' and each round's, and in-order's
+tokens/s over group's. Sampled rows are keyed by (seed, row, position), so both rules must
+give the same rows: checked, and any difference printed loudly. Writes
+``bench/results/cpu_admission.{md,json}``; ``--smoke``: a tiny random Llama and a few
+prompts (``smoke_admission.*`` under ``--out``; the tests run it).
 """
 
 from __future__ import annotations
@@ -67,24 +68,32 @@ def admit_groups(self, state) -> tuple[list[int], list[int]]:
 
 
 def setup(args):
-    """The main model, the prompts' token ids and the eos id."""
+    """The main model, each set's prompts (token ids) and the eos id."""
     if args.smoke:
         import torch
 
         main = tiny_llama(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
         gen = torch.Generator().manual_seed(1)
         prompts = [torch.randint(3, 96, (4 + 3 * i,), generator=gen).tolist() for i in range(4)]
-        return main, prompts, 7  # eos: a common enough id that rows end at varied lengths
+        return main, {"smoke": prompts}, 7  # eos: common enough that rows end at varied lengths
     from bass import load_default_pair
 
     main, tok = load_default_pair()
-    step = len(CHAT_MIXED) // args.prompts
-    texts = [CHAT_MIXED[i * step + step // 2] for i in range(args.prompts)]
-    ids = [
-        tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
-        for t in texts
-    ]
-    return main, [x if isinstance(x, list) else x["input_ids"] for x in ids], tok.eos_token_id
+    step = len(CHAT_MIXED) // 8
+    texts = {
+        "spread": [CHAT_MIXED[i * step + step // 2] for i in range(8)],
+        "short": CHAT_MIXED[8:16],
+    }
+
+    def ids(text):
+        x = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        return x if isinstance(x, list) else x["input_ids"]
+
+    return (
+        main,
+        {name: [ids(t) for t in texts[name]] for name in args.sets.split(",")},
+        tok.eos_token_id,
+    )
 
 
 def run_rule(gen, rule: str, prompts, args, eos) -> tuple[dict, list]:
@@ -123,7 +132,7 @@ def run_rule(gen, rule: str, prompts, args, eos) -> tuple[dict, list]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", default="8,16", help="samples per prompt, one job per count")
-    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--sets", default="spread,short", help="prompt sets: spread, short")
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
@@ -136,38 +145,41 @@ def main(argv=None) -> int:
     counts = [int(c) for c in args.n.split(",")]
     import bass
 
-    main_model, prompts, eos = setup(args)
+    main_model, sets, eos = setup(args)
     gen = bass.Generator(main_model, "ngram")
-    gen.generate(prompts[:1], max_new_tokens=2)  # first-use costs land on neither rule
+    gen.generate(next(iter(sets.values()))[:1], max_new_tokens=2)  # first-use costs
+    jobs = [(name, n) for name in sets for n in counts]
     runs: dict = {}
     mismatches: dict = {}
     for r in range(args.rounds):
         order = RULES if r % 2 == 0 else RULES[::-1]
-        for n in counts:
-            job = [p for p in prompts for _ in range(n)]
+        for name, n in jobs:
+            job = [p for p in sets[name] for _ in range(n)]
             seqs = {}
             for rule in order:
                 row, seqs[rule] = run_rule(gen, rule, job, args, eos)
-                runs.setdefault((n, rule), []).append(row)
-                print(f"round {r + 1} n={n} {rule}: {json.dumps(row)}", flush=True)
+                runs.setdefault((name, n, rule), []).append(row)
+                print(f"round {r + 1} {name} n={n} {rule}: {json.dumps(row)}", flush=True)
             bad = [i for i, (a, b) in enumerate(zip(*seqs.values())) if a != b]
             if bad:
-                print(f"MISMATCH n={n} round {r + 1}: rows {bad} differ", flush=True)
-            mismatches.setdefault(str(n), []).extend(bad)
+                print(f"MISMATCH {name} n={n} round {r + 1}: rows {bad} differ", flush=True)
+            mismatches.setdefault(f"{name} n={n}", []).extend(bad)
     table = []
-    for n in counts:
+    for name, n in jobs:
+        ratio = [
+            a["tokens_per_s"] / b["tokens_per_s"]
+            for a, b in zip(runs[(name, n, RULES[0])], runs[(name, n, RULES[1])])
+        ]
         for rule in RULES:
-            rows = runs[(n, rule)]
+            rows = runs[(name, n, rule)]
             med = {k: statistics.median(x[k] for x in rows) for k in rows[0]}
-            ratio = [
-                a["tokens_per_s"] / b["tokens_per_s"]
-                for a, b in zip(runs[(n, RULES[0])], runs[(n, RULES[1])])
-            ]
-            table.append({"n": n, "rule": rule, **med, "rounds": rows,
-                          "vs_group": statistics.median(ratio) if rule == RULES[0] else 1.0,
-                          "vs_group_rounds": ratio if rule == RULES[0] else None})  # fmt: skip
+            first = rule == RULES[0]
+            table.append({"set": name, "n": n, "rule": rule, **med, "rounds": rows,
+                          "vs_group": statistics.median(ratio) if first else 1.0,
+                          "vs_group_rounds": ratio if first else None})  # fmt: skip
     argv_shown = sys.argv[1:] if argv is None else list(argv)
-    meta = run_meta("admission.py", argv_shown, prompts=len(prompts), rows=args.rows,
+    sizes = {k: len(v) for k, v in sets.items()}
+    meta = run_meta("admission.py", argv_shown, prompts=sizes, rows=args.rows,
                     max_new_tokens=args.max_new_tokens, rounds=args.rounds, n=counts)  # fmt: skip
     name = "smoke_admission" if args.smoke else "cpu_admission"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +195,8 @@ def to_markdown(data: dict) -> str:
     lines = header("Admission: every free slot in order, against slots held for a group", meta)
     lines += [
         "",
-        f"Setup: {meta['prompts']} prompts, `n` samples of each (sampled, temperature 0.7, "
+        f"Setup: prompt sets {meta['prompts']} (`spread`: answers from a word to past the cap; "
+        "`short`: one-line answers), `n` samples of each prompt (sampled, temperature 0.7, "
         f"seed 0), at most {meta['max_new_tokens']} new tokens a row, each ending at eos; "
         f"{meta['rows']} rows at once; n-gram drafting, default policy; one process, the "
         f"model loaded once; {meta['rounds']} round(s), the rules' order swapped each round. "
@@ -191,9 +204,9 @@ def to_markdown(data: dict) -> str:
         "`group`: the rule before it (a prompt's samples wait for slots for all of them "
         "while any row runs). Medians of the rounds, each round's in brackets.",
         "",
-        "| n | rule | new tokens | wall s | tokens/s | vs group | steps | main passes | "
+        "| set | n | rule | new tokens | wall s | tokens/s | vs group | steps | main passes | "
         "rows per step | admissions | mean accepted |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def each(row, key, fmt):
@@ -207,7 +220,8 @@ def to_markdown(data: dict) -> str:
             else (f"{row['vs_group']:.2f}x ({' / '.join(f'{x:.2f}x' for x in ratio)})")
         )
         lines.append(
-            f"| {row['n']} | {row['rule']} | {row['tokens']:.0f} | {row['wall_s']:.2f} | "
+            f"| {row['set']} | {row['n']} | {row['rule']} | {row['tokens']:.0f} | "
+            f"{row['wall_s']:.2f} | "
             f"{row['tokens_per_s']:.1f} ({each(row, 'tokens_per_s', '.1f')}) | {vs} | "
             f"{row['steps']:.0f} | {row['main_passes']:.0f} | {row['rows_per_step']:.2f} | "
             f"{row['admissions']:.0f} | "
@@ -216,7 +230,7 @@ def to_markdown(data: dict) -> str:
     lines += ["", "## Are the rows equal?", ""]
     for n, bad in data["mismatches"].items():
         lines.append(
-            f"- n={n}: " + ("every row equal under both rules (token for token)." if not bad
+            f"- {n}: " + ("every row equal under both rules (token for token)." if not bad
                             else f"**MISMATCH**: rows {sorted(set(bad))} differ.")
         )  # fmt: skip
     return "\n".join(lines)

@@ -16,7 +16,8 @@ def test_admission_bench_smoke(tmp_path):
     assert mod.main(["--smoke", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "smoke_admission.json").read_text())
     assert data["meta"]["command"] == f"python bench/admission.py --smoke --out {tmp_path}"
-    rows = {(r["n"], r["rule"]): r for r in data["table"]}
+    rows = {(r["n"], r["rule"]): r for r in data["table"] if r["set"] == "smoke"}
+    assert len(data["table"]) == len(rows) == 4
     assert set(rows) == {(n, rule) for n in (2, 3) for rule in mod.RULES}
     assert all(bad == [] for bad in data["mismatches"].values())
     for n in (2, 3):
@@ -25,4 +26,4 @@ def test_admission_bench_smoke(tmp_path):
         for r in (in_order, group):
             assert 0 < r["steps"] < r["main_passes"] and 0 < r["rows_per_step"] <= 3
     text = (tmp_path / "smoke_admission.md").read_text()
-    assert "| 3 | in-order |" in text and "every row equal" in text
+    assert "| smoke | 3 | in-order |" in text and "every row equal" in text
