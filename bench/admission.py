@@ -7,8 +7,9 @@ the chat template, two prompt sets (``--sets``): ``spread``, 8 prompts of
 ``short``, its 8 prompts of one-line answers (``CHAT_MIXED[8:16]``); ``--n`` samples of
 each prompt (``8,16``: one job per count), sampled (temperature 0.7, seed 0), at most
 ``--max-new-tokens`` (128) a row, each ending at eos, ``--rows`` (16) rows at once, n-gram
-drafting and the default policy. Two admission rules, side by side in one process (the
-model loaded once):
+drafting and the default policy (``--draft none``: drafting off, which takes the policy's
+run-to-run choices out of the comparison; writes ``cpu_admission_off.*``). Two admission
+rules, side by side in one process (the model loaded once):
 
 * ``in-order``: bass's :meth:`bass.scheduler.Queue.admit`: every free slot takes the next
   waiting prompt (a prompt's samples, side by side in the job, run side by side);
@@ -133,6 +134,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", default="8,16", help="samples per prompt, one job per count")
     ap.add_argument("--sets", default="spread,short", help="prompt sets: spread, short")
+    ap.add_argument("--draft", default="ngram", choices=["ngram", "none"])
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
@@ -146,7 +148,7 @@ def main(argv=None) -> int:
     import bass
 
     main_model, sets, eos = setup(args)
-    gen = bass.Generator(main_model, "ngram")
+    gen = bass.Generator(main_model, None if args.draft == "none" else args.draft)
     gen.generate(next(iter(sets.values()))[:1], max_new_tokens=2)  # first-use costs
     jobs = [(name, n) for name in sets for n in counts]
     runs: dict = {}
@@ -179,9 +181,10 @@ def main(argv=None) -> int:
                           "vs_group_rounds": ratio if first else None})  # fmt: skip
     argv_shown = sys.argv[1:] if argv is None else list(argv)
     sizes = {k: len(v) for k, v in sets.items()}
-    meta = run_meta("admission.py", argv_shown, prompts=sizes, rows=args.rows,
+    meta = run_meta("admission.py", argv_shown, prompts=sizes, rows=args.rows, draft=args.draft,
                     max_new_tokens=args.max_new_tokens, rounds=args.rounds, n=counts)  # fmt: skip
     name = "smoke_admission" if args.smoke else "cpu_admission"
+    name += "_off" if args.draft == "none" else ""
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"meta": meta, "table": table, "mismatches": mismatches}
     (args.out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -198,7 +201,9 @@ def to_markdown(data: dict) -> str:
         f"Setup: prompt sets {meta['prompts']} (`spread`: answers from a word to past the cap; "
         "`short`: one-line answers), `n` samples of each prompt (sampled, temperature 0.7, "
         f"seed 0), at most {meta['max_new_tokens']} new tokens a row, each ending at eos; "
-        f"{meta['rows']} rows at once; n-gram drafting, default policy; one process, the "
+        f"{meta['rows']} rows at once; "
+        + ("drafting off" if meta.get("draft") == "none" else "n-gram drafting, default policy")
+        + "; one process, the "
         f"model loaded once; {meta['rounds']} round(s), the rules' order swapped each round. "
         "`in-order`: bass's admission (every free slot takes the next waiting prompt); "
         "`group`: the rule before it (a prompt's samples wait for slots for all of them "
