@@ -136,6 +136,9 @@ class ModelDrafter(Drafter):
         self.prefill_passes = 0
         return 0
 
+    def finish(self) -> None:
+        self.cache = self.state = None  # the draft cache's memory goes back at once
+
     def admit(self, state, slots: list[int]) -> int:
         """Prefill the draft model with the prompts just placed in ``slots``."""
         prompts = [state.seqs[s] for s in slots]
@@ -294,8 +297,25 @@ class NGramDrafter(Drafter):
     def start(self, state, passes, max_len: int, device) -> int:
         """Index the rows of ``state`` (their prompts, before any token is generated)."""
         self.attach([tuple(s) for s in state.by_prompt], state.by_prompt)
-        self.state = state
+        self.state, self.running = state, set()
         return 0
+
+    def admit(self, state, slots: list[int]) -> int:
+        """Rows joined. A group of equal prompts whose rows have all finished has its
+        index dropped (no row searches it again): a long job holds the index of its
+        running rows' groups, not of every row it ran."""
+        for p in [p for p in self.running if state.reasons[p] is not None]:
+            self.running.discard(p)
+            g = self.group_of[p]
+            self.left[g] -= 1
+            for m in self.members[g] if not self.left[g] else ():
+                self.index[m], self.indexed[m] = {}, 0
+        self.running.update(state.prompt_of[s] for s in slots)
+        return 0
+
+    def finish(self) -> None:
+        self.state = self.seqs = None  # the job's rows, and their index
+        self.index, self.indexed, self.siblings_of, self.running = [], [], [], set()
 
     def attach(self, prompts: Sequence[Sequence[int]], seqs: list[list[int]]) -> None:
         """``seqs[p]``: prompt ``p``'s growing sequence (prompt + output), one list per
@@ -306,6 +326,12 @@ class NGramDrafter(Drafter):
         groups: dict[tuple, list[int]] = {}
         for p, prompt in enumerate(prompts):
             groups.setdefault(tuple(prompt), []).append(p)
+        self.members = list(groups.values())  # equal prompts (a prompt's samples)
+        self.group_of = [0] * len(prompts)
+        for g, members in enumerate(self.members):
+            for p in members:
+                self.group_of[p] = g
+        self.left = [len(m) for m in self.members]  # rows of each group not yet finished
         # each row searches max_siblings siblings next to it in prompt order, so a batch of
         # thousands of copies of one prompt stays linear, not quadratic
         self.siblings_of: list[list[int]] = [[] for _ in prompts]
@@ -427,7 +453,7 @@ class _Guarded(Drafter):
         self.inner, self.who = inner, who
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
-        for hook in ("start", "admit", "offer", "propose", "commit", "compact"):
+        for hook in ("start", "admit", "offer", "propose", "commit", "compact", "finish"):
             setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
 
     def __getattr__(self, name: str):

@@ -210,11 +210,9 @@ class Generator:
             cpu_linear = cfg_gen.get("cpu_linear", "auto")
         if draft_sampling is None:
             draft_sampling = cfg_gen.get("draft_sampling", "coupled")
-        self.draft_sampling = draft_sampling
-        self.coupled = draft_sampling == "coupled"
+        self.draft_sampling, self.coupled = draft_sampling, draft_sampling == "coupled"
         self.backend = backends.select_backend(main.device, cpu_linear, backend)
-        self.forced_acceptance = forced_acceptance
-        self.main = main
+        self.main, self.forced_acceptance = main, forced_acceptance
         self.vocab = main.get_input_embeddings().weight.shape[0]  # ids a pass may take
         self.attention = attention or cfg_gen.get("attention", "auto")
         if self.attention != "auto":  # it must run on the main model's device
@@ -239,8 +237,7 @@ class Generator:
                 "inductor" if compile in (True, "reduce-overhead") else compile,
                 mode="reduce-overhead" if graphs else None,
                 dynamic=not graphs,
-                # one graph per pass kind and bucket (static shapes), or a few (dynamic)
-                limit=4 * len(TOKEN_BUCKETS) + 8,
+                limit=4 * len(TOKEN_BUCKETS) + 8,  # a graph per pass kind and bucket, or a few
             )
         self.passes = hf.Passes(
             forward=self.backend.wrap(forward),
@@ -417,10 +414,13 @@ class Generator:
                         yield row  # the caller's code runs in its own grad mode
                 finally:
                     work.close()
-            finally:  # hand the models back as they came
-                for model, attn in zip(models, previous):
+            finally:  # hand the models back as they came, and the caches' memory (a
+                for model, attn in zip(models, previous):  # training step may want it)
                     if attn != hf.ATTN_NAME:
                         model.set_attn_implementation(attn)
+                self.cache = None
+                if self._drafting is not None:
+                    self._drafting.finish()
 
     def _generate(self, job: scheduler.Job):
         device = self.main.device

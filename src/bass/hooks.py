@@ -285,3 +285,8 @@ class Drafter:
 
     def compact(self, keep: list[int]) -> None:
         """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""
+
+    def finish(self) -> None:
+        """The generation ended (done, failed or closed): drop what it held (a draft
+        cache, the rows' state), so none of it outlives the call; :meth:`start` comes
+        before any other hook again."""

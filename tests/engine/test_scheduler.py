@@ -269,6 +269,60 @@ def test_admission_refills_a_draft_cache_row(llama):
     assert all(a == addresses[0] for a in addresses)
 
 
+@pytest.mark.parametrize("draft", ["ngram", "perturbed"])
+def test_no_cache_outlives_its_generation(llama, draft):
+    """When a generation ends (done or failed), its KV caches and the drafter's state go:
+    a Generator kept between training steps holds no KV memory, and the next call's
+    default budget sees the memory free."""
+    import gc
+    import weakref
+
+    gen = Generator(llama, perturbed(llama) if draft == "perturbed" else draft)
+    held = []
+
+    def record(g, state):
+        draft_cache = getattr(g.drafter, "cache", None)
+        buffers = g.cache.buffers() + (draft_cache.buffers() if draft_cache is not None else [])
+        held[:] = [weakref.ref(b) for b in buffers] + [weakref.ref(state)]
+
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    first = gen.generate(prompts, max_new_tokens=MAX_NEW, max_rows=2, on_step=record)
+    gc.collect()
+    assert held and all(ref() is None for ref in held)
+    assert gen.cache is None and getattr(gen.drafter, "state", None) is None
+
+    def fail(row):
+        raise RuntimeError("the caller's callback failed")
+
+    with pytest.raises(RuntimeError, match="callback failed"):
+        gen.generate(prompts, max_new_tokens=MAX_NEW, max_rows=2, on_step=record, on_finish=fail)
+    gc.collect()
+    assert all(ref() is None for ref in held)
+    again = gen.generate(prompts, max_new_tokens=MAX_NEW, max_rows=2)
+    assert again.sequences == first.sequences
+
+
+def test_the_ngram_index_of_a_finished_group_is_dropped(llama):
+    """The n-gram drafter keeps its index of a group of equal prompts (a prompt's samples)
+    while a row of it runs or waits, and drops it once every row finished: a long job
+    holds the index of its running groups, not of every row it ran."""
+    prompts = with_copies([[1, 2, 3, 1, 2], [4, 5, 4], [6, 7, 8, 6]], 2)
+    gen = Generator(llama, "ngram")
+    seen = []
+
+    def record(g, state):
+        running = {state.prompt_of[s] for s in state.active()}
+        seen.append((running, [bool(i) for i in g.drafter.index]))
+
+    res = gen.generate(prompts, max_new_tokens=MAX_NEW, max_rows=2, on_step=record)
+    assert (
+        res.sequences == Generator(llama, None).generate(prompts, max_new_tokens=MAX_NEW).sequences
+    )
+    late = [indexed for running, indexed in seen if running & {4, 5}]
+    assert late and all(not any(indexed[:2]) for indexed in late)  # the first group's: gone
+    assert any(indexed[4] or indexed[5] for indexed in late)  # the running group's: kept
+
+
 def test_the_policy_sees_how_many_prompts_wait(llama):
     class Recording:
         def __init__(self):
