@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 
 import torch
 
 from . import hf, plugins
 from .cache import RaggedKVCache
-from .errors import PluginLoadError
+from .errors import PluginError, PluginLoadError
 from .hooks import Drafter, Offer, Proposal, StepView
 from .sampling import SamplingParams, sample, sample_keyed, warp_probs
 
@@ -453,8 +454,19 @@ class _Guarded(Drafter):
         self.inner, self.who = inner, who
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
-        for hook in ("start", "admit", "offer", "propose", "commit", "compact", "finish"):
+        for hook in ("start", "admit", "offer", "propose", "commit", "compact"):
             setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
+        self._finish = plugins.guard(who, "finish", inner.finish)
+
+    def finish(self) -> None:
+        """The plugin's :meth:`~bass.hooks.Drafter.finish`, whose failure is a warning: the
+        generation's rows are done by then, and its result is not lost to it."""
+        try:
+            self._finish()
+        except PluginError as exc:
+            warnings.warn(
+                f"{exc} (what it held may outlive the generation)", RuntimeWarning, stacklevel=2
+            )
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

@@ -83,6 +83,19 @@ def test_a_stochastic_user_drafter_keeps_the_distribution():
         testing.assert_sampled_equivalent(gen, [[1, 2]], 3)
 
 
+def test_a_plugins_failing_finish_is_a_warning_not_a_lost_result():
+    class Leaky(RepeatDrafter):
+        def finish(self):
+            raise RuntimeError("cannot let go")
+
+    main = tiny_lm(seed=3)
+    gen = bass.Generator(main, Leaky(), policy="constant", policy_options={"k": 2})
+    with pytest.warns(RuntimeWarning, match=r"Leaky.* raised in finish\(\).*cannot let go"):
+        res = gen.generate(PROMPTS, max_new_tokens=6)
+    assert res.sequences == bass.Generator(main, None).generate(PROMPTS, max_new_tokens=6).sequences
+    assert gen.cache is None  # the engine's own caches went all the same
+
+
 def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
     class Greedy(RepeatDrafter):
         def propose(self, view, lengths):  # one token more than allowed
