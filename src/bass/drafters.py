@@ -309,8 +309,9 @@ class NGramDrafter(Drafter):
             self.running.discard(p)
             g = self.group_of[p]
             self.left[g] -= 1
-            for m in self.members[g] if not self.left[g] else ():
-                self.index[m], self.indexed[m] = {}, 0
+            if not self.left[g]:  # the group's last row: nothing searches its text again
+                for m in self.members[g]:
+                    self.index[m], self.indexed[m] = {}, 0
         self.running.update(state.prompt_of[s] for s in slots)
         return 0
 
