@@ -1,51 +1,10 @@
-"""Token selection for speculative decoding: warping, sampling, and draft acceptance.
+"""Token selection for speculative decoding: warping, sampling and draft acceptance,
+batched over rows with no Python loop and no host sync (:func:`position_keys` alone runs
+on the host).
 
-One speculative step of row ``b`` goes like this. The draft model proposes
-``draft_lens[b]`` tokens; the main model scores the last committed token followed by
-those drafts in one forward pass, so position ``i`` of its output (``0 <= i <= K``) is
-its distribution for the token after ``last, d_1 .. d_i``. Terms, used throughout bass:
-
-* **drafted tokens** ``d_1 .. d_n`` (``n = draft_lens[b] <= K``): the draft model's
-  proposals, stored in ``draft_tokens[b, :n]``; slots ``n..K-1`` are padding and may
-  hold any value, even one outside the vocabulary.
-* **accepted tokens**: the longest prefix of the drafts that the verifier keeps;
-  ``accepted[b]`` is its length, ``0 <= accepted[b] <= n``.
-* **recovered (correction) token**: when drafted token ``accepted[b] + 1`` is rejected,
-  the verifier emits a replacement in its place, drawn from the main model at position
-  ``accepted[b]`` (the residual distribution below, or the argmax when greedy).
-* **bonus token**: when all ``n`` drafts are accepted, the main model's position ``n``
-  is already computed, so one more token is drawn from it for free.
-* **output tokens**: what the step commits, ``d_1 .. d_accepted`` followed by exactly
-  one correction or bonus token (``next_tokens[b]``): between 1 and ``n + 1`` tokens.
-  A row with ``n == 0`` is plain decoding: it emits one token drawn from position 0.
-
-Verification is lossless: greedy mode (:func:`greedy_accept_ids` on the argmax) outputs exactly what
-greedy decoding with the main model alone would; sampling mode
-(:func:`speculative_accept`, the rejection sampling of Leviathan et al. 2023 and
-Chen et al. 2023) outputs tokens distributed exactly as if sampled from the main model,
-whatever the draft model. Drafted token ``d_i`` (sampled from the draft's warped
-distribution ``q_{i-1}``) is accepted with probability ``min(1, p(d_i) / q(d_i))``
-(``p`` the main model's warped distribution at the same position); the first rejection
-ends the row and its correction is drawn from ``normalize(max(0, p - q))``.
-
-Keyed draws, the default for every sampled token: the main model's token at each new
-position ``t`` of a row is drawn with randomness keyed by ``(seed, row, t)`` only
-(:func:`position_keys`, a counter-based hash; :func:`sample_keyed`), and a drafted token
-is accepted when it equals that draw. For a one-hot draft (n-gram lookup) this is exactly
-the rejection rule above (the draft is accepted with probability ``p(d)``, and the draw
-given ``!= d`` is the residual); a draft model draws its token for position ``t`` with the
-same key from its own distribution (coupled drafting), so the two agree as often as the
-shared noise makes them. Either way every committed token is the draw at its position, so
-**sampled output does not depend on the drafts, the draft lengths or the batch**: with the
-same seed, speculation with any drafter under any policy (timing-based ones included) and
-plain decoding emit the same tokens (up to the rounding that differs between passes of
-different widths).
-
-Everything here is batched over rows with no Python loop over rows or positions and no
-host synchronisation (except the host-side :func:`position_keys`). Rejection sampling
-(``draft_sampling="rejection"``) draws from one ``torch.Generator``, and each call consumes
-a number of draws fixed by the tensor shapes only, so such a run repeats exactly as long
-as its draft lengths do.
+The terms (drafted, accepted, correction and bonus tokens) are defined in
+docs/concepts/engine.md ("Terms"); what greedy, keyed and rejection-sampling acceptance
+guarantee, and why, in docs/concepts/exactness.md.
 """
 
 from __future__ import annotations
@@ -317,7 +276,7 @@ def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Acceptance:
-    """The verifier's verdict for a batch of rows (see the module docstring)."""
+    """The verifier's verdict for a batch of rows."""
 
     accepted: torch.Tensor  # int64 [B], 0..draft_lens[b]: accepted draft tokens
     next_tokens: torch.Tensor  # int64 [B]: correction if accepted < draft_lens, else bonus
@@ -360,7 +319,8 @@ def greedy_accept_ids(
 
     ``accepted[b]`` is the longest ``m <= draft_lens[b]`` with ``draft_tokens[b, i] ==
     target_ids[b, i]`` for all ``i < m``; ``next_tokens[b] = target_ids[b, accepted[b]]``.
-    ``draft_tokens`` int64 ``[B, K]`` (slots ``>= draft_lens[b]`` are padding);
+    ``draft_tokens`` int64 ``[B, K]`` (slots ``>= draft_lens[b]`` are padding, any value,
+    even one outside the vocabulary);
     ``draft_lens`` int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked: that
     would sync). With keyed draws (:func:`sample_keyed` with :func:`position_keys`) a
     deterministic draft is accepted with probability ``p(d)`` and the token emitted on
@@ -395,7 +355,8 @@ def speculative_accept(
     accepted, the bonus token is drawn from ``target_probs[b, draft_lens[b]]``. The
     output tokens are then distributed exactly as tokens sampled from ``p``.
 
-    Consumes ``B*K`` uniform then ``B*V`` exponential draws from ``generator``.
+    Consumes ``B*K`` uniform then ``B*V`` exponential draws from ``generator``, a number
+    fixed by the shapes: a run repeats exactly as long as its draft lengths do.
 
     Args:
         draft_tokens: int64 ``[B, K]``, ``draft_tokens[b, i]`` sampled from
