@@ -1,29 +1,7 @@
-"""The packed layout of a forward pass: only real tokens, one flat batch.
-
-Every forward pass of the engine (prefill chunks, draft passes, verification) feeds the
-tokens the rows really bring as ``input_ids [1, N]``, so the dense layers (projections,
-MLPs, the lm head) compute ``N`` tokens and never padding. Per-row offsets say which
-tokens belong to which row of the cache (FlashAttention's varlen convention):
-
-* ``cu_q_lens`` int32 ``[B+1]``: ``cu_q_lens[0] = 0``; row ``b`` owns tokens
-  ``cu_q_lens[b] .. cu_q_lens[b+1] - 1``; ``B`` is the cache's row count (rows bringing
-  nothing this pass, finished rows included, have equal offsets);
-* ``positions`` int64 ``[1, N]``: token ``j`` of row ``b`` sits at position
-  ``lens[b] + j - cu_q_lens[b]`` (``lens`` = the row's committed cache length);
-* ``kv_lens`` int32 ``[B]``: ``lens + q_lens``, what attention sees.
-
-Worked example: cache lengths ``[7, 4, 9]``, rows feeding 3, 0 and 2 tokens: ``N = 5``,
-``cu_q_lens = [0, 3, 3, 5]``, ``positions = [7, 8, 9, 9, 10]``, ``kv_lens = [10, 4, 11]``;
-tokens 0-2 belong to row 0, tokens 3-4 to row 2.
-
-With a bucket set (CUDA graphs replay fixed shapes), ``N`` is padded up to the next
-bucket with tokens that belong to no row (past ``cu_q_lens[B]``): the ops ignore them and
-their logits are never read.
-
-All of a pass's small tensors are built on the host from lists the engine already has and
-moved to the device in ONE copy (:func:`pack`), so building a pass costs no device sync.
-The caller's own small tensors for the pass (e.g. the verify step's gather index) ride in
-the same copy and come back as named views (``PackedPass.extra["index"]``).
+"""The packed layout of a forward pass: only real tokens, one flat batch with
+FlashAttention's varlen offsets, built from host lists and moved to the device in one copy
+(:func:`pack`). docs/concepts/engine.md ("The packed layout") explains it, with a worked
+example.
 """
 
 from __future__ import annotations
