@@ -1,122 +1,7 @@
 """The ``adaptive`` draft-length policy (bass's default): each row's draft length chosen to
-finish the whole batch soonest, 0 included.
-
-The model. Row ``r``'s first draft token is accepted with probability ``a_r`` and each
-later one, given that the previous was, with probability ``c_r``; verification stops at
-the first rejection. The ``j``-th draft token of row ``r`` is therefore committed with
-probability ``g_rj = a_r c_r^(j-1)``, and drafting ``k_r`` tokens commits in expectation
-
-    E_r(k_r) = 1 + g_r1 + ... + g_rk   (the main model always adds one token)
-
-Two parameters, not one, because drafts are either right from the start and then keep
-being right (text being copied, a draft model in agreement) or wrong at once: with
-HumanEval prompts and n-grams, a 3-token match gets its first token accepted ~80% of the
-time and a 1-token match ~20%, while a draft whose first token was right goes on being
-right ~70% of the time either way.
-
-What a step costs: ``C(N)`` seconds for a verify pass of ``N = sum_r (1 + k_r)`` tokens
-(a packed pass computes exactly its real tokens), plus, with a draft model,
-``D = a_d * passes + b_d * draft tokens`` (passes = max_r k_r; n-gram lookups are host
-work). Locally ``C(N) = c0 + c1 N``: ``c0`` is what every pass costs (reading the
-weights, bass's host work ``t_host``), ``c1`` what each token adds.
-
-What a committed token is worth. ``generate`` returns when its slowest row is done, so
-the time left is about ``c0 * max_r s_r`` (every pass until the last row finishes) plus
-``c1`` per token still to compute, where ``s_r = left_r / p_r`` is the steps row ``r``
-still needs (its remaining token budget over ``p_r``, the tokens it commits per step, a
-running average). Which row ends last is uncertain, so the maximum is a smooth one,
-
-    T(s) = tau log sum_r exp(s_r / tau),
-
-``tau = 0.5 + sd`` steps, ``sd`` the spread of the rows' remaining steps
-(``left_r var_r / p_r^3`` from the variance of their per-step counts). A plan that
-commits ``E_r`` more tokens of row ``r`` in expectation saves
-
-    S(k) = c0 (T(s) - T(s - E / p)) + c1 sum_r E_r,
-    E_r = g_r1 + ... + g_rk_r
-
-seconds: ``c1`` for each token no longer to compute later, and ``c0`` for each pass the
-batch's end moves forward (``c0`` with a draft model includes its passes per step). In
-a batch of rows that end together, one row's token moves the end by little (the others
-still need their steps) while a token for every row moves it by a whole step: the
-saving is not a sum over rows. A row well ahead of the slowest moves nothing (its
-drafts would only cost: the batch waits for the slowest anyway), while in the batch's
-tail, when few rows are left and a pass costs almost as much as with all of them,
-drafting for the lagging rows pays even at low acceptance. With one row, ``S`` is
-``(c0 / p + c1) E``: the familiar tokens-per-second trade-off.
-
-Continuous batching. While prompts of the job wait for a slot (``ctx.waiting``), a row
-that finishes sooner hands its slot to the next one: the job ends when all of its work is
-done, at about ``c0`` times its total remaining steps spread over the ``R`` rows, and the
-smooth maximum becomes the mean (``tau`` infinite): ``S(k) = c0 sum_r E_r / (R p_r) +
-c1 sum_r E_r``, each row's token worth ``c0 / (R p_r) + c1`` whatever its rank. Without
-it, each newly admitted row (the slowest by far) would look like the batch's end and
-draw drafts for itself that only slow the others. Once no prompt waits, the rule above
-applies again.
-
-The policy picks the lengths that save the most:
-
-    k* = argmax_k  S(k)  -  (C(R + M) - C(R))  -  D,
-         M = sum_r k_r,  0 <= k_r <= cap_r
-
-Candidates are the prefixes of the draft tokens ranked by ``V_r g_rj``, ``V_r = c0 w_r
-/ p_r + c1`` the first-order value of row ``r``'s token (``w_r``: the softmax of ``s_r``
-at temperature ``tau``, ``T``'s gradient); the policy scores every prefix length ``M``
-(and, for a draft model, every depth), at most twice the widest pass measured so far
-(``C`` beyond is an extrapolation), and keeps the best. ``k = 0`` everywhere (plain
-decoding) is always a candidate, and a plan that drafts must be predicted to save
-``margin`` (2%) of a plain step: choosing the best of many noisy estimates overrates it.
-
-Estimates, all measured online from the step statistics the engine reports:
-
-* ``C(N) = c0 + c1 N``: the slope from consecutive steps of different sizes (their
-  differences cancel the machine's drift), the level from a running average of recent
-  steps (:class:`VerifyCost`), plus each size's own correction (the running mean of its
-  residuals against the line, shrunk by how often it was seen): on a CPU one draft
-  token of a batch-1 pass costs 1.01x a plain pass and two 1.20x (matrix-vector products
-  turning into matrix-matrix ones; ``bench/results/cpu_pass_cost.md``), a staircase no
-  line draws. The first step decodes plainly and
-  the second drafts one token for the row whose match is longest (a second size), so the
-  line exists before any decision depends on it.
-* ``a_r`` and ``c_r``: successes over Bernoulli trials (a row that accepted ``x`` of
-  ``d`` drafted tokens had one first-token trial, a success iff ``x >= 1``, and, when
-  ``x >= 1``, ``x - 1`` continuation successes in ``x - 1 + [x < d]`` trials). Each is
-  estimated at two levels, each shrunk towards the level above with weight
-  ``prior_trials`` (as a Beta prior would), plus ``optimism`` standard errors (rows with
-  thin evidence get tried): drafter-wide (each row's observation one trial at its own
-  rate, so one long copy cannot speak for every row), keyed by the drafter's own
-  signal (for n-grams the length of the suffix that matched; a draft model has none),
-  decayed slowly, shrunk towards ``prior_alpha``; and per row (first-token estimates per
-  row and signal), decayed by ``1 - ema`` per observation.
-* ``D``: ``a_d, b_d`` from a running least-squares fit of draft seconds on (passes,
-  tokens); ``t_host``: the wall time between updates minus the measured draft and verify
-  time.
-* ``p_r`` and ``var_r``: running mean and variance of row ``r``'s committed tokens per
-  step (1 plus what it accepted).
-
-Draft-model confidence (option ``draft_confidence=1``): while drafting, a row stops
-once the calibrated chance that its tokens so far are all accepted, times ``V_r``, falls
-below the gain of the plan's last token (the price one more token must beat). The
-calibration maps the draft's top-1 probability, per decile, to the acceptance measured
-for it, starting from the probability itself. It needs each pass's confidences on the
-host (a device sync per draft pass), so it is off by default.
-
-Caps: ``cap_r = min(k_max, ctx.caps[r], ctx.available[r], k0 + 2 m_r)``: what the
-n-gram lookup found, and a depth that grows with evidence (``m_r``: what the row accepted
-at its last drafting step, halved at each one since), as the paper's rule grows its length
-only after drafts were accepted. Exploration: a row that had something to draft but was
-given 0 for ``probe_every`` steps waits to draft one token, so its estimate cannot go
-stale for good (the interval doubles while its probes do not make the allocation choose
-it); likewise in depth, a row drafting fewer tokens than its cap for ``probe_every``
-steps without a continuation trial (a 1-token draft gives none) waits to draft one more,
-so one early rejection cannot pin ``c_r`` low for good. The longest waiting goes first,
-as long as exploration has cost at most ``probe_budget`` (3%) of the time, and only where
-a certain acceptance would pay for the token (``V_r`` at least its price).
-
-The tests check the policy in a simulator of ``generate`` (rows with budgets, the batch
-running until the last is done, noisy step times): across GPU-like, CPU-like and
-compute-bound costs, batch sizes 1-16 and acceptance from 0.1 to 0.85, it stays within
-5% of plain decoding's time and gains where drafting pays.
+finish the whole batch soonest, 0 included. Its model (acceptance, pass costs, what a
+committed token saves), its online estimates, caps and exploration are explained in
+docs/guides/policies.md ("How adaptive chooses").
 """
 
 from __future__ import annotations
@@ -135,8 +20,8 @@ __all__ = ["AdaptivePolicy", "VerifyCost"]
 
 @dataclass
 class AdaptivePolicy(OptionsMixin, Policy):
-    """Per-row draft lengths that get the whole batch done soonest, 0 included (see the
-    module docstring for the model and its estimates).
+    """Per-row draft lengths that get the whole batch done soonest, 0 included (the model
+    and its estimates: docs/guides/policies.md, "How adaptive chooses").
 
     >>> from bass.policies import DraftContext
     >>> p = AdaptivePolicy()
@@ -395,10 +280,9 @@ class AdaptivePolicy(OptionsMixin, Policy):
 
     def ends(self, rows, left, waiting: int = 0) -> tuple:
         """``(steps, pace, tau, c0, c1)``: each row's expected steps to go and tokens per
-        step, the smooth maximum's temperature, and what a pass and a token cost (module
-        docstring), ``left``: each row's remaining token budget. ``waiting`` prompts
-        waiting for a slot: ``tau`` is infinite, the smooth maximum a mean (module
-        docstring, continuous batching)."""
+        step, the smooth maximum's temperature, and what a pass and a token cost
+        (``left``: each row's remaining token budget). ``waiting`` prompts waiting for a
+        slot: ``tau`` is infinite, the smooth maximum a mean (continuous batching)."""
         R = len(rows)
         c0, c1 = self.cost.line()
         # what every step costs: the verify pass's fixed part (with the jump, as often
@@ -415,10 +299,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
 
     def values_at(self, ends: tuple) -> list[float]:
         """``V_r``: the first-order seconds one more committed token of each row saves the
-        batch (module docstring), from :meth:`ends`: ``c0 w_r / p_r + c1``, ``w_r`` the
-        chance that row ``r`` is the last to finish (``1 / R`` each while prompts wait).
-        They rank the draft tokens (and price them for the draft-confidence stop);
-        :meth:`allocate` scores plans jointly from :meth:`ends`."""
+        batch, from :meth:`ends`: ``c0 w_r / p_r + c1``, ``w_r`` the chance that row ``r``
+        is the last to finish (``1 / R`` each while prompts wait). They rank the draft
+        tokens (and price them for the draft-confidence stop); :meth:`allocate` scores
+        plans jointly from :meth:`ends`."""
         steps, pace, tau, c0, c1 = ends
         R = len(steps)
         top = max(steps)
@@ -438,16 +322,16 @@ class AdaptivePolicy(OptionsMixin, Policy):
         limit: int | None = None,
         ends: tuple | None = None,
     ) -> list[int]:
-        """The per-row lengths that save the batch the most time (module docstring),
-        ``rates[r] = (a_r, c_r)``, ``values[r]`` the seconds a committed token of row ``r``
-        saves (1 each when not given: then the unit is a token), at most ``limit`` draft
-        tokens in all. With ``ends = (steps, pace, tau, c0, c1)`` (:meth:`ends`)
-        a plan's saving is evaluated jointly: ``c0`` times the drop of the batch's end,
-        a smooth maximum ``tau log sum_r exp(s_r / tau)`` of the rows' remaining steps
-        ``s_r`` (each moved forward by its expected committed tokens over ``p_r``), plus
-        ``c1`` per token. A lone row's token in a batch of rows that end together saves
-        little, every row's token together a whole step: values added row by row
-        (``values``) cannot tell the two apart."""
+        """The per-row lengths that save the batch the most time, ``rates[r] = (a_r, c_r)``,
+        ``values[r]`` the seconds a committed token of row ``r`` saves (1 each when not
+        given: then the unit is a token), at most ``limit`` draft tokens in all. With
+        ``ends = (steps, pace, tau, c0, c1)`` (:meth:`ends`) a plan's saving is evaluated
+        jointly: ``c0`` times the drop of the batch's end, a smooth maximum
+        ``tau log sum_r exp(s_r / tau)`` of the rows' remaining steps ``s_r`` (each moved
+        forward by its expected committed tokens over ``p_r``), plus ``c1`` per token. A
+        lone row's token in a batch of rows that end together saves little, every row's
+        token together a whole step: values added row by row (``values``) cannot tell the
+        two apart."""
         R = len(rates)
         values = values or [1.0] * R
         gains = sorted(  # (value, row, position, probability it is committed)
