@@ -1,24 +1,9 @@
 """Every hook a plugin implements, declared once with its default, and the data each
-exchanges with the engine's step (:meth:`bass.Generator._step`, read top to bottom)::
-
-    offer    = drafter.offer(view)              # optional: what it has for each row
-    lengths  = policy.draft_lengths(ctx)        # or policy.draft_length() for every row
-    stop     = policy.early_stop(ctx)           # optional: an EarlyStop, data
-    proposal = drafter.propose(view, lengths)   # up to lengths[r] tokens per active row
-    ...        the main model verifies; accepted[r] drafts are kept
-    drafter.commit(proposal, accepted)
-    policy.update(record)                       # the step's one StepRecord
-
-Terms (the engine's glossary): a **prompt** index is a row's place in the caller's batch;
-a **slot** is a row of the caches; the **active rows** of a step are its slots still
-generating, ascending (``view.slots``), and every per-row list of a step is in that
-order. A **cap** is the most a row may draft (its remaining tokens minus the one the main
-model always adds); a **length** what the policy allows (``<= cap``); **drafted** what
-the drafter proposed (``<= length``); **accepted** what verification kept.
-
-A policy subclasses :class:`Policy`, a drafter :class:`Drafter`; another package
-registers either under an entry-point group (``bass.policies``, ``bass.drafters``) and
-:mod:`bass.plugins` loads it, checked, with every hook's failure reported as its own.
+exchanges with the engine's step. A policy subclasses :class:`Policy`, a drafter
+:class:`Drafter`; another package registers either under an entry-point group
+(``bass.policies``, ``bass.drafters``) and :mod:`bass.plugins` loads it, checked, with
+every hook's failure reported as its own. When each hook is called, and the terms (slot,
+active rows, cap, length, drafted, accepted): docs/concepts/engine.md.
 """
 
 from __future__ import annotations
@@ -242,7 +227,8 @@ class Policy:
 
 class Drafter:
     """A draft source: every hook with its default; override :meth:`propose` and
-    whatever else your drafter needs (the module docstring shows when each is called).
+    whatever else your drafter needs (when each is called: docs/guides/drafters.md, "Your
+    own drafter").
 
     Class attributes: ``name`` (what :attr:`DraftContext.drafter` reports to policies),
     ``deterministic`` (``False`` when its proposals are sampled: they then carry
