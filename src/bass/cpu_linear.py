@@ -1,52 +1,9 @@
-"""The linear layers' matrix products on a CPU, in the fastest of three layouts per row count.
-
-A linear layer computes ``y = x W^T`` for ``x [M, in]`` and ``W [out, in]``. Three ways to
-get those numbers, whose speeds depend on ``M``, the weight's shape, the BLAS and the CPU:
-
-- ``"torch"``: ``F.linear``, which hands the BLAS ``x`` times ``W^T``;
-- ``"transposed"``: ``(W x^T)^T``, ``W`` times the ``M`` columns of ``x^T``, transposed
-  back (:func:`transposed_linear`; no extra memory);
-- ``"packed"``: oneDNN's matrix product on a copy of ``W`` reordered into its blocked
-  layout (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointwise``, what
-  Inductor's weight prepacking calls): a second copy of the weight, made once.
-
-On a 2-core Zen 4 with MKL, for the embedded SmolLM2-135M's weights, the transposed layout
-won at 1-2 rows and the packed one from 5-6 rows to 32 (``bench/results/cpu_pass_cost.md``);
-decode and verify passes compute a few tokens per row, that range.
-
-:func:`calibrate` times the layouts on the model's own layers, for every row count ``M``
-in :data:`ROWS` and at :data:`ABOVE` (which stand for every count past ``ROWS``),
-interleaved, best of ``rounds``, each sweep over at least ``budget_bytes`` of weights of
-one shape (more than a CPU's last-level cache holds, so they come from memory as in a
-real pass), and keeps another layout than torch's only where it takes at most
-:data:`MARGIN` of torch's time. A packed layout that computes other numbers than
-``F.linear`` (beyond rounding) or that the build lacks (no oneDNN; float64; float16
-without hardware support) is never chosen. :func:`install` makes the packed copies the
-plan needs and routes each ``nn.Linear`` by it, inside bass's own passes only
-(:func:`active`, entered by :func:`bass.hf.run_packed`): the model's other callers,
-``model.generate`` included, run ``F.linear`` as before. A ``torch.compile``d pass calls
-the custom op ``bass::cpu_linear``, which reads the row count at run time (one graph for
-every token count).
-
-A packed copy follows its weight, however the weight changes between two generations:
-replaced, or changed in place with its version counter moving (``load_state_dict``) or
-without (``w.data.copy_(...)``, ``w.data.mul_(...)``: EMA updates and many trainers'
-weight syncs go through ``.data``, which no counter sees). :func:`refresh`, which the
-Generator calls at the start of every generation, compares each packed weight's
-:func:`fingerprint` (exclusive-or of its bit patterns along rows and along columns: any
-changed element, and any reordering, changes it) with the one taken when it was packed,
-and packs the changed ones again. It reads the packed weights once (about what one
-decoding step at one row reads); ``res.stats.backend`` reports its time.
-
-The :class:`bass.Generator` does all this for CPU models through its CPU backend
-(:class:`bass.backends.CPUBackend`: ``cpu_linear="auto"``, the default, with packed copies
-only where they fit its memory budget; ``"unpacked"``: the two layouts that need no copy;
-``"torch"``: ``F.linear``).
-The measurement is kept on the model, and on disk (:func:`measured`): in
-``$BASS_CPU_LINEAR_CACHE`` (default ``~/.cache/bass/cpu_linear``; ``0``: off), keyed by the
-CPU, the thread count, torch's build and the weight shapes, so a process measures what an
-earlier one on this machine did not (4-9 s for the 135M model on 2 cores); delete the folder
-to measure again. Results differ from ``F.linear``'s by float rounding only.
+"""The linear layers' matrix products on a CPU, in the fastest of three layouts per row
+count (torch's ``x W^T``, :func:`transposed_linear`, :func:`packed_linear` on a oneDNN copy
+of the weight): :func:`calibrate` times them on the model's layers, :func:`install` routes
+each ``nn.Linear`` inside bass's own passes, :func:`refresh` packs changed weights again.
+What the Generator's ``cpu_linear`` modes do, what they cost and why they pay:
+docs/guides/performance.md ("CPU: the linear layers' layouts").
 """
 
 from __future__ import annotations
@@ -199,8 +156,8 @@ def _shape(m: torch.nn.Linear) -> Shape:
 def transposed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     """``F.linear(x, weight, bias)`` computed as ``(weight @ x^T)^T`` (contiguous). A single
     row goes in twice: ``weight`` times one column is a matrix-vector product, which some
-    BLAS builds run far slower than a matrix product of two columns (MKL on the machine of
-    the module docstring: 3x slower)."""
+    BLAS builds run far slower than a matrix product of two columns (MKL on a 2-core Zen 4:
+    3x slower)."""
     x2 = x.reshape(-1, x.shape[-1])
     one = x2.shape[0] == 1
     if one:
@@ -253,8 +210,14 @@ def calibrate(
     packed: bool = True,
 ) -> LinearPlan:
     """Time the layouts (``packed=False``: the two that need no copy) on ``model``'s CPU
-    linear layers, per weight shape, per row count in ``rows`` and in ``above`` past them,
-    and return the plan (see the module docstring)."""
+    linear layers, per weight shape, per row count in ``rows`` and in ``above`` past them
+    (standing for every larger count), and return the plan. The layouts are timed
+    interleaved, best of ``rounds``, each sweep over at least ``budget_bytes`` of weights of
+    one shape (more than a CPU's last-level cache holds, so they come from memory as in a
+    real pass); another layout than torch's is kept only where it takes at most ``margin``
+    of torch's time. A packed layout that computes other numbers than ``F.linear`` (beyond
+    rounding) or that the build lacks (no oneDNN; float64; float16 without hardware
+    support) is never chosen."""
     if not 0.0 < margin <= 1.0:
         raise ValueError(f"margin must be in (0, 1], got {margin}")
     if rounds < 1:
@@ -313,9 +276,10 @@ def _machine() -> str:
 
 
 def measured(model: torch.nn.Module) -> LinearPlan:
-    """:func:`calibrate` with its defaults, through the cache on disk (module docstring):
-    read where this machine measured the same weight shapes before, else measured and
-    stored."""
+    """:func:`calibrate` with its defaults, through the cache on disk
+    (``$BASS_CPU_LINEAR_CACHE``, default ``~/.cache/bass/cpu_linear``; ``0``: off), keyed by
+    the CPU, its threads, torch's build and the weight shapes: read where this machine
+    measured the same weight shapes before, else measured and stored."""
     counts = collections.Counter(_shape(m) for m in _cpu_linears(model))
     folder = disk_cache.root(CACHE_VARIABLE, "cpu_linear")
     shapes = sorted([o, i, str(dt), n] for (o, i, dt), n in counts.items())
@@ -441,8 +405,12 @@ def _new_pack(layer: torch.nn.Linear) -> int:
 
 def refresh(model: torch.nn.Module) -> int:
     """Pack again every packed copy of ``model``'s routed layers whose weight changed since
-    it was packed, however it changed (see the module docstring; the Generator calls this
-    at the start of every generation). Returns how many copies were packed again."""
+    it was packed, however it changed: replaced, or changed in place with its version
+    counter moving (``load_state_dict``) or without (``w.data.copy_(...)``: EMA updates and
+    many trainers' weight syncs go through ``.data``, which no counter sees), found by its
+    :func:`fingerprint` (one read of the packed weights, about what a decoding step at one
+    row reads). The Generator calls this at the start of every generation
+    (``res.stats.backend`` reports its time). Returns how many copies were packed again."""
     repacked = 0
     with torch.no_grad():
         for handle in _owned(model)[0]:
