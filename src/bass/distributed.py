@@ -81,12 +81,6 @@ class Topology:
         return self.rank % self.tp
 
     @property
-    def tp_ranks(self) -> list[int]:
-        """The ranks of this rank's tensor-parallel group."""
-        start = self.dp_rank * self.tp
-        return list(range(start, start + self.tp))
-
-    @property
     def is_main(self) -> bool:
         """Rank 0: prints progress and the summary, writes the results."""
         return self.rank == 0

@@ -182,9 +182,8 @@ def test_shards_are_contiguous_balanced_and_cover_every_prompt():
         for rank in range(world):
             topo = distributed.Topology(world, rank, tp)
             part = distributed.shard(n, topo)
-            peers = [
-                distributed.shard(n, distributed.Topology(world, r, tp)) for r in topo.tp_ranks
-            ]
+            group = range(topo.dp_rank * tp, (topo.dp_rank + 1) * tp)  # ranks g*tp .. g*tp+tp-1
+            peers = [distributed.shard(n, distributed.Topology(world, r, tp)) for r in group]
             assert all(p == part for p in peers)  # a TP group shares its shard
             if topo.tp_rank == 0:
                 seen += part
