@@ -55,8 +55,7 @@ from bench_policies import POLICIES, smollm_setup, tiny_setup, workload_args
 
 from bass import Generator
 from bass.drafters import NGramDrafter
-from bass.policies import DraftContext, StepRecord, registry
-from bass.policies.base import lengths_for
+from bass.policies import DraftContext, StepRecord, bind, registry
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT = "adaptive"
@@ -195,7 +194,7 @@ def replay(policy, traces, cost: Cost, noise: float, seed: int) -> dict:
                 match_len=[f[1] if a else 0 for f, a in zip(found, avail, strict=True)],
                 step=steps,
             )
-            ks = lengths_for(policy, ctx)
+            ks = bind(policy).draft_lengths(ctx)
         drafted = [min(k, a) for k, a in zip(ks, avail, strict=True)]
         accepted = [min(f[2], d) for f, d in zip(found, drafted, strict=True)]
         n = sum(1 + d for d in drafted)

@@ -29,7 +29,7 @@ single function reading installed metadata (monkeypatch it in tests).
 from __future__ import annotations
 
 from ..hooks import DraftContext, EarlyStop, Policy, StepRecord
-from .base import PolicyHooks, bind, is_policy, lengths_for
+from .base import PolicyHooks, bind, is_policy
 from .registry import (
     GROUP,
     REQUIRED,
@@ -60,7 +60,6 @@ __all__ = [
     "bind",
     "describe",
     "is_policy",
-    "lengths_for",
     "load",
     "make",
     "parse_options",

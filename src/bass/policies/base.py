@@ -30,17 +30,10 @@ __all__ = [
     "bind",
     "capabilities",
     "is_policy",
-    "lengths_for",
     "option",
     "running_mean",
     "validate_options",
 ]
-
-
-def lengths_for(policy: Any, ctx: DraftContext) -> list[int]:
-    """Each of ``ctx``'s rows' draft length from ``policy``, within ``0..ctx.caps[r]``
-    (:func:`bind`'s ``draft_lengths``, for a single call)."""
-    return bind(policy).draft_lengths(ctx)
 
 
 def _per_row(policy: Any):
@@ -201,7 +194,7 @@ def capabilities(cls: type) -> list[str]:
 @dataclass(frozen=True)
 class PolicyHooks:
     """A policy's hooks, resolved once when a generation starts (never per step):
-    ``draft_lengths(ctx) -> list[int]`` (checked and capped: :func:`lengths_for`),
+    ``draft_lengths(ctx) -> list[int]`` (checked, and capped at ``ctx.caps``),
     ``early_stop(ctx) -> EarlyStop | None`` and ``update(record)``."""
 
     policy: Any
