@@ -310,8 +310,8 @@ class NGramDrafter(Drafter):
             g = self.group_of[p]
             self.left[g] -= 1
             if not self.left[g]:  # the group's last row: nothing searches its text again
-                for m in self.members[g]:
-                    self.index[m], self.indexed[m] = {}, 0
+                for m in self.members[g]:  # (a stream released the rows themselves)
+                    self.index[m], self.indexed[m], self.seqs[m] = {}, 0, None
         self.running.update(state.prompt_of[s] for s in slots)
         return 0
 
@@ -323,7 +323,7 @@ class NGramDrafter(Drafter):
         """``seqs[p]``: prompt ``p``'s growing sequence (prompt + output), one list per
         prompt that the caller extends in place (what :meth:`start` does with the
         engine's rows; benchmarks call it on their own sequences)."""
-        self.seqs = seqs
+        self.seqs = list(seqs)  # the rows' own lists, held while their group runs
         self.prompt_len = [len(p) for p in prompts]
         groups: dict[tuple, list[int]] = {}
         for p, prompt in enumerate(prompts):

@@ -380,7 +380,7 @@ class Generator:
         if "on_finish" in kw:
             raise TypeError("stream() yields each finished row; on_finish is generate()'s")
         job = self._job(prompts, {"self": self, **kw})
-        return self._run(job)
+        return self._run(job._replace(keep=False))  # each row released once handed over
 
     _KEYWORDS = frozenset(inspect.signature(generate).parameters) - {"self", "prompts"}
 
@@ -434,7 +434,7 @@ class Generator:
         hooks = policies.bind(self.new_policy())  # the policy's hooks, resolved once
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
-        stats.backend = self.backend.describe()
+        stats.backend, stats.keep_steps = self.backend.describe(), job.keep
         stats.attention = self.passes.attention(device)
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         # 1) the rows at once (slots): max_rows, and what the KV budget holds
@@ -443,7 +443,7 @@ class Generator:
         )
         stats.max_rows = slots
         state = BatchState([list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots)
-        state.row_ids = job.row_ids  # what keys each prompt's sampled draws
+        state.row_ids, state.keep = job.row_ids, job.keep  # what keys each prompt's draws
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(slots, job.max_len, n_layers, device)
         if self.drafter is not None:
@@ -475,8 +475,8 @@ class Generator:
                 on_step(self, state)
         stats.stopped_by_time_budget = "time" in state.reasons
         stats.wall_seconds = time.perf_counter() - t0
-        stats.tokens_generated = sum(len(o) for o in state.outputs)
-        return GenerationResult([list(o) for o in state.outputs], stats, list(state.reasons))
+        stats.tokens_generated = state.tokens  # counted as rows were handed over
+        return GenerationResult(state.outputs if job.keep else [], stats, list(state.reasons))
 
     def _step(self, state, hooks, sampling, stats, slots, waiting: int, fill=()) -> None:
         """One speculative step for the active rows ``slots`` (``waiting`` prompts wait
@@ -488,7 +488,7 @@ class Generator:
         prompts = [state.prompt_of[s] for s in slots]
         caps = [state.remaining(s) - 1 for s in slots]  # the main model adds one token
         view = StepView(slots, prompts, caps, state, params, gen, agree=self.coord.share_mask)
-        drafter, step = self._drafting, len(stats.steps)
+        drafter, step = self._drafting, stats.step_count
         # 1) lengths: what the drafter has (n-grams), then the policy's lengths and stop
         lengths, ctx = [0] * len(slots), None
         if drafter is not None:
@@ -548,7 +548,7 @@ class Generator:
             step_seconds=time.perf_counter() - t_start,
             confidence=confidence,
         )
-        stats.steps.append(rec)
+        stats.record(rec)
         stats.main_passes += 1
         stats.draft_passes += prop.passes
         if drafter is not None:

@@ -56,6 +56,7 @@ class Job(NamedTuple):
     row_ids: list[int]
     need: int  # the longest prompt + max_new_tokens
     max_len: int  # the caches' length
+    keep: bool = True  # False (stream()): a row's tokens are released once handed over
 
     @classmethod
     def check(cls, prompts, given: dict, defaults: dict, models, keywords) -> Job:
@@ -235,4 +236,8 @@ def hand_over(state) -> Iterator[FinishedRow]:
     """The rows finished since the last hand-over, as :class:`bass.FinishedRow` s."""
     done, state.finished = state.finished, []
     for p in done:
-        yield FinishedRow(p, list(state.outputs[p]), state.reasons[p])
+        out = state.outputs[p]
+        state.tokens += len(out)
+        if not state.keep:  # a stream's row is the caller's now: nothing of it is kept
+            state.outputs[p] = state.by_prompt[p] = None
+        yield FinishedRow(p, list(out) if state.keep else out, state.reasons[p])

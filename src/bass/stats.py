@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -81,6 +82,15 @@ class StepRecord:
 
 @dataclass
 class GenerationStats:
+    """A generation's statistics. Each step is added once (:meth:`record`) to running
+    totals (``step_count``, ``row_steps``: active rows summed over steps,
+    ``accepted_tokens``: their accepted drafts, ``verify_tokens``, ``padding_tokens``,
+    ``step_seconds``, ``forward_seconds``) and to two compact traces, one number per step
+    (``draft_lengths``, ``accepted_means``: its mean accepted drafts per active row); its
+    whole :class:`StepRecord` is kept in ``steps`` unless ``keep_steps`` is false
+    (:meth:`bass.Generator.stream`: ``steps`` then holds the latest step only, so a job of
+    any length keeps statistics of bounded size)."""
+
     steps: list[StepRecord] = field(default_factory=list)
     main_passes: int = 0  # main-model forward passes, prefill included
     draft_passes: int = 0  # draft-model forward passes, prefill included
@@ -100,11 +110,43 @@ class GenerationStats:
     kv_bytes_per_row: int = 0  # KV cache bytes of one slot (main and draft models)
     admissions: int = 0  # prefill waves: prompts admitted into free slots, the first included
     riding_admissions: int = 0  # of those, waves whose prefill rode in a verify pass
+    keep_steps: bool = True  # false: ``steps`` holds the latest record only
+    step_count: int = 0
+    row_steps: int = 0
+    accepted_tokens: int = 0
+    verify_tokens: int = 0  # real tokens of the main model's decoding passes
+    padding_tokens: int = 0  # tokens of no row in them (static-shape buckets)
+    step_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    draft_lengths: array = field(default_factory=lambda: array("i"))
+    accepted_means: array = field(default_factory=lambda: array("d"))
+
+    def __post_init__(self) -> None:
+        steps, self.steps = self.steps, []
+        for step in steps:  # statistics built from records (by hand, a replay)
+            self.record(step)
+
+    def record(self, step: StepRecord) -> None:
+        """Add one step to the totals and traces (and to ``steps``, see ``keep_steps``)."""
+        accepted = step.accepted_list()
+        self.step_count += 1
+        self.row_steps += len(accepted)
+        self.accepted_tokens += sum(accepted)
+        self.verify_tokens += step.verify_tokens
+        self.padding_tokens += step.padding_tokens
+        self.step_seconds += step.step_seconds
+        self.forward_seconds += step.forward_seconds
+        self.draft_lengths.append(step.draft_length)
+        self.accepted_means.append(sum(accepted) / len(accepted) if accepted else 0.0)
+        if self.keep_steps:
+            self.steps.append(step)
+        else:
+            self.steps[:] = [step]
 
     @classmethod
     def merge(cls, parts: Sequence[GenerationStats]) -> GenerationStats:
-        """Several batches' statistics as one: steps concatenated, counts and seconds
-        summed, flags or-ed; ``forced_acceptance`` kept when every part agrees."""
+        """Several batches' statistics as one: steps and traces concatenated, counts and
+        seconds summed, flags or-ed; ``forced_acceptance`` kept when every part agrees."""
         out = cls()
         for f in fields(cls):
             values = [getattr(p, f.name) for p in parts]
@@ -124,8 +166,7 @@ class GenerationStats:
     @property
     def mean_accepted(self) -> float:
         """Mean accepted draft tokens per step per active row."""
-        counts = [a for s in self.steps for a in s.accepted]
-        return sum(counts) / len(counts) if counts else 0.0
+        return self.accepted_tokens / self.row_steps if self.row_steps else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -135,21 +176,15 @@ class GenerationStats:
     def main_passes_per_token(self) -> float:
         """Main-model passes each row took part in, per token it generated (prefill
         included): 1.0 is regular decoding, lower is what speculation buys."""
-        row_passes = self.rows + sum(s.num_rows for s in self.steps)
+        row_passes = self.rows + self.row_steps
         return row_passes / self.tokens_generated if self.tokens_generated else 0.0
-
-    @property
-    def verify_tokens(self) -> int:
-        """Real tokens the main model's decoding passes computed."""
-        return sum(s.verify_tokens for s in self.steps)
 
     @property
     def padding_share(self) -> float:
         """Share of the main model's decoding-pass tokens that belong to no row (0 with
         packed eager passes; bucket padding with static shapes)."""
-        pad = sum(s.padding_tokens for s in self.steps)
-        total = pad + self.verify_tokens
-        return pad / total if total else 0.0
+        total = self.padding_tokens + self.verify_tokens
+        return self.padding_tokens / total if total else 0.0
 
     @property
     def host_share(self) -> float:
@@ -157,19 +192,18 @@ class GenerationStats:
         (bass's own host work: drafting lookups, packing, acceptance, bookkeeping). On
         a GPU, forward passes return before their kernels finish, so this is host time,
         not idle device time."""
-        total = sum(s.step_seconds for s in self.steps)
-        inside = sum(s.forward_seconds for s in self.steps)
-        return (total - inside) / total if total > 0 else 0.0
+        total = self.step_seconds
+        return (total - self.forward_seconds) / total if total > 0 else 0.0
 
     def draft_length_trace(self) -> list[int]:
-        return [s.draft_length for s in self.steps]
+        return list(self.draft_lengths)
 
     def summary(self) -> dict:
         return {
             "tokens_generated": self.tokens_generated,
             "wall_seconds": round(self.wall_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 2),
-            "steps": len(self.steps),
+            "steps": self.step_count,
             "main_passes": self.main_passes,
             "draft_passes": self.draft_passes,
             "mean_accepted_per_step_per_row": round(self.mean_accepted, 4),

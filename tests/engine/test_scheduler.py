@@ -159,6 +159,42 @@ def test_stream_hands_each_row_over_when_it_finishes(llama):
     assert [r.finish_reason for r in got] == whole.finish_reasons
 
 
+@pytest.mark.parametrize("draft", ["ngram", "perturbed"])
+def test_a_stream_keeps_nothing_of_a_row_it_handed_over(llama, drafts, draft):
+    """A stream's memory beyond its prompts is bounded by the rows at once: a handed-over
+    row's lists are released (the n-gram drafter holds a prompt group's rows until its
+    last sibling ends), and the statistics keep totals and the latest step's record. Rows
+    and totals equal generate()'s (a policy that does not time anything)."""
+    prompts = with_copies([[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]], 3)
+    gen = Generator(llama, drafts[draft], policy="constant", policy_options={"k": 3})
+    kw = {"max_new_tokens": MAX_NEW, "max_rows": 2}
+    whole = gen.generate(prompts, **kw)
+    released = []
+
+    def on_step(g, state):
+        check_slots(g, state)
+        handed = [p for p, why in enumerate(state.reasons) if why and p not in state.finished]
+        assert all(state.outputs[p] is None is state.by_prompt[p] for p in handed)
+        released.append(len(handed))
+
+    rows = list(gen.stream(prompts, on_step=on_step, **kw))
+    assert released[-1] >= len(prompts) - 2
+    assert sorted((r.prompt, r.tokens, r.finish_reason) for r in rows) == list(
+        zip(range(len(prompts)), whole.sequences, whole.finish_reasons)
+    )
+    stats, want = gen.stats, whole.stats
+    last, want_last = stats.steps[0], want.steps[-1]
+    assert len(stats.steps) == 1 and (last.step, last.accepted) == (
+        want_last.step,
+        want_last.accepted,
+    )
+    assert stats.step_count == len(want.steps) == want.step_count > 1
+    assert list(stats.draft_lengths) == [s.draft_length for s in want.steps]
+    for name in ("tokens_generated", "row_steps", "accepted_tokens", "verify_tokens"):
+        assert getattr(stats, name) == getattr(want, name), name
+    assert stats.mean_accepted == want.mean_accepted and stats.summary()["steps"] > 1
+
+
 def test_on_finish_sees_every_row_once_before_generate_returns(llama):
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [3, 3]]
     seen: list[FinishedRow] = []

@@ -337,7 +337,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         results = ResultsFile(target, args.resume)
     kept, reasons, compared, run_stats = [], [], [], []
     # continuous batching: --batch-size rows at once, each printed and appended to --output
-    # (unbuffered) the moment it finishes
+    # (unbuffered) the moment it finishes, then released
     ids = [row_key(i, s) for i, s in todo]
     job = dict(row_ids=ids, max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib, **kwargs)
     written = 0
@@ -375,25 +375,32 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             g.generate([next(iter(encoded.values()))], max_new_tokens=2)
     try:
         if todo:
+            why, tokens = [""] * len(todo), [[] for _ in todo] if plain is not None else None
             try:
                 off = None
                 if plain is not None:  # drafting off first: the same rows and settings
                     off = plain.generate([encoded[i] for i, _ in todo], **job)
-                res = gen.generate(
-                    [encoded[i] for i, _ in todo],
-                    on_step=progress.on_step,
-                    on_finish=finished,
-                    **job,
+                # a stream: nothing of a row is kept once it is written (bounded memory)
+                rows_done = gen.stream(
+                    [encoded[i] for i, _ in todo], on_step=progress.on_step, **job
                 )
+                with contextlib.closing(rows_done):  # a failed write ends the generation
+                    for row in rows_done:
+                        finished(row)
+                        why[row.prompt] = row.finish_reason
+                        if tokens is not None:  # --compare: both runs' rows side by side
+                            tokens[row.prompt] = row.tokens
                 if off is not None:
-                    compared.append((off, res))
+                    from ..stats import GenerationResult
+
+                    compared.append((off, GenerationResult(tokens, gen.stats, why)))
             except Exception as exc:
                 error = _row_error(exc, todo, prompts, n)
                 if error is exc:
                     raise
                 raise error from exc
-            run_stats.append(res.stats)
-            reasons += res.finish_reasons
+            run_stats.append(gen.stats)
+            reasons += why
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
         # the file's count: a Ctrl-C held back while a row was written lands after it
         kept_rows = written if results is None else results.lines

@@ -24,7 +24,6 @@ class Progress:
         self.steps: Counter[int] = Counter()  # per prompt of the call: its steps
         self.accepted: Counter[int] = Counter()  # per prompt: its accepted draft tokens
         self.trace: dict[int, list[int]] = {}  # per prompt: each of its steps' draft length
-        self.seen = 0  # steps of the running generation already counted
         self.row_steps = self.accepted_total = 0  # over those steps' active rows
         self.tokens_done = 0  # the finished rows' tokens (the others': counted per step)
         self.start = time.perf_counter()
@@ -38,17 +37,15 @@ class Progress:
                 self.bar = tqdm(total=total, dynamic_ncols=True, **opts)
 
     def on_step(self, generator, state) -> None:
-        stats = generator.stats
-        # per step, a cost of the step's rows, never of the job's so far: a long job's
-        # steps are not summed again each step, nor its finished rows' outputs
-        for step in stats.steps[self.seen :]:
-            for p, a in zip(step.prompts, step.accepted):
-                self.steps[p] += 1
-                self.accepted[p] += a
-                self.trace.setdefault(p, []).append(step.draft_length)
-            self.row_steps += len(step.accepted)
-            self.accepted_total += sum(step.accepted)
-        self.seen = len(stats.steps)
+        # the step just taken (the latest record; a stream keeps no other): a cost of its
+        # rows, never of the job's so far, nor of its finished rows' outputs
+        step = generator.stats.steps[-1]
+        for p, a in zip(step.prompts, step.accepted):
+            self.steps[p] += 1
+            self.accepted[p] += a
+            self.trace.setdefault(p, []).append(step.draft_length)
+        self.row_steps += len(step.accepted)
+        self.accepted_total += sum(step.accepted)
         if not self.enabled:
             return
         tokens = self.tokens_done + sum(

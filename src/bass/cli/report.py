@@ -88,14 +88,13 @@ def plot_steps(path: str, batch_stats) -> None:
     ax = fig.add_subplot()
     x0 = 0
     for b, stats in enumerate(batch_stats):
-        xs = list(range(x0, x0 + len(stats.steps)))
-        k = [s.draft_length for s in stats.steps]
-        acc = [sum(s.accepted) / len(s.accepted) if s.accepted else 0.0 for s in stats.steps]
+        xs = list(range(x0, x0 + stats.step_count))
+        k, acc = list(stats.draft_lengths), list(stats.accepted_means)
         ax.step(xs, k, where="mid", color="tab:blue", label="draft length" if b == 0 else None)
         ax.plot(xs, acc, ".-", color="tab:orange", label="mean accepted" if b == 0 else None)
         if b:
             ax.axvline(x0 - 0.5, color="grey", linestyle=":", linewidth=1)
-        x0 += len(stats.steps)
+        x0 += stats.step_count
     ax.set_xlabel("step (batches one after another)")
     ax.set_ylabel("tokens")
     ax.set_title("bass: draft length and mean accepted tokens per step")

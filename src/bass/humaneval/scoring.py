@@ -80,8 +80,8 @@ class MethodReport:
 
     @property
     def mean_accepted(self) -> float:
-        counts = [a for st in self.stats for step in st.steps for a in step.accepted]
-        return sum(counts) / len(counts) if counts else 0.0
+        rows = sum(st.row_steps for st in self.stats)
+        return sum(st.accepted_tokens for st in self.stats) / rows if rows else 0.0
 
     def row(self) -> dict:
         return {
