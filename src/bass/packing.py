@@ -59,11 +59,6 @@ class PackedPass:
     host_lens: list[int] = field(default_factory=list)
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    @property
-    def host_kv_lens(self) -> list[int]:
-        """``kv_lens`` on the host: each row's length once this pass's tokens are in."""
-        return [n + q for n, q in zip(self.host_lens, self.q_lens)]
-
     def set_input_ids(self, ids: torch.Tensor) -> None:
         """Set ``input_ids`` from a device tensor of the ``real`` token ids (int64
         ``[real]``), padded with id 0 up to ``N``."""

@@ -52,4 +52,4 @@ def test_extra_values_come_back_as_named_views_of_the_one_copy():
         b = pack([3, 1], [4, 0], CPU, ids=[1, 2, 3, 4], extra=extra, separate=separate)
         assert b.extra["index"].tolist() == [[0, 1, 2], [3, 3, 3]]
         assert b.extra["drafted"].tolist() == [2, 0]
-        assert b.host_kv_lens == [7, 1]
+        assert b.kv_lens.tolist() == [7, 1]
