@@ -33,6 +33,11 @@ def git_commit() -> str:
         return "unknown"
 
 
+#: The commit when this benchmark's process started: a long run's record is not marked
+#: ``+dirty`` by edits made while it ran, nor credited to a commit made meanwhile.
+STARTED_AT = git_commit()
+
+
 def cpu_name() -> str:
     """The CPU's model name (``/proc/cpuinfo``'s, else ``platform.processor()``), or
     ``unknown``: 2-CPU VMs of one name may sit on very different hosts, so it is recorded."""
@@ -59,7 +64,7 @@ def run_meta(script: str, argv, *, cuda: bool = False, **extra) -> dict:
     )
     return {
         "command": " ".join(["python", f"bench/{script}", *argv]),
-        "commit": git_commit(),
+        "commit": STARTED_AT,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine,
         "software": f"torch {torch.__version__}, Python {platform.python_version()}",

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _machine import git_commit
+from _machine import STARTED_AT
 from torch.utils import benchmark as torch_benchmark
 
 import bass
@@ -343,7 +343,7 @@ def machine_info(threads: int = THREADS) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "bass": bass.__version__,
-        "commit": git_commit(),
+        "commit": STARTED_AT,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -106,10 +106,10 @@ def test_each_result_records_the_command_of_its_run(run):
 def test_every_script_records_the_commit_machine_and_command():
     """New results carry the git commit too: every script of a run builds its header or
     metadata with bench/_machine.py (run_meta: command, commit, date, machine, software) or
-    records git_commit() itself."""
+    records its STARTED_AT commit itself."""
     for script in sorted({shlex.split(r["command"])[1] for r in RUNS}):
         text = (ROOT / script).read_text()
-        assert "run_meta(" in text or "git_commit()" in text, script
+        assert "run_meta(" in text or "STARTED_AT" in text, script
 
 
 def test_bench_readme_maps_every_run():
