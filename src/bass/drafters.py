@@ -430,14 +430,8 @@ def load(name: str) -> Drafter:
             "bass.load_causal_lm)"
         )
     ep = installed[name]
-    try:
-        target = plugins.load_target("drafter", GROUP, name, ep)
-    except PluginLoadError as exc:
-        raise DrafterLoadError(str(exc), plugin=name) from exc.__cause__
-    if plugins.is_builtin(target):
-        drafter = target()
-    else:
-        drafter = plugins.build("drafter", plugins.describe("drafter", target, name, ep), target)
+    target = plugins.load_target("drafter", name, ep, DrafterLoadError)
+    drafter = plugins.build("drafter", target, name, ep)
     if not isinstance(drafter, Drafter):
         raise DrafterLoadError(
             f"drafter {name!r} (entry point {ep.value!r}) built a {type(drafter).__name__}, "

@@ -3,7 +3,8 @@
 bass takes two kinds of plugin, each from an entry-point group of installed packages:
 draft-length policies (``bass.policies``) and drafters (``bass.drafters``). This module
 is what both share: :func:`entry_points` (the one place that reads installed metadata;
-tests fake it), :func:`available`, :func:`load_target`, and :func:`guard`.
+tests fake it), :func:`available`, :func:`load_target` and :func:`build` (the one loader of
+both kinds), and :func:`guard`.
 
 Every exception a plugin raises, when it is built or in any of its hooks, reaches the
 caller as a :class:`bass.errors.PluginError` naming the plugin (its name, class and the package that
@@ -53,12 +54,12 @@ def entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
     return importlib.metadata.entry_points(group=group)
 
 
-def available(group: str, found: Iterable | None = None) -> dict[str, Any]:
-    """Installed plugins of ``group`` and bass's own (:data:`BUILTIN`), name -> entry point,
-    sorted by name (of two packages registering one name, the first on ``sys.path`` wins).
-    ``found``: the entry points to use instead of reading them (the groups' own seams)."""
+def available(group: str, found: Iterable) -> dict[str, Any]:
+    """The plugins of ``group``, ``found`` (its installed entry points, from the group's own
+    seam) and bass's own (:data:`BUILTIN`), name -> entry point, sorted by name (of two
+    packages registering one name, the first on ``sys.path`` wins)."""
     out: dict[str, Any] = {}
-    for ep in entry_points(group) if found is None else found:
+    for ep in found:
         out.setdefault(ep.name, ep)
     values = {ep.value for ep in out.values()}
     for name, value in BUILTIN.get(group, {}).items():  # bass's own, metadata or not
@@ -101,30 +102,24 @@ def is_builtin(obj: Any) -> bool:
     return getattr(cls, "__module__", "").partition(".")[0] == "bass"
 
 
-def load_target(kind: str, group: str, name: str, ep) -> Callable[..., Any]:
-    """What entry point ``ep`` (of ``group``, registered as ``name``) names, imported;
-    a failure is a :class:`~bass.errors.PluginLoadError` naming it and its package."""
+def load_target(kind: str, name: str, ep, error: type[PluginLoadError]) -> Callable[..., Any]:
+    """What entry point ``ep`` (registered as ``name``) names, imported; a failure is
+    ``error`` (the kind's :class:`~bass.errors.PluginLoadError`) naming it and its package."""
     try:
         target = ep.load()
     except Exception as exc:  # any import-time failure of a plugin, SyntaxError included
-        raise PluginLoadError(
+        raise error(
             f"{kind} {name!r} (entry point {ep.value!r}{_from(ep, None)}) failed to load: "
             f"{type(exc).__name__}: {exc}",
             plugin=name,
         ) from exc
     if not callable(target):
-        raise PluginLoadError(
+        raise error(
             f"{kind} {name!r} (entry point {ep.value!r}{_from(ep, None)}) is "
             f"{type(target).__name__}, not a {kind} class or factory",
             plugin=name,
         )
     return target
-
-
-def _passes_through(exc: Exception) -> bool:
-    """Errors that are already reported as what they are: a plugin's own (re-raised by a
-    nested hook) and a bad option value (:class:`bass.errors.OptionError`)."""
-    return isinstance(exc, (PluginError, OptionError))
 
 
 def guard(who: str, hook: str, fn: Callable) -> Callable:
@@ -136,7 +131,9 @@ def guard(who: str, hook: str, fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            if _passes_through(exc):
+            # already reported as what they are: a plugin's own (re-raised by a nested
+            # hook) and a bad option value
+            if isinstance(exc, (PluginError, OptionError)):
                 raise
             raise PluginError(
                 f"{who} raised in {hook}(): {type(exc).__name__}: {exc}", plugin=who, hook=hook
@@ -145,6 +142,9 @@ def guard(who: str, hook: str, fn: Callable) -> Callable:
     return call
 
 
-def build(kind: str, who: str, target: Callable, **options) -> Any:
-    """``target(**options)`` (a plugin's class or factory), its failures named."""
-    return guard(who, "__init__", target)(**options)
+def build(kind: str, target: Callable, name: str, ep, **options) -> Any:
+    """``target(**options)`` (a plugin's class or factory, registered as ``name`` by entry
+    point ``ep``): bass's own as is, another package's with its failures named as its own."""
+    if is_builtin(target):
+        return target(**options)
+    return guard(describe(kind, target, name, ep), "__init__", target)(**options)

@@ -79,20 +79,14 @@ def available() -> dict[str, importlib.metadata.EntryPoint]:
     return plugins.available(GROUP, entry_points())
 
 
-def _entry_point(name: str) -> importlib.metadata.EntryPoint:
+def _target(name: str) -> tuple[Callable[..., Any], importlib.metadata.EntryPoint]:
+    """Policy ``name``'s class or factory, imported, and its entry point."""
     installed = available()
     if name not in installed:
         names = ", ".join(installed) or "(none)"
         raise ValueError(f"unknown policy {name!r}; installed: {names}")
-    return installed[name]
-
-
-def _target(name: str) -> Callable[..., Any]:
-    ep = _entry_point(name)
-    try:
-        return plugins.load_target("policy", GROUP, name, ep)
-    except PluginLoadError as exc:
-        raise PolicyLoadError(str(exc), plugin=name) from exc.__cause__
+    ep = installed[name]
+    return plugins.load_target("policy", name, ep, PolicyLoadError), ep
 
 
 def _options(target: Callable[..., Any]) -> tuple[list[OptionInfo], bool]:
@@ -134,7 +128,7 @@ def describe(name: str) -> list[OptionInfo]:
     order, from the class's dataclass fields (help from :func:`bass.policies.base.option`)
     or the signature of its class/factory (help from an optional ``option_help`` dict
     attribute). Loads the plugin, so it raises like :func:`load`."""
-    return _options(_target(name))[0]
+    return _options(_target(name)[0])[0]
 
 
 def load(name: str, **options: Any) -> Policy:
@@ -150,7 +144,7 @@ def load(name: str, **options: Any) -> Policy:
         bass.errors.PluginError: another package's policy raised while being built (its
             exception chained).
     """
-    target = _target(name)
+    target, ep = _target(name)
     infos, var_kw = _options(target)
     known = {i.name for i in infos}
     unknown = sorted(set(options) - known)
@@ -163,11 +157,7 @@ def load(name: str, **options: Any) -> Policy:
         raise ValueError(
             f"policy {name!r} needs option {missing[0]!r}; options: {_options_text(infos)}"
         )
-    if plugins.is_builtin(target):
-        policy = target(**options)
-    else:  # a failure of another package's constructor is reported as that package's
-        who = plugins.describe("policy", target, name, _entry_point(name))
-        policy = plugins.build("policy", who, target, **options)
+    policy = plugins.build("policy", target, name, ep, **options)
     if not is_policy(policy):
         raise PolicyLoadError(
             f"policy {name!r} built a {type(policy).__name__}, which lacks draft_length() "
