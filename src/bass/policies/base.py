@@ -32,16 +32,7 @@ __all__ = [
     "is_policy",
     "option",
     "running_mean",
-    "validate_options",
 ]
-
-
-def _per_row(policy: Any):
-    """``policy``'s own ``draft_lengths`` method, or ``None`` where it has only
-    ``draft_length()`` (or :class:`Policy`'s default, one length for every row)."""
-    if isinstance(policy, Policy) and type(policy).draft_lengths is Policy.draft_lengths:
-        return None
-    return getattr(policy, "draft_lengths", None)
 
 
 def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
@@ -73,11 +64,6 @@ def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]
     return [min(k, c) for k, c in zip(ks, ctx.caps)]
 
 
-def _policy_name(policy: Any) -> str:
-    name = getattr(type(policy), "name", None)
-    return f"{name!r} ({type(policy).__name__})" if isinstance(name, str) else type(policy).__name__
-
-
 def _length(k: Any, said: str) -> int:
     """A draft length a policy returned, as an int: a non-negative integer (Python's,
     numpy's or a one-element integer tensor); anything else is the policy's bug, named.
@@ -100,74 +86,53 @@ def _length(k: Any, said: str) -> int:
 # --------------------------------------------------------------------------- options
 
 
-def option(
-    default: Any,
-    help: str,
-    *,
-    kind: type = int,
-    low: float | str | None = None,
-    high: float | str | None = None,
-    low_exclusive: bool = False,
-    optional: bool = False,
-) -> Any:
-    """A policy option, declared once: a dataclass field with its default, its bound (a
-    :class:`~bass.option_kinds.Range`, as the Generator's options declare theirs) and a
-    one-line doc, which :func:`validate_options` checks and :func:`bass.policies.describe`
-    lists.
-
-    ``kind`` is ``int`` or ``float``; ``low``/``high`` are inclusive bounds (``low``
-    exclusive with ``low_exclusive``), either numbers or the name of another option of the
-    same policy (e.g. ``high="l_limit"``); ``optional`` allows ``None``.
-    """
-    noun = "an int" if kind is int else "a number"
-    bound = Range(kind, low, high, low_open=low_exclusive, optional=optional, noun=noun)
+def option(default: Any, help: str, kind: type = int, **bound: Any) -> Any:
+    """A policy option, declared once: a dataclass field with its default, a one-line doc
+    and its bound, a :class:`~bass.option_kinds.Range` of ``kind`` (``int`` or ``float``)
+    whose ``bound`` (``low``, ``high``, ``low_open``, ``optional``) is declared as the
+    Generator's options declare theirs; a bound may name another option of the same policy
+    (``high="l_limit"``). :class:`OptionsMixin` checks it and
+    :func:`bass.policies.describe` lists it."""
+    bound = Range(kind, noun="an int" if kind is int else "a number", **bound)
     return dataclasses.field(default=default, metadata={"help": help, "kind": bound})
 
 
-def validate_options(policy: Any) -> None:
-    """Check every :func:`option` field of the dataclass instance ``policy`` (types first,
-    then ranges, so a bound naming another option compares against a checked value).
-
-    Raises :class:`bass.errors.OptionError` (a ``ValueError``) naming the option, the
-    policy (its ``name`` class attribute), what is allowed and every option with its
-    default. Float options given as ints are converted to float (numpy numbers to
-    Python's).
-    """
-    name = getattr(type(policy), "name", type(policy).__name__)
-    declared = [f for f in dataclasses.fields(policy) if "kind" in f.metadata]
-
-    def fail(f: dataclasses.Field[Any], value: Any) -> None:
-        values = {g.name: getattr(policy, g.name) for g in declared}
-        default = f.default is not dataclasses.MISSING and value == f.default
-        got = f"{value!r}, its default: set {f.name} too" if default else repr(value)
-        listing = ", ".join(f"{g.name}={g.default!r}" for g in declared)
-        raise OptionError(
-            f"policy {name!r}: option {f.name!r} must be "
-            f"{f.metadata['kind'].allowed({'values': values})}, got {got} (options: {listing})",
-            option=f.name,
-            value=value,
-        )
-
-    for f in declared:
-        try:
-            setattr(policy, f.name, f.metadata["kind"].convert(getattr(policy, f.name)))
-        except Refused:
-            fail(f, getattr(policy, f.name))
-    values = {"values": {f.name: getattr(policy, f.name) for f in declared}}
-    # Options bounded by another option (l0 <= l_limit) last, so a bad l_limit is
-    # reported as itself rather than as an l0 out of range.
-    for f in sorted(declared, key=lambda f: f.metadata["kind"].names_another()):
-        if not f.metadata["kind"].within(getattr(policy, f.name), values):
-            fail(f, getattr(policy, f.name))
-
-
 class OptionsMixin:
-    """Validates a dataclass policy's :func:`option` fields after ``__init__``."""
+    """Checks a dataclass policy's :func:`option` fields after ``__init__``: types first,
+    then ranges, so a bound naming another option compares against a checked value. A
+    refused value is a :class:`bass.errors.OptionError` (a ``ValueError``) naming the
+    option, the policy (its ``name``), what is allowed and every option with its default.
+    Float options given as ints become floats (numpy numbers Python's)."""
 
     name: ClassVar[str]
 
     def __post_init__(self) -> None:
-        validate_options(self)
+        name = getattr(type(self), "name", type(self).__name__)
+        declared = [f for f in dataclasses.fields(self) if "kind" in f.metadata]
+
+        def fail(f: dataclasses.Field[Any], value: Any) -> None:
+            values = {g.name: getattr(self, g.name) for g in declared}
+            default = f.default is not dataclasses.MISSING and value == f.default
+            got = f"{value!r}, its default: set {f.name} too" if default else repr(value)
+            listing = ", ".join(f"{g.name}={g.default!r}" for g in declared)
+            raise OptionError(
+                f"policy {name!r}: option {f.name!r} must be "
+                f"{f.metadata['kind'].allowed({'values': values})}, got {got} (options: {listing})",
+                option=f.name,
+                value=value,
+            )
+
+        for f in declared:
+            try:
+                setattr(self, f.name, f.metadata["kind"].convert(getattr(self, f.name)))
+            except Refused:
+                fail(f, getattr(self, f.name))
+        values = {"values": {f.name: getattr(self, f.name) for f in declared}}
+        # Options bounded by another option (l0 <= l_limit) last, so a bad l_limit is
+        # reported as itself rather than as an l0 out of range.
+        for f in sorted(declared, key=lambda f: f.metadata["kind"].names_another()):
+            if not f.metadata["kind"].within(getattr(self, f.name), values):
+                fail(f, getattr(self, f.name))
 
 
 def running_mean(old: float | None, new: float, weight: float) -> float:
@@ -222,13 +187,17 @@ def bind(policy: Any) -> PolicyHooks:
             f"policy {type(policy).__name__} needs draft_length() or draft_lengths(ctx), and "
             "update(record) (see bass.hooks.Policy)"
         )
-    name, per_row, update = _policy_name(policy), _per_row(policy), policy.update
+    cls, registered = type(policy).__name__, getattr(type(policy), "name", None)
+    name = f"{registered!r} ({cls})" if isinstance(registered, str) else cls
+    per_row, update = getattr(policy, "draft_lengths", None), policy.update
+    if isinstance(policy, Policy) and type(policy).draft_lengths is Policy.draft_lengths:
+        per_row = None  # Policy's default: draft_length() for every row
     single = None if per_row is not None else policy.draft_length
     stop = getattr(policy, "early_stop", None)
     if not callable(stop):
         stop = None
     if not plugins.is_builtin(policy):  # what another package's policy raises is its own
-        who = plugins.describe("policy", policy, getattr(type(policy), "name", None) or None)
+        who = plugins.describe("policy", policy, registered or None)
         if per_row is not None:
             per_row = plugins.guard(who, "draft_lengths", per_row)
         else:
