@@ -191,11 +191,9 @@ def _parse_value(text: str, default: Any) -> Any:
         return text
     if text.lower() == "none":
         return None
-    for kind in (int, float):
-        if isinstance(default, str):
-            break
-        if kind is int and isinstance(default, float):
-            continue
+    if isinstance(default, str):
+        return text
+    for kind in (float,) if isinstance(default, float) else (int, float):
         try:
             return kind(text)
         except ValueError:
