@@ -31,24 +31,16 @@ A config file has three tables, all optional; a key left out keeps its default::
     [policy.options]       # that policy's options (`bass policies` lists them)
     k_max = 16
 
-Use it with the engine::
+Every key, its flag, default and allowed values: docs/reference/options.md; how a call's
+arguments and the flags override the file: docs/guides/config-and-cli.md. Every problem
+raises :class:`ConfigError` naming the file, the key (``[generation].temperature``), the
+value and what is allowed.
 
-    from bass.config import apply_config
-    gen_kw, run_kw = apply_config("bass.toml")
-    gen = Generator(main, draft, **gen_kw)
-    res = gen.generate(prompts, **run_kw)
-
-or on the command line: ``bass generate --config bass.toml "Hello"`` (flags override the
-file, which overrides the defaults). Every problem raises :class:`ConfigError` naming the
-file, the key (``[generation].temperature``), the value and what is allowed.
-
-Each key is an option of :data:`bass.options.OPTIONS` (its ``table`` and ``key``): the
-tables' dataclasses (:class:`PolicyConfig`, :class:`GenerationConfig`,
-:class:`ModelConfig`), their defaults and their checks are made from those declarations
-(and the docs' option tables: ``docs/_ext/options_page.py``). This is the configuration
-layer: it imports the core (the declarations, the policies), never the other way; a
-``Generator(config=...)`` reads its config through the reader this module installs in
-:mod:`bass.options` when imported.
+The tables' dataclasses (:class:`PolicyConfig`, :class:`GenerationConfig`,
+:class:`ModelConfig`), their defaults and their checks are made from the options of
+:data:`bass.options.OPTIONS` that name a ``table``. This is the configuration layer: it
+imports the core, never the other way; ``Generator(config=...)`` reads its config through
+the reader this module installs in :mod:`bass.options` when imported.
 """
 
 from __future__ import annotations
@@ -61,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from . import options, policies
-from .option_kinds import DTYPES, Option
+from .option_kinds import Option
 from .options import OPTIONS, OptionError
 
 if sys.version_info >= (3, 11):
@@ -73,7 +65,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
         tomllib = None
 
 __all__ = [
-    "DTYPES",
     "TABLES",
     "Config",
     "ConfigError",
@@ -82,7 +73,6 @@ __all__ = [
     "PolicyConfig",
     "apply_config",
     "as_config",
-    "generator_defaults",
     "load_config",
     "read_toml",
 ]
@@ -127,71 +117,57 @@ ModelConfig = _section("model", "ModelConfig", "``[model]``: the models and how 
 _CLASSES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
 
 
-class _Checker:
-    """Builds :class:`ConfigError` messages: where (file or command line), which key."""
-
-    def __init__(self, source: str, labels: dict[str, str] | None = None):
-        self.source = source
-        self.labels = labels or {}
-
-    def key(self, table: str, name: str | None = None) -> str:
-        dotted = table if name is None else f"{table}.{name}"
-        if dotted in self.labels:
-            return self.labels[dotted]
-        return f"[{table}]" if name is None else f"[{table}].{name}"
-
-    def check(self, table: str, key: str, value: Any) -> Any:
-        """``value`` of ``[table].key`` checked as its option is wherever it comes from,
-        named as the user spelled it."""
-        label = self.key(table, key)
-        return TABLES[table][key].check(value, where=self.source, label=label, error=ConfigError)
-
-    def fail(self, table: str, value: Any, allowed: str) -> ConfigError:
-        return ConfigError(
-            f"{self.source}: {self.key(table)} = {value!r} is not allowed; expected {allowed}"
-        )
-
-    def unknown(self, table: str | None, names: list[str], allowed: list[str]) -> ConfigError:
-        what = "table" if table is None else f"key in [{table}]"
-        shown = ", ".join(repr(n) for n in sorted(names))
-        return ConfigError(
-            f"{self.source}: unknown {what} {shown}; allowed: {', '.join(allowed)} "
-            "(check the spelling; see the example in `python -m pydoc bass.config`)"
-        )
+def _label(labels: dict[str, str], table: str, key: str | None = None) -> str:
+    """``[table]`` or ``[table].key`` as a message names it: as the user typed it where
+    ``labels`` says (a flag, ``--temperature``), else as a config file spells it."""
+    dotted = table if key is None else f"{table}.{key}"
+    return labels.get(dotted, f"[{table}]" if key is None else f"[{table}].{key}")
 
 
-def _section_of(c: _Checker, d: dict, table: str):
-    """``[table]`` of the document ``d``, every key checked (keys left out: defaults)."""
+def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> ConfigError:
+    shown = ", ".join(repr(n) for n in sorted(names))
+    return ConfigError(
+        f"{source}: unknown {what} {shown}; allowed: {', '.join(allowed)} "
+        "(check the spelling; see the example in `python -m pydoc bass.config`)"
+    )
+
+
+def _table(d: dict, table: str, source: str, labels: dict[str, str]):
+    """``[table]`` of the document ``d``: every key checked (keys left out: defaults), then
+    the checks between its options."""
     raw = d.get(table, {})
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise c.fail(table, raw, f"a table ([{table}] with key = value lines)")
-    unknown = [k for k in raw if k not in TABLES[table]]
-    if unknown:
-        raise c.unknown(table, unknown, list(TABLES[table]))
-    values = {k: c.check(table, k, v) for k, v in raw.items() if v is not None}
-    return _CLASSES[table](**values)
-
-
-def _check_policy(c: _Checker, p) -> None:
-    c.check("policy", "name", p.name)  # the default too: it must be installed
-    try:
-        policies.load(p.name, **p.options)  # the policy checks its own options
-    except (ValueError, TypeError, ImportError) as exc:
         raise ConfigError(
-            f"{c.source}: {c.key('policy', 'options')} for policy {p.name!r}: {exc} "
-            "(`bass policies` lists every option with its default)"
-        ) from exc
+            f"{source}: {_label(labels, table)} = {raw!r} is not allowed; expected a table "
+            f"([{table}] with key = value lines)"
+        )
+    keys = TABLES[table]
+    unknown = [k for k in raw if k not in keys]
+    if unknown:
+        raise _unknown(source, f"key in [{table}]", unknown, list(keys))
 
+    def check(key: str, value: Any) -> Any:
+        label = _label(labels, table, key)
+        return keys[key].check(value, where=source, label=label, error=ConfigError)
 
-def _check_generation(c: _Checker, g) -> None:
-    label = c.key("generation", "temperature")
-    options.check_sampling(g.do_sample, g.temperature, c.source, label=label, error=ConfigError)
-
-
-# the checks between a table's options, after its keys' own
-_BETWEEN = {"policy": _check_policy, "generation": _check_generation}
+    section = _CLASSES[table](**{k: check(k, v) for k, v in raw.items() if v is not None})
+    if table == "policy":
+        check("name", section.name)  # the default too: it must be installed
+        try:  # the policy checks its own options
+            policies.load(section.name, **section.options)
+        except (ValueError, TypeError, ImportError) as exc:
+            raise ConfigError(
+                f"{source}: {_label(labels, table, 'options')} for policy {section.name!r}: "
+                f"{exc} (`bass policies` lists every option with its default)"
+            ) from exc
+    elif table == "generation":
+        label = _label(labels, table, "temperature")
+        options.check_sampling(
+            section.do_sample, section.temperature, source, label=label, error=ConfigError
+        )
+    return section
 
 
 @dataclass
@@ -212,18 +188,13 @@ class Config:
         ``labels`` maps ``"table.key"`` to the name a user typed instead (a flag such as
         ``"--temperature"``), so a bad command-line value is reported by its flag.
         """
-        c = _Checker(source, labels)
         if not isinstance(d, dict):
             raise ConfigError(f"{source}: expected a table of tables, got {type(d).__name__}")
         unknown = [k for k in d if k not in TABLES]
         if unknown:
-            raise c.unknown(None, unknown, [f"[{t}]" for t in TABLES])
-        sections = {}
-        for table in TABLES:  # in order: a bad [policy] is reported before [generation]
-            sections[table] = _section_of(c, d, table)
-            if table in _BETWEEN:
-                _BETWEEN[table](c, sections[table])
-        return cls(**sections)
+            raise _unknown(source, "table", unknown, [f"[{t}]" for t in TABLES])
+        # in order: a bad [policy] is reported before [generation]
+        return cls(**{table: _table(d, table, source, labels or {}) for table in TABLES})
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""
@@ -306,9 +277,6 @@ def as_config(path_or_config: str | os.PathLike | Config | dict) -> Config:
 
 
 options.use_config_reader(as_config)  # Generator(config=...) reads through it
-
-#: What a :class:`bass.Generator` takes from a config (:func:`bass.options.generator_defaults`).
-generator_defaults = options.generator_defaults
 
 
 def apply_config(path_or_config: str | os.PathLike | Config | dict) -> tuple[dict, dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import textwrap
 
@@ -24,8 +25,9 @@ BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heurist
 def docstring_example() -> str:
     """The example config quoted in bass.config's docstring (and the README)."""
     doc = bass.config.__doc__
-    block = doc[doc.index("    # bass.toml") : doc.index("Use it with")]
-    return textwrap.dedent(block)
+    lines = doc[doc.index("    # bass.toml") :].splitlines()
+    block = itertools.takewhile(lambda line: not line or line.startswith("    "), lines)
+    return textwrap.dedent("\n".join(block))
 
 
 def write(tmp_path, text: str, name: str = "bass.toml"):
