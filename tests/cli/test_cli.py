@@ -18,6 +18,10 @@ from cli_support import WORDS, read_jsonl, run, save_model_dir, word_tokenizer
 from models import tiny_lm
 
 from bass import cli
+from bass.cli.parser import unescape
+from bass.cli.progress import Progress
+from bass.cli.report import short_trace
+from bass.cli.settings import resolve_config
 
 BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heuristic"]
 
@@ -179,16 +183,16 @@ def test_stop_ends_rows_and_is_cut_from_the_text(model_dir, tmp_path, capsys):
 
 
 def test_stop_escapes():
-    assert cli.unescape(r"a\nb\tc\\n\x") == "a\nb\tc\\n\\x"
+    assert unescape(r"a\nb\tc\\n\x") == "a\nb\tc\\n\\x"
     args = cli.build_parser().parse_args(["generate", "--stop", r"\n\n", "--stop", "#", "p"])
-    assert cli.resolve_config(args).generation.stop_strings == ["\n\n", "#"]
+    assert resolve_config(args).generation.stop_strings == ["\n\n", "#"]
 
 
 def test_cpu_linear_flag():
     parse = cli.build_parser().parse_args
-    assert cli.resolve_config(parse(["generate", "p"])).model.cpu_linear == "auto"
+    assert resolve_config(parse(["generate", "p"])).model.cpu_linear == "auto"
     args = parse(["generate", "--cpu-linear", "torch", "p"])
-    config = cli.resolve_config(args)
+    config = resolve_config(args)
     assert config.model.cpu_linear == "torch"
     assert config.generator_kwargs()["cpu_linear"] == "torch"
 
@@ -270,10 +274,10 @@ def test_merge_stats_sums_batches():
         wall_seconds=1.0,
         stopped_by_time_budget=True,
     )
-    m = cli.merge_stats([a, b])
+    m = GenerationStats.merge([a, b])
     assert (m.main_passes, m.tokens_generated, m.wall_seconds) == (4, 8, 2.0)
     assert m.tokens_per_second == 4.0 and m.mean_accepted == 1.5 and m.stopped_by_time_budget
-    assert cli.short_trace(list(range(30))).endswith("... 22 23 24 25 26 27 28 29 (30 steps)")
+    assert short_trace(list(range(30))).endswith("... 22 23 24 25 26 27 28 29 (30 steps)")
 
 
 def test_summary_names_the_admissions_whose_prefill_rode_in_verify_passes():
@@ -292,7 +296,7 @@ def test_summary_names_the_admissions_whose_prefill_rode_in_verify_passes():
 
 def test_progress_without_tqdm(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
-    p = cli.Progress(2, enabled=True)
+    p = Progress(2, enabled=True)
     p.row_done(3)
     p.row_done(4)
     p.close()
@@ -309,7 +313,7 @@ def test_progress_counts_finished_and_running_rows_tokens(monkeypatch):
     from bass.stats import StepRecord
 
     monkeypatch.setitem(sys.modules, "tqdm", None)
-    p = cli.Progress(4, enabled=True)
+    p = Progress(4, enabled=True)
     p.row_done(5)  # prompt 0 finished with 5 tokens
     outputs = [[9] * 5, [1, 2, 3], [4], []]  # prompts 1 and 2 run in slots 1 and 0
     state = SimpleNamespace(outputs=outputs, prompt_of=[2, 1], active=lambda: [0, 1])
@@ -329,7 +333,7 @@ def test_progress_off_still_tallies_each_rows_statistics():
 
     from bass.stats import StepRecord
 
-    p = cli.Progress(2, enabled=False)
+    p = Progress(2, enabled=False)
     stats = SimpleNamespace(steps=[StepRecord(3, accepted=[2, 0], prompts=[0, 1])])
     p.on_step(SimpleNamespace(stats=stats), None)  # off: the running rows are not read
     assert p.text == ""

@@ -1,25 +1,9 @@
-"""The ``bass`` command (also ``python -m bass``).
+"""The ``bass`` command (also ``python -m bass``): its subcommands, flags, config file
+and exit statuses are in docs/guides/config-and-cli.md.
 
-Subcommands::
-
-    bass generate [PROMPT ...]    batched speculative generation, with a summary of the run
-    bass policies                 installed draft-length policies, their options and defaults
-    bass eval humaneval           HumanEval Pass@First/Pass@All, regular vs speculative
-    bass ops                      attention implementations here, and the auto rule in force
-    bass bench                    where the latest benchmark results are (`nox -s bench`)
-
-Settings come from, in increasing priority: the defaults, ``--config FILE`` (TOML, see
-:mod:`bass.config`), then the command-line flags. Errors a user can act on print as one
-``bass: error: ...`` line and exit with status 2, without a traceback (``--debug`` or
-``BASS_DEBUG=1`` prints it); Ctrl-C exits with 130; a bug in bass prints its type and
-message and exits with 1.
-
-The package: :mod:`~bass.cli.parser` (the flags), :mod:`~bass.cli.settings` (defaults <
-``--config`` < flags), :mod:`~bass.cli.loading` (models and generator), the subcommands
-(:mod:`~bass.cli.generate`, with :mod:`~bass.cli.progress` and :mod:`~bass.cli.report`;
-:mod:`~bass.cli.humaneval`; :mod:`~bass.cli.info` for ``policies`` and ``bench``), and
-here :func:`main`, which dispatches and turns errors into exit statuses. The names the
-single-module ``bass.cli`` had are importable from here as before.
+Here :func:`main` parses the command line, dispatches to the subcommands
+(:mod:`~bass.cli.generate`, :mod:`~bass.cli.humaneval`, :mod:`~bass.cli.info`) and turns
+errors into exit statuses.
 """
 
 from __future__ import annotations
@@ -30,19 +14,14 @@ import os
 import sys
 import traceback
 
-# Besides what main needs: the names the single-module bass.cli had (the noqa ones).
 from ..config import ConfigError
-from .errors import UsageError, notes
+from .errors import UsageError, notes, one_line
 from .filelock import command_line
-from .generate import cmd_generate, read_prompts  # noqa: F401
+from .generate import cmd_generate
 from .info import cmd_bench, cmd_ops, cmd_policies
-from .loading import encode, load_models, make_generator, use_chat  # noqa: F401
-from .parser import DTYPE_NAMES, Parser, build_parser, unescape  # noqa: F401
-from .progress import Progress  # noqa: F401
-from .report import merge_stats, plot_steps, short_trace, summary_text  # noqa: F401
-from .settings import FLAG_KEYS, note_sampling, resolve_config  # noqa: F401
+from .parser import Parser, build_parser
 
-__all__ = ["UsageError", "main"]
+__all__ = ["UsageError", "build_parser", "main"]
 
 
 def debugging(args=None) -> bool:
@@ -60,10 +39,6 @@ def _report(line: str, exc: BaseException, debug: bool) -> None:
     print(line, file=sys.stderr)
     for note in notes(exc):
         print(f"bass: {note}", file=sys.stderr)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except user_errors as exc:
-        _report(f"bass: error: {_one_line(exc)}", exc, debug)
+        _report(f"bass: error: {one_line(exc)}", exc, debug)
         return 2
     except KeyboardInterrupt as exc:
         _report("bass: interrupted", exc, debug)
@@ -120,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug in bass: one line, the traceback on request
         hint = "" if debug else "; rerun with --debug (or BASS_DEBUG=1) for the traceback"
         _report(
-            f"bass: error: internal error: {type(exc).__name__}: {_one_line(exc)} (a bug in "
+            f"bass: error: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in "
             f"bass: please report it{hint})",
             exc,
             debug,

@@ -3,7 +3,7 @@ command adds to an error on its way out (what was kept, how to go on)."""
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "add_note", "flag_error", "notes"]
+__all__ = ["UsageError", "add_note", "flag_error", "notes", "one_line"]
 
 
 class UsageError(Exception):
@@ -21,6 +21,13 @@ def add_note(exc: BaseException, note: str) -> None:
 
 def notes(exc: BaseException) -> list[str]:
     return list(getattr(exc, "__notes__", None) or [])
+
+
+def one_line(exc: BaseException, limit: int | None = None) -> str:
+    """``exc``'s message on one line (its type's name when it has none), cut to about
+    ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def flag_error(flag: str, value, allowed: str, absent: str | None = None):

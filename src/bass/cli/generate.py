@@ -23,12 +23,13 @@ import stat
 import sys
 from pathlib import Path
 
+from ..stats import GenerationResult, GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error
 from .filelock import command_line, lock_outputs
-from .loading import encode, load_models, make_generator, use_chat
+from .loading import load_models, make_generator, use_chat
 from .progress import Progress
-from .report import comparison_text, merge_stats, plot_steps, summary_text
+from .report import comparison_text, plot_steps, summary_text
 from .results import Prompt, ResultsFile, check_not_inputs, check_writable, read_done
 from .settings import note_sampling, resolve_config
 
@@ -264,6 +265,7 @@ def check_batch_flags(args) -> None:
 
 
 def _generate(args, held: contextlib.ExitStack) -> int:
+    from ..models import encode_prompt
     from ..options import check_config_eos
     from ..sampling import row_key
     from ..stopping import cut_at_stop, decode
@@ -314,11 +316,11 @@ def _generate(args, held: contextlib.ExitStack) -> int:
 
     log = (lambda m: print("bass: " + m, file=sys.stderr)) if scale.prints else None
     main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp)
-    chat = use_chat(tokenizer, config, config.model.main or "the default model")
+    chat = use_chat(tokenizer, config)
     gen = make_generator(main, draft, config)
     plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for i, _ in todo)
-    encoded = {i: encode(tokenizer, prompts[i], chat) for i in needed}
+    encoded = {i: encode_prompt(tokenizer, prompts[i], chat) for i in needed}
     _check_lengths(encoded, config.generation.max_new_tokens, gen.models, prompts)
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
@@ -391,8 +393,6 @@ def _generate(args, held: contextlib.ExitStack) -> int:
                         if tokens is not None:  # --compare: both runs' rows side by side
                             tokens[row.prompt] = row.tokens
                 if off is not None:
-                    from ..stats import GenerationResult
-
                     compared.append((off, GenerationResult(tokens, gen.stats, why)))
             except Exception as exc:
                 error = _row_error(exc, todo, prompts, n)
@@ -425,7 +425,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         reasons = [why for p in parts for why in p[2]]
     if not scale.prints:  # progress, completions and the summary: rank 0's
         return 0
-    merged = merge_stats(run_stats)
+    merged = GenerationStats.merge(run_stats)
     if scale.sharded:  # the groups ran side by side: the job took its slowest group's time
         merged.wall_seconds = max(sum(st.wall_seconds for st in p[1]) for p in parts)
         merged.prefill_seconds = max(sum(st.prefill_seconds for st in p[1]) for p in parts)

