@@ -3,18 +3,12 @@
 An :class:`Option` is declared once: its kind of value (:class:`Range`, :class:`Choice`,
 :class:`Value`: how a value is normalised, what is allowed in a phrase), its default, a
 one-line doc, and where else it is spelled (a config file's table and key, a ``bass``
-flag). :mod:`bass.options` declares bass's options with these, and the API's checks, the
-config file's tables, the flags and the docs' tables are made from them; a policy's
-:func:`~bass.policies.base.option` declares its bound as a :class:`Range` too. A refused
-value is an :class:`~bass.errors.OptionError` naming the option as its source spells it,
-the value and what is allowed (:meth:`Option.check`)::
-
-    generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
-    bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
+flag); :mod:`bass.options` declares bass's options with these (its docstring shows a
+refusal), and a policy's :func:`~bass.policies.base.option` its bound as a :class:`Range`.
 
 A core module that imports nothing of bass but :mod:`bass.errors`; the kinds that need
 what is installed (policies, attention implementations, a model) are :mod:`bass.options`'.
-"""  # noqa: E501
+"""
 
 from __future__ import annotations
 
@@ -243,19 +237,16 @@ class Option:
         try:
             return self.kind.parse(value, ctx)
         except Refused as refused:
-            text = said(self.said, value, where, label)
-            text += f" is not allowed; expected {self.allowed_text(ctx)}"
+            allowed = self.allowed_text(ctx)
             absent = self.absent if label is None else (self.absent_config or self.absent)
             if absent is not None:
-                text += f", or None ({absent})" if label is None else f" (leave it out: {absent})"
-            text += f"; {refused.why}" if refused.why else ""
-            raise error(text, option=self.name, value=value) from None
-
-
-def said(name: str, value: Any, where: str, label: str | None) -> str:
-    """How a message names a value: ``where: name=value`` or ``where: label = value``."""
-    text = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
-    return f"{where}: {text}" if where else text
+                allowed += (
+                    f", or None ({absent})" if label is None else f" (leave it out: {absent})"
+                )
+            allowed += f"; {refused.why}" if refused.why else ""
+            raise refusal(
+                self.said, value, allowed, where=where, label=label, error=error, option=self.name
+            ) from None
 
 
 def refusal(
@@ -266,11 +257,16 @@ def refusal(
     where: str = "",
     label: str | None = None,
     error: type[OptionError] = OptionError,
+    option: str | None = None,
 ) -> OptionError:
-    """The error for a value that only a check between options refuses (``temperature=0``
-    with ``do_sample=True``), in :meth:`Option.check`'s words."""
-    message = said(name, value, where, label) + f" is not allowed; expected {allowed}"
-    return error(message, option=name, value=value)
+    """The error for a value that is not allowed: ``where: name=value`` (a keyword
+    argument) or ``where: label = value`` (a config key or a flag), ``is not allowed;
+    expected`` what is; ``option``: the option's name where the keyword differs. What
+    :meth:`Option.check` raises, and a check between options too (``temperature=0`` with
+    ``do_sample=True``)."""
+    text = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
+    text = f"{where}: {text}" if where else text
+    return error(f"{text} is not allowed; expected {allowed}", option=option or name, value=value)
 
 
 # --------------------------------------------------------------------------- values

@@ -32,12 +32,9 @@ from .ops import implementations
 from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, show
 
 __all__ = [
-    "DRAFT_SAMPLING",
-    "DTYPES",
     "GENERATE",
     "MAX_ROWS",
     "OPTIONS",
-    "SAMPLING_TEMPERATURE",
     "Option",
     "OptionError",
     "check",
@@ -54,15 +51,9 @@ __all__ = [
     "use_config_reader",
 ]
 
-#: How sampled drafts are drawn and verified (:class:`bass.Generator`'s ``draft_sampling``).
-DRAFT_SAMPLING = ("coupled", "rejection")
-
 #: The most rows generating at once when ``max_rows`` is not given (vLLM's
 #: ``max_num_seqs`` default; :mod:`bass.scheduler`); the KV budget may allow fewer.
 MAX_ROWS = 256
-
-#: What ``temperature`` must be when sampling (a check between two options).
-SAMPLING_TEMPERATURE = "a number > 0 when do_sample is true (do_sample = false is greedy decoding)"
 
 
 # --------------------------------------------------------------------------- kinds needing
@@ -91,10 +82,6 @@ def _policy_text(ctx: Mapping) -> str:
     if ctx.get("source") == "keyword":
         text += ", or a policy object with draft_length() and update(stats)"
     return text
-
-
-def _attention_choices() -> list[str]:
-    return ["auto", *implementations()]
 
 
 def _compile(v: Any, ctx: Mapping) -> Any:
@@ -173,7 +160,7 @@ _SEQS = Value(kinds.stop_sequences,
 _STOPS = 'a non-empty string or a list of non-empty strings, e.g. ["\\n\\n"]'
 _COMPILE = ('true, false, "reduce-overhead" (CUDA graphs) or a torch.compile backend name '
             "(inductor, aot_eager, eager, ...)")
-_ATTENTION = Choice(_attention_choices, note="available here; see `bass ops`",
+_ATTENTION = Choice(lambda: ["auto", *implementations()], note="available here; see `bass ops`",
                     docs="auto, or an implementation that runs here: reference, sdpa (CPU), "
                     "fused (CUDA), ... (`bass ops` lists them)")
 _SOURCE = "a model name, directory or .gguf file"
@@ -234,11 +221,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("cpu_linear", Choice(CPU_LINEAR_MODES), "CPU: each linear layer's GEMM layout per "
            "row count, measured (auto), the copy-free layouts only (unpacked), or torch's", G,
            "auto", "auto", table="model", flag="--cpu-linear"),
-    Option("draft_sampling", Choice(DRAFT_SAMPLING), "sampling with a drafter: coupled (its "
-           "draws use the main model's keyed noise: samples equal plain sampling's, however "
-           "the job is split) or rejection (rejection sampling: the same distribution, samples "
-           "that depend on the batch)", G, "coupled", "coupled", table="model",
-           flag="--draft-sampling"),
+    Option("draft_sampling", Choice(("coupled", "rejection")), "sampling with a drafter: "
+           "coupled (its draws use the main model's keyed noise: samples equal plain "
+           "sampling's, however the job is split) or rejection (rejection sampling: the same "
+           "distribution, samples that depend on the batch)", G, "coupled", "coupled",
+           table="model", flag="--draft-sampling"),
     # the API's own
     Option("stop_sequences", _SEQS, "a row ends once its new tokens end with one of these "
            "(kept, as eos is)", RUN, absent="no stop sequences"),
@@ -292,22 +279,12 @@ GENERATE = tuple(o.name for o in OPTIONS.values() if o.table == "generation")
 # --------------------------------------------------------------------------- checks
 
 
-def check(
-    name: str,
-    value: Any,
-    *,
-    where: str = "",
-    label: str | None = None,
-    error: type[OptionError] = OptionError,
-    **ctx: Any,
-) -> Any:
-    """``value`` of option ``name`` normalised, or :class:`OptionError` (``error``).
-
-    ``label`` is how the user spelled the option: ``None`` for a keyword argument
-    (``seed=-1``), else a config key (``[generation].seed``) or a flag (``--seed``);
-    ``where`` prefixes the message (``"generate()"``, a file name, ``"command line"``).
-    ``ctx`` holds what some checks need: ``vocab`` (the main model's logit count)."""
-    return OPTIONS[name].check(value, where=where, label=label, error=error, **ctx)
+def check(name: str, value: Any, **how: Any) -> Any:
+    """``value`` of option ``name`` normalised, or an :class:`OptionError` naming it as
+    :meth:`Option.check <bass.option_kinds.Option.check>` does (``how``: its ``where``,
+    ``label`` and ``error``, and ``vocab``, the main model's logit count, for the token
+    ids)."""
+    return OPTIONS[name].check(value, **how)
 
 
 fail = kinds.refusal
@@ -317,7 +294,8 @@ def check_sampling(do_sample: bool, temperature: float, where: str, **label: Any
     """The check between ``do_sample`` and ``temperature``: sampling needs a temperature
     above 0 (``label``, ``error``: as :func:`fail` takes them)."""
     if do_sample and temperature <= 0:
-        raise fail("temperature", temperature, SAMPLING_TEMPERATURE, where=where, **label)
+        allowed = "a number > 0 when do_sample is true (do_sample = false is greedy decoding)"
+        raise fail("temperature", temperature, allowed, where=where, **label)
 
 
 def check_keywords(where: str, **values: Any) -> dict[str, Any]:
