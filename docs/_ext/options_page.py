@@ -60,7 +60,7 @@ def tables() -> str:
             flag = f"`{o.flag}`" if o.flag else ""
             out.append(
                 f"| `[{table}].{key}` | {flag} | `{o.call}({o.said}=)` | {_default(o, True)} "
-                f"| {_cell(o.allowed_text(docs))} | {_cell(o.doc)} |"
+                f"| {_cell(o.kind.allowed(docs))} | {_cell(o.doc)} |"
             )
     out += ["", "### The Python API's own keywords", ""]
     out += ["| keyword | of | default | allowed | what |", "|---|---|---|---|---|"]
@@ -68,7 +68,7 @@ def tables() -> str:
         if o.table is None:
             out.append(
                 f"| `{o.said}` | `{o.call}()` | {_default(o, False)} "
-                f"| {_cell(o.allowed_text(docs))} | {_cell(o.doc)} |"
+                f"| {_cell(o.kind.allowed(docs))} | {_cell(o.doc)} |"
             )
     out += [
         "",

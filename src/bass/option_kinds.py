@@ -217,9 +217,6 @@ class Option:
         """``table.key`` in a config file, or ``None``."""
         return None if self.table is None else f"{self.table}.{self.key or self.said}"
 
-    def allowed_text(self, ctx: Mapping[str, Any]) -> str:
-        return self.kind.allowed(ctx)
-
     def check(
         self,
         value: Any,
@@ -237,7 +234,7 @@ class Option:
         try:
             return self.kind.parse(value, ctx)
         except Refused as refused:
-            allowed = self.allowed_text(ctx)
+            allowed = self.kind.allowed(ctx)
             absent = self.absent if label is None else (self.absent_config or self.absent)
             if absent is not None:
                 allowed += (

@@ -71,7 +71,7 @@ def test_a_flag_and_a_key_refuse_in_the_declared_words(capsys):
         if o.kind.type is int and o.flag and isinstance(o.kind, Range):
             rc, _, err = run(capsys, f"generate hi {o.flag} -5")
             assert rc == 2 and f"command line: {o.flag} = -5 is not allowed" in err
-            assert f"expected {o.allowed_text({})}" in err
+            assert f"expected {o.kind.allowed({})}" in err
 
 
 def test_the_docs_tables_are_the_declarations():

@@ -187,7 +187,7 @@ def test_a_config_file_refuses_what_generate_refuses_in_the_same_words(key, valu
         cfg = exc
     if isinstance(api, OptionError):
         assert isinstance(cfg, ConfigError), f"{key}={value!r}: the config took it"
-        allowed = opt.allowed_text({})
+        allowed = opt.kind.allowed({})
         assert f"expected {allowed}" in str(api) and f"expected {allowed}" in str(cfg)
         assert str(cfg).startswith(f"my.toml: [generation].{key} = {options.show(value)} ")
     else:
@@ -327,6 +327,6 @@ def test_the_command_line_refuses_in_the_same_words(capsys, flag, value, key):
     from cli_support import run
 
     rc, _, err = run(capsys, f"generate hi {flag} {value}")
-    allowed = options.OPTIONS[key].allowed_text({})
+    allowed = options.OPTIONS[key].kind.allowed({})
     assert rc == 2 and f"bass: error: command line: {flag} = " in err
     assert f"is not allowed; expected {allowed}" in err

@@ -1,11 +1,6 @@
-"""Finding and loading draft-length policies through the ``bass.policies`` entry points.
-
-Every policy, built-in or third-party, is an entry point in group ``bass.policies`` whose
-value names a class or a factory callable (``"pkg.module:MyPolicy"``); options are passed
-to it as keyword arguments. A third-party package registers one in its ``pyproject.toml``::
-
-    [project.entry-points."bass.policies"]
-    mine = "my_package.policies:MyPolicy"
+"""Finding and loading draft-length policies: the entry points of group ``bass.policies``,
+each naming a class or a factory that takes the policy's options as keyword arguments (a
+package registers one in its ``pyproject.toml``: docs/guides/policies.md).
 
 :func:`entry_points` is the only place that reads installed metadata: tests replace it
 (``monkeypatch.setattr(bass.policies.registry, "entry_points", fake)``) to simulate
@@ -51,10 +46,8 @@ REQUIRED: Any = _Required()
 
 
 class PolicyLoadError(PluginLoadError):
-    """A registered policy's entry point could not be imported, built or used.
-
-    The original exception, if any, is chained as ``__cause__``.
-    """
+    """A registered policy's entry point could not be imported, built or used (the
+    original exception, if any, chained as ``__cause__``)."""
 
 
 class OptionInfo(NamedTuple):
@@ -71,11 +64,8 @@ def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
 
 
 def available() -> dict[str, importlib.metadata.EntryPoint]:
-    """Installed policies, name -> entry point, sorted by name.
-
-    If two distributions register the same name, the first one found on ``sys.path``
-    wins (the order :func:`importlib.metadata.entry_points` reports).
-    """
+    """Installed policies, name -> entry point, sorted by name (of two distributions
+    registering one name, the first on ``sys.path`` wins)."""
     return plugins.available(GROUP, entry_points())
 
 
