@@ -48,7 +48,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import asdict, dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -198,14 +198,8 @@ class Config:
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""
-        return {
-            table: {
-                f.name: copy.copy(getattr(getattr(self, table), f.name))
-                for f in fields(getattr(self, table))
-                if getattr(getattr(self, table), f.name) is not None
-            }
-            for table in TABLES
-        }
+        tables = asdict(self)  # a copy
+        return {t: {k: v for k, v in keys.items() if v is not None} for t, keys in tables.items()}
 
     def _kwargs(self, call: str) -> dict:
         return {
