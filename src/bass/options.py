@@ -281,9 +281,8 @@ GENERATE = tuple(o.name for o in OPTIONS.values() if o.table == "generation")
 
 def check(name: str, value: Any, **how: Any) -> Any:
     """``value`` of option ``name`` normalised, or an :class:`OptionError` naming it as
-    :meth:`Option.check <bass.option_kinds.Option.check>` does (``how``: its ``where``,
-    ``label`` and ``error``, and ``vocab``, the main model's logit count, for the token
-    ids)."""
+    :meth:`~bass.option_kinds.Option.check` does (``how``: its ``where``, ``label`` and
+    ``error``, and ``vocab``, the main model's logit count, for the token ids)."""
     return OPTIONS[name].check(value, **how)
 
 
