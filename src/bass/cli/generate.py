@@ -30,7 +30,7 @@ from .filelock import command_line, lock_outputs
 from .loading import load_models, make_generator, use_chat
 from .progress import Progress
 from .report import comparison_text, plot_steps, summary_text
-from .results import Prompt, ResultsFile, check_not_inputs, check_writable, read_done
+from .results import LineWriter, Prompt, check_not_inputs, check_writable, read_done
 from .settings import note_sampling, resolve_config
 
 __all__ = ["MAX_JOB_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
@@ -336,7 +336,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         if scale.topo.is_main and not args.resume:
             scale.replace(out_path)
         target = scale.shard_path(out_path) if scale.sharded else out_path
-        results = ResultsFile(target, args.resume)
+        results = LineWriter(target, "--output", append=args.resume)
     kept, reasons, compared, run_stats = [], [], [], []
     # continuous batching: --batch-size rows at once, each printed and appended to --output
     # (unbuffered) the moment it finishes, then released
@@ -369,7 +369,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             with progress.paused():
                 _print([record], n)
         if results is not None:
-            results.write([record])  # appended, unbuffered: kept whatever happens next
+            results.write(json.dumps(record) + "\n")  # unbuffered: kept whatever happens next
         written += 1
 
     if plain is not None:  # first-use costs (allocations, layouts) land on neither run

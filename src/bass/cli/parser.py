@@ -13,12 +13,10 @@ import platform
 import re
 from typing import NoReturn
 
-from ..option_kinds import DTYPES, Choice, Option
+from ..option_kinds import Choice, Option
 from ..options import OPTIONS
 
-__all__ = ["DTYPE_NAMES", "Parser", "build_parser", "flag_label", "unescape", "version_text"]
-
-DTYPE_NAMES = DTYPES
+__all__ = ["Parser", "build_parser", "flag_label", "unescape"]
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -150,20 +148,16 @@ def _add(p: argparse.ArgumentParser, title: str, flags: list) -> None:
         group.add_argument(*((flag,) if isinstance(flag, str) else flag), **kwargs)
 
 
-def version_text() -> str:
-    """``bass --version``: the version, where this bass runs from and on which Python (a
-    source tree and an installed copy are told apart)."""
+def build_parser() -> argparse.ArgumentParser:
     import bass
 
-    where = os.path.dirname(os.path.abspath(bass.__file__))
-    return f"bass {bass.__version__} from {where} (Python {platform.python_version()})"
-
-
-def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="bass", description="Batched speculative decoding (BASS, arXiv 2404.15778)."
     )
-    parser.add_argument("--version", action="version", version=version_text())
+    # where this bass runs from, and on which Python: a source tree and an installed copy
+    where = os.path.dirname(os.path.abspath(bass.__file__))
+    version = f"bass {bass.__version__} from {where} (Python {platform.python_version()})"
+    parser.add_argument("--version", action="version", version=version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     gen = sub.add_parser(
         "generate",

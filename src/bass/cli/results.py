@@ -1,7 +1,7 @@
-"""``bass generate``'s inputs and outputs on disk: prompts that know where they came from,
+"""The commands' inputs and outputs on disk: prompts that know where they came from,
 paths checked before any model loads (writable, a regular file, no input overwritten),
-and a JSONL results file written batch by batch (appended unbuffered, a batch's rows in one
-write that Ctrl-C does not cut) that ``--resume`` checks and continues."""
+output files written a piece at a time (unbuffered, each piece in one write that Ctrl-C
+does not cut), and the ``--resume`` check of a ``bass generate`` results file."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from .errors import UsageError
 __all__ = [
     "LineWriter",
     "Prompt",
-    "ResultsFile",
     "check_not_inputs",
     "check_writable",
     "deferred_interrupts",
+    "not_a_row",
     "read_done",
 ]
 
@@ -177,14 +177,15 @@ def read_done(
         done[key] = number
     if cut < len(data):  # a partial last line: its row is generated again
         if not data[cut:].startswith(ROW_START):
-            _not_a_row(f"--output {path}:{len(lines) + 1}")
+            raise not_a_row(f"--output {path}:{len(lines) + 1}")
         with path.open("r+b") as f:
             f.truncate(cut)
     return set(done), unchecked
 
 
-def _not_a_row(where: str):
-    raise UsageError(
+def not_a_row(where: str) -> UsageError:
+    """The error for a line of ``--output`` (or of a shard) that is no results row."""
+    return UsageError(
         f"{where}: not a row that bass generate wrote (a JSON object with prompt, "
         "prompt_index and sample); --resume continues such a file: check the path"
     )
@@ -196,7 +197,7 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict | N
         row = json.loads(line)
         i, s, text = row["prompt_index"], row["sample"], row["prompt"]
     except (ValueError, KeyError, TypeError):
-        _not_a_row(where)
+        raise not_a_row(where) from None
     if not (isinstance(i, int) and 0 <= i < len(prompts)) or text != prompts[i]:
         given = f"prompt {i} is {prompts[i]!r}" if isinstance(i, int) and 0 <= i < len(
             prompts
@@ -214,7 +215,7 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict | N
     theirs = row.get("settings")
     if settings is not None and "settings" in row and theirs != settings:
         if not isinstance(theirs, dict):
-            _not_a_row(where)
+            raise not_a_row(where)
         differ = [
             k for k in dict.fromkeys([*settings, *theirs]) if theirs.get(k) != settings.get(k)
         ]
@@ -259,14 +260,3 @@ class LineWriter:
     def close(self) -> None:
         with contextlib.suppress(OSError):  # nothing is buffered: nothing to lose
             self.file.close()
-
-
-class ResultsFile(LineWriter):
-    """The ``--output`` JSONL file: truncated (or, resuming, appended to) when generation
-    starts; each batch's rows appended in one write."""
-
-    def __init__(self, path: Path, resume: bool):
-        super().__init__(path, "--output", append=resume)
-
-    def write(self, records: list[dict]) -> None:  # type: ignore[override]
-        super().write("".join(json.dumps(r) + "\n" for r in records))

@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 from .errors import UsageError, flag_error
+from .results import not_a_row
 
 __all__ = ["Scaleout", "start"]
 
@@ -158,6 +159,9 @@ def merge(out: Path) -> list[dict]:
     return rows
 
 
+_KEY = ("prompt_index", "sample")
+
+
 def _row(line: str, where: str) -> dict:
     """One line of ``--output`` or a shard, as a row (checked in full by ``read_done``)."""
     try:
@@ -165,14 +169,8 @@ def _row(line: str, where: str) -> dict:
     except ValueError:
         row = None
     if not (isinstance(row, dict) and all(isinstance(row.get(k), int) for k in _KEY)):
-        raise UsageError(
-            f"{where}: not a row that bass generate wrote (a JSON object with prompt, "
-            "prompt_index and sample); --resume continues such a file: check the path"
-        )
+        raise not_a_row(where)
     return row
-
-
-_KEY = ("prompt_index", "sample")
 
 
 def start(args) -> Scaleout:
