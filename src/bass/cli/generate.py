@@ -1,16 +1,10 @@
 """``bass generate``: batched speculative generation for prompts, with a summary of the run.
 
-Rows are continuously batched (:mod:`bass.scheduler`): ``--batch-size`` rows generate at
-once (default: as many as the KV budget holds, at most 256), and a finished row's cache
-slot goes to the next waiting row. Nothing finished is lost: every path the command writes
-is checked and locked (one writer per file: :mod:`bass.cli.filelock`) before any model
-loads, and every prompt (its text, then its length against the model's context) before
-the generation; each row is printed, then appended to ``--output`` (unbuffered), the
-moment it finishes, so a failure later, a failed write or Ctrl-C keeps every finished row,
-and the last line says how many were written. ``--resume`` skips the rows ``--output`` already
-holds (a rerun of the same command continues where it stopped; the rows must come from
-the same prompts, ``--n`` and settings: see :func:`row_settings`). Errors name a prompt by
-where it came from: its line in ``--prompts-file`` or its position among the PROMPTs.
+What it reads, checks, prints and writes (continuous batching, ``--output`` and
+``--resume``, nothing finished lost, errors naming their prompt):
+docs/guides/config-and-cli.md. Every path it writes is checked and locked
+(:mod:`bass.cli.filelock`) before any model loads; ``--resume`` checks the rows it finds
+against :func:`row_settings`.
 """
 
 from __future__ import annotations
@@ -254,14 +248,10 @@ def check_batch_flags(args) -> None:
         raise flag_error(
             "--batch-size", args.batch_size, "an integer >= 1", OPTIONS["max_rows"].absent
         )
-    if args.kv_budget_gib is not None:
-        from ..options import OptionError, check
+    if args.kv_budget_gib is not None:  # a bad value: OptionError, one line and status 2
+        from ..options import check
 
-        try:
-            check("kv_budget_gib", args.kv_budget_gib, where="command line",
-                  label="--kv-budget-gib")  # fmt: skip
-        except OptionError as exc:
-            raise UsageError(str(exc)) from None
+        check("kv_budget_gib", args.kv_budget_gib, where="command line", label="--kv-budget-gib")
 
 
 def _generate(args, held: contextlib.ExitStack) -> int:
@@ -378,34 +368,29 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     try:
         if todo:
             why, tokens = [""] * len(todo), [[] for _ in todo] if plain is not None else None
-            try:
-                off = None
-                if plain is not None:  # drafting off first: the same rows and settings
-                    off = plain.generate([encoded[i] for i, _ in todo], **job)
-                # a stream: nothing of a row is kept once it is written (bounded memory)
-                rows_done = gen.stream(
-                    [encoded[i] for i, _ in todo], on_step=progress.on_step, **job
-                )
-                with contextlib.closing(rows_done):  # a failed write ends the generation
-                    for row in rows_done:
-                        finished(row)
-                        why[row.prompt] = row.finish_reason
-                        if tokens is not None:  # --compare: both runs' rows side by side
-                            tokens[row.prompt] = row.tokens
-                if off is not None:
-                    compared.append((off, GenerationResult(tokens, gen.stats, why)))
-            except Exception as exc:
-                error = _row_error(exc, todo, prompts, n)
-                if error is exc:
-                    raise
-                raise error from exc
+            off = None
+            if plain is not None:  # drafting off first: the same rows and settings
+                off = plain.generate([encoded[i] for i, _ in todo], **job)
+            # a stream: nothing of a row is kept once it is written (bounded memory)
+            rows_done = gen.stream([encoded[i] for i, _ in todo], on_step=progress.on_step, **job)
+            with contextlib.closing(rows_done):  # a failed write ends the generation
+                for row in rows_done:
+                    finished(row)
+                    why[row.prompt] = row.finish_reason
+                    if tokens is not None:  # --compare: both runs' rows side by side
+                        tokens[row.prompt] = row.tokens
+            if off is not None:
+                compared.append((off, GenerationResult(tokens, gen.stats, why)))
             run_stats.append(gen.stats)
             reasons += why
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
+        error = _row_error(exc, todo, prompts, n)
         # the file's count: a Ctrl-C held back while a row was written lands after it
         kept_rows = written if results is None else results.lines
-        add_note(exc, _kept(kept_rows, len(rows), done, out_path, scale))
-        raise
+        add_note(error, _kept(kept_rows, len(rows), done, out_path, scale))
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         progress.close()
         if results is not None:
@@ -500,10 +485,10 @@ def _kept(written: int, total: int, done: set, out_path: Path | None, scale=None
     )
 
 
-def _row_error(exc: Exception, batch: list, prompts: list[Prompt], n: int) -> BaseException:
+def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -> BaseException:
     """The error a failed generation reports: one that names its prompt by its line in the
     prompts file (or its PROMPT argument), for what a user can fix; the error as is
-    otherwise (a bug: reported with its type, and its traceback with --debug)."""
+    otherwise (Ctrl-C; a bug: reported with its type, and its traceback with --debug)."""
     import torch
 
     from ..batch_state import NonFiniteLogitsError, PromptError
