@@ -40,14 +40,14 @@ class AdaptivePolicy(OptionsMixin, Policy):
         kind=float,
         low=0,
         high=1,
-        low_open=True,
+        low_exclusive=True,
     )
     prior_trials: float = option(
         1.0,
         "weight (in trials) of the drafter-wide acceptance prior",
         kind=float,
         low=0,
-        low_open=True,
+        low_exclusive=True,
     )
     optimism: float = option(
         0.25,

@@ -86,14 +86,17 @@ def _length(k: Any, said: str) -> int:
 # --------------------------------------------------------------------------- options
 
 
-def option(default: Any, help: str, kind: type = int, **bound: Any) -> Any:
+def option(
+    default: Any, help: str, *, kind: type = int, low_exclusive: bool = False, **bound: Any
+) -> Any:
     """A policy option, declared once: a dataclass field with its default, a one-line doc
     and its bound, a :class:`~bass.option_kinds.Range` of ``kind`` (``int`` or ``float``)
-    whose ``bound`` (``low``, ``high``, ``low_open``, ``optional``) is declared as the
-    Generator's options declare theirs; a bound may name another option of the same policy
-    (``high="l_limit"``). :class:`OptionsMixin` checks it and
-    :func:`bass.policies.describe` lists it."""
-    bound = Range(kind, noun="an int" if kind is int else "a number", **bound)
+    whose ``low``, ``high`` and ``optional`` (``bound``) are declared as the Generator's
+    options declare theirs (``low`` excluded with ``low_exclusive``); a bound may name
+    another option of the same policy (``high="l_limit"``). :class:`OptionsMixin` checks it
+    and :func:`bass.policies.describe` lists it."""
+    noun = "an int" if kind is int else "a number"
+    bound = Range(kind, low_open=low_exclusive, noun=noun, **bound)
     return dataclasses.field(default=default, metadata={"help": help, "kind": bound})
 
 

@@ -80,7 +80,7 @@ class GoodputPolicy(OptionsMixin, Policy):
         kind=float,
         low=0,
         high=1,
-        low_open=True,
+        low_exclusive=True,
     )
     probe_every: int = option(8, "after this many steps at k=0, draft 1 token to re-measure", low=1)
     k: int = field(init=False)
