@@ -20,7 +20,7 @@ from pathlib import Path
 from ..stats import GenerationResult, GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error
-from .filelock import command_line, lock_outputs
+from .filelock import lock_outputs
 from .loading import load_models, make_generator, use_chat
 from .progress import Progress
 from .report import comparison_text, plot_steps, summary_text
@@ -182,19 +182,8 @@ def _check_paths(args, config) -> Path | None:
                 f"--plot {args.plot}: matplotlib cannot write {plot.suffix} files; use one of "
                 + ", ".join(f".{k}" for k in sorted(kinds))
             )
-    check_not_inputs({"--output": args.output, "--plot": args.plot}, input_paths(args, config))
+    check_not_inputs({"--output": args.output, "--plot": args.plot}, args, config)
     return out
-
-
-def input_paths(args, config) -> dict[str, str | None]:
-    """What a command reads, by what it is: no output may overwrite one."""
-    prompts_file = getattr(args, "prompts_file", None)
-    return {
-        "--config file": args.config,
-        "--prompts-file": None if prompts_file == "-" else prompts_file,
-        "--main model": config.model.main,
-        "--draft model": config.model.draft,
-    }
 
 
 def n_of(args) -> int:
@@ -272,8 +261,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         )
     out_path = _check_paths(args, config)
     outputs = {"--output": args.output, "--plot": args.plot}
-    who = getattr(args, "command_line", None) or command_line(None)
-    scale.first(lambda: lock_outputs(held, outputs, who))  # one writer per file: rank 0's
+    scale.first(lambda: lock_outputs(held, outputs, args.command_line))  # one writer: rank 0's
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)

