@@ -1,24 +1,13 @@
-"""``bass generate`` under ``torchrun``: which rows this rank generates, where they go.
+"""``bass generate`` under ``torchrun`` (docs/guides/scale-out.md): which rows this rank
+generates, where they go.
 
-``torchrun --nproc-per-node N -m bass generate ... [--tp T]`` runs ``N / T`` data-parallel
-groups of ``T`` tensor-parallel ranks (:mod:`bass.distributed`). Each group generates the
-rows of its contiguous share of the prompts (all samples of a prompt together); a row's
-sampled draws are keyed by its global index, so the samples equal a one-process run's
-with the same seed (for n-gram drafting or none; a draft model's samples are exact in
-distribution).
-
-Output: with one group (``--tp`` = world), rank 0 prints and writes each batch as it
-finishes, as one process does. With several groups, each group's first rank writes its
-finished rows to ``OUTPUT.rank<r>`` (kept through a failure, read by ``--resume``); at the
-end rank 0 merges every row into ``--output`` in prompt order, removes the shards, and
-prints the completions and one summary over all ranks. Every record carries the ``rank``
-that generated it. Only rank 0 prints progress and the summary.
-
-``--output`` is replaced or continued as one process does it: a run without ``--resume``
-empties it (and removes the shards an earlier run left) when generation starts; with
-``--resume`` the shards an earlier run left, with any number of ranks, join it first
-(also when the run that continues is one process). Rank 0 holds the output's lock
-(:mod:`bass.cli.filelock`) for the whole job.
+Each data-parallel group generates the rows of its contiguous share of the prompts (all
+samples of a prompt together). With one group (``--tp`` = world), rank 0 prints and writes
+each row as it finishes, as one process does; with several, each group's first rank writes
+its rows to a shard, ``OUTPUT.rank<r>``, and at the end rank 0 merges the shards into
+``--output`` in prompt order, removes them, and prints the completions and one summary.
+Only rank 0 prints progress; it holds the output's lock (:mod:`bass.cli.filelock`) for the
+whole job.
 """
 
 from __future__ import annotations
@@ -82,14 +71,8 @@ class Scaleout:
             except Exception as exc:  # shared before it is raised: no rank waits for rank 0
                 error = exc
         if self.active:
-            import torch.distributed as dist
-
-            from .. import distributed
-
-            said: list = [None] * self.topo.world
             told = None if error is None else (isinstance(error, UsageError), str(error))
-            group = distributed.control_group(range(self.topo.world))
-            dist.all_gather_object(said, told, group=group)
+            said = self._all_gather(told)
             if error is None and said[0] is not None:
                 usage, text = said[0]
                 error = UsageError(text) if usage else RuntimeError(f"rank 0 failed: {text}")
@@ -112,16 +95,22 @@ class Scaleout:
 
     def gather(self, value):
         """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere."""
+        parts = self._all_gather(value)
+        if not self.topo.is_main:
+            return None
+        return [p for r, p in enumerate(parts) if r % self.topo.tp == 0]
+
+    def _all_gather(self, value) -> list:
+        """Every rank's ``value``, on every rank (a list in rank order)."""
         import torch.distributed as dist
 
         from .. import distributed
 
         parts: list = [None] * self.topo.world
-        group = distributed.control_group(range(self.topo.world))
-        dist.all_gather_object(parts, value, group=group)
-        if not self.topo.is_main:
-            return None
-        return [p for r, p in enumerate(parts) if r % self.topo.tp == 0]
+        dist.all_gather_object(
+            parts, value, group=distributed.control_group(range(self.topo.world))
+        )
+        return parts
 
 
 def shards(out: Path) -> list[Path]:
