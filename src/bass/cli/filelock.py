@@ -1,24 +1,14 @@
-"""One writer per output file: every file a ``bass`` command writes (``--output``,
-``--plot``, ``bass eval humaneval --output``) is locked from before any model loads until
-the command ends, and a second run on it is refused with one line naming the run that
-holds it.
+"""One writer per output file: what a user sees is in docs/guides/config-and-cli.md ("One
+writer per file"); here, how.
 
-The lock is an advisory ``fcntl.flock`` on ``<file>.lock`` beside the file, which holds
-the holder's pid, host, command line and start time for the refusal to name. Beside the
-file, not on it: the lock must be taken before anything is truncated, and a data-parallel
-run replaces ``--output`` by renaming a merged file over it, which a lock on the file
-itself would not survive. (Where no lock file can be made beside it, in a directory the
-user may not write, the existing file itself is locked, without the holder's details.)
-
-A lock dies with its process: the kernel drops it when the holder's last descriptor
-closes, a ``kill -9`` or a crash included, so a lock file left behind never blocks; the
-next run takes it over. A run removes its lock file when it ends, while still holding
-the lock; a run that takes a lock then checks that the file it locked is still the one at
-that path (not one just removed), so two runs never hold locks on two files of one name.
-
-Files that are not regular files (``/dev/null``) are not locked: they take any number of
-writers. Without ``fcntl`` (Windows) nothing is locked, nor on a file system that cannot
-lock (a note says so).
+The lock is on ``<file>.lock`` beside the file, not on the file: the lock must be taken
+before anything is truncated, and a data-parallel run replaces ``--output`` by renaming a
+merged file over it, which a lock on the file itself would not survive. (Where no lock
+file can be made beside it, in a directory the user may not write, the existing file
+itself is locked, without the holder's details.) A run removes its lock file when it ends,
+while still holding the lock; a run that takes a lock then checks that the file it locked
+is still the one at that path (not one just removed), so two runs never hold locks on two
+files of one name.
 """
 
 from __future__ import annotations
