@@ -24,13 +24,6 @@ from .parser import Parser, build_parser
 __all__ = ["UsageError", "build_parser", "main"]
 
 
-def debugging(args=None) -> bool:
-    """``--debug``, or ``BASS_DEBUG`` set (to anything but 0/false/no): errors show their
-    Python traceback (for bug reports)."""
-    env = os.environ.get("BASS_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
-    return env or bool(getattr(args, "debug", False))
-
-
 def _report(line: str, exc: BaseException, debug: bool) -> None:
     """``line`` on stderr, after the traceback with ``debug``, before ``exc``'s notes (what
     a stopped run kept: the last line)."""
@@ -70,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         "ops": cmd_ops,
         "eval": lambda args: importlib.import_module(".humaneval", __name__).cmd_humaneval(args),
     }
-    debug = debugging(args)
+    # --debug, or BASS_DEBUG set to anything but 0/false/no: errors show their traceback
+    env = os.environ.get("BASS_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+    debug = env or args.debug
     user_errors = (
         UsageError,
         ConfigError,
