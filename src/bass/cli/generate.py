@@ -17,7 +17,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ..stats import GenerationResult, GenerationStats
+from ..stats import GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error
 from .filelock import lock_outputs
@@ -315,7 +315,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
             scale.replace(out_path)
         target = scale.shard_path(out_path) if scale.sharded else out_path
         results = LineWriter(target, "--output", append=args.resume)
-    kept, reasons, compared, run_stats = [], [], [], []
+    kept, reasons, run_stats, compared = [], [], [], None
     # continuous batching: --batch-size rows at once, each printed and appended to --output
     # (unbuffered) the moment it finishes, then released
     ids = [row_key(i, s) for i, s in todo]
@@ -368,9 +368,8 @@ def _generate(args, held: contextlib.ExitStack) -> int:
                     if tokens is not None:  # --compare: both runs' rows side by side
                         tokens[row.prompt] = row.tokens
             if off is not None:
-                compared.append((off, GenerationResult(tokens, gen.stats, why)))
-            run_stats.append(gen.stats)
-            reasons += why
+                compared = (off, tokens)
+            run_stats, reasons = [gen.stats], why
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
         error = _row_error(exc, todo, prompts, n)
         # the file's count: a Ctrl-C held back while a row was written lands after it
@@ -405,7 +404,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
     summary = summary_text(merged, rows=len(reasons), finish_reasons=reasons)
     print(summary)
     if compared:
-        print(comparison_text(compared, gen))
+        print(comparison_text(*compared, gen))
     if scale.active:
         t = scale.topo
         side = ""

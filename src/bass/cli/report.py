@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..stats import GenerationStats
-
 __all__ = ["comparison_text", "plot_steps", "short_trace", "summary_text"]
 
 
@@ -49,15 +47,13 @@ def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
     return "\n".join(lines)
 
 
-def comparison_text(compared, gen) -> str:
-    """``--compare``'s report: drafting off and bass on the same rows (``compared``: per
-    batch, the two results), their wall times, the speedup, the mean accepted tokens, and
-    how many rows came out identical (greedy decoding, and sampling with deterministic
-    drafts, give identical rows up to float rounding)."""
-    off = GenerationStats.merge([a.stats for a, _ in compared])
-    on = GenerationStats.merge([b.stats for _, b in compared])
-    pairs = [(x, y) for a, b in compared for x, y in zip(a.sequences, b.sequences, strict=True)]
-    same = sum(x == y for x, y in pairs)
+def comparison_text(plain, tokens, gen) -> str:
+    """``--compare``'s report: drafting off (``plain``, its result) and bass (``gen``, which
+    made ``tokens`` of the same rows), their wall times, the speedup, the mean accepted
+    tokens, and how many rows came out identical (greedy decoding, and sampling with
+    deterministic drafts, give identical rows up to float rounding)."""
+    off, on = plain.stats, gen.stats
+    same = sum(x == y for x, y in zip(plain.sequences, tokens, strict=True))
     drafter = getattr(gen.drafter, "name", "none")
     policy = gen.policy_spec[0] if isinstance(gen.policy_spec[0], str) else "custom"
     speedup = off.wall_seconds / on.wall_seconds if on.wall_seconds else float("nan")
@@ -67,7 +63,7 @@ def comparison_text(compared, gen) -> str:
         f"  {'drafting off':<24}  {off.wall_seconds:.2f} s ({off.tokens_per_second:.1f} tokens/s)",
         f"  {label:<24}  {on.wall_seconds:.2f} s ({on.tokens_per_second:.1f} tokens/s), "
         f"{on.mean_accepted:.2f} accepted tokens per step per row",
-        f"  {'identical rows':<24}  {same} of {len(pairs)}",
+        f"  {'identical rows':<24}  {same} of {len(tokens)}",
         f"speedup over drafting off: {speedup:.2f}x",
     ]
     return "\n".join(lines)
