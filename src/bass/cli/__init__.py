@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         NonFiniteLogitsError,
     )
     try:
-        return commands[args.command](args)
+        with contextlib.ExitStack() as args.held:  # the outputs' locks, until the command ends
+            return commands[args.command](args)
     except user_errors as exc:
         _report(f"bass: error: {one_line(exc)}", exc, debug)
         return 2

@@ -212,9 +212,10 @@ def _details(fd: int) -> dict | None:
         time.sleep(0.05)
 
 
-def lock_outputs(stack: contextlib.ExitStack, outputs: dict[str, str | None], command: str) -> None:
-    """Lock each output (``{flag: path}``; ``None``: not given) until ``stack`` closes;
+def lock_outputs(args, outputs: dict[str, str | None]) -> None:
+    """Lock each output (``{flag: path}``; ``None``: not given) for the command
+    (``args.command_line``) until it ends (``args.held``: :func:`bass.cli.main` closes it);
     the first that another run holds is refused (those taken before it are released)."""
     for flag, path in outputs.items():
         if path:
-            stack.enter_context(OutputLock(path, flag, command))
+            args.held.enter_context(OutputLock(path, flag, args.command_line))

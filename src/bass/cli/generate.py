@@ -223,11 +223,6 @@ def row_settings(config) -> dict:
     return json.loads(json.dumps(settings))  # as a results file holds them
 
 
-def cmd_generate(args) -> int:
-    with contextlib.ExitStack() as held:  # the output files' locks, until the command ends
-        return _generate(args, held)
-
-
 def check_batch_flags(args) -> None:
     """``--batch-size`` and ``--kv-budget-gib`` (``bass generate``, ``bass eval
     humaneval``), checked before anything loads."""
@@ -243,7 +238,7 @@ def check_batch_flags(args) -> None:
         check("kv_budget_gib", args.kv_budget_gib, where="command line", label="--kv-budget-gib")
 
 
-def _generate(args, held: contextlib.ExitStack) -> int:
+def cmd_generate(args) -> int:
     from ..models import encode_prompt
     from ..options import check_config_eos
     from ..sampling import row_key
@@ -261,7 +256,7 @@ def _generate(args, held: contextlib.ExitStack) -> int:
         )
     out_path = _check_paths(args, config)
     outputs = {"--output": args.output, "--plot": args.plot}
-    scale.first(lambda: lock_outputs(held, outputs, args.command_line))  # one writer: rank 0's
+    scale.first(lambda: lock_outputs(args, outputs))  # one writer per file: rank 0's
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)

