@@ -447,9 +447,9 @@ def _print(records: list[dict], n: int) -> None:
         print(f">>> {head}{tag}\n{r['completion']}\n", flush=True)
 
 
-def _kept(written: int, total: int, done: set, out_path: Path | None, scale=None) -> str:
+def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> str:
     """The last line of a run that stopped early: how many rows were kept, and how to go on."""
-    if scale is not None and scale.sharded and out_path is not None:
+    if scale.sharded and out_path is not None:
         return (
             f"rank {scale.topo.rank}: {written} rows of its share are in "
             f"{scale.shard_path(out_path)}; rerun the same command with --resume to generate "

@@ -149,7 +149,7 @@ ROW_START = b'{"prompt": '
 
 
 def read_done(
-    path: Path, prompts: list[str], n: int, settings: dict | None = None
+    path: Path, prompts: list[str], n: int, settings: dict
 ) -> tuple[set[tuple[int, int]], int]:
     """For ``--resume``: the ``(prompt index, sample)`` rows that the results file ``path``
     (from an earlier ``bass generate`` on the same prompts) already holds, and how many of
@@ -198,7 +198,7 @@ def not_a_row(where: str) -> UsageError:
     )
 
 
-def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict | None) -> dict:
+def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) -> dict:
     """One complete line of a results file, checked against this run."""
     try:
         row = json.loads(line)
@@ -220,7 +220,7 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict | N
             "run that wrote the file"
         )
     theirs = row.get("settings")
-    if settings is not None and "settings" in row and theirs != settings:
+    if "settings" in row and theirs != settings:
         if not isinstance(theirs, dict):
             raise not_a_row(where)
         differ = [
