@@ -1,24 +1,11 @@
 """The ``torch.ops.bass`` custom ops: one ragged-attention family, and the ragged KV append.
 
-Importing this module (``import bass`` does) registers, in namespace ``bass``, the
-attention ops ``bass::ragged_attention`` (padded queries ``[B, Hq, T, D]``, the public
-contract other models call) and ``bass::ragged_attention_packed`` (every row's tokens in
-one flat ``[1, Hq, N, D]`` batch, what the engine's passes use), and ``bass::kv_append``
-and ``bass::kv_append_packed`` (they write a pass's keys and values into the caches).
-One family of implementations serves both attention ops through one dispatch
-(:mod:`~bass.ops.plan`; schemas, fakes and checks: :mod:`~bass.ops.contract`; one module
-per implementation); ``bass ops`` lists them.
-
-The ragged convention, used everywhere in bass: lengths are int32 tensors (Python lists
-would recompile on every new value), ``[B]`` per row, or ``cu_q_lens`` ``[B+1]`` row
-offsets starting at 0 for packed tokens. Outputs of slots and tokens of no row hold
-:data:`PAD_OUTPUT`.
-
-Worked example (padded): ``q_lens = [2, 0, 1]``, ``kv_lens = [5, 3, 1]``, ``T = 2``. Row 0's
-two queries sit at positions 3 and 4 and see keys 0..3 and 0..4; row 1 has no query (its
-two output slots are 0); row 2's single query sits at position 0 and sees key 0, and its
-slot 1 is padding (0). Packed, the same rows are ``N = 3`` tokens with ``cu_q_lens = [0, 2,
-2, 3]``.
+Importing this module (``import bass`` does) registers, in namespace ``bass``,
+``ragged_attention`` (padded queries), ``ragged_attention_packed`` (what the engine's
+passes use), ``kv_append`` and ``kv_append_packed``; their contract, the ragged convention
+with a worked example, and the implementations are on the docs site's Ops page
+(``docs/reference/ops.md``). Schemas, fakes and checks: :mod:`~bass.ops.contract`; the one
+dispatch: :mod:`~bass.ops.plan`; one module per implementation; ``bass ops`` lists them.
 """
 
 from __future__ import annotations
@@ -27,14 +14,7 @@ import contextlib
 
 import torch
 
-from .contract import (
-    LENGTH_DTYPE,
-    PAD_OUTPUT,
-    QUERY_BUCKETS,
-    bucket_query_len,
-    check_no_grad,
-    length_checks,
-)
+from .contract import LENGTH_DTYPE, PAD_OUTPUT, QUERY_BUCKETS, bucket_query_len, length_checks
 from .plan import PASS_KINDS, Implementation, Plan, implementations, register, resolve
 
 __all__ = [
@@ -167,7 +147,6 @@ def kv_append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
         tensor([[0., 1., 1., 0.],
                 [0., 0., 0., 1.]])
     """
-    check_no_grad("bass.kv_append", k_new=k_new, v_new=v_new)
     torch.ops.bass.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
 
 

@@ -17,7 +17,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-LENGTH_DTYPE = torch.int32  # every length tensor: q_lens, kv_lens, cu_q_lens, cache_lens
+# every length tensor (q_lens, kv_lens, cu_q_lens, cache_lens): a tensor, since Python
+# lists would recompile a compiled caller on every new value
+LENGTH_DTYPE = torch.int32
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 PAD_OUTPUT = 0.0  # the output of every query slot or token that belongs to no row
 # Query widths a compiled caller should pad T to (true lengths travel in q_lens), so a
