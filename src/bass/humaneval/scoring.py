@@ -4,6 +4,7 @@ JSON lines and the table."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -133,12 +134,16 @@ def evaluate(
             results, stats = fn(part, n, generated)
             if stats is not None:
                 reports[name].stats.append(stats)
-            rows = _row_steps(stats, n * len(part))
+            # per problem of the call (row p is sample p % n of problem p // n): its
+            # samples' steps and accepted draft tokens, summed over its steps' records
+            steps, accepted = Counter(), Counter()
+            for rec in getattr(stats, "steps", ()):
+                for p, a in zip(rec.prompts, rec.accepted):
+                    steps[p // n] += 1
+                    accepted[p // n] += a
             for i, (problem, samples) in enumerate(zip(part, results, strict=True)):
                 score = score_problem(problem, samples, timeout, check)
                 reports[name].scores.append(score)
-                steps = sum(rows[0][i * n : (i + 1) * n])
-                accepted = sum(rows[1][i * n : (i + 1) * n])
                 lines[i]["methods"][name] = {
                     "pass_first": score.pass_first,
                     "pass_all": score.pass_all,
@@ -155,8 +160,10 @@ def evaluate(
                     ],
                     "stats": None if stats is None else {
                         "tokens": sum(s.tokens for s in samples),
-                        "row_steps": steps,  # its samples' steps, summed
-                        "mean_accepted_per_step": round(accepted / steps, 4) if steps else 0.0,
+                        "row_steps": steps[i],  # its samples' steps, summed
+                        "mean_accepted_per_step": (
+                            round(accepted[i] / steps[i], 4) if steps[i] else 0.0
+                        ),
                     },
                 }  # fmt: skip
                 if progress is not None:
@@ -170,16 +177,6 @@ def evaluate(
                 output.write(json.dumps(line) + "\n")
             output.flush()
     return list(reports.values())
-
-
-def _row_steps(stats, rows: int) -> tuple[list[int], list[int]]:
-    """Each row's steps and accepted draft tokens in one call (its steps' records)."""
-    steps, accepted = [0] * rows, [0] * rows
-    for rec in getattr(stats, "steps", ()):
-        for p, a in zip(rec.prompts, rec.accepted):
-            steps[p] += 1
-            accepted[p] += a
-    return steps, accepted
 
 
 def format_table(reports: Sequence[MethodReport]) -> str:
