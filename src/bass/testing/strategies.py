@@ -24,6 +24,8 @@ the ``bass-decoding`` distribution).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from hypothesis import strategies as st
 
@@ -39,16 +41,6 @@ __all__ = [
     "ragged_prompts",
 ]
 
-LENGTH_PATTERNS = (
-    "near_equal_unsorted",
-    "sorted",
-    "descending",
-    "long_outlier",
-    "bimodal",
-    "duplicates",
-    "single_row",
-)
-
 EXAMPLE_LENGTHS: dict[str, list[int]] = {
     "near_equal_unsorted": [17, 17, 18, 13, 16],
     "sorted": [2, 5, 9, 14],
@@ -58,6 +50,8 @@ EXAMPLE_LENGTHS: dict[str, list[int]] = {
     "duplicates": [7, 7, 7, 7],
     "single_row": [11],
 }
+
+LENGTH_PATTERNS = tuple(EXAMPLE_LENGTHS)
 
 
 def lengths(pattern: str | None = None, *, max_rows: int = 6, max_len: int = 24):
@@ -200,9 +194,7 @@ def packed_attention_inputs(
     B = draw(st.integers(1, max_batch))
     S = draw(st.integers(1, max_s))
     rows = draw(_op_lengths(B, S, max_q))
-    cu = [0]
-    for q_len, _ in rows:
-        cu.append(cu[-1] + q_len)
+    cu = [0, *itertools.accumulate(q_len for q_len, _ in rows)]
     N = cu[-1] + draw(st.integers(0, max_pad))
     kv = [r[1] for r in rows]
     q = _tensor(draw, (1, N, Hq, D), dtype, device).transpose(1, 2)
@@ -238,9 +230,7 @@ def packed_kv_append_inputs(
     B, S = draw(st.integers(1, max_batch)), draw(st.integers(1, max_s))
     q_lens = [draw(st.integers(0, min(max_q, S))) for _ in range(B)]
     start = [draw(st.integers(0, S - n)) for n in q_lens]
-    cu = [0]
-    for n in q_lens:
-        cu.append(cu[-1] + n)
+    cu = [0, *itertools.accumulate(q_lens)]
     N = cu[-1] + draw(st.integers(0, max_pad))
     kc, vc = (_tensor(draw, (B, Hkv, S, D), dtype, device) for _ in range(2))
     kn, vn = (_tensor(draw, (1, N, Hkv, D), dtype, device).transpose(1, 2) for _ in range(2))
