@@ -1,6 +1,6 @@
 """``bass eval humaneval``: HumanEval code completion, regular vs speculative decoding,
-scored as Pass@First and Pass@All: the workload, the metrics and the sandboxing are on
-the docs site (Guides, Config and CLI, ``bass eval humaneval``).
+scored as Pass@First and Pass@All: the workload, the metrics and the sandboxing are in
+``docs/guides/config-and-cli.md`` ("bass eval humaneval").
 
 The package: :mod:`~bass.humaneval.problems` (loading, selecting, stop sequences),
 :mod:`~bass.humaneval.execution` (running the check programs),

@@ -1,30 +1,12 @@
 """``bass.testing``: the proofs that output stays exact, for your own drafters, policies
-and attention kernels too.
+and attention kernels too: float64 loop oracles of the op contracts
+(:mod:`~bass.testing.oracles`), greedy and seeded-sampling equivalence
+(:mod:`~bass.testing.equivalence`), chi-square tests against the exact distribution
+(:mod:`~bass.testing.distribution`) and hypothesis strategies
+(:mod:`bass.testing.strategies`, needs ``hypothesis``).
 
-* :func:`naive_ragged_attention`, :func:`naive_ragged_attention_packed`,
-  :func:`naive_kv_append`, :func:`naive_kv_append_packed`: float64 loop oracles of the op
-  contracts.
-* :func:`assert_greedy_equivalent`: every row of a generation equals the main model's own
-  greedy decoding of that prompt alone (eos, stop sequences and stop strings included).
-* :func:`assert_sampled_equivalent`: with deterministic drafts (n-grams), seeded sampled
-  output equals plain sampled decoding with the same seed, token for token.
-* :func:`exact_distribution` and :func:`assert_distribution_equivalent`: sampled output
-  follows the main model's exact distribution (chi-square goodness of fit over every
-  continuation of a tiny vocabulary), with :func:`chi_square_power` for its power.
-* :mod:`bass.testing.strategies` (needs ``hypothesis``): ragged prompt batches by length
-  pattern and random op inputs.
-
-Example: prove a drafter-policy pair exact, greedy and sampled::
-
-    import bass, bass.testing
-    main = ...                                   # a transformers causal LM
-    gen = bass.Generator(main, "ngram", policy=MyPolicy())
-    bass.testing.assert_greedy_equivalent(gen, [[1, 2, 3], [4, 5, 6, 7]], 16)
-    bass.testing.assert_sampled_equivalent(gen, [[1, 2, 3], [4, 5, 6, 7]], 16, seed=0)
-
-    tiny = ...                                   # a model with a vocabulary of ~5 tokens
-    gen = bass.Generator(tiny, my_draft, policy=MyPolicy())
-    bass.testing.assert_distribution_equivalent(gen, tiny, [1, 2], 3, rows=4000, seed=0)
+What each check proves: ``docs/concepts/exactness.md``; a drafter proved exact, greedy,
+sampled and in distribution: ``docs/guides/drafters.md`` ("Prove it exact").
 """
 
 from __future__ import annotations

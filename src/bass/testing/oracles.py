@@ -1,24 +1,15 @@
 """Naive oracles of the bass ops' contracts: loops over rows, heads and tokens, in float64.
 
-Each function here restates one op's documented contract as directly as possible, so it
-shares no code (and no masking or indexing trick) with any implementation it judges:
-
-* :func:`naive_ragged_attention`: ``torch.ops.bass.ragged_attention``
-  (padded queries ``[B, Hq, T, D]``, ``q_lens``/``kv_lens`` int32 ``[B]``)
-* :func:`naive_ragged_attention_packed`: ``torch.ops.bass.ragged_attention_packed``
-  (packed queries ``[1, Hq, N, D]``, ``cu_q_lens`` int32 ``[B+1]``)
-* :func:`naive_kv_append` / :func:`naive_kv_append_packed`: the caches that
-  ``torch.ops.bass.kv_append`` / ``kv_append_packed`` must leave behind.
+Each function here restates one op's documented contract (``docs/reference/ops.md``; the
+packed layout, with a worked example, in ``docs/concepts/engine.md``) as directly as
+possible, so it shares no code (and no masking or indexing trick) with any implementation
+it judges.
 
 Attention is one ``torch.softmax`` per (row, head, query) over the explicit slice of keys
 that query may see, so a key slot past a row's length is never read: NaN stored there
 cannot reach the oracle's output, and must not reach the op's either. Lengths may be
 int tensors or plain sequences of ints. The loops are slow by design: keep inputs small
 (a few rows, ``S`` and ``N`` up to a few dozen).
-
-Packed worked example: rows feeding 3, 0 and 2 tokens give ``N = 5`` and
-``cu_q_lens = [0, 3, 3, 5]``; tokens 0-2 are row 0's queries 0-2 and tokens 3-4 row 2's
-queries 0-1. A pass padded to ``N = 8`` adds tokens 5-7, which belong to no row.
 """
 
 from __future__ import annotations
