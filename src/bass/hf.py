@@ -179,16 +179,6 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
     return model
 
 
-def _check_routed(model) -> None:
-    if model.config._attn_implementation != ATTN_NAME:
-        # With any other attention the whole (unmasked) cache buffer would be attended to.
-        raise RuntimeError(
-            f"{model_name(model)} is set to attn_implementation="
-            f"{model.config._attn_implementation!r}, not 'bass'; call bass.hf.prepare(model) "
-            "(models sharing a config object with another model change together)"
-        )
-
-
 def forward_packed(
     model: PreTrainedModel,
     cache,  # RaggedKVCache
@@ -209,7 +199,13 @@ def forward_packed(
     inputs and its implementation's per-layer work is traced into the graph (one graph per
     shape, which a CUDA graph can capture).
     """
-    _check_routed(model)
+    if model.config._attn_implementation != ATTN_NAME:
+        # With any other attention the whole (unmasked) cache buffer would be attended to.
+        raise RuntimeError(
+            f"{model_name(model)} is set to attn_implementation="
+            f"{model.config._attn_implementation!r}, not 'bass'; call bass.hf.prepare(model) "
+            "(models sharing a config object with another model change together)"
+        )
     kv_lens = cache.begin_packed(cu_q_lens, lens, plan)
     extra = {} if plan is None else {"bass_plan": plan}
     out = model(

