@@ -39,11 +39,8 @@ def row_id(task_id: str, sample: int) -> int:
     """The row id (``generate(row_ids=...)``, which keys the row's sampled draws with the
     seed) of sample ``sample`` of problem ``task_id``: a function of the two alone, so a
     sample draws the same whichever problems share its generate call, in which order,
-    and under every method (with n-gram drafts or none, bass's keyed sampling then gives
-    every method the same draws: with a float64 model the very same samples; in float32
-    or bfloat16 a pass that verifies drafts computes the logits through differently
-    shaped products, which round differently, so a draw that falls within rounding of a
-    token boundary can pick the neighbouring token and the samples part from there)."""
+    and under every method (the same samples up to float rounding:
+    ``docs/concepts/exactness.md``, "Floating-point rounding")."""
     digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
     return row_key(int.from_bytes(digest, "big") >> (64 - _TASK_BITS), sample)
 
