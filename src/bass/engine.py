@@ -1,66 +1,12 @@
 """The BASS decode loop: lengths -> propose -> verify -> accept -> commit -> learn, for a batch.
 
 :class:`Generator` runs batched speculative decoding on unmodified transformers causal
-LMs whose attention is routed through bass's ragged attention (see :mod:`bass.hf`).
-Every forward pass is *packed* (:mod:`bass.packing`): it feeds only the tokens the rows
-really bring, so the dense layers never compute padding. The loop is device-neutral:
-what one device needs (the CPU's linear-layer layouts) is decided once, when the
-Generator is built, by its backend (:mod:`bass.backends`).
-
-Glossary (one meaning each, everywhere in the engine, the hooks and the docs):
-
-* **prompt** (index ``p``): a row's place in the caller's batch; results come back in
-  prompt order.
-* **slot** (index ``s``): a row of the caches. Slot ``s`` holds prompt
-  ``state.prompt_of[s]``; a finished row's slot goes to the next waiting prompt
-  (continuous batching, :mod:`bass.scheduler`), and once none waits finished rows are
-  compacted away, so slots are renumbered and prompts are not.
-* **active rows** (index ``r``): the slots still generating this step, ascending
-  (``slots[r]``); every per-row list of a step (caps, lengths, drafted, accepted) is in
-  this order.
-* **cap** (``caps[r]``): the most a row may draft (its remaining tokens minus the one
-  the main model always adds); **length** (``lengths[r]``): what the policy allows it
-  (``<= cap``); **drafted** (``drafted[r]``): what the drafter proposed (``<= length``);
-  **accepted** (``accepted[r]``): the drafts verification kept (``<= drafted``).
-
-Between steps, waiting prompts take the slots of finished rows (:mod:`bass.scheduler`:
-their prefill, riding in the next verify pass while other rows run, gives each its first
-token) and rows past their time budget end. One step
-(:meth:`Generator._step`, one screen, read top to bottom) for every active row;
-the plugins' hooks and the data they exchange are declared in :mod:`bass.hooks`:
-
-1) lengths: the drafter's ``offer`` (what an n-gram lookup found), then the policy's
-   ``draft_lengths`` (capped at each row's cap) and its ``early_stop`` (data: a
-   :class:`bass.hooks.EarlyStop` the draft model applies while drafting, or ``None``)
-2) propose: ``drafter.propose(view, lengths)`` returns a :class:`bass.hooks.Proposal` (a
-   draft model: packed passes over the rows still drafting; n-grams: host tokens). A
-   sampling drafter draws coupled: with the key of the position each token would take
-3) verify: the main model scores ``[last, d_1..d_n]`` of all rows in ONE packed pass
-   (with the whole prompts of rows just admitted: their prefill)
-4) accept (:mod:`bass.verify`, :mod:`bass.sampling`): greedy prefix match, keyed draws
-   (deterministic or coupled drafts) or rejection sampling, batched on the device; then
-   the step's one host read (accepted counts, next tokens, non-finite flags and, for
-   device drafts, the drafts)
-5) commit: ``drafter.commit(proposal, accepted)`` (a draft cache keeps its accepted
-   drafts: its length lives in ``state.draft_lens``); rows append their tokens; lengths
-   advance on the host (rejected cache entries are dropped by length only); finished
-   rows (eos, a stop sequence or string, budget) bring no more tokens, and once half the
-   cache's slots are finished they are compacted
-6) learn: the step's one :class:`bass.stats.StepRecord` goes to the statistics and to
-   ``policy.update``
-
-A tensor-parallel group takes every host decision once, on its first rank
-(:mod:`bass.distributed`): the engine asks its coordinator, which in one process does
-nothing, so the loop has no branch for it.
-
-Bookkeeping invariant (``tests/engine/test_engine.py`` checks it after every step): after a
-step, the main cache holds every committed token of an active row except the newest,
-which has been chosen but not yet fed, so its committed length is ``len(seq) - 1``
-(:meth:`bass.batch_state.BatchState.cache_lens`; not stored, derived). The main model
-fed ``[last, d_1..d_n]`` and keeps ``a + 1`` of them. The draft cache holds a prefix of
-the row (``draft_lens[s] <= len(seq[s]) - 1``); the rest is fed at its next draft pass:
-usually one token, two when the row accepted every draft (the draft never fed ``d_n``),
-which is where ragged query lengths come from.
+LMs whose attention is routed through bass's ragged attention (:mod:`bass.hf`). Every
+forward pass is packed (:mod:`bass.packing`), and what one device needs is decided once,
+when the Generator is built, by its backend (:mod:`bass.backends`). The terms (prompt,
+slot, active row, cap, length, drafted, accepted), the step (:meth:`Generator._step`,
+whose comments number its phases) and the bookkeeping invariant are defined in
+docs/concepts/engine.md; the plugins' hooks are declared in :mod:`bass.hooks`.
 """
 
 from __future__ import annotations
@@ -481,7 +427,7 @@ class Generator:
     def _step(self, state, hooks, sampling, stats, slots, waiting: int, fill=()) -> None:
         """One speculative step for the active rows ``slots`` (``waiting`` prompts wait
         for a slot; ``fill``: rows just admitted, whose prefill rides in the verify pass):
-        lengths -> propose -> verify -> accept -> commit -> learn (the module docstring
+        lengths -> propose -> verify -> accept -> commit -> learn (docs/concepts/engine.md
         walks through it)."""
         t_start = time.perf_counter()
         params, gen, seed = sampling
