@@ -1,21 +1,10 @@
 """Draft-length policies: how many tokens to draft per speculative step, as plugins.
 
 A policy subclasses :class:`Policy` (:mod:`bass.hooks` declares its hooks with their
-defaults: ``draft_length()`` or ``draft_lengths(ctx)`` per row, ``early_stop(ctx)`` for a
-per-row early stop, ``update(record)``; :func:`bind` resolves them once per generation)
-and is registered under the ``bass.policies`` entry-point group. Built-ins
-(:mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`):
-
-* ``adaptive`` (:mod:`bass.policies.adaptive`), the default: each row's draft length
-  maximises the batch's expected tokens per second, from measured pass costs and per-row
-  acceptance (never drafts when that is predicted not to pay).
-* ``constant``: always ``k`` tokens (``k=0``: regular decoding).
-* ``bass``: Algorithm 1 of the BASS paper (arXiv 2404.15778), exactly.
-* ``hf-heuristic``: transformers' assisted-generation schedule (+2 / -1).
-* ``confidence``: a fixed cap plus per-row early exit on low draft confidence
-  (training-free, after AdaEDL and DISCO).
-* ``goodput``: maximises expected tokens per second from measured acceptance and timings
-  (after SmartSpec).
+defaults; :func:`bind` resolves them once per generation) and is registered under the
+``bass.policies`` entry-point group. The built-ins (:mod:`bass.policies.adaptive`, the
+default, :mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`), how to choose one
+and how to write one: docs/guides/policies.md.
 
 Typical use::
 

@@ -1,18 +1,14 @@
 """The draft-length policy contract's engine side: :func:`bind` resolves a policy's hooks
 (:class:`bass.hooks.Policy` declares them, with their defaults) once per generation and
 checks what they return; and the small declarative option system the built-in policies
-use to validate their options.
-
-A policy decides how many tokens each row drafts per speculative step (BASS, arXiv
-2404.15778, Section 3.3 "dynamic draft length"); the engine's step asks it once
-(``draft_lengths``, then ``early_stop``) and hands it the step's record (``update``).
-Policies keep per-generation state: make a fresh one (usually with
-:func:`bass.policies.load`) for each ``generate`` call.
+use to validate their options. What a policy decides and when the engine asks it:
+docs/guides/policies.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -209,9 +205,6 @@ def bind(policy: Any) -> PolicyHooks:
         if stop is not None:
             stop = plugins.guard(who, "early_stop", stop)
 
-    def lengths(ctx: DraftContext) -> list[int]:
-        return _checked_lengths(name, per_row, single, ctx)
-
     def early_stop(ctx: DraftContext) -> EarlyStop | None:
         got = stop(ctx) if stop is not None else None
         if got is not None and not isinstance(got, EarlyStop):
@@ -226,4 +219,5 @@ def bind(policy: Any) -> PolicyHooks:
             )
         return got
 
+    lengths = functools.partial(_checked_lengths, name, per_row, single)
     return PolicyHooks(policy, lengths, early_stop, update)
