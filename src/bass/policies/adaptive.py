@@ -98,11 +98,11 @@ class AdaptivePolicy(OptionsMixin, Policy):
     shallow: dict[int, int] = field(init=False, default_factory=dict)
     reach: dict[int, float] = field(init=False, default_factory=dict)  # row -> recent accepted
     last: dict[int, int] = field(init=False, default_factory=dict)  # row -> match length
-    # per row, running averages: committed tokens per step and its variance
     credit: float = field(init=False, default=0.0)  # seconds exploration may still cost
     widest: int = field(init=False, default=0)  # most draft tokens of any step so far
     tie_steps: ClassVar[float] = 0.5  # how uncertain a row's end is, whatever its history
     draft_step: float = field(init=False, default=0.0)  # draft-model seconds per step
+    # per row, running averages: committed tokens per step and its variance
     pace: dict[int, float] = field(init=False, default_factory=dict)
     spread: dict[int, float] = field(init=False, default_factory=dict)
     clock: float | None = field(init=False, default=None)
@@ -228,16 +228,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
         return ks
 
     def explore(self, rows, ks, caps) -> None:
-        """Exploration tokens, added to ``ks`` in place: estimates the allocation stopped
-        testing would otherwise never change. A row left at 0 though it had something to
-        draft for ``probe_every`` steps (then twice that while its probes fail) waits to
-        draft one token; a row drafting short of its cap without a continuation trial
-        (a 1-token draft gives none) for ``probe_every`` steps waits to draft one more.
-        The longest waiting goes first, and only while exploration has cost at most
-        ``probe_budget`` of the time (a token costs ``C(R + 1) - C(R)``); a row whose
-        committed token would save less than that, ``V_r`` < price, is not probed: no
-        acceptance it could show would make the allocation draft it (at batch 8 on a
-        CPU, where the rows end together, such probes cost 2-3% of a generation)."""
+        """Exploration tokens, added to ``ks`` in place (docs/guides/policies.md,
+        "Exploration"). A row whose committed token would save less than a token costs is
+        not probed (at batch 8 on a CPU, where the rows end together, such probes cost
+        2-3% of a generation)."""
         R = len(rows)
         plain = self.cost(R) or 0.0
         # an exploration token costs what one more token adds to the planned pass (on a
@@ -279,10 +273,9 @@ class AdaptivePolicy(OptionsMixin, Policy):
                 self.shallow[rows[r]] = 0
 
     def ends(self, rows, left, waiting: int = 0) -> tuple:
-        """``(steps, pace, tau, c0, c1)``: each row's expected steps to go and tokens per
-        step, the smooth maximum's temperature, and what a pass and a token cost
-        (``left``: each row's remaining token budget). ``waiting`` prompts waiting for a
-        slot: ``tau`` is infinite, the smooth maximum a mean (continuous batching)."""
+        """``(steps, pace, tau, c0, c1)`` (``s_r``, ``p_r``, ``tau``, ``c0``, ``c1`` of
+        docs/guides/policies.md), ``left`` each row's remaining token budget; with prompts
+        ``waiting`` for a slot ``tau`` is infinite (continuous batching)."""
         R = len(rows)
         c0, c1 = self.cost.line()
         # what every step costs: the verify pass's fixed part (with the jump, as often
@@ -298,11 +291,8 @@ class AdaptivePolicy(OptionsMixin, Policy):
         return steps, pace, tau, c0, c1
 
     def values_at(self, ends: tuple) -> list[float]:
-        """``V_r``: the first-order seconds one more committed token of each row saves the
-        batch, from :meth:`ends`: ``c0 w_r / p_r + c1``, ``w_r`` the chance that row ``r``
-        is the last to finish (``1 / R`` each while prompts wait). They rank the draft
-        tokens (and price them for the draft-confidence stop); :meth:`allocate` scores
-        plans jointly from :meth:`ends`."""
+        """``V_r = c0 w_r / p_r + c1`` for each row, from :meth:`ends`: what ranks the
+        draft tokens and prices them for the draft-confidence stop."""
         steps, pace, tau, c0, c1 = ends
         R = len(steps)
         top = max(steps)
@@ -322,16 +312,12 @@ class AdaptivePolicy(OptionsMixin, Policy):
         limit: int | None = None,
         ends: tuple | None = None,
     ) -> list[int]:
-        """The per-row lengths that save the batch the most time, ``rates[r] = (a_r, c_r)``,
-        ``values[r]`` the seconds a committed token of row ``r`` saves (1 each when not
-        given: then the unit is a token), at most ``limit`` draft tokens in all. With
-        ``ends = (steps, pace, tau, c0, c1)`` (:meth:`ends`) a plan's saving is evaluated
-        jointly: ``c0`` times the drop of the batch's end, a smooth maximum
-        ``tau log sum_r exp(s_r / tau)`` of the rows' remaining steps ``s_r`` (each moved
-        forward by its expected committed tokens over ``p_r``), plus ``c1`` per token. A
-        lone row's token in a batch of rows that end together saves little, every row's
-        token together a whole step: values added row by row (``values``) cannot tell the
-        two apart."""
+        """The per-row lengths ``k*`` that save the batch the most time
+        (docs/guides/policies.md, "The choice"), ``rates[r] = (a_r, c_r)``, ``values[r]``
+        the seconds a committed token of row ``r`` saves (1 each when not given: then the
+        unit is a token), at most ``limit`` draft tokens in all. With ``ends``
+        (:meth:`ends`) a plan's saving is ``S(k)``, scored jointly; without, the sum of its
+        tokens' values."""
         R = len(rates)
         values = values or [1.0] * R
         gains = sorted(  # (value, row, position, probability it is committed)

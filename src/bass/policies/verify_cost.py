@@ -1,6 +1,4 @@
-"""``C(N)``, the verify-pass cost model of the ``adaptive`` policy (see
-:mod:`bass.policies.adaptive`): a line in the tokens a pass computes plus a jump for
-verifying drafts, fitted on neighbouring steps, plus each size's own offset."""
+"""``C(N)``, the verify-pass cost model of the ``adaptive`` policy (:class:`VerifyCost`)."""
 
 from __future__ import annotations
 
@@ -105,11 +103,6 @@ class VerifyCost:
         siy, sny = self.sums[3], self.sums[4]
         return a * siy + b * sny, b * siy + c * sny
 
-    def _errors(self) -> tuple[float, float]:
-        a, _, c = self._inverse()
-        noise = self.noise or 0.0
-        return math.sqrt(noise * a), math.sqrt(noise * c)
-
     def _params(self, caution: bool = True) -> tuple[float, float, float]:
         """``(c0, c1, J)`` from one fit (the standard errors added unless
         ``caution=False``); all zeros before the first step."""
@@ -118,25 +111,26 @@ class VerifyCost:
         jump = slope = 0.0
         if self.pairs:
             jump, slope = (max(0.0, x) for x in self._fit())
-            if caution:
-                err_jump, err_slope = self._errors()
-                jump, slope = jump + err_jump, slope + err_slope
+            if caution:  # plus their standard errors
+                a, _, c = self._inverse()
+                noise = self.noise or 0.0
+                jump, slope = jump + math.sqrt(noise * a), slope + math.sqrt(noise * c)
         n, d, y = self.level
         return y - slope * n - jump * d, slope, jump
 
-    def jump(self, caution: bool = True) -> float:
+    def jump(self) -> float:
         """``J``: what verifying drafts adds to a pass besides the tokens (>= 0; plus its
-        standard error unless ``caution=False``)."""
-        return self._params(caution)[2]
+        standard error)."""
+        return self._params()[2]
 
-    def slope(self, caution: bool = True) -> float:
+    def slope(self) -> float:
         """``c1``: seconds per extra token (>= 0; 0 before two steps that differ; plus
-        its standard error unless ``caution=False``)."""
-        return self._params(caution)[1]
+        its standard error)."""
+        return self._params()[1]
 
-    def line(self, caution: bool = True) -> tuple[float, float]:
+    def line(self) -> tuple[float, float]:
         """``(c0, c1)``: intercept and slope (seconds, seconds per token) of plain passes."""
-        return self._params(caution)[:2]
+        return self._params()[:2]
 
     def _at(self, tokens: int, drafting: bool, caution: bool = True) -> float:
         c0, c1, jump = self._params(caution)
