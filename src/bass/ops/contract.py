@@ -4,9 +4,8 @@ kernels: :mod:`bass.ops.plan`; their documentation: :mod:`bass.ops`), and input 
 The oracle every implementation is judged by is the float64 loop of
 :mod:`bass.testing.oracles`, which shares no code with any implementation.
 
-Checks read metadata only, except the length range checks, which read the lengths back
-to the host (a sync on CUDA): those run on concrete tensors in eager mode only, and
-:func:`length_checks` switches them off for callers that build valid lengths (the engine).
+Checks read metadata only, except the length range checks (a host read, a sync on CUDA),
+which run on concrete tensors in eager mode only, unless :func:`length_checks` is off.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT on CUTLASS (CUDA), selectable
-by name (not in ``auto``). Timed on an H100, not yet checked against the reference there.
+by name (not in ``auto``; what was checked where: the Ops page).
 
 Both follow the BASS paper (arXiv 2404.15778, Fig. 4b/4c): two GEMMs with a masked softmax
 (a Triton kernel, :func:`masked_softmax`) between them, per (batch row, KV head); the query
@@ -17,10 +17,9 @@ Both take float16/bfloat16 with ``D % 8 == 0`` (other inputs run the reference),
 pass's tokens gathered into rows (:func:`bass.ops.reference.row_slots`); probabilities are
 rounded to the input dtype before the second GEMM (as in the paper and flash attention).
 
-The kernels live in ``libbass_cutlass.so``, built by ``python cutlass_kernels/build.py``
-into ``$BASS_CUTLASS_CACHE`` (default ``~/.cache/bass/cutlass``) or named by
-``$BASS_CUTLASS_LIB``, loaded with ctypes on first use (import touches no CUDA or nvcc;
-:func:`unavailable_reason` says why it cannot be).
+The kernels live in ``libbass_cutlass.so`` (found by :func:`library_path`), loaded with
+ctypes on first use (import touches no CUDA or nvcc; :func:`unavailable_reason` says why
+it cannot be).
 """
 
 from __future__ import annotations
@@ -67,8 +66,9 @@ def _build_module():
 def library_path() -> tuple[Path | None, str]:
     """The library this process would load, or ``None`` and the reason there is none.
 
-    ``$BASS_CUTLASS_LIB`` wins; otherwise the newest build in the cache whose ABI and
-    arch match, and, in a source checkout, whose sources match the checkout's.
+    ``$BASS_CUTLASS_LIB`` wins; otherwise the newest build in ``$BASS_CUTLASS_CACHE``
+    (default ``~/.cache/bass/cutlass``) whose ABI and arch match, and, in a source
+    checkout, whose sources match the checkout's.
     """
     env = os.environ.get("BASS_CUTLASS_LIB")
     if env:

@@ -1,8 +1,7 @@
-"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer.
-
-``auto``'s pick for compiled and CUDA-graph passes (:data:`bass.ops.plan.AUTO`): the same
-code compiles to Inductor's C++ flex template on the CPU (what the CPU tests check) and its
-Triton template on CUDA (checked against the reference on an H100 in every pass kind).
+"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer (where
+``auto`` picks it, what it needs of the cache and which inputs run the reference instead:
+the Ops page). The same code compiles to Inductor's C++ flex template on the CPU and its
+Triton template on CUDA.
 
 Layout. FlexAttention takes queries ``[B, Hq, T, D]`` over keys ``[B, Hkv, S, D]`` of the
 same batch, so the cache is used as it is (GQA natively) and the pass's tokens are
@@ -19,11 +18,6 @@ Worked example: ``q_lens = [3, 1]``, ``kv_lens = [130, 2]``, ``T = 4``, blocks o
 Row 0's queries sit at positions 127, 128, 129: key block 0 (keys 0..127) is *full* (its
 first query already sees all of it), block 1 *partial* (keys 128, 129, seen by the later
 queries only). Row 1's query sits at position 1: block 0 is partial (keys 0, 1 of it).
-
-Keys past a row's ``kv_len`` inside a partial block are masked out of the scores, but their
-values get a zero weight: a NaN or Inf stored there reaches the output (0 * NaN is NaN).
-bass's caches are zero-initialised; a cache from ``torch.empty`` must be zeroed before use
-with ``flex``. Inputs it does not take (:func:`supports`) run the reference.
 """
 
 from __future__ import annotations

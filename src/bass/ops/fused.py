@@ -1,10 +1,9 @@
 """``fused``: bass's Triton flash-attention kernel over the ragged pass, one launch per
 layer (two with split-KV), beside its launcher and op.
 
-``auto``'s pick on CUDA for eager passes (:data:`bass.ops.plan.AUTO`). The op
-``bass::ragged_attention_fused`` is a ``torch.library.triton_op`` (Inductor sees the
-kernels in a compiled graph); its grid comes from shapes only, so a CUDA graph can capture
-it. Under ``TRITON_INTERPRET=1`` Triton's interpreter runs the kernels on CPU tensors (the
+The op ``bass::ragged_attention_fused`` is a ``torch.library.triton_op`` (Inductor sees
+the kernels in a compiled graph); its grid comes from shapes only, so a CUDA graph can
+capture it. Under ``TRITON_INTERPRET=1`` Triton's interpreter runs the kernels on CPU tensors (the
 CPU tests).
 
 Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //

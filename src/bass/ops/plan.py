@@ -1,21 +1,12 @@
-"""The one dispatch of the ragged-attention family, shaped like FlashInfer's plan/run.
-
-A decoder's forward pass calls attention (and the KV append) once per layer with the same
-lengths. :class:`Plan` does what depends only on them once per pass: it chooses the
-implementation (:func:`resolve`, by device and pass kind) and runs its ``prepare`` (block
-masks, row gathers, per-row masks); every layer's :meth:`Plan.attend` and
-:meth:`Plan.append` then take tensors only. The engine plans each pass from the host
-lengths it holds (:meth:`Plan.for_pass`); the four ops plan each call from their tensors,
-reading the lengths back only where that is free (a CPU) or needed.
+"""The one dispatch of the ragged-attention family, shaped like FlashInfer's plan/run (what
+it does and why: the Ops page's "One family, one dispatch"). :class:`Plan` resolves the
+implementation once per pass and runs its ``prepare``; every layer's :meth:`Plan.attend`
+and :meth:`Plan.append` then take tensors only.
 
 Every implementation sees one layout: flat queries ``[1, Hq, N, D]``, row ``b`` owning
 tokens ``starts[b] .. starts[b] + q_lens[b] - 1``; tokens of no row are padding (output
 0). The packed op's rows are its ``cu_q_lens`` (``starts = cu_q_lens[:-1]``); the padded
 op's ``[B, Hq, T, D]`` queries flattened row after row give ``starts[b] = b * T``.
-
-Pass kinds (:data:`PASS_KINDS`): ``eager``; ``compiled`` (``torch.compile(fullgraph=True)``:
-a traceable implementation's ``run`` is traced into the caller's graph, any other runs as
-the opaque packed op); ``graphs`` (compiled with static shapes: CUDA graphs on CUDA).
 """
 
 from __future__ import annotations
@@ -42,6 +33,8 @@ __all__ = [
     "resolve",
 ]
 
+# the pass kinds (defined on the Ops page); compiled passes trace a traceable implementation's
+# run into the caller's graph and run any other as the opaque packed op
 PASS_KINDS = ("eager", "compiled", "graphs")
 
 

@@ -3,8 +3,7 @@ analogue), planned once per pass from host lengths.
 
 Row ``b``'s ``q_lens[b]`` queries attend to its first ``kv_lens[b]`` keys (bottom-right
 causal), so no padded work is done, except where rows alike share one call
-(:data:`ROW_CALL_POSITIONS`). fp16/bf16 compute in float32, rounded once. Host lengths are free
-on a CPU, where it is ``auto``'s pick for eager passes; on a GPU it is a launch per row.
+(:data:`ROW_CALL_POSITIONS`). fp16/bf16 compute in float32, rounded once.
 """
 
 from __future__ import annotations
