@@ -1,35 +1,8 @@
 """Draft sources: a small draft model (:class:`ModelDrafter`) and n-gram prompt lookup
 (:class:`NGramDrafter`), both :class:`bass.hooks.Drafter` s, and the loader of drafters
-other packages register (a plugin point like the policies).
-
-A drafter's hooks and the data they take are declared in :mod:`bass.hooks`; in one
-:meth:`bass.Generator.generate`::
-
-    drafter.start(state, passes, max_len, device)  # once: the slots, the pass settings
-    drafter.admit(state, slots)                # prompts placed in slots (start, refills)
-    every step, for the active rows (view.slots):
-        drafter.offer(view)                    # optional: what it has for each row
-        drafter.propose(view, lengths)         # -> Proposal (up to lengths[r] tokens)
-        drafter.commit(proposal, accepted)     # after verification
-    drafter.compact(keep)                      # when finished rows leave the caches
-
-Exactness does not depend on the drafter (verification keeps the main model's output),
-but how drafts are verified when sampling does: **deterministic** drafts (n-grams,
-lookups, rules) and **coupled** ones (a sampling drafter drawing each token with
-``view.keys``, the default) are kept while they equal the main model's keyed draws
-(:mod:`bass.sampling`: seeded sampling then equals plain sampling token for token); a
-drafter that samples without the keys (``draft_sampling="rejection"``) returns the
-distributions it drew from (``Proposal.probs``) for rejection sampling. ``bass.testing``
-proves a drafter exact: :func:`bass.testing.assert_greedy_equivalent`,
-:func:`~bass.testing.assert_sampled_equivalent` and
-:func:`~bass.testing.assert_distribution_equivalent`.
-
-A package registers a drafter under the entry-point group ``bass.drafters`` (the
-built-in ``ngram`` is one); ``Generator(main, "name")`` and ``draft = "name"`` in a config
-file then load it::
-
-    [project.entry-points."bass.drafters"]
-    mine = "my_package.drafting:MyDrafter"
+other packages register under the entry-point group ``bass.drafters`` (a plugin point
+like the policies). How to use and write one, its hooks' order in a generation, how its
+drafts are verified and how to prove it exact: docs/guides/drafters.md.
 """
 
 from __future__ import annotations
@@ -45,7 +18,7 @@ from . import hf, plugins
 from .cache import RaggedKVCache
 from .errors import PluginError, PluginLoadError
 from .hooks import Drafter, Offer, Proposal, StepView
-from .sampling import SamplingParams, sample, sample_keyed, warp_probs
+from .sampling import sample, sample_keyed, warp_probs
 
 __all__ = [
     "GROUP",
@@ -64,25 +37,6 @@ __all__ = [
 GROUP = "bass.drafters"
 
 
-def choose(
-    logits: torch.Tensor,
-    params: SamplingParams,
-    generator,
-    need_probs: bool,
-    keys: torch.Tensor | None = None,
-):
-    """Pick the next token from ``logits`` ``[B, V]``: argmax, or a sample from the warped
-    distribution (keyed by ``keys`` int64 ``[B]`` when given, else drawn with
-    ``generator``). Returns ``(tokens [B], probs [B, V] or None)``."""
-    if params.do_sample:
-        probs = warp_probs(logits, params)
-        if keys is not None:
-            return sample_keyed(probs, keys), probs
-        return sample(probs, generator), probs
-    probs = torch.softmax(logits.float(), dim=-1) if need_probs else None
-    return logits.argmax(dim=-1), probs
-
-
 def nonfinite(logits: torch.Tensor) -> torch.Tensor:
     """bool ``[...]``: positions of ``logits`` ``[..., V]`` that are unusable: any NaN or
     +Inf, or every logit -Inf (a single -Inf is a masked token and fine). One reduction
@@ -95,22 +49,14 @@ class ModelDrafter(Drafter):
 
     ``tokens``: the ids the draft may propose (default: all of its logits) and
     ``out_vocab``: the width of the distributions it hands the verifier (the main model's
-    logits; default: its own). They differ for a tokenizer whose embedding matrices were
-    padded to different sizes (Qwen2.5 7B+ and 0.5B-3B: 152064 and 151936 rows, 151665
-    tokens): the draft then proposes only real tokens, its distribution is zero elsewhere,
-    and a main-model token the draft cannot embed (a padding id, which a trained model
-    never emits) is fed to it as id 0: a wrong context only makes its drafts worse, and
-    verification keeps the output exact either way.
+    logits; default: its own). They differ for embedding matrices padded to different
+    sizes (docs/guides/drafters.md, "Vocabularies"): its distribution is then zero past
+    ``tokens``, and a main-model token it cannot embed is fed to it as id 0.
 
-    Bookkeeping (the engine's invariant, draft side): before a step the draft cache holds
-    ``seq[:draft_lens[slot]]`` of each slot (``state.draft_lens``), and the rest of the row
-    (the *pending* tokens, usually one, two after a row accepted everything) is fed first;
-    then each drafted token but the last. A row that kept ``a`` drafts keeps
-    ``len(seq) + a`` entries at most (:meth:`commit`): lowering the length is the whole
-    rollback.
-
-    Every draft pass is packed (:mod:`bass.packing`): only the rows still drafting bring
-    tokens, so a row whose draft length is reached costs the pass nothing.
+    Before a step the draft cache holds ``seq[:draft_lens[slot]]`` of each slot (the draft
+    side of the bookkeeping invariant, docs/concepts/engine.md): the rest of the row (the
+    *pending* tokens) is fed first, then each drafted token but the last, in packed passes
+    over the rows still drafting (:mod:`bass.packing`).
     """
 
     name = "model"
@@ -208,9 +154,15 @@ class ModelDrafter(Drafter):
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
-            keys = view.keys[index, j] if view.keys is not None else None  # [len(order)]
-            tok, probs = choose(logits, params, view.generator, stop is not None, keys)
-            if params.do_sample and keys is None:  # rejection sampling: what it drew from
+            if not params.do_sample:
+                tok = logits.argmax(dim=-1)
+                probs = torch.softmax(logits.float(), dim=-1) if stop is not None else None
+            elif view.keys is not None:  # coupled: the keys of the positions they would take
+                probs = warp_probs(logits, params)
+                tok = sample_keyed(probs, view.keys[index, j])  # [len(order)]
+            else:  # rejection sampling: what it drew from
+                probs = warp_probs(logits, params)
+                tok = sample(probs, view.generator)
                 if probs_out is None:  # the main model's width (zero past the draft's)
                     probs_out = probs.new_zeros(R, K, self.out_vocab)
                 probs_out[index, j, : probs.shape[-1]] = probs
@@ -267,14 +219,10 @@ class NGramDrafter(Drafter):
     """Prompt-lookup drafting: no draft model.
 
     For each row, find the most recent earlier occurrence of the row's last ``n`` tokens
-    (``n`` from ``max_ngram`` down to ``min_ngram``) in its prompt and text so far, and
-    propose the tokens that followed it. With ``siblings=True`` (the default) rows that
-    share a prompt (``n`` samples of one prompt, the multi-response case BASS exists for)
-    also search each other's generated text (the ``max_siblings`` nearest ones, finished
-    rows included) when their own text offers a shorter continuation. Its proposals are
-    deterministic (a one-hot draft distribution: a token is accepted with probability
-    ``p(token)``), and under sampling the engine verifies them against the main model's
-    keyed draws (:mod:`bass.sampling`), so they never change a sample.
+    (``n`` from ``max_ngram`` down to ``min_ngram``) in its prompt and text so far (and,
+    with ``siblings``, in the text of up to ``max_siblings`` rows sharing its prompt:
+    docs/guides/drafters.md), and propose the tokens that followed it. Its proposals are
+    deterministic: under sampling they are verified against the main model's keyed draws.
 
     Matching uses a per-row index from each token to the positions where it occurs, kept
     up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of
