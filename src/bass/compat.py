@@ -100,12 +100,9 @@ def tensor_parallel_kwargs(tp: int, dp: int = 1) -> dict:
         return {"distributed_config": DistributedConfig(tp_size=tp, **extra)}
     import torch.distributed as dist
 
-    mesh = dist.init_device_mesh(_mesh_device(), (dp, tp), mesh_dim_names=("dp", "tp"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    mesh = dist.init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
     return {"tp_plan": "auto", "tp_size": tp, "device_mesh": mesh["tp"]}
-
-
-def _mesh_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def tp_size(model: torch.nn.Module) -> int:

@@ -1,28 +1,10 @@
-"""Scale-out on ``torch.distributed``: tensor-parallel main models and data-parallel jobs.
+"""Scale-out on ``torch.distributed``: tensor-parallel main models and data-parallel jobs,
+launched with ``torchrun`` (the grid ``world = dp x tp``, what keeps the ranks together
+and how to launch: docs/guides/scale-out.md).
 
-Launch with ``torchrun`` (one process per device, or per CPU group). The world is a grid
-``world = dp x tp``: ranks ``g*tp .. g*tp + tp - 1`` form tensor-parallel group ``g``
-(consecutive ranks, as transformers' device mesh lays them out), and the ``dp`` groups
-each generate their own share of the prompts.
-
-* **Tensor parallel** (``tp > 1``): the main model is sharded by transformers itself
-  (:func:`bass.models.load_tensor_parallel`, through
-  :func:`bass.compat.tensor_parallel_kwargs`); each rank's cache and attention hold its
-  local heads; a draft model is replicated. Every rank of a group runs the same passes, so
-  every host decision of a step (the policy's draft lengths and early stops, the time
-  budget, the seed) is taken by the group's first rank and shared in one small collective
-  per step on a CPU (gloo) group (:class:`Coordinator`); :meth:`Coordinator.agree` checks
-  at the start of each generation that every rank got the same prompts and settings.
-* **Data parallel** (``dp > 1``): :func:`shard` gives each group a contiguous share of
-  the prompts (all samples of one prompt stay together: siblings share n-gram text);
-  :func:`gather` brings the results back to rank 0 in the original order. Sampled rows
-  are keyed by their global index (``generate(row_ids=...)``), so a seeded job draws the
-  same samples however it is split.
-
-Collectives have a timeout (:func:`init`'s ``timeout``): a rank that dies (under
-``torchrun``, the others are then stopped) or stops answering ends the others with an
-error after at most that long, never a hang. Tested on CPU with gloo and 2 ranks; NCCL
-has not run yet (no GPU run so far).
+A TP group's host decisions are taken by its first rank and shared on a gloo group
+(:class:`Coordinator`); :func:`shard` and :func:`gather` split the prompts over the
+data-parallel groups and bring the results back to rank 0 in order.
 """
 
 from __future__ import annotations
