@@ -1,16 +1,7 @@
 """The ``goodput`` draft-length policy: pick the ``k`` that maximises expected generated
-tokens per second, from running estimates of acceptance and of draft/verify cost.
-
-In the spirit of SmartSpec (arXiv 2406.14066, "Optimizing Speculative Decoding for
-Serving Large Language Models Using Goodput"), with the usual i.i.d. acceptance model of
-speculative decoding (Leviathan et al., arXiv 2211.17192): each drafted token is accepted
-with probability ``alpha`` independently, and a row's verification stops at the first
-rejection. With ``k`` drafted tokens a row then yields, counting the target's bonus or
-correction token,
-
-    E[tokens | k, alpha] = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)
-
-(``k + 1`` when ``alpha = 1``), for a step costing ``k * t_draft + t_verify(k)``.
+tokens per second, from running estimates of acceptance and of draft/verify cost, after
+SmartSpec (arXiv 2406.14066); the model and its estimates: docs/guides/policies.md
+("How goodput chooses").
 """
 
 from __future__ import annotations
@@ -38,28 +29,9 @@ def expected_tokens(k: int, alpha: float) -> float:
 @dataclass
 class GoodputPolicy(OptionsMixin, Policy):
     """Cost-aware draft length: ``k`` in ``0..k_max`` maximising
-    ``E[tokens | k, alpha] / (k * t_draft + t_verify(k))`` (see the module docstring).
-
-    Estimates, each a running EMA whose newest observation weighs ``ema``:
-
-    * ``alpha``: the maximum-likelihood estimate under the i.i.d. model, successes over
-      Bernoulli trials. A row that accepted ``x`` of ``d`` drafted tokens observed ``x``
-      successes in ``x + (1 if x < d else 0)`` trials (everything after the first
-      rejection is unobserved). The EMAs of the step's successes and trials are kept
-      separately and divided. (The naive accepted/drafted ratio would be biased low:
-      ``alpha = 0.8, k = 8`` gives ``3.33 / 8 = 0.42``.)
-    * ``t_draft``: seconds per draft forward pass, ``draft_seconds`` divided by the
-      step's longest per-row draft.
-    * ``t_verify(k)``: an EMA of ``verify_seconds`` per observed ``k`` (a ``k = 0`` step's
-      ``verify_seconds`` is its plain decoding forward pass), and a least-squares line
-      ``a + b * (k + 1)`` through those per-``k`` values (``a, b >= 0``) to predict every
-      ``k``; with a single observed ``k`` it is flat, which is what batched verification
-      of a few extra positions mostly is (memory-bound).
-
-    Until ``alpha``, ``t_draft`` and ``t_verify`` are all known (including when the engine
-    reports no timings: zero seconds count as "not measured") it drafts ``k0``. At ``k = 0``
-    nothing about the draft is measured, so after ``probe_every`` consecutive steps at 0 it
-    drafts 1 token once to re-estimate. Ties go to the smaller ``k``.
+    ``E[tokens | k, alpha] / (k * t_draft + t_verify(k))``, ``k0`` until every estimate
+    is measured, one probing token after ``probe_every`` steps at 0, ties to the smaller
+    ``k`` (docs/guides/policies.md, "How goodput chooses").
 
     >>> p = GoodputPolicy()
     >>> for k in (4, 8, 8):  # every row accepts everything: alpha = 1
