@@ -37,7 +37,6 @@ __all__ = [
     "admit_rows",
     "admit_waiting",
     "first_read",
-    "first_tokens",
     "hand_over",
     "prefill",
     "rides",
@@ -163,7 +162,7 @@ def admit_waiting(gen, state, queue: Queue, sampling, stats) -> list[int]:
 def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = False) -> None:
     """Fill the caches' rows ``slots`` with the prompts just admitted there (the main
     model's prefill, then the drafter's, unless :func:`admit_rows` did it), and append each
-    row's first token (:func:`first_tokens`)."""
+    row's first token (:func:`first_read`)."""
     if not slots:  # none admitted (a group waits for more free slots)
         return
     t = time.perf_counter()
@@ -200,14 +199,21 @@ def admit_rows(gen, state, slots: list[int], stats) -> None:
 
 
 def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
-    """The first tokens and non-finite flags (int64 ``[2F]``, for a host read) of the
-    rows ``fill`` just prefilled (in a verify pass they rode in, or their own), from their
-    prompts' last logits ``[F, V]``; ``None`` without such rows."""
+    """The first tokens (the argmax, or a keyed draw) and non-finite flags (int64
+    ``[2F]``, for a host read) of the rows ``fill`` just prefilled (in a verify pass they
+    rode in, or their own), from their prompts' last logits ``[F, V]``; ``None`` without
+    such rows."""
     if not fill:
         return None
     params, _, seed = sampling
-    row_ids = [state.row_ids[state.prompt_of[s]] for s in fill]
-    return torch.cat([first_tokens(logits, params, seed, row_ids), nonfinite(logits).long()])
+    if not params.do_sample:
+        first = logits.argmax(dim=-1)
+    else:  # drawn with the key of (seed, row id, position 0), as any other draw
+        row_ids = [state.row_ids[state.prompt_of[s]] for s in fill]
+        keys = position_keys(seed, row_ids, [0] * len(row_ids), 1)
+        keys_t = torch.tensor(keys, dtype=torch.int64).to(logits.device, non_blocking=True)
+        first = sample_keyed(warp_probs(logits, params), keys_t)
+    return torch.cat([first, nonfinite(logits).long()])
 
 
 def take_first(main, state, fill: list[int], host: list[int], stats=None) -> None:
@@ -220,16 +226,6 @@ def take_first(main, state, fill: list[int], host: list[int], stats=None) -> Non
     state.append(fill, [[t] for t in host[:F]])
     if stats is not None:
         stats.riding_admissions += 1
-
-
-def first_tokens(logits, params, seed: int, row_ids: list[int]) -> torch.Tensor:
-    """New rows' first tokens from their prompts' last logits ``[P, V]``: the argmax, or
-    drawn with the key of (seed, row id, position 0) as any other draw."""
-    if not params.do_sample:
-        return logits.argmax(dim=-1)
-    keys = position_keys(seed, row_ids, [0] * len(row_ids), 1)
-    keys_t = torch.tensor(keys, dtype=torch.int64).to(logits.device, non_blocking=True)
-    return sample_keyed(warp_probs(logits, params), keys_t)
 
 
 def hand_over(state) -> Iterator[FinishedRow]:

@@ -1,7 +1,7 @@
 """A speculative step's verification: the verify pass's inputs (:func:`verify_pass`) and
 the verdict on every active row's drafts (:func:`accept`), plus the checks a drafter's
 proposal must pass (:func:`check_proposal`). The engine (:mod:`bass.engine`) calls them
-in its step's phases 2-4; the terms are its glossary's.
+in its step's phases 2-4; the terms are docs/concepts/engine.md's.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def verify_pass(
         extra["drafts"] = Extra(pad, (R, K))
     else:  # drafts on the device: gathered into the packed order there (new rows'
         ids = None  # prompts after the [R, K+1] table)
-        new = {s: R * (K + 1) + i for s, i in zip(fill, _starts(state.seqs, fill))}
+        starts = itertools.accumulate((len(state.seqs[s]) for s in fill), initial=R * (K + 1))
+        new = dict(zip(fill, starts))  # each new row's prompt, after the [R, K+1] table
         flat_ix = [
             i
             for s in sorted([*slots, *fill])
@@ -145,11 +146,6 @@ def verify_pass(
     else:
         drafts = e["drafts"]
     return VerifyPass(batch, e["index"], e["drafted"], drafts, e.get("keys"), start, len(fill))
-
-
-def _starts(seqs, fill: Sequence[int]) -> list[int]:
-    """Where each new row's prompt starts among the new rows' prompts, concatenated."""
-    return [0, *itertools.accumulate(len(seqs[s]) for s in fill)][: len(fill)]
 
 
 def accept(
