@@ -282,29 +282,6 @@ class Acceptance:
     next_tokens: torch.Tensor  # int64 [B]: correction if accepted < draft_lens, else bonus
 
 
-def _check_draft_inputs(
-    draft_tokens: torch.Tensor, target: torch.Tensor, draft_lens: torch.Tensor, what: str
-) -> tuple[int, int]:
-    """Validate shapes and dtypes (metadata only, no sync); returns ``(B, K)``."""
-    if draft_tokens.dim() != 2 or draft_tokens.dtype != torch.int64:
-        raise ValueError(
-            f"draft_tokens must be int64 [B, K], got {draft_tokens.dtype} "
-            f"{list(draft_tokens.shape)}"
-        )
-    b, k = draft_tokens.shape
-    if target.dim() != 3 or target.shape[:2] != (b, k + 1):
-        raise ValueError(
-            f"{what} must be [B, K+1, V] = [{b}, {k + 1}, V] for draft_tokens "
-            f"{list(draft_tokens.shape)}, got {list(target.shape)}"
-        )
-    if draft_lens.shape != (b,) or draft_lens.dtype not in (torch.int32, torch.int64):
-        raise ValueError(
-            f"draft_lens must be int32 or int64 [B] = [{b}], got {draft_lens.dtype} "
-            f"{list(draft_lens.shape)}"
-        )
-    return b, k
-
-
 def _accept_prefix(accept: torch.Tensor) -> torch.Tensor:
     """Length of the all-True prefix of each row: bool ``[B, K]`` -> int64 ``[B]``."""
     return accept.long().cumprod(dim=1).sum(dim=1)
@@ -322,10 +299,8 @@ def greedy_accept_ids(
     ``draft_tokens`` int64 ``[B, K]`` (slots ``>= draft_lens[b]`` are padding, any value,
     even one outside the vocabulary);
     ``draft_lens`` int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked: that
-    would sync). With keyed draws (:func:`sample_keyed` with :func:`position_keys`) a
-    deterministic draft is accepted with probability ``p(d)`` and the token emitted on
-    rejection is ``p`` given ``!= d``: :func:`speculative_accept`'s rule for a one-hot
-    draft, and every committed token is the draw at its position."""
+    would sync). Against keyed draws this is :func:`speculative_accept`'s rule for a
+    one-hot draft (docs/concepts/exactness.md)."""
     k = draft_tokens.shape[1]
     if target_ids.shape != (draft_tokens.shape[0], k + 1):
         raise ValueError(
@@ -368,7 +343,22 @@ def speculative_accept(
         generator: source of randomness on the probabilities' device (default: torch's
             global one).
     """
-    b, k = _check_draft_inputs(draft_tokens, target_probs, draft_lens, "target_probs")
+    if draft_tokens.dim() != 2 or draft_tokens.dtype != torch.int64:
+        raise ValueError(
+            f"draft_tokens must be int64 [B, K], got {draft_tokens.dtype} "
+            f"{list(draft_tokens.shape)}"
+        )
+    b, k = draft_tokens.shape
+    if target_probs.dim() != 3 or target_probs.shape[:2] != (b, k + 1):
+        raise ValueError(
+            f"target_probs must be [B, K+1, V] = [{b}, {k + 1}, V] for draft_tokens "
+            f"{list(draft_tokens.shape)}, got {list(target_probs.shape)}"
+        )
+    if draft_lens.shape != (b,) or draft_lens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(
+            f"draft_lens must be int32 or int64 [B] = [{b}], got {draft_lens.dtype} "
+            f"{list(draft_lens.shape)}"
+        )
     v = target_probs.shape[-1]
     if draft_probs.shape != (b, k, v):
         raise ValueError(
