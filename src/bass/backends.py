@@ -1,26 +1,14 @@
 """Device tuning, chosen once when a :class:`bass.Generator` is built.
 
 The engine loop, the drafters and the transformers integration are device-neutral: what
-is specific to one device lives behind :class:`Backend`, which the Generator asks three
-things, once:
-
-* :meth:`Backend.prepare`: make the models ready (e.g. measure and install the CPU's
-  linear-layer layouts);
-* :meth:`Backend.wrap`: the function that runs one packed forward pass (a backend may
-  frame every pass, e.g. to route the linear layers);
-* :meth:`Backend.logits_multiple`: the multiple of logit rows a pass of a model computes
-  (a CPU BLAS computes 4 rows of an lm head in torch's layout faster than 2 or 3).
-
-and reports what it chose in :meth:`Backend.describe` (``res.stats.backend``, ``bass
-ops``). Two backends exist:
-
-* :class:`GenericBackend`: no device tuning (CUDA, and any device without its own).
-  CUDA graphs are a compile option of the Generator (``compile="reduce-overhead"``).
-* :class:`CPUBackend`: each linear layer in the layout measured fastest for the pass's row
-  count (:mod:`bass.cpu_linear`). Its packed layout keeps a second copy of the weights,
-  so it is used only when the copies fit a stated budget of the free memory
-  (:data:`PACKED_MEMORY_SHARE` of it by default): a 7B model in float32 (28 GB) on a
-  machine with 32 GB free gets the copy-free layouts instead of an out-of-memory crash.
+is specific to one device lives behind :class:`Backend` (its methods say what the
+Generator asks of it, once), which reports what it chose in :meth:`Backend.describe`
+(``res.stats.backend``, ``bass ops``). :class:`GenericBackend` does no device tuning
+(CUDA graphs are a compile option of the Generator, ``compile="reduce-overhead"``);
+:class:`CPUBackend` puts each linear layer in the layout measured fastest for the pass's
+row count, its packed copies only within a stated budget of the free memory
+(:data:`PACKED_MEMORY_SHARE`): a 7B model in float32 (28 GB) on a machine with 32 GB
+free gets the copy-free layouts instead of an out-of-memory crash.
 """
 
 from __future__ import annotations
@@ -140,7 +128,7 @@ class CPUBackend(Backend):
         return 4
 
     def prepare(self, models: list[torch.nn.Module]) -> None:
-        from . import cpu_linear
+        from . import compat, cpu_linear
 
         mode = self.mode
         if mode == "auto":
@@ -154,7 +142,7 @@ class CPUBackend(Backend):
                     f"packed copies would take up to {need / 2**20:.0f} MiB, over the budget "
                     f"of {self.memory_share:.0%} of the free memory ({have})"
                 )
-        if _sharded(models[0]):
+        if compat.tp_group(models[0]) is not None:
             # a tensor-parallel model's linear layers are transformers' own (sharded
             # weights, its communication around them): F.linear, for the draft too
             mode = "torch"
@@ -215,9 +203,3 @@ def select_backend(
         return CPUBackend(mode=cpu_linear)
     _check_mode(cpu_linear)
     return GenericBackend()
-
-
-def _sharded(model: torch.nn.Module) -> bool:
-    from .compat import tp_group
-
-    return tp_group(model) is not None
