@@ -78,16 +78,11 @@ class Generator:
             ``F.linear`` as is. Ignored off the CPU.
         backend: a :class:`bass.backends.Backend` instead of the one chosen for the main
             model's device (e.g. ``CPUBackend(memory_share=0.25)``).
-        draft_sampling: how a sampling drafter's tokens are drawn and verified.
-            ``"coupled"`` (default): each draft token is drawn with the keyed noise of the
-            position it would take, the draw the main model makes there
-            (:class:`bass.hooks.StepView`), and kept while the two agree: every
-            sampled row equals plain sampling with the same seed, whatever the drafter,
-            the policy or the batch (:func:`bass.testing.assert_sampled_equivalent`).
-            ``"rejection"``: rejection sampling (Leviathan et al.): the same distribution,
-            a draft kept with probability ``min(1, p/q)``, but which sample comes out
-            depends on the draft lengths, so on the batch. ``bench/coupling.py`` measures
-            how often each accepts a draft token.
+        draft_sampling: how a sampling drafter's tokens are drawn and verified:
+            ``"coupled"`` (default: each with the keyed draw of the position it would
+            take, kept while it equals the main model's; every sampled row equals plain
+            sampling with the same seed) or ``"rejection"`` (rejection sampling; which
+            sample comes out depends on the batch): docs/concepts/exactness.md.
         shared_vocab: a draft model whose logit count differs from the main model's only
             by embedding padding: the tokenizer's length (see :mod:`bass.drafters`).
 
