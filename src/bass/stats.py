@@ -16,7 +16,7 @@ class StepRecord:
     """One speculative step, recorded once: the statistics keep it (``stats.steps``) and
     the policy learns from it (:meth:`bass.policies.Policy.update`).
 
-    Per active row, in the step's order (the engine's glossary, :mod:`bass.engine`):
+    Per active row, in the step's order (terms: docs/concepts/engine.md):
     ``prompts`` (each row's prompt index), ``drafted`` (tokens the drafter proposed,
     ``<=`` the row's length) and ``accepted`` (drafts verification kept, ``<= drafted``).
     ``draft_length``: the largest length this step (``0``: regular decoding);
