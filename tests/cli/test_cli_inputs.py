@@ -270,10 +270,14 @@ def test_humaneval_names_a_too_long_problem_by_its_task_id(
     assert out.read_text() == ""
 
 
-def test_a_config_eos_outside_the_vocabulary_names_the_file_and_key(model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("command", ["generate", "eval humaneval"])
+def test_a_config_eos_outside_the_vocabulary_names_the_file_and_key(
+    model_dir, tmp_path, capsys, toy_problems, command
+):
     cfg = tmp_path / "eos.toml"
     cfg.write_text("[generation]\neos_token_id = 1000\n")
-    rc, _, err = run(capsys, f"generate --main {model_dir} --config {cfg} --max-new-tokens 2", "hi")
+    args = f"{command} --main {model_dir} --config {cfg} --max-new-tokens 2 --draft none"
+    rc, _, err = run(capsys, args, *(["hi"] if command == "generate" else []))
     assert rc == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"bass: error: {cfg}: [generation].eos_token_id = 1000 is not allowed")

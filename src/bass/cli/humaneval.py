@@ -77,6 +77,8 @@ DEFAULT_CHUNK_ROWS = 256
 
 def cmd_humaneval(args) -> int:
     """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
+    from ..options import check_config_eos
+
     n = _check_flags(args)
     check_batch_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
@@ -90,6 +92,7 @@ def cmd_humaneval(args) -> int:
     main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
+    check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
     batch = dict(max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib)
     if kwargs.get("do_sample") and kwargs.get("seed") is None:
