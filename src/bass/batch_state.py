@@ -90,7 +90,6 @@ class BatchState:
         self.row_ids = list(range(len(prompts)))  # per prompt: what keys its sampled draws
         self.finished: list[int] = []  # prompts ended since last handed over (in order)
         self.tokens = 0  # the new tokens of the rows handed over
-        self.keep = True  # False: a handed-over row's lists are released (a stream)
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
         if slots is None:  # every prompt in its own slot, in order
             for s in range(n):

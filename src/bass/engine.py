@@ -384,7 +384,7 @@ class Generator:
         )
         stats.max_rows = slots
         state = BatchState([list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots)
-        state.row_ids, state.keep = job.row_ids, job.keep  # what keys each prompt's draws
+        state.row_ids = job.row_ids  # what keys each prompt's sampled draws
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(slots, job.max_len, n_layers, device)
         if self.drafter is not None:
@@ -394,7 +394,7 @@ class Generator:
         # 2) steps until every row has finished: waiting prompts take the slots of finished
         #    rows (their prefill first), rows past their time budget stop where they are
         while True:
-            yield from scheduler.hand_over(state)  # first: before a prefill that may fail
+            yield from scheduler.hand_over(state, job.keep)  # first: before a prefill fails
             first = stats.admissions == 0
             # admitted rows: prefilled now, or riding in this step's verify pass (fill)
             fill = scheduler.admit_waiting(self, state, queue, sampling, stats)
@@ -402,7 +402,7 @@ class Generator:
                 self._mark_static()  # the buffers (the first prefill's) must not move
             running = [s for s in state.active() if s not in fill]
             slots = queue.expire(state, running, time_budget, self.coord.share)
-            yield from scheduler.hand_over(state)  # ended by their first token or the time
+            yield from scheduler.hand_over(state, job.keep)  # ended by a first token, the time
             if not slots:
                 if fill:  # no verify pass to ride in after all: a prefill pass of their own
                     scheduler.prefill(self, state, fill, sampling, stats, admitted=True)

@@ -228,12 +228,13 @@ def take_first(main, state, fill: list[int], host: list[int], stats=None) -> Non
         stats.riding_admissions += 1
 
 
-def hand_over(state) -> Iterator[FinishedRow]:
-    """The rows finished since the last hand-over, as :class:`bass.FinishedRow` s."""
+def hand_over(state, keep: bool = True) -> Iterator[FinishedRow]:
+    """The rows finished since the last hand-over, as :class:`bass.FinishedRow` s; without
+    ``keep`` (a stream) nothing of a row is kept once handed over."""
     done, state.finished = state.finished, []
     for p in done:
         out = state.outputs[p]
         state.tokens += len(out)
-        if not state.keep:  # a stream's row is the caller's now: nothing of it is kept
+        if not keep:  # a stream's row is the caller's now
             state.outputs[p] = state.by_prompt[p] = None
-        yield FinishedRow(p, list(out) if state.keep else out, state.reasons[p])
+        yield FinishedRow(p, list(out) if keep else out, state.reasons[p])
