@@ -91,8 +91,10 @@ def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **ten
     """``rows``: ``(name, tensor)`` of the per-row counts (``cu_q_lens`` ``[B+1]`` when
     ``packed``), ``other``: the ``[B]`` lengths; all on the device of ``tensors``."""
     rows = ("cu_q_lens", rows[1]) if packed else rows
-    for (name, t), size in ((rows, B + packed), (other, B)):
-        what = "[B+1]" if size > B else "[B]"
+    # decided by the Python bool, never `size > B` or `B + False`: with a symbolic B those
+    # fold to sympy's false, which torch 2.11's guards cannot take (opcheck's dynamic test)
+    for (name, t), offsets in ((rows, packed), (other, False)):
+        size, what = (B + 1, "[B+1]") if offsets else (B, "[B]")
         if not isinstance(t, torch.Tensor):
             raise TypeError(
                 f"{name} must be an int32 tensor of shape {what}, got {type(t).__name__}"
@@ -102,7 +104,7 @@ def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **ten
                 f"{name} must be int32 (got {t.dtype}); convert with {name}.to(torch.int32)"
             )
         if t.dim() != 1 or t.shape[0] != size:
-            why = f" (row offsets, starting at 0; B = {B} rows in the cache)" if size > B else ""
+            why = f" (row offsets, starting at 0; B = {B} rows in the cache)" if offsets else ""
             raise ValueError(f"{name} must have shape {what} = [{size}]{why}, got {_shape(t)}")
     tensors.update((rows, other))
     if len({t.device for t in tensors.values()}) > 1:
