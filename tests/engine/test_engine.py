@@ -330,7 +330,7 @@ def test_compiled_models_of_one_class_keep_their_own_graphs():
         with torch.no_grad():  # the second round: other weights, the same graphs
             main.model.layers[1].mlp.down_proj.weight.mul_(4.0)
     compiled = gen.passes.forward.__wrapped__  # inside the CPU backend's framing
-    assert compiled.per_model == (len(compiled._regions) == 2)
+    assert len(compiled._regions) == 2  # a compiled wrapper per model (torch < 2.13 too)
     assert counter.frame_count <= 16
 
 

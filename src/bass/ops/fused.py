@@ -287,6 +287,18 @@ def interpreted() -> bool:
     return isinstance(_ragged_attention_fwd, InterpretedFunction)
 
 
+def _launch(kernel):
+    """``wrap_triton(kernel)``, which traces into compiled graphs; torch 2.11 refuses the
+    interpreter's kernels there (``InterpretedFunction``), so under ``TRITON_INTERPRET=1``
+    it gets the kernel itself, which runs the same in eager calls."""
+    try:
+        return wrap_triton(kernel)
+    except RuntimeError:
+        if not interpreted():
+            raise
+        return kernel
+
+
 def fused_attention(
     q, k, v, starts, q_lens, kv_lens, scale: float, *, split=None, block_m=None, block_n=None
 ) -> torch.Tensor:
@@ -345,7 +357,7 @@ def fused_attention(
     f32 = dict(dtype=torch.float32, device=q.device)
     part_out = torch.zeros((splits, Hq, N, D) if use_split else 0, **f32)
     part_lse = torch.full((splits, Hq, N) if use_split else (0,), float("-inf"), **f32)
-    wrap_triton(_ragged_attention_fwd)[(blocks, Hkv, splits if use_split else 1)](
+    _launch(_ragged_attention_fwd)[(blocks, Hkv, splits if use_split else 1)](
         q, k, v, starts, q_lens, kv_lens, out, part_out, part_lse,
         scale * LOG2E, B, N, D,
         *q.stride()[1:], *k.stride(), *v.stride(), *out.stride()[1:3],
@@ -355,7 +367,7 @@ def fused_attention(
     )  # fmt: skip
     if use_split:
         block_t = min(16, _next_pow2(N))
-        wrap_triton(_ragged_attention_combine)[(Hq, triton.cdiv(N, block_t), 1)](
+        _launch(_ragged_attention_combine)[(Hq, triton.cdiv(N, block_t), 1)](
             part_out, part_lse, out, Hq, N, D, splits, *out.stride()[1:3],
             BLOCK_T=block_t, BLOCK_D=bd, num_warps=4,
         )  # fmt: skip
