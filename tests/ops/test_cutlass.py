@@ -392,7 +392,7 @@ def test_gpu_strided_inputs_and_fallback(name):
     big_k[:, :, : k.shape[2]], big_v[:, :, : k.shape[2]] = k, v
     args = (qt, big_k[:, :, : k.shape[2]], big_v[:, :, : k.shape[2]], ql, kl, scale)
     out = torch.ops.bass.ragged_attention(*args, impl=name)
-    assert out.stride() == qt.stride()
+    assert out.is_contiguous()  # the op's contract: contiguous whatever q's strides
     _check(out, args)
     f32 = (q.float(), k.float(), v.float(), ql, kl, scale)
     assert torch.equal(

@@ -22,6 +22,7 @@ from test_triton_fused import (
     EDGE,
     HAS_TRITON,
     INTERPRETED,
+    TOLERANCES,
     check_fused,
     fused_padded,
     reference_padded,
@@ -234,8 +235,13 @@ def test_gpu_compiles_fullgraph_without_breaks(case, dynamic):
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert explanation.graph_count == 1
     compiled = torch.compile(fused_step, fullgraph=True, dynamic=dynamic)
+    # Not bit-identical to eager: on an H100 (2026-11-27) one bf16 output of 49,152, near
+    # zero, differed by 3.8e-5; so both within bf16's tolerance of each other, as against
+    # the reference (the scale reaches the kernel through Inductor, not as a Python float)
+    rtol, atol = TOLERANCES[torch.bfloat16]
     with torch.no_grad():
-        torch.testing.assert_close(compiled(*args), fused_step(*args))
+        got, eager = compiled(*args).float(), fused_step(*args).float()
+    torch.testing.assert_close(got, eager, rtol=rtol, atol=atol * float(args[3].abs().max()))
     torch._dynamo.reset()
 
 
