@@ -13,13 +13,14 @@
 #   env     device, capability, versions, what impl="auto" runs on CUDA per pass kind
 #   smoke   the CUDA default against the reference: one verify pass eager, compiled and
 #           under CUDA graphs; the engine's greedy rows through it
-#   tests   the CUDA tests (-m gpu), at most 6 hypothesis examples each (HYPOTHESIS_PROFILE=gpu)
+#   tests   the CUDA tests (-m gpu), at most 6 hypothesis examples each (HYPOTHESIS_PROFILE=gpu),
+#           40 s each where pytest-timeout is installed; quick files first, flex's last
 #   grid    every implementation that runs on CUDA on verify-pass shapes: time per layer and
-#           its share of the measured copy bandwidth
+#           its share of the measured copy bandwidth (written after every case)
 #   e2e     a random 7B Llama-shaped bf16 main model and a ~0.3B draft, FORCED ACCEPTANCE
-#           p=0.7 (a systems measurement, not quality): regular decoding vs BASS at batch
-#           8, 1 and 32 beside transformers' generate, then batch 8 with CUDA graphs; the
-#           paper's batch-8 headline and the weight-bandwidth floor printed beside
+#           p=0.7 (a systems measurement, not quality): regular decoding vs BASS at batch 8
+#           beside transformers' generate, eager, then with CUDA graphs; the paper's batch-8
+#           headline and the weight-bandwidth floor printed beside
 # After every stage the results are bundled again, so a call cut off keeps what ran. What
 # comes back (at most 8 files): summary.md (the table, printed last), gpu_suite.tar.gz
 # (every log, JSON and JUnit file), env.json, smoke.json, gpu_kernels.json, gpu_e2e.json.
@@ -27,9 +28,9 @@
 # library built on the CPU machine travels with the checkout (.gpu_cache/libbass_cutlass.so,
 # or $BASS_CUTLASS_LIB; carry: [".gpu_cache"]): see docs/gpu.md.
 # The second call, under the same limit: pad and split's tests, fused's compiled path and
-# opcheck, the grid of the one-launch implementations, compute-sanitizer over every CUDA
-# implementation, and the e2e rows the first call left out (CUDA graphs at batch 1 and 32,
-# the adaptive policy).
+# opcheck, flex's property tests, the grid of the one-launch implementations,
+# compute-sanitizer over every CUDA implementation, and e2e rows the first call leaves out
+# (batches 1 and 32 eager and with CUDA graphs, the adaptive policy).
 # GPU_SUITE_DRY_RUN=1 runs nothing: each stage's cap and command go to <work>/<stage>.cmd
 # (tests/gpu/test_gpu_suite.py checks that way, on a CPU, every script, flag and test file).
 set -uo pipefail
@@ -59,6 +60,10 @@ if [[ -z ${BASS_CUTLASS_LIB:-} && -f .gpu_cache/libbass_cutlass.so ]]; then
 fi
 : >"$work/stages.tsv"
 export BASS_TEST_FAILURES="$work/test_failures.txt"  # each failure's reason, as it happens
+# one test's time cap where pytest-timeout is there (the GPU machine's image has it): a
+# test that runs long fails alone, and the stage goes on
+per_test=()
+if [[ -n $dry ]] || python -c 'import pytest_timeout' 2>/dev/null; then per_test=(--timeout=40); fi
 
 bundle() {  # the table and the bundle, from whatever has run so far
   python bench/gpu_summary.py "$work" >"$out/summary.md" 2>"$work/summary.err"
@@ -93,16 +98,18 @@ stage() {  # stage NAME CAP CMD...: CMD under a time cap, logged to <work>/NAME.
 case $plan in
   first)
     stage env 15 python bench/gpu_smoke.py --env --out "$work"
-    stage smoke 60 python bench/gpu_smoke.py --out "$work"
-    stage tests 145 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
-      --junitxml="$work/gpu_tests.xml" --durations=15 \
-      tests/ops/test_ops_flex.py tests/gpu/test_engine_gpu.py tests/ops/test_ops_packed.py \
-      tests/ops/test_ops_reference.py tests/ops/test_cutlass.py tests/ops/test_ops_compile.py \
-      tests/ops/test_ops_contract.py tests/ops/test_triton_fused_gpu.py
-    stage grid 50 python bench/bench_kernels.py --mode gpu --min-run-time 0.1 --out "$work"
-    # the first lease: BASS under CUDA graphs needs its warm-up (the draft model compiles
-    # too); drafting off took 35 s there
-    stage e2e 180 python bench/bench_e2e.py --gpu --batches 8,1,32 --max-new 32 \
+    stage smoke 50 python bench/gpu_smoke.py --out "$work"
+    # the files whose tests are quick and not yet passed there first; flex's property tests
+    # (a compile per example: one ran past the whole stage in the second lease) last
+    stage tests 120 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
+      "${per_test[@]}" --junitxml="$work/gpu_tests.xml" --durations=15 \
+      tests/gpu/test_engine_gpu.py tests/ops/test_ops_contract.py \
+      tests/ops/test_triton_fused_gpu.py tests/ops/test_cutlass.py tests/ops/test_ops_packed.py \
+      tests/ops/test_ops_reference.py tests/ops/test_ops_compile.py tests/ops/test_ops_flex.py
+    stage grid 30 python bench/bench_kernels.py --mode gpu --min-run-time 0.1 --out "$work"
+    # batch 8 only (batches 1 and 32 ran in both leases): eager rows, then CUDA graphs,
+    # drafting off and BASS, whose warm-up compiles both models (never finished so far)
+    stage e2e 230 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
       --forced-acceptance 0.7 --policies constant --graph-batches 8 --assisted-upto 0 \
       --no-plots --out "$work"
     ;;
@@ -127,13 +134,14 @@ case $plan in
   second)
     stage env 15 python bench/gpu_smoke.py --env --out "$work"
     stage tests 150 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
-      --junitxml="$work/gpu_tests.xml" tests/ops/test_cutlass.py \
-      tests/ops/test_triton_fused_gpu.py tests/ops/test_ops_contract.py
+      "${per_test[@]}" --junitxml="$work/gpu_tests.xml" tests/ops/test_cutlass.py \
+      tests/ops/test_triton_fused_gpu.py tests/ops/test_ops_contract.py \
+      tests/ops/test_ops_compile.py tests/ops/test_ops_flex.py
     stage grid 50 python bench/bench_kernels.py --mode gpu --impls flex,fused,pad,split \
       --min-run-time 0.1 --out "$work"
-    stage sanitize 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+    stage sanitize 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
       --error-exitcode 1 python bench/gpu_sanitize.py
-    stage e2e 130 python bench/bench_e2e.py --gpu --batches 1,32 --max-new 32 \
+    stage e2e 160 python bench/bench_e2e.py --gpu --batches 1,32 --max-new 32 \
       --forced-acceptance 0.7 --policies adaptive --graph-batches 1,32 --assisted-upto 0 \
       --no-plots --out "$work"
     ;;

@@ -108,7 +108,10 @@ def test_the_first_call_runs_every_file_with_a_cuda_test(tmp_path):
         if re.search(r"^(@pytest\.mark\.gpu\b|\s+pytest\.mark\.gpu,)", p.read_text(), re.M)
     }
     assert gpu_files and gpu_files <= set(named), gpu_files - set(named)
-    assert named[0] == "tests/ops/test_ops_flex.py"  # the CUDA default's tests first
+    # the engine's first (the CUDA default end to end); flex's property tests, a compile
+    # per example, last (one ran past the whole stage in the second lease)
+    assert named[0] == "tests/gpu/test_engine_gpu.py" and named[-1] == "tests/ops/test_ops_flex.py"
+    assert "--timeout=40" in argv  # one test's cap: a long one fails alone
 
 
 def test_the_gpu_profile_bounds_every_property_test():
