@@ -47,7 +47,8 @@ def result_files() -> set[str]:
 
 def test_every_gpu_lease_says_what_ran():
     """Each GPU lease's folder: a README naming the device and each call's command and
-    commit, and per call the suite's table (summary.md) and stage verdicts (stages.tsv)."""
+    commit; per call through the suite, its table (summary.md) and stage verdicts
+    (stages.tsv); per call of another command (a follow-up written in the lease), its logs."""
     leases = [p for p in (RESULTS / "gpu").iterdir() if p.is_dir()]
     assert leases
     for lease in leases:
@@ -56,9 +57,12 @@ def test_every_gpu_lease_says_what_ran():
         calls = sorted(p for p in lease.iterdir() if p.is_dir())
         assert calls, lease.name
         for call in calls:
-            assert (call / "summary.md").is_file() and (call / "stages.tsv").is_file()
-            row = rf"^\| {call.name} \| `bash bench/gpu_suite\.sh[^`]*`[^|]*\| [0-9a-f]{{7,}} "
-            assert re.search(row, readme, re.M), f"{lease.name}: {call.name} not in its table"
+            row = re.search(rf"^\| {call.name} \| `([^`]+)`[^|]*\| [0-9a-f]{{7,}} ", readme, re.M)
+            assert row, f"{lease.name}: {call.name} not in its table"
+            if row.group(1).startswith("bash bench/gpu_suite.sh"):
+                assert (call / "summary.md").is_file() and (call / "stages.tsv").is_file()
+            else:
+                assert any(call.glob("*.log")), f"{lease.name}/{call.name}: no logs"
 
 
 def recorded_command(path: Path) -> str | None:
