@@ -18,6 +18,14 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/models.py as `models`, i
 import deprecation_guard
 import profiles  # noqa: F401  (loads the hypothesis profile)
 
+from bass import compat
+
+# Inductor's first compile in a process imports torch.utils.mkldnn, which warns at import
+# (torch's own code). bass imports it ahead, silenced (compat shim 6), but the guard sees
+# every warning whatever the filters, and would pin this one on whichever bass call (or
+# a test's own torch.compile over bass's ops) compiled first: imported here, before any.
+compat.import_inductor_quietly()
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):

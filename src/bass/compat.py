@@ -32,11 +32,18 @@ The shims:
 5. **Generation's grad mode** (:func:`generation_mode`): ``torch.inference_mode`` except
    for models wrapped by FSDP2 (the replicated TP groups above), whose parameters need
    version counters: there ``torch.no_grad``.
+6. **Inductor's first import** (:func:`import_inductor_quietly`, torch, not transformers):
+   a process's first Inductor compile imports ``torch.utils.mkldnn``, which raises a
+   ``DeprecationWarning`` at import (``torch.jit.script_method``, torch's own code, torch
+   2.11 to 2.13) at whichever bass call compiled first; imported ahead with that warning
+   silenced. Remove when torch's module no longer warns.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
+import warnings
 
 import torch
 
@@ -45,6 +52,7 @@ __all__ = [
     "cache_argument",
     "forward_cache_kwargs",
     "generation_mode",
+    "import_inductor_quietly",
     "tensor_parallel_kwargs",
     "tp_group",
     "tp_size",
@@ -131,3 +139,13 @@ def generation_mode(models) -> object:
             if any(c.__name__.startswith("FSDP") for c in type(module).__mro__):
                 return torch.no_grad()
     return torch.inference_mode()
+
+
+def import_inductor_quietly() -> None:
+    """Shim 6: import ``torch.utils.mkldnn`` (what Inductor's first compile imports) with
+    its import-time ``DeprecationWarning`` silenced, before bass compiles anything."""
+    if "torch.utils.mkldnn" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import torch.utils.mkldnn  # noqa: F401

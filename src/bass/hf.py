@@ -252,6 +252,7 @@ class CompiledForward:
         self._regions: dict[int, tuple[torch.nn.Module, object]] = {}
 
     def _compile(self):
+        compat.import_inductor_quietly()
         kw = dict(backend=self.backend, fullgraph=True, dynamic=self.dynamic)
         if not self.per_model:
             return torch.compile(forward_packed, mode=self.mode, **kw)

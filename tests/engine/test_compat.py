@@ -130,3 +130,20 @@ def test_generation_raises_no_deprecation_at_all():
         if issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))
     ]
     assert deprecations == []
+
+
+def test_inductors_first_import_warns_nothing_through_bass():
+    """Shim 6, in a fresh interpreter (this one has imported Inductor already): with every
+    DeprecationWarning an error, bass's quiet import and then what Inductor's first compile
+    imports (torch.utils.mkldnn, whose import warns) raise nothing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+        "from bass import compat; compat.import_inductor_quietly()\n"
+        "import torch._inductor.fx_passes.post_grad\n"
+        "print('quiet')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "quiet" in proc.stdout, proc.stderr[-2000:]
