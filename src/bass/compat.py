@@ -1,5 +1,5 @@
-"""Every point where bass meets a transformers API that differs across the versions
-``pyproject.toml`` admits, in one place.
+"""Every point where bass meets a transformers (or torch) API that differs across the
+versions ``pyproject.toml`` admits, in one place.
 
 Each shim detects the feature (a parameter in a signature, an attribute), never a version
 string, and says which versions need it and when it can go. CI runs the default suite on
