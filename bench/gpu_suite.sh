@@ -4,6 +4,7 @@
 # no network; bass runs from src/):
 #
 #   bash bench/gpu_suite.sh          # results under $OUT (else bench/results/gpu_<UTC time>)
+#   bash bench/gpu_suite.sh followup # sent at once after the first, while the machine is warm
 #   bash bench/gpu_suite.sh second   # a second call, if the lease has time left (below)
 #   (rerun, graphs: the follow-up calls of the first lease, bench/results/gpu/2026-11-26-h100)
 #
@@ -40,10 +41,13 @@ KILL_GRACE=5    # seconds a stage gets after its cap before SIGKILL
 RESERVE=5       # seconds for bundling and the table
 dry=${GPU_SUITE_DRY_RUN:-}
 plan=${1:-first}
-if [[ ! $plan =~ ^(first|second|rerun|graphs)$ ]]; then
-  echo "gpu_suite.sh: unknown call '$plan'; calls: first (default), second, rerun, graphs" >&2
+if [[ ! $plan =~ ^(first|second|followup|rerun|graphs)$ ]]; then
+  echo "gpu_suite.sh: unknown call '$plan'; calls: first (default), second, followup, rerun, graphs" >&2
   exit 2
 fi
+# followup: sent within the 30 s the machine stays warm after the first call, in what is
+# left of the lease then (the second lease had 419 s left: a call of 4 minutes fits)
+[[ $plan == followup ]] && CALL_LIMIT=240
 out="${OUT:-bench/results/gpu_$(date -u +%Y%m%dT%H%M)}"
 work="${GPU_SUITE_WORK:-$(mktemp -d)}"
 mkdir -p "$out" "$work"
@@ -112,6 +116,14 @@ case $plan in
     stage e2e 230 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
       --forced-acceptance 0.7 --policies constant --graph-batches 8 --assisted-upto 0 \
       --no-plots --out "$work"
+    ;;
+  followup)  # right after the first call, while the machine is warm (docs/gpu.md)
+    stage e2e 110 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
+      --forced-acceptance 0.7 --policies adaptive --graph-batches "" --assisted-upto 0 \
+      --no-plots --out "$work"
+    stage tests 115 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
+      "${per_test[@]}" --junitxml="$work/gpu_tests.xml" tests/ops/test_ops_compile.py \
+      tests/ops/test_ops_flex.py
     ;;
   rerun)  # after a first call whose flex lowering failed at head dim 128 (docs/gpu.md)
     stage probe 60 python bench/gpu_flex_probe.py --out "$work"

@@ -23,6 +23,7 @@ ONE_CALL_LIMIT = 8 * 60  # seconds: the whole verdict in one device call
 STAGES = {
     "first": ["env", "smoke", "tests", "grid", "e2e"],
     "second": ["env", "tests", "grid", "sanitize", "e2e"],
+    "followup": ["e2e", "tests"],
     "rerun": ["probe", "smoke", "tests", "e2e"],
     "graphs": ["smoke", "e2e", "tests"],
 }
@@ -57,7 +58,7 @@ def limits(work: Path) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", (work / "limits.txt").read_text())}
 
 
-@pytest.mark.parametrize("call", ["first", "second"])
+@pytest.mark.parametrize("call", ["first", "second", "followup"])
 def test_each_call_fits_one_lease_call(tmp_path, call):
     proc, work = dry_run(tmp_path, None if call == "first" else call)
     assert proc.returncode == 0, proc.stdout + proc.stderr
