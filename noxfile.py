@@ -75,22 +75,36 @@ def _has_cuda() -> bool:
     return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
 
 
-def _install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ()) -> None:
-    if not _has_cuda():
-        session.install(CPU_TORCH)
+def _install(
+    session: nox.Session, *extras: str, groups: tuple[str, ...] = (), torch: str | None = None
+) -> None:
+    """The project (with ``extras``) and dependency ``groups``, after ``torch`` when given,
+    else the CPU wheel on a machine without CUDA."""
+    if torch is not None or not _has_cuda():
+        session.install(torch or CPU_TORCH)
     target = "-e." if not extras else f"-e.[{','.join(extras)}]"
     deps = [d for g in groups for d in nox.project.dependency_groups(PYPROJECT, g)]
     session.install(target, *deps)
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """The default test suite: CPU, tiny random models, a few minutes."""
-    _install(session, groups=("test", "triton"))
+def _default_suite(session: nox.Session, *pins: str, torch: str | None = None) -> None:
+    """Install what the default suite needs (``pins`` last: older releases of a
+    dependency) and run it (or pytest with the posargs)."""
+    _install(session, groups=("test", "triton"), torch=torch)
     session.install("--no-deps", CUTLASS)  # emits/checks the CUTLASS sources, no CUDA needed
+    if pins:
+        session.install(*pins)
+    versions = "import torch, transformers as t; print(torch.__version__, t.__version__)"
+    session.run("python", "-c", versions)
     session.run(
         "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
     )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test suite: CPU, tiny random models, a few minutes."""
+    _default_suite(session)
     if not session.posargs:
         # the batch-shape code (prefill, draft prefill, compaction) maps rows to cache
         # slots: show that the batch-invariance tests run every line and branch of it
@@ -102,15 +116,7 @@ def tests(session: nox.Session) -> None:
 def tests_floor(session: nox.Session) -> None:
     """The default suite on the oldest transformers pyproject admits: CI runs both ends of
     the range bass claims, so the floor in pyproject is always one that passed."""
-    _install(session, groups=("test", "triton"))
-    session.install("--no-deps", CUTLASS)
-    session.install(f"transformers=={_floor('transformers')}")
-    session.run(
-        "python", "-c", "import torch, transformers as t; print(t.__version__, torch.__version__)"
-    )
-    session.run(
-        "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
-    )
+    _default_suite(session, f"transformers=={_floor('transformers')}")
 
 
 @nox.session(default=False)
@@ -119,14 +125,7 @@ def torch_floor(session: nox.Session) -> None:
     PyPI's torch 2.11 for Linux is a CUDA build (about 3 GB to download), so CI does not
     run this: run it by hand before a GPU lease and after changing the ops or the compiled
     passes (the second lease's opcheck failure showed under torch 2.11 on a CPU too)."""
-    session.install(f"torch=={_floor('torch')}.*")
-    deps = [d for g in ("test", "triton") for d in nox.project.dependency_groups(PYPROJECT, g)]
-    session.install("-e.", *deps)
-    session.install("--no-deps", CUTLASS)
-    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
-    session.run(
-        "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
-    )
+    _default_suite(session, torch=f"torch=={_floor('torch')}.*")
 
 
 @nox.session(default=False)
