@@ -1,10 +1,5 @@
 """The ``bass`` command (also ``python -m bass``): its subcommands, flags, config file
-and exit statuses are in docs/guides/config-and-cli.md.
-
-Here :func:`main` parses the command line, dispatches to the subcommands
-(:mod:`~bass.cli.generate`, :mod:`~bass.cli.humaneval`, :mod:`~bass.cli.info`) and turns
-errors into exit statuses.
-"""
+and exit statuses are in docs/guides/config-and-cli.md."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ __all__ = ["UsageError", "build_parser", "main"]
 
 
 def _report(line: str, exc: BaseException, debug: bool) -> None:
-    """``line`` on stderr, after the traceback with ``debug``, before ``exc``'s notes (what
-    a stopped run kept: the last line)."""
+    """``line`` on stderr, after the traceback with ``debug``, before ``exc``'s notes."""
     if debug:
         traceback.print_exception(exc)
     print(line, file=sys.stderr)

@@ -1,9 +1,14 @@
-"""The error a ``bass`` subcommand raises for something the user can fix, and the notes a
-command adds to an error on its way out (what was kept, how to go on)."""
+"""The error a ``bass`` subcommand raises for something the user can fix, the notes a
+command adds to an error on its way out (what was kept, how to go on), and its lines on
+stderr."""
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "add_note", "flag_error", "notes", "one_line"]
+import sys
+
+from ..options import OptionError, fail
+
+__all__ = ["UsageError", "add_note", "flag_error", "notes", "one_line", "say"]
 
 
 class UsageError(Exception):
@@ -17,6 +22,11 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.add_note(note)
     else:  # pragma: no cover - Python 3.10
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+
+
+def say(message: str) -> None:
+    """``bass: MESSAGE`` on stderr."""
+    print("bass: " + message, file=sys.stderr)
 
 
 def notes(exc: BaseException) -> list[str]:
@@ -34,8 +44,6 @@ def flag_error(flag: str, value, allowed: str, absent: str | None = None):
     """A command-line-only flag's bad value as an :class:`~bass.options.OptionError`, in
     the words the flags that set a config key use (``command line: --n = 0 is not allowed;
     expected ...``); ``absent``: what leaving the flag out means."""
-    from ..options import OptionError, fail
-
     err = fail(flag.lstrip("-"), value, allowed, where="command line", label=flag)
     if absent is not None:
         err = OptionError(f"{err} (leave it out: {absent})", option=err.option, value=value)

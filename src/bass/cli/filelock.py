@@ -1,14 +1,11 @@
-"""One writer per output file: what a user sees is in docs/guides/config-and-cli.md ("One
-writer per file"); here, how.
+"""One writer per output file (docs/guides/config-and-cli.md, "One writer per file").
 
-The lock is on ``<file>.lock`` beside the file, not on the file: the lock must be taken
-before anything is truncated, and a data-parallel run replaces ``--output`` by renaming a
-merged file over it, which a lock on the file itself would not survive. (Where no lock
-file can be made beside it, in a directory the user may not write, the existing file
-itself is locked, without the holder's details.) A run removes its lock file when it ends,
-while still holding the lock; a run that takes a lock then checks that the file it locked
-is still the one at that path (not one just removed), so two runs never hold locks on two
-files of one name.
+The lock is on ``<file>.lock`` beside the file, not on the file: it is taken before
+anything is truncated, and survives a data-parallel run renaming a merged file over
+``--output``. (Where no lock file can be made, the existing file itself is locked, without
+the holder's details.) A run removes its lock file while still holding the lock; a run
+that takes a lock then checks that the file it locked is still the one at that path, so
+two runs never hold locks on two files of one name.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import UsageError, say
 
 try:
     import fcntl
@@ -58,10 +55,8 @@ class OutputLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        if fcntl is None:  # pragma: no cover - Windows
-            return
-        if self.target.exists() and not self.target.is_file():
-            return  # /dev/null: any number of writers
+        if fcntl is None or (self.target.exists() and not self.target.is_file()):
+            return  # Windows; /dev/null: any number of writers
         lock = self.target.with_name(self.target.name + LOCK_SUFFIX)
         for _ in range(100):  # more than one turn only when a holder removed it meanwhile
             fd, beside = self._open(lock)
@@ -78,10 +73,9 @@ class OutputLock:
                     with contextlib.suppress(OSError):
                         os.unlink(lock)
                 os.close(fd)
-                print(
-                    f"bass: note: {self.flag} {self.path}: its file system cannot lock files; "
-                    "nothing stops a second run from writing it at the same time",
-                    file=sys.stderr,
+                say(
+                    f"note: {self.flag} {self.path}: its file system cannot lock files; "
+                    "nothing stops a second run from writing it at the same time"
                 )
                 return
             self.fd, self.lock_path = fd, lock if beside else None
@@ -134,8 +128,7 @@ class OutputLock:
             now = os.stat(lock, follow_symlinks=False)
         except FileNotFoundError:
             return "again"
-        mine = os.fstat(fd)
-        return "locked" if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino) else "again"
+        return "locked" if os.path.samestat(now, os.fstat(fd)) else "again"
 
     def _claim(self, fd: int, lock: Path) -> None:
         """Write this run's details into the lock file ``fd`` holds, unless the file is
@@ -184,8 +177,8 @@ class OutputLock:
             return
         if self.lock_path is not None:  # removed while locked: see the module's docstring
             with contextlib.suppress(OSError):
-                now, mine = os.stat(self.lock_path, follow_symlinks=False), os.fstat(fd)
-                if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                now = os.stat(self.lock_path, follow_symlinks=False)
+                if os.path.samestat(now, os.fstat(fd)):
                     os.unlink(self.lock_path)
         os.close(fd)  # drops the lock
 

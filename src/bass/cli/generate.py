@@ -1,11 +1,5 @@
-"""``bass generate``: batched speculative generation for prompts, with a summary of the run.
-
-What it reads, checks, prints and writes (continuous batching, ``--output`` and
-``--resume``, nothing finished lost, errors naming their prompt):
-docs/guides/config-and-cli.md. Every path it writes is checked and locked
-(:mod:`bass.cli.filelock`) before any model loads; ``--resume`` checks the rows it finds
-against :func:`row_settings`.
-"""
+"""``bass generate``: batched speculative generation for prompts, with a summary of the
+run. What it reads, checks, prints and writes: docs/guides/config-and-cli.md."""
 
 from __future__ import annotations
 
@@ -17,9 +11,10 @@ import stat
 import sys
 from pathlib import Path
 
+from ..options import OPTIONS, check, check_config_eos
 from ..stats import GenerationStats
 from . import scaleout
-from .errors import UsageError, add_note, flag_error
+from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .loading import load_models, make_generator, use_chat
 from .progress import Progress
@@ -46,55 +41,72 @@ def read_prompts(args) -> list[Prompt]:
     for p in prompts:
         if not p.strip():
             raise UsageError(f"{p.where}: the prompt is empty; every prompt needs some text")
-        _check_unicode(p)
-    if len(prompts) * n_of(args) > MAX_JOB_ROWS:
+        # a lone surrogate (a byte the shell's locale could not decode, or "\ud800" in a
+        # JSON line): the tokenizer cannot encode it
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = ord(p[exc.start])
+            cause = (
+                f"the byte 0x{bad - 0xDC00:02x}, which is not UTF-8"
+                if 0xDC80 <= bad <= 0xDCFF
+                else "a lone surrogate"
+            )
+            raise UsageError(
+                f"{p.where}: not valid Unicode text (U+{bad:04X} at character {exc.start + 1}: "
+                f"{cause}); pass UTF-8 text"
+            ) from None
+    n = n_of(args)
+    if len(prompts) * n > MAX_JOB_ROWS:
         raise UsageError(
-            f"{len(prompts)} prompts x --n {n_of(args)} = {len(prompts) * n_of(args)} rows; bass "
-            f"generate takes at most {MAX_JOB_ROWS:,} rows (prompts x --n) per run: split the "
-            "prompts over several runs (each with its own --output)"
+            f"{len(prompts)} prompts x --n {n} = {len(prompts) * n} rows; bass generate takes "
+            f"at most {MAX_JOB_ROWS:,} rows (prompts x --n) per run: split the prompts over "
+            "several runs (each with its own --output)"
         )
     return prompts
-
-
-def _check_unicode(p: Prompt) -> None:
-    """Refuse text that is not valid Unicode (a lone surrogate: a byte the shell's locale
-    could not decode, or ``"\\ud800"`` in a JSON line) while the prompts are read: the
-    tokenizer cannot encode it."""
-    try:
-        p.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = ord(p[exc.start])
-        cause = (
-            f"the byte 0x{bad - 0xDC00:02x}, which is not UTF-8"
-            if 0xDC80 <= bad <= 0xDCFF
-            else "a lone surrogate"
-        )
-        raise UsageError(
-            f"{p.where}: not valid Unicode text (U+{bad:04X} at character {exc.start + 1}: "
-            f"{cause}); pass UTF-8 text"
-        ) from None
 
 
 #: Where a line ends in a prompts file: ``\r\n`` (Windows), ``\n`` or a lone ``\r`` (old
 #: Mac OS); not the other characters ``str.splitlines`` takes (a form feed is text).
 _LINE_END = re.compile(r"\r\n|\r|\n")
-_LINE_END_BYTES = re.compile(rb"\r\n|\r|\n")
 
 
 def _read_prompts_file(name: str) -> list[Prompt]:
-    """A .jsonl file's ``"prompt"`` fields (any case: ``.JSONL`` too), or the non-blank
-    lines of any other file but a ``.json`` one (UTF-8). ``-`` is standard input (text
-    lines); a pipe or FIFO (``/dev/stdin``) is read as a file is."""
-    path = Path(name)
+    """A .jsonl file's ``"prompt"`` fields (``.JSONL`` too), or the non-blank lines of any
+    other file but a ``.json`` one, or of standard input (``-``)."""
+    mode = 0  # the input's file type: on a terminal, say how to end the prompts
     if name == "-":
-        path = Path("stdin")  # how its lines are named: stdin:3
-        data = _read_stdin()
+        path, stream = Path("stdin"), getattr(sys.stdin, "buffer", None)  # lines: stdin:3
+        if stream is None:
+            raise UsageError("--prompts-file -: there is no standard input to read; pass a file")
+        with contextlib.suppress(OSError, ValueError):
+            mode = os.fstat(stream.fileno()).st_mode
+        read, failed = stream.read, "--prompts-file -: cannot read standard input"
     else:
-        data = _read_file(path)
+        path = Path(name)
+        if path.suffix.lower() == ".json":
+            raise UsageError(
+                f"--prompts-file {path}: a .json file is not read; --prompts-file takes a "
+                '.jsonl file (one JSON object with a "prompt" field per line) or text (one '
+                "prompt per line, e.g. .txt): rename it to .jsonl if it holds one object per line"
+            )
+        if path.is_dir():
+            raise UsageError(f"--prompts-file {path} is a directory; pass a .txt or .jsonl file")
+        if not path.exists():  # a pipe (/dev/stdin) or a FIFO is read as a file is
+            raise UsageError(f"--prompts-file {path} does not exist; check the path")
+        if not path.is_file():
+            mode = os.stat(path).st_mode
+        read, failed = path.read_bytes, f"--prompts-file {path}: cannot read it"
+    if stat.S_ISCHR(mode) and sys.stdin.isatty():
+        say("reading prompts from the terminal, one per line; end them with Ctrl-D")
+    try:
+        data = read()
+    except OSError as exc:
+        raise UsageError(f"{failed}: {exc.strerror}") from None
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
-        line = len(_LINE_END_BYTES.findall(data, 0, exc.start)) + 1
+        line = len(_LINE_END.findall(data[: exc.start].decode("utf-8"))) + 1
         raise UsageError(
             f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
             f"{exc.start}); --prompts-file takes UTF-8 text: convert the file (e.g. with "
@@ -118,47 +130,6 @@ def _read_prompts_file(name: str) -> list[Prompt]:
         else:
             out.append(Prompt(line, where))
     return out
-
-
-def _read_file(path: Path) -> bytes:
-    if path.suffix.lower() == ".json":
-        raise UsageError(
-            f"--prompts-file {path}: a .json file is not read; --prompts-file takes a .jsonl "
-            'file (one JSON object with a "prompt" field per line) or text (one prompt per '
-            "line, e.g. .txt): rename it to .jsonl if it holds one object per line"
-        )
-    if path.is_dir():
-        raise UsageError(f"--prompts-file {path} is a directory; pass a .txt or .jsonl file")
-    if not path.exists():  # a pipe (/dev/stdin) or a FIFO is read as a file is
-        raise UsageError(f"--prompts-file {path} does not exist; check the path")
-    if not path.is_file():
-        _note_terminal(os.stat(path).st_mode)
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"--prompts-file {path}: cannot read it: {exc.strerror}") from None
-
-
-def _read_stdin() -> bytes:
-    """``--prompts-file -``: standard input, to its end."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:
-        raise UsageError("--prompts-file -: there is no standard input to read; pass a file")
-    with contextlib.suppress(OSError, ValueError):
-        _note_terminal(os.fstat(stream.fileno()).st_mode)
-    try:
-        return stream.read()
-    except OSError as exc:
-        raise UsageError(f"--prompts-file -: cannot read standard input: {exc.strerror}") from None
-
-
-def _note_terminal(mode: int) -> None:
-    """On a terminal, say how to end the prompts (a pipe or a file needs nothing)."""
-    if stat.S_ISCHR(mode) and sys.stdin.isatty():
-        print(
-            "bass: reading prompts from the terminal, one per line; end them with Ctrl-D",
-            file=sys.stderr,
-        )
 
 
 def _check_paths(args, config) -> Path | None:
@@ -195,28 +166,20 @@ def n_of(args) -> int:
 
 
 def row_settings(config) -> dict:
-    """The settings a results row is made with that change what it should be (stored in
-    every row; ``--resume`` refuses a file written with others): the main model, its dtype,
-    the chat template (as given: null for the default, when the tokenizer has one),
-    max_new_tokens, the decoding (greedy, or sampling with its temperature, top_k, top_p and
-    seed), eos and stop strings. Not the draft, the policy, the batch size, the attention or
-    the time budget: with them the rows are the same (greedy up to float rounding, sampled
-    the same draws or the same distribution)."""
+    """The settings that change what a results row should be, as every row stores them
+    (``--resume`` refuses a file made with others; which: docs/guides/config-and-cli.md)."""
     m, g = config.model, config.generation
     main = m.main
     if main is not None and Path(main).exists():
         main = str(Path(main).resolve())
-    sampled = g.do_sample
+    sampling = ("temperature", "top_k", "top_p", "seed")  # none of them when greedy
     settings = {
         "main": main,
         "dtype": m.dtype,
         "chat": m.chat,
         "max_new_tokens": g.max_new_tokens,
-        "do_sample": sampled,
-        "temperature": g.temperature if sampled else None,
-        "top_k": g.top_k if sampled else None,
-        "top_p": g.top_p if sampled else None,
-        "seed": g.seed if sampled else None,
+        "do_sample": g.do_sample,
+        **{k: getattr(g, k) if g.do_sample else None for k in sampling},
         "eos_token_id": g.eos_token_id,
         "stop_strings": g.stop_strings,
     }
@@ -227,20 +190,16 @@ def check_batch_flags(args) -> None:
     """``--batch-size`` and ``--kv-budget-gib`` (``bass generate``, ``bass eval
     humaneval``), checked before anything loads."""
     if args.batch_size is not None and args.batch_size < 1:
-        from ..options import OPTIONS
-
         raise flag_error(
             "--batch-size", args.batch_size, "an integer >= 1", OPTIONS["max_rows"].absent
         )
     if args.kv_budget_gib is not None:  # a bad value: OptionError, one line and status 2
-        from ..options import check
-
         check("kv_budget_gib", args.kv_budget_gib, where="command line", label="--kv-budget-gib")
 
 
 def cmd_generate(args) -> int:
+    from ..batch_state import PromptError, check_prompts
     from ..models import encode_prompt
-    from ..options import check_config_eos
     from ..sampling import row_key
     from ..stopping import cut_at_stop, decode
 
@@ -255,30 +214,29 @@ def cmd_generate(args) -> int:
             "(drafting off): choose a drafter (--draft ngram or a draft model) or drop --compare"
         )
     out_path = _check_paths(args, config)
-    outputs = {"--output": args.output, "--plot": args.plot}
-    scale.first(lambda: lock_outputs(args, outputs))  # one writer per file: rank 0's
+    # one writer per file: rank 0's
+    scale.first(lambda: lock_outputs(args, {"--output": args.output, "--plot": args.plot}))
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
+    done, unchecked = set(), 0
     if args.resume:  # the shards of a stopped data-parallel run join --output first
         scale.first(lambda: scaleout.merge(out_path))
-    done, unchecked = read_done(out_path, prompts, n, settings) if args.resume else (set(), 0)
+        done, unchecked = read_done(out_path, prompts, n, settings)
     if unchecked and scale.prints:
-        print(
-            f"bass: note: --resume: {unchecked} rows in {out_path} carry no settings (written "
-            "by an older bass): their generation settings are not checked",
-            file=sys.stderr,
+        say(
+            f"note: --resume: {unchecked} rows in {out_path} carry no settings (written by an "
+            "older bass): their generation settings are not checked"
         )
-    mine = scale.rows(rows, len(prompts))  # this rank's group's rows
-    # the rows still to generate, in order: a row's samples are keyed by (prompt, sample)
-    # alone (bass.sampling.row_key), so --batch-size, --resume, ranks and --n change no sample
-    todo = [r for r in mine if r not in done]
+    # this rank's group's rows still to generate, in order: a row's samples are keyed by
+    # (prompt, sample) alone (bass.sampling.row_key), so --batch-size, --resume, ranks and
+    # --n change no sample
+    todo = [r for r in scale.rows(rows, len(prompts)) if r not in done]
     if done and scale.prints:
-        print(
-            f"bass: --resume: {len(done)} of {len(rows)} rows are already in {out_path}; "
-            f"generating the other {len(rows) - len(done)}",
-            file=sys.stderr,
+        say(
+            f"--resume: {len(done)} of {len(rows)} rows are already in {out_path}; "
+            f"generating the other {len(rows) - len(done)}"
         )
     if args.compare and scale.active:
         raise UsageError("--compare runs in one process; run it without torchrun")
@@ -287,14 +245,19 @@ def cmd_generate(args) -> int:
             print(f"bass: nothing to generate: all {len(rows)} rows are in {out_path}")
         return 0
 
-    log = (lambda m: print("bass: " + m, file=sys.stderr)) if scale.prints else None
+    log = say if scale.prints else None
     main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp)
     chat = use_chat(tokenizer, config)
     gen = make_generator(main, draft, config)
     plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for i, _ in todo)
     encoded = {i: encode_prompt(tokenizer, prompts[i], chat) for i in needed}
-    _check_lengths(encoded, config.generation.max_new_tokens, gen.models, prompts)
+    if encoded:  # every prompt checked before the first batch (none: this group is done)
+        try:
+            check_prompts(list(encoded.values()), config.generation.max_new_tokens, gen.models)
+        except PromptError as exc:
+            where = prompts[list(encoded)[exc.prompt]].where
+            raise UsageError(exc.naming(f"the prompt at {where}")) from exc
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
@@ -310,61 +273,51 @@ def cmd_generate(args) -> int:
             scale.replace(out_path)
         target = scale.shard_path(out_path) if scale.sharded else out_path
         results = LineWriter(target, "--output", append=args.resume)
-    kept, reasons, run_stats, compared = [], [], [], None
-    # continuous batching: --batch-size rows at once, each printed and appended to --output
-    # (unbuffered) the moment it finishes, then released
     ids = [row_key(i, s) for i, s in todo]
     job = dict(row_ids=ids, max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib, **kwargs)
-    written = 0
-
-    def finished(row) -> None:
-        nonlocal written
-        i, s = todo[row.prompt]
-        text = decode(tokenizer, row.tokens)
-        if stops and row.finish_reason == "stop":  # as generate_text: no stop string
-            text = cut_at_stop(text, stops)
-        record = {
-            "prompt": str(prompts[i]),
-            "prompt_index": i,
-            "sample": s,
-            "completion": text,
-            "prompt_tokens": len(encoded[i]),
-            "completion_tokens": len(row.tokens),
-            "finish_reason": row.finish_reason,
-            "rank": scale.topo.rank,
-            "stats": progress.row_stats(row.prompt),
-            "settings": settings,
-        }
-        progress.row_done(len(row.tokens))
-        if scale.sharded:
-            kept.append(record)  # printed by rank 0 once every group is done
-        elif scale.prints:  # first: on screen even if the write fails
-            with progress.paused():
-                _print([record], n)
-        if results is not None:
-            results.write(json.dumps(record) + "\n")  # unbuffered: kept whatever happens next
-        written += 1
-
+    kept, reasons, written = [], [""] * len(todo), 0
+    off = None  # --compare: drafting off's result, and bass's tokens of the same rows
+    tokens = [None] * len(todo) if plain is not None else None
     if plain is not None:  # first-use costs (allocations, layouts) land on neither run
         for g in (plain, gen):
             g.generate([next(iter(encoded.values()))], max_new_tokens=2)
     try:
         if todo:
-            why, tokens = [""] * len(todo), [[] for _ in todo] if plain is not None else None
-            off = None
             if plain is not None:  # drafting off first: the same rows and settings
                 off = plain.generate([encoded[i] for i, _ in todo], **job)
-            # a stream: nothing of a row is kept once it is written (bounded memory)
-            rows_done = gen.stream([encoded[i] for i, _ in todo], on_step=progress.on_step, **job)
-            with contextlib.closing(rows_done):  # a failed write ends the generation
-                for row in rows_done:
-                    finished(row)
-                    why[row.prompt] = row.finish_reason
+            # continuous batching: --batch-size rows at once, each printed and appended to
+            # --output (unbuffered) the moment it finishes, then released (bounded memory)
+            stream = gen.stream([encoded[i] for i, _ in todo], on_step=progress.on_step, **job)
+            with contextlib.closing(stream):  # a failed write ends the generation
+                for row in stream:
+                    i, s = todo[row.prompt]
+                    text = decode(tokenizer, row.tokens)
+                    if stops and row.finish_reason == "stop":  # as generate_text: no stop string
+                        text = cut_at_stop(text, stops)
+                    record = {
+                        "prompt": str(prompts[i]),
+                        "prompt_index": i,
+                        "sample": s,
+                        "completion": text,
+                        "prompt_tokens": len(encoded[i]),
+                        "completion_tokens": len(row.tokens),
+                        "finish_reason": row.finish_reason,
+                        "rank": scale.topo.rank,
+                        "stats": progress.row_stats(row.prompt),
+                        "settings": settings,
+                    }
+                    progress.row_done(len(row.tokens))
+                    if scale.sharded:
+                        kept.append(record)  # printed by rank 0 once every group is done
+                    elif scale.prints:  # first: on screen even if the write fails
+                        with progress.paused():
+                            _print([record], n)
+                    if results is not None:  # unbuffered: kept whatever happens next
+                        results.write(json.dumps(record) + "\n")
+                    written += 1
+                    reasons[row.prompt] = row.finish_reason
                     if tokens is not None:  # --compare: both runs' rows side by side
                         tokens[row.prompt] = row.tokens
-            if off is not None:
-                compared = (off, tokens)
-            run_stats, reasons = [gen.stats], why
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
         error = _row_error(exc, todo, prompts, n)
         # the file's count: a Ctrl-C held back while a row was written lands after it
@@ -378,6 +331,7 @@ def cmd_generate(args) -> int:
         if results is not None:
             results.close()
 
+    run_stats = [gen.stats] if todo else []
     if scale.sharded:  # every group's rows and statistics to rank 0
         parts = scale.gather((kept, run_stats, reasons))
         if parts is None:
@@ -393,19 +347,17 @@ def cmd_generate(args) -> int:
     if not scale.prints:  # progress, completions and the summary: rank 0's
         return 0
     merged = GenerationStats.merge(run_stats)
+    side = ""
     if scale.sharded:  # the groups ran side by side: the job took its slowest group's time
-        merged.wall_seconds = max(sum(st.wall_seconds for st in p[1]) for p in parts)
+        walls = [sum(st.wall_seconds for st in p[1]) for p in parts]
+        merged.wall_seconds = max(walls)
         merged.prefill_seconds = max(sum(st.prefill_seconds for st in p[1]) for p in parts)
-    summary = summary_text(merged, rows=len(reasons), finish_reasons=reasons)
-    print(summary)
-    if compared:
-        print(comparison_text(*compared, gen))
+        side = "; times: the slowest group's, of " + ", ".join(f"{w:.2f} s" for w in walls)
+    print(summary_text(merged, rows=len(reasons), finish_reasons=reasons))
+    if off is not None:
+        print(comparison_text(off, tokens, gen))
     if scale.active:
         t = scale.topo
-        side = ""
-        if scale.sharded:
-            each = ", ".join(f"{sum(st.wall_seconds for st in p[1]):.2f} s" for p in parts)
-            side = f"; times: the slowest group's, of {each}"
         print(
             f"  ranks               {t.world} ({t.dp} data-parallel x {t.tp} tensor-parallel{side})"
         )
@@ -420,21 +372,6 @@ def cmd_generate(args) -> int:
             raise UsageError(f"--plot {args.plot}: cannot write the plot: {exc}") from exc
         print(f"  plot                {args.plot}")
     return 0
-
-
-def _check_lengths(encoded: dict, max_new_tokens: int, models, prompts: list[Prompt]) -> None:
-    """Every prompt to generate checked before the first batch, as ``generate`` checks a
-    batch (:func:`bass.batch_state.check_prompts`: prompt + max_new_tokens within each
-    model's context, ids within the vocabulary), named by where it came from."""
-    from ..batch_state import PromptError, check_prompts
-
-    order = list(encoded)
-    if not order:  # a rank whose group has no rows left
-        return
-    try:
-        check_prompts([encoded[i] for i in order], max_new_tokens, models)
-    except PromptError as exc:
-        raise UsageError(exc.naming(f"the prompt at {prompts[order[exc.prompt]].where}")) from exc
 
 
 def _print(records: list[dict], n: int) -> None:
@@ -468,9 +405,8 @@ def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> 
 
 
 def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -> BaseException:
-    """The error a failed generation reports: one that names its prompt by its line in the
-    prompts file (or its PROMPT argument), for what a user can fix; the error as is
-    otherwise (Ctrl-C; a bug: reported with its type, and its traceback with --debug)."""
+    """The error a failed generation reports: for what a user can fix, one that names its
+    prompt by where it came from; the error as is otherwise (Ctrl-C, a bug)."""
     import torch
 
     from ..batch_state import NonFiniteLogitsError, PromptError

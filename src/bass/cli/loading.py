@@ -1,7 +1,5 @@
-"""What a subcommand runs on: the models, tokenizer and generator a :class:`Config` names.
-
-torch, transformers and the engine load here, on first use, not on ``import bass.cli``.
-"""
+"""What a subcommand runs on: the models, tokenizer and generator a :class:`Config` names
+(torch, transformers and the engine load on first use, not on ``import bass.cli``)."""
 
 from __future__ import annotations
 
@@ -16,11 +14,8 @@ __all__ = ["load_models", "make_generator", "use_chat"]
 
 def load_models(config: Config, *, log=None, tp: int = 1):
     """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, an installed
-    drafter's name (``"ngram"``, or a plugin's of the entry-point group ``bass.drafters``:
-    a name wins over a directory of the same name, ``./NAME`` is the directory) or ``None``.
-    ``tp > 1``: the main model sharded over this rank's tensor-parallel group (after
-    :func:`bass.distributed.init`; a size that does not divide its heads is refused before
-    loading), the draft replicated. Failures a user can fix become
+    drafter's name or ``None``. ``tp > 1``: the main model sharded over this rank's
+    tensor-parallel group, the draft replicated. Failures a user can fix become
     :class:`UsageError`."""
     import torch
 
@@ -69,14 +64,13 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
         ) from exc
     except Exception as exc:  # named with its source; --debug shows it
         # not a model directory, an unknown architecture, a corrupt or truncated file
-        flag = "--main" if which == "main" else "--draft"
         also = ""
         if which == "draft":
             from .. import drafters
 
             also = f", an installed drafter ({', '.join(drafters.available())}) or 'none'"
         raise UsageError(
-            f"cannot load the {which} model from {source}: {one_line(exc, 300)} ({flag} takes a "
+            f"cannot load the {which} model from {source}: {one_line(exc, 300)} (--{which} takes a "
             "Hugging Face model name, a transformers model directory with its config.json "
             f"and weights, or a .gguf file{also})"
         ) from exc

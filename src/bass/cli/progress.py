@@ -13,26 +13,21 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """Rows done so far on stderr: a tqdm bar (its postfix: tokens/s and accepted draft
-    tokens per step per row), or a plain line without tqdm. Its :meth:`on_step` (the
-    generation's ``on_step``) also counts each row's steps and accepted drafts
-    (:meth:`row_stats`)."""
+    """Rows done so far on stderr (a tqdm bar, or a plain line without tqdm); its
+    :meth:`on_step` also counts each row's steps and accepted drafts (:meth:`row_stats`)."""
 
     def __init__(self, total: int, enabled: bool):
         self.total, self.enabled, self.done = total, enabled, 0
         self.bar, self.last, self.text = None, 0.0, ""
-        self.steps: Counter[int] = Counter()  # per prompt of the call: its steps
         self.accepted: Counter[int] = Counter()  # per prompt: its accepted draft tokens
         self.trace: dict[int, list[int]] = {}  # per prompt: each of its steps' draft length
         self.row_steps = self.accepted_total = 0  # over those steps' active rows
         self.tokens_done = 0  # the finished rows' tokens (the others': counted per step)
         self.start = time.perf_counter()
         if enabled:
-            try:
+            with contextlib.suppress(ImportError):  # without tqdm: a plain line
                 from tqdm import tqdm
-            except ImportError:
-                pass
-            else:
+
                 opts = {"unit": "row", "file": sys.stderr, "delay": 1.0, "leave": False}
                 self.bar = tqdm(total=total, dynamic_ncols=True, **opts)
 
@@ -41,7 +36,6 @@ class Progress:
         # rows, never of the job's so far, nor of its finished rows' outputs
         step = generator.stats.steps[-1]
         for p, a in zip(step.prompts, step.accepted):
-            self.steps[p] += 1
             self.accepted[p] += a
             self.trace.setdefault(p, []).append(step.draft_length)
         self.row_steps += len(step.accepted)
@@ -60,12 +54,12 @@ class Progress:
     def row_stats(self, prompt: int) -> dict:
         """Row ``prompt``'s (its index in the generate call) steps, accepted drafts and
         the draft length of each step it took part in (the policy's, the step's largest)."""
-        steps, acc = self.steps[prompt], self.accepted[prompt]
+        trace, acc = self.trace.pop(prompt, []), self.accepted.pop(prompt, 0)
         return {
-            "steps": steps,
+            "steps": len(trace),
             "accepted": acc,
-            "mean_accepted_per_step": round(acc / steps, 4) if steps else 0.0,
-            "draft_length_trace": self.trace.pop(prompt, []),
+            "mean_accepted_per_step": round(acc / len(trace), 4) if trace else 0.0,
+            "draft_length_trace": trace,
         }
 
     def row_done(self, tokens: int) -> None:

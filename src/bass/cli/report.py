@@ -48,10 +48,8 @@ def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
 
 
 def comparison_text(plain, tokens, gen) -> str:
-    """``--compare``'s report: drafting off (``plain``, its result) and bass (``gen``, which
-    made ``tokens`` of the same rows), their wall times, the speedup, the mean accepted
-    tokens, and how many rows came out identical (greedy decoding, and sampling with
-    deterministic drafts, give identical rows up to float rounding)."""
+    """``--compare``'s report: drafting off (``plain``, its result) against bass (``gen``,
+    which made ``tokens`` of the same rows)."""
     off, on = plain.stats, gen.stats
     same = sum(x == y for x, y in zip(plain.sequences, tokens, strict=True))
     drafter = getattr(gen.drafter, "name", "none")

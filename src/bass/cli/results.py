@@ -1,11 +1,12 @@
 """The commands' inputs and outputs on disk: prompts that know where they came from,
-paths checked before any model loads (writable, a regular file, no input overwritten),
-output files written a piece at a time (unbuffered, each piece in one write that Ctrl-C
-does not cut), and the ``--resume`` check of a ``bass generate`` results file."""
+output paths checked before any model loads, output files written a piece at a time, and
+the ``--resume`` check of a results file (docs/guides/config-and-cli.md, "Nothing finished
+is lost")."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -28,8 +29,7 @@ __all__ = [
 
 
 class Prompt(str):
-    """A prompt's text, with ``where`` it came from (``"p.txt:7"``, ``"PROMPT 2"``) for
-    error messages."""
+    """A prompt's text, with ``where`` it came from (``"p.txt:7"``) for error messages."""
 
     where: str
 
@@ -81,19 +81,10 @@ _KINDS = {
 }
 
 
-def _same(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` name one existing file (through links too)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one does not exist
-        return False
-
-
 def check_not_inputs(outputs: dict[str, str | None], args, config) -> None:
     """Refuse, before any work, an output path (``{flag: path}``) that names an input of
-    the command (``args``, ``config``: the ``--config`` file, the prompts file, a model
-    file) or a file inside an input directory (a model directory), or another output:
-    writing it would destroy the input."""
+    the command (the ``--config`` file, the prompts file, a model file, or a file inside a
+    model directory) or another output."""
     prompts_file = getattr(args, "prompts_file", None)
     inputs = {
         "--config file": args.config,
@@ -108,19 +99,18 @@ def check_not_inputs(outputs: dict[str, str | None], args, config) -> None:
     for flag, out in given.items():
         for what, src in sources.items():  # a model name that is no path is no file here
             inside = src.is_dir() and out.exists() and out.resolve().is_relative_to(src.resolve())
-            if _same(out, src) or inside:
+            same = False
+            with contextlib.suppress(OSError):  # one does not exist
+                same = os.path.samefile(out, src)  # one file, through links too
+            if same or inside:
                 where = f"a file in the {what} directory" if inside else f"the {what}"
                 raise UsageError(
                     f"{flag} {out} is {where}: writing it would overwrite that input; "
                     "choose another path"
                 )
-    flags = list(given)
-    for k, first in enumerate(flags):
-        for second in flags[k + 1 :]:
-            if given[first].resolve() == given[second].resolve():
-                raise UsageError(
-                    f"{second} {given[second]} is also the {first} file; choose another path"
-                )
+    for (first, a), (second, b) in itertools.combinations(given.items(), 2):
+        if a.resolve() == b.resolve():
+            raise UsageError(f"{second} {b} is also the {first} file; choose another path")
 
 
 @contextlib.contextmanager
@@ -143,22 +133,13 @@ def deferred_interrupts() -> Iterator[None]:
             os.kill(os.getpid(), signal.SIGINT)
 
 
-#: What the start of every results line looks like (``json.dumps`` of a record, whose
-#: first key is the prompt): a last line cut short is cut from the file only if it does.
-ROW_START = b'{"prompt": '
-
-
 def read_done(
     path: Path, prompts: list[str], n: int, settings: dict
 ) -> tuple[set[tuple[int, int]], int]:
-    """For ``--resume``: the ``(prompt index, sample)`` rows that the results file ``path``
-    (from an earlier ``bass generate`` on the same prompts) already holds, and how many of
-    them carry no ``settings`` (written by an older bass: accepted unchecked). Every complete
-    line must be a row of these prompts and ``n``, made with these ``settings`` (the
-    output-affecting ones, :func:`bass.cli.generate.row_settings`), else an error names
-    the line, and no row may appear twice (a file two runs wrote at once). Only then is a
-    last line cut short (the run was killed while writing it) removed from the file, its
-    row generated again."""
+    """For ``--resume``: the ``(prompt index, sample)`` rows the results file ``path``
+    holds, and how many carry no ``settings`` (an older bass's: unchecked). Every complete
+    line is checked against this run (its ``prompts``, ``n`` and
+    :func:`bass.cli.generate.row_settings`) before a last line cut short is removed."""
     if not path.exists():
         return set(), 0
     try:
@@ -183,7 +164,8 @@ def read_done(
             )
         done[key] = number
     if cut < len(data):  # a partial last line: its row is generated again
-        if not data[cut:].startswith(ROW_START):
+        # cut from the file only if it starts as every row does (its first key: the prompt)
+        if not data[cut:].startswith(b'{"prompt": '):
             raise not_a_row(f"--output {path}:{len(lines) + 1}")
         with path.open("r+b") as f:
             f.truncate(cut)
@@ -205,10 +187,9 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
         i, s, text = row["prompt_index"], row["sample"], row["prompt"]
     except (ValueError, KeyError, TypeError):
         raise not_a_row(where) from None
-    if not (isinstance(i, int) and 0 <= i < len(prompts)) or text != prompts[i]:
-        given = f"prompt {i} is {prompts[i]!r}" if isinstance(i, int) and 0 <= i < len(
-            prompts
-        ) else f"there are {len(prompts)} prompts"  # fmt: skip
+    known = isinstance(i, int) and 0 <= i < len(prompts)
+    if not known or text != prompts[i]:
+        given = f"prompt {i} is {prompts[i]!r}" if known else f"there are {len(prompts)} prompts"
         raise UsageError(
             f"{where}: a row of prompt {i} ({text!r}), but {given}; --resume needs the "
             "prompts of the run that wrote the file, in the same order (or use another "
@@ -240,8 +221,8 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
 
 class LineWriter:
     """An output file written a piece at a time, each piece in whole (Ctrl-C waits until it
-    is written) and unbuffered, so nothing is left to flush: a failed write (a full disk)
-    is one :class:`UsageError` naming ``flag``, and closing cannot fail again."""
+    is written) and unbuffered: a failed write is one :class:`UsageError` naming ``flag``,
+    and closing cannot fail again."""
 
     def __init__(self, path: Path, flag: str, *, append: bool = False):
         self.path, self.flag, self.lines = path, flag, 0

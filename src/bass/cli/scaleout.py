@@ -1,13 +1,7 @@
-"""``bass generate`` under ``torchrun`` (docs/guides/scale-out.md): which rows this rank
-generates, where they go.
-
-Each data-parallel group generates the rows of its contiguous share of the prompts (all
-samples of a prompt together). With one group (``--tp`` = world), rank 0 prints and writes
-each row as it finishes, as one process does; with several, each group's first rank writes
-its rows to a shard, ``OUTPUT.rank<r>``, and at the end rank 0 merges the shards into
-``--output`` in prompt order, removes them, and prints the completions and one summary.
-Only rank 0 prints progress; it holds the output's lock (:mod:`bass.cli.filelock`) for the
-whole job.
+"""``bass generate`` under ``torchrun``: which rows this rank generates, and where they
+go (each data-parallel group's to a shard, ``OUTPUT.rank<r>``, that rank 0 merges into
+``--output``): docs/guides/scale-out.md. Only rank 0 prints; it holds the output's lock
+for the whole job.
 """
 
 from __future__ import annotations
@@ -28,25 +22,11 @@ class Scaleout:
 
     def __init__(self, topo):
         self.topo = topo
-
-    @property
-    def active(self) -> bool:
-        return self.topo.world > 1
-
-    @property
-    def sharded(self) -> bool:
-        """Several data-parallel groups: rows are split and merged at the end."""
-        return self.topo.dp > 1
-
-    @property
-    def prints(self) -> bool:
-        """Whether this rank prints (rank 0 only)."""
-        return self.topo.is_main
-
-    @property
-    def writes(self) -> bool:
-        """Whether this rank writes results: rank 0, or each group's first rank (shards)."""
-        return self.topo.is_main or (self.sharded and self.topo.tp_rank == 0)
+        self.active = topo.world > 1
+        self.sharded = topo.dp > 1  # several data-parallel groups: rows split, merged at the end
+        self.prints = topo.is_main  # rank 0 only
+        # rank 0, or each group's first rank (shards)
+        self.writes = topo.is_main or (self.sharded and topo.tp_rank == 0)
 
     def rows(self, rows: list[tuple[int, int]], n_prompts: int) -> list[tuple[int, int]]:
         """The ``(prompt, sample)`` rows this rank's group generates."""
@@ -123,13 +103,13 @@ def shards(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(prefix) :]))
 
 
-def merge(out: Path) -> list[dict]:
+def merge(out: Path) -> None:
     """Rank 0 (or one process resuming): every row of ``--output`` and of its shards, in
     prompt order, written back to ``--output`` (through a temporary file, then renamed);
-    the shards removed. Returns the rows."""
+    the shards removed."""
     parts = shards(out)
     if not parts:
-        return []
+        return
     rows = []
     for path in [out, *parts]:
         if path.exists():
@@ -145,10 +125,6 @@ def merge(out: Path) -> list[dict]:
     os.replace(tmp, out)
     for path in parts:
         path.unlink(missing_ok=True)
-    return rows
-
-
-_KEY = ("prompt_index", "sample")
 
 
 def _row(line: str, where: str) -> dict:
@@ -157,7 +133,10 @@ def _row(line: str, where: str) -> dict:
         row = json.loads(line)
     except ValueError:
         row = None
-    if not (isinstance(row, dict) and all(isinstance(row.get(k), int) for k in _KEY)):
+    if not (
+        isinstance(row, dict)
+        and all(isinstance(row.get(k), int) for k in ("prompt_index", "sample"))
+    ):
         raise not_a_row(where)
     return row
 
@@ -167,8 +146,7 @@ def start(args) -> Scaleout:
     ``--tp`` (initialised here, before any model loads)."""
     from .. import distributed
 
-    tp = getattr(args, "tp", None)
-    tp = 1 if tp is None else tp
+    tp = 1 if args.tp is None else args.tp
     if tp < 1:
         raise flag_error("--tp", tp, "an integer >= 1", "1, no tensor parallelism")
     if not distributed.launched():

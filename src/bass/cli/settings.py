@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..config import Config, ConfigError, read_toml
 from ..options import OPTIONS
+from .errors import say
 from .parser import flag_label
 
 __all__ = ["FLAG_KEYS", "note_sampling", "resolve_config"]
@@ -73,12 +73,11 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
 def note_sampling(args, config: Config, n: int = 1) -> None:
     """Notes on stderr about sampling flags that have no effect."""
     if n > 1 and not config.generation.do_sample:
-        print(
-            f"bass: note: greedy decoding gives {n} identical samples per prompt; add "
-            "--sample (and --temperature) for distinct ones",
-            file=sys.stderr,
+        say(
+            f"note: greedy decoding gives {n} identical samples per prompt; add --sample "
+            "(and --temperature) for distinct ones"
         )
     given = [f for f in ("temperature", "top_k", "top_p") if getattr(args, f, None) is not None]
     if given and not config.generation.do_sample:
         flags = ", ".join("--" + f.replace("_", "-") for f in given)
-        print(f"bass: note: {flags} only apply with --sample (decoding is greedy)", file=sys.stderr)
+        say(f"note: {flags} only apply with --sample (decoding is greedy)")
