@@ -1,11 +1,8 @@
-"""The ``torch.ops.bass`` custom ops: one ragged-attention family, and the ragged KV append.
-
-Importing this module (``import bass`` does) registers, in namespace ``bass``,
-``ragged_attention`` (padded queries), ``ragged_attention_packed`` (what the engine's
-passes use), ``kv_append`` and ``kv_append_packed``; their contract, the ragged convention
-with a worked example, and the implementations are on the docs site's Ops page
-(``docs/reference/ops.md``). Schemas, fakes and checks: :mod:`~bass.ops.contract`; the one
-dispatch: :mod:`~bass.ops.plan`; one module per implementation; ``bass ops`` lists them.
+"""The ``torch.ops.bass`` custom ops ``ragged_attention`` (padded queries),
+``ragged_attention_packed`` (the engine's), ``kv_append`` and ``kv_append_packed``,
+registered on import (``import bass`` does); contract and implementations: the Ops page
+(``docs/reference/ops.md``). Schemas and checks: :mod:`~bass.ops.contract`; the dispatch:
+:mod:`~bass.ops.plan`; one module per implementation (``bass ops`` lists them).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The contract of the ragged-attention family: the four ops' schemas and fakes (their
-kernels: :mod:`bass.ops.plan`; their documentation: :mod:`bass.ops`), and input checks.
-
-The oracle every implementation is judged by is the float64 loop of
-:mod:`bass.testing.oracles`, which shares no code with any implementation.
-
-Checks read metadata only, except the length range checks (a host read, a sync on CUDA),
-which run on concrete tensors in eager mode only, unless :func:`length_checks` is off.
+"""The ragged-attention family's contract: the four ops' schemas and fakes (kernels:
+:mod:`bass.ops.plan`; documentation: :mod:`bass.ops`), and input checks. Checks read
+metadata only, except the length range checks (a host read), which run on concrete tensors
+in eager mode only, unless :func:`length_checks` is off.
 """
 
 from __future__ import annotations
@@ -170,7 +166,8 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
     ``cache_lens``) or, with ``packed``, ``kv_append_packed`` (``lens``: ``cu_q_lens``)."""
     new = "[1, Hkv, N, D] (packed)" if packed else "[B, Hkv, T, D]"
     layouts = {"k_cache": "[B, Hkv, S, D]", "v_cache": "[B, Hkv, S, D]", "k_new": new, "v_new": new}
-    _check_floats(layouts, k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new)
+    tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
+    _check_floats(layouts, **tensors)
     if k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
         raise ValueError(
             f"k_cache and v_cache must match, got {_shape(k_cache)} {k_cache.dtype} and "
@@ -188,7 +185,6 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
         )
     if not packed and T > S:
         raise ValueError(f"cannot append T={T} tokens to a cache of S={S} slots")
-    tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
     _check_length_tensors(packed, B, ("new_lens", lens), ("cache_lens", cache_lens), **tensors)
 
 

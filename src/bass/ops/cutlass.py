@@ -1,25 +1,18 @@
-"""``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT on CUTLASS (CUDA), selectable
-by name (not in ``auto``; what was checked where: the Ops page).
+"""``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT (arXiv 2404.15778, Fig.
+4b/4c) on CUTLASS, by name only (the Ops page): per (batch row, KV head), two GEMMs with a
+Triton masked softmax (:func:`masked_softmax`) between them; the ``G`` query heads of a
+KV head are the ``G*T`` rows of one problem. float16/bfloat16 with ``D % 8 == 0`` only
+(other inputs run the reference); probabilities are rounded to the input dtype before the
+second GEMM (as in the paper and flash attention).
 
-Both follow the BASS paper (arXiv 2404.15778, Fig. 4b/4c): two GEMMs with a masked softmax
-(a Triton kernel, :func:`masked_softmax`) between them, per (batch row, KV head); the query
-heads sharing a KV head are the ``G*T`` rows of one problem (GQA).
+* ``pad`` (``bass::ragged_attention_pad``): CUTLASS 3.x batched GEMMs (sm_90a) over rows
+  padded to the longest ``kv_len``, read back to the host (no CUDA graph). Value slots
+  past a row's ``kv_len`` get zero weights, so NaN/Inf stored there propagates.
+* ``split`` (``bass::ragged_attention_split``): CUTLASS 2.x grouped GEMMs, one problem per
+  (row, KV head), sizes and pointers computed on the device; it never reads past ``kv_len``.
 
-* ``pad`` (``bass::ragged_attention_pad``): CUTLASS 3.x batched GEMMs (sm_90a, TMA +
-  WGMMA) over every row padded to the batch's longest ``kv_len``, read back to the host
-  (one sync per call: no CUDA graph). Value slots past a row's ``kv_len`` get exact zero
-  weights, so NaN/Inf stored there propagates (bass's cache is zero-initialised).
-* ``split`` (``bass::ragged_attention_split``): CUTLASS 2.x grouped GEMMs, one problem
-  per (row, KV head) of ``((G-1)*T + q_len) x kv_len``, sizes and pointers computed on the
-  device (no host read). It never reads past ``kv_len``.
-
-Both take float16/bfloat16 with ``D % 8 == 0`` (other inputs run the reference), on a
-pass's tokens gathered into rows (:func:`bass.ops.reference.row_slots`); probabilities are
-rounded to the input dtype before the second GEMM (as in the paper and flash attention).
-
-The kernels live in ``libbass_cutlass.so`` (found by :func:`library_path`), loaded with
-ctypes on first use (import touches no CUDA or nvcc; :func:`unavailable_reason` says why
-it cannot be).
+The kernels live in ``libbass_cutlass.so`` (:func:`library_path`), loaded with ctypes on
+first use (:func:`unavailable_reason` says why it cannot be).
 """
 
 from __future__ import annotations
@@ -52,17 +45,6 @@ _i64, _i32, _f32, _vp = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_v
 # --------------------------------------------------------------------------- finding & loading
 
 
-def _build_module():
-    """cutlass_kernels/build.py of a source checkout (None when bass is installed alone)."""
-    path = KERNELS_DIR / "build.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("bass_cutlass_build", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def library_path() -> tuple[Path | None, str]:
     """The library this process would load, or ``None`` and the reason there is none.
 
@@ -77,9 +59,14 @@ def library_path() -> tuple[Path | None, str]:
     # sm_90a unless the current GPU is an sm_8x one (then sm_80)
     sm8 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 8
     arch = "80" if sm8 else "90"
+    build = KERNELS_DIR / "build.py"  # a source checkout's (absent when bass is installed)
     try:
-        builder = _build_module()
-        want = builder.source_hash(arch) if builder is not None else None
+        want = None
+        if build.is_file():
+            spec = importlib.util.spec_from_file_location("bass_cutlass_build", build)
+            builder = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(builder)
+            want = builder.source_hash(arch)
     except (OSError, ValueError) as e:  # pragma: no cover - broken checkout
         return None, f"cannot hash cutlass_kernels/: {e}"
     env = os.environ.get("BASS_CUTLASS_CACHE")
@@ -100,7 +87,18 @@ def library_path() -> tuple[Path | None, str]:
     return None, f"libbass_cutlass.so for sm_{arch} not built in {root}{stale}; {BUILD_HINT}"
 
 
-def _declare(lib: ctypes.CDLL) -> None:
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    path, why = library_path()
+    if path is None:
+        return None, why
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        return None, f"cannot load {path}: {e}"
+    version = lib.bass_cutlass_abi_version()
+    if version != ABI_VERSION:
+        return None, f"{path} has C ABI {version}, this bass needs {ABI_VERSION}; {BUILD_HINT}"
     lib.bass_cutlass_abi_version.restype = _i32
     lib.bass_cutlass_last_error.restype = ctypes.c_char_p
     lib.bass_cutlass_build_info.restype = ctypes.c_char_p
@@ -116,21 +114,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bass_cutlass_split_gemm.argtypes = [_i32, _i32, _i32, _vp, _f32, _i32, _vp]
     for name in ("gemm_batched", "gemm_grouped", "split_setup", "split_gemm"):
         getattr(lib, f"bass_cutlass_{name}").restype = _i32
-
-
-@functools.lru_cache(maxsize=1)
-def _load() -> tuple[ctypes.CDLL | None, str]:
-    path, why = library_path()
-    if path is None:
-        return None, why
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
-        return None, f"cannot load {path}: {e}"
-    version = lib.bass_cutlass_abi_version()
-    if version != ABI_VERSION:
-        return None, f"{path} has C ABI {version}, this bass needs {ABI_VERSION}; {BUILD_HINT}"
-    _declare(lib)
     return lib, f"{path} ({lib.bass_cutlass_build_info().decode()})"
 
 
@@ -262,13 +245,6 @@ def masked_softmax(scores: torch.Tensor, probs: torch.Tensor, q_lens: torch.Tens
 # --------------------------------------------------------------------------- the computation
 
 
-def _require() -> ctypes.CDLL:
-    ok, why = _status()
-    if not ok:
-        raise RuntimeError(f"bass CUTLASS kernels unavailable: {why}")
-    return _load()[0]
-
-
 def _call(lib: ctypes.CDLL, name: str, *args) -> None:
     status = getattr(lib, f"bass_cutlass_{name}")(*args)
     if status != 0:
@@ -308,7 +284,10 @@ def _shapes(q, k) -> tuple:
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    return (_require(), B, Hq, T, D, Hkv, S, G, B * Hkv, G * T, (G * T + 7) // 8 * 8,
+    ok, why = _status()
+    if not ok:
+        raise RuntimeError(f"bass CUTLASS kernels unavailable: {why}")
+    return (_load()[0], B, Hq, T, D, Hkv, S, G, B * Hkv, G * T, (G * T + 7) // 8 * 8,
             _DTYPE_CODE.get(q.dtype), q.device.index, stream)  # fmt: skip
 
 

@@ -1,18 +1,13 @@
-"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer (where
-``auto`` picks it, what it needs of the cache and which inputs run the reference instead:
-the Ops page). The same code compiles to Inductor's C++ flex template on the CPU and its
-Triton template on CUDA.
+"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer (what
+it needs and which inputs run the reference: the Ops page).
 
-Layout. FlexAttention takes queries ``[B, Hq, T, D]`` over keys ``[B, Hkv, S, D]`` of the
-same batch, so the cache is used as it is (GQA natively) and the pass's tokens are
-gathered into rows of ``T`` slots (``T``: the longest row's query count, bucketed, from
-host lengths; without them, the pass's ``N``). The block mask is built once per pass
-directly from the lengths (no mask function evaluated over the ``T x S`` grid, which costs
-more than the attention: ``bench/bench_kernels.py --block-mask``): per row ``b`` and query
-block, the key blocks every query of the block sees (*full*: no mask evaluated) and those
-up to the last query's position (*partial*: ``mask_mod`` decides per element). A row's
-query blocks past its ``q_len`` get no key block at all, so a pass mixing a prefill chunk
-of hundreds of tokens with rows of 1-33 verify tokens costs each row its own blocks only.
+The cache is used as it is (GQA natively); the pass's tokens are gathered into rows of
+``T`` slots (the plan's ``width``). The block mask is built once per
+pass directly from the lengths, not by a mask function over the ``T x S`` grid (which
+costs more than the attention: ``bench/bench_kernels.py --block-mask``): per row and query
+block, the key blocks every query sees (*full*: no mask evaluated) and those up to the last
+query's position (*partial*: ``mask_mod`` decides); query blocks past a row's ``q_len``
+get none, so each row costs its own blocks only.
 
 Worked example: ``q_lens = [3, 1]``, ``kv_lens = [130, 2]``, ``T = 4``, blocks of 128.
 Row 0's queries sit at positions 127, 128, 129: key block 0 (keys 0..127) is *full* (its
@@ -54,8 +49,8 @@ class FlexState(NamedTuple):
 
 
 def prepare(plan) -> FlexState:
-    """The block mask and the row gather of one pass, from the plan's length tensors
-    (no host read: the same code runs on the pass's device)."""
+    """The block mask and the row gather of one pass, from the plan's length tensors (no
+    host read)."""
     T, S, N = plan.width, plan.cache_size, plan.num_tokens
     q_lens, kv_lens = plan.q_lens, plan.kv_lens
     ql, kv = q_lens.to(torch.long), kv_lens.to(torch.long)
@@ -99,10 +94,9 @@ def _block_mask(state: FlexState, S: int) -> BlockMask:
 
 
 def _call(q, k, v, block_mask, scale, gqa):
-    # CUDA: the Triton template by name. With BACKEND="AUTO", torch 2.11 on an H100 found no
-    # kernel for a verify pass's shapes (NoValidChoicesError, head dims 64 and 128; the
-    # first GPU run, bench/results/gpu/2026-11-26-h100); "TRITON" compiled and matched the
-    # reference there (bench/gpu_flex_probe.py)
+    # CUDA: the Triton template by name; "AUTO" found no kernel for verify passes on an H100
+    # (torch 2.11, head dims 64 and 128: bench/results/gpu/2026-11-26-h100), "TRITON"
+    # compiled and matched the reference there (bench/gpu_flex_probe.py)
     options = {"BACKEND": "TRITON"} if q.is_cuda else None
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa,
                           kernel_options=options)  # fmt: skip
@@ -120,15 +114,13 @@ def _compiled(key: tuple):
 
 
 def supports(q: torch.Tensor) -> bool:
-    """Inputs flex runs: not float64 (no kernel), head dim >= 16 on CUDA (Triton's dots)
-    and >= 32 on CPU (torch 2.13's C++ template gave wrong results for head dims 8 and 16
-    at cache sizes S with S % 16 == 8: tests/ops/test_ops_flex.py keeps checking it)."""
+    """Inputs flex runs (the others run the reference; why: the Ops page): not float64, head
+    dim >= 16 on CUDA and >= 32 on CPU (tests/ops/test_ops_flex.py keeps checking why)."""
     return q.dtype != torch.float64 and q.shape[-1] >= (16 if q.device.type == "cuda" else 32)
 
 
 def run(state: FlexState, q, k, v, scale: float) -> torch.Tensor:
-    """One layer: q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``; returns ``[1, Hq, N, D]``
-    token-major. One FlexAttention call, plus the gather into rows and back."""
+    """One layer: one FlexAttention call, plus the gather into rows and back."""
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
     if not supports(q):

@@ -1,10 +1,7 @@
 """``fused``: bass's Triton flash-attention kernel over the ragged pass, one launch per
-layer (two with split-KV), beside its launcher and op.
-
-The op ``bass::ragged_attention_fused`` is a ``torch.library.triton_op`` (Inductor sees
-the kernels in a compiled graph); its grid comes from shapes only, so a CUDA graph can
-capture it. Under ``TRITON_INTERPRET=1`` Triton's interpreter runs the kernels on CPU tensors (the
-CPU tests).
+layer (two with split-KV), and its op ``bass::ragged_attention_fused`` (a ``triton_op``:
+Inductor sees the kernels; a grid from shapes only: CUDA-graph safe). Under
+``TRITON_INTERPRET=1`` the kernels run on CPU tensors (the CPU tests).
 
 Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //
 Hkv`` query heads sharing that KV head are flattened with the row's query slots into the
@@ -20,13 +17,12 @@ example: ``G = 2``, ``BLOCK_M = 16``, ``starts = [0, 3, 3]``, ``q_lens = [3, 0, 
 12``): block starts ``0, 1, 2``, so block 0 is row 0 (6 query rows), block 1 row 1 (empty),
 blocks 2-3 row 2 (18 query rows); ``G * N // 16 + B = 4`` programs.
 
-Each program walks keys in tiles of BLOCK_N up to the causal limit of its last live query:
-whole tiles every query of the block sees need no mask, the rest mask ``key <= position``.
-Keys at or past ``kv_lens[b]`` are never loaded (a cache from ``torch.empty`` is harmless).
-Split-KV (flash-decoding): with few programs and long caches a third grid axis cuts each
-program's keys into chunks whose normalised partial outputs and log-sum-exps (base 2) go
-to fp32 scratch, merged by ``_ragged_attention_combine``. float16, bfloat16 and float32
-(exact fp32 dots, not TF32) run in the kernels; float64 runs the reference.
+Each program walks keys in tiles of BLOCK_N up to its last live query's causal limit
+(unmasked where every query of the block sees the whole tile); keys at or past
+``kv_lens[b]`` are never loaded. Split-KV (flash-decoding): with few programs and long
+caches a third grid axis cuts the keys into chunks whose partial outputs and log-sum-exps
+(base 2) go to fp32 scratch, merged by ``_ragged_attention_combine``. float16, bfloat16 and
+float32 (exact fp32 dots, not TF32) run in the kernels; float64 runs the reference.
 """
 
 from __future__ import annotations
@@ -277,9 +273,8 @@ def _tiles(M: int, D: int, fp32: bool, interpret: bool) -> tuple[int, int, int, 
 
 
 def interpreted() -> bool:
-    """True when the kernels were defined under TRITON_INTERPRET=1 (it must be set before
-    triton is first imported, as the interpreter also replaces triton.language's own
-    ``@jit`` helpers)."""
+    """True when the kernels were defined under TRITON_INTERPRET=1 (set before triton's
+    first import)."""
     if triton is None:
         return False
     from triton.runtime.interpreter import InterpretedFunction
@@ -288,9 +283,8 @@ def interpreted() -> bool:
 
 
 def _launch(kernel):
-    """``wrap_triton(kernel)``, which traces into compiled graphs; torch 2.11 refuses the
-    interpreter's kernels there (``InterpretedFunction``), so under ``TRITON_INTERPRET=1``
-    it gets the kernel itself, which runs the same in eager calls."""
+    """``wrap_triton(kernel)`` (traced into compiled graphs), or under TRITON_INTERPRET=1,
+    which torch 2.11 refuses there, the kernel itself (the same in eager calls)."""
     try:
         return wrap_triton(kernel)
     except RuntimeError:
@@ -399,11 +393,3 @@ def unavailable() -> str | None:
     if not (torch.cuda.is_available() or interpreted()):
         return "no CUDA device (and not in Triton's interpreter)"
     return None
-
-
-def prepare(plan) -> tuple[torch.Tensor, ...]:
-    return plan.starts, plan.q_lens, plan.kv_lens
-
-
-def run(state, q, k, v, scale: float) -> torch.Tensor:
-    return torch.ops.bass.ragged_attention_fused(q, k, v, *state, scale)

@@ -1,12 +1,11 @@
-"""The one dispatch of the ragged-attention family, shaped like FlashInfer's plan/run (what
-it does and why: the Ops page's "One family, one dispatch"). :class:`Plan` resolves the
-implementation once per pass and runs its ``prepare``; every layer's :meth:`Plan.attend`
-and :meth:`Plan.append` then take tensors only.
+"""The one dispatch of the ragged-attention family, FlashInfer's plan/run (the Ops page's
+"One family, one dispatch"): :class:`Plan` resolves the implementation and runs its
+``prepare`` once per pass; every layer's :meth:`Plan.attend` and :meth:`Plan.append` take
+tensors only.
 
 Every implementation sees one layout: flat queries ``[1, Hq, N, D]``, row ``b`` owning
-tokens ``starts[b] .. starts[b] + q_lens[b] - 1``; tokens of no row are padding (output
-0). The packed op's rows are its ``cu_q_lens`` (``starts = cu_q_lens[:-1]``); the padded
-op's ``[B, Hq, T, D]`` queries flattened row after row give ``starts[b] = b * T``.
+tokens ``starts[b] .. starts[b] + q_lens[b] - 1``, tokens of no row padding (output 0):
+the packed op's ``starts = cu_q_lens[:-1]``, the padded op's ``starts[b] = b * T``.
 """
 
 from __future__ import annotations
@@ -278,11 +277,12 @@ def _read(op, lens, other, N, S, packed: bool, T=None, append=False, host=False)
 def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
     device = lens.device
     B = kv_lens.shape[0]
-    if device.type == "cpu" or resolve(impl, device, "eager")[0].host_lengths:
-        raw, q, kv = _read(op, lens, kv_lens, N, S, packed, width, host=True)
+    host = device.type == "cpu" or resolve(impl, device, "eager")[0].host_lengths
+    read = _read(op, lens, kv_lens, N, S, packed, width, host=host)
+    if host:
+        raw, q, kv = read
         starts = raw[:-1] if packed else [b * width for b in range(B)]
         return _host_plan(impl, device, N, S, width, tuple(starts), tuple(q), tuple(kv))
-    _read(op, lens, kv_lens, N, S, packed, width)
     if packed:
         return Plan(impl, lens[:-1], lens.diff(), kv_lens, N, S, width=width, cu_q_lens=lens)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=device) * width
@@ -338,9 +338,14 @@ for _key in ("CPU", "CUDA"):
 
 # --------------------------------------------------------------------------- registry
 
+
+def _lengths(plan: Plan) -> tuple[torch.Tensor, ...]:
+    return plan.starts, plan.q_lens, plan.kv_lens
+
+
 for _impl in (
     Implementation(
-        "reference", ("cpu", "cuda"), lambda p: (p.starts, p.q_lens, p.kv_lens),
+        "reference", ("cpu", "cuda"), _lengths,
         lambda s, q, k, v, scale: reference.attention(q, k, v, *s, scale),
         "pure PyTorch, each token's cache row gathered, no host read: the oracle's twin "
         "and the fallback; time and memory grow with N * S",
@@ -358,7 +363,8 @@ for _impl in (
         single_launch=True,
     ),
     Implementation(
-        "fused", ("cuda", "cpu") if fused.interpreted() else ("cuda",), fused.prepare, fused.run,
+        "fused", ("cuda", "cpu") if fused.interpreted() else ("cuda",), _lengths,
+        lambda s, q, k, v, scale: torch.ops.bass.ragged_attention_fused(q, k, v, *s, scale),
         "bass's Triton flash-attention kernel over the packed pass (GQA-aware, split-KV), "
         "a grid from shapes only; checked in Triton's interpreter and, in eager passes, "
         f"on an H100 ({_H100})",

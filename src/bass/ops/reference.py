@@ -1,9 +1,6 @@
-"""``reference``: the pure-PyTorch implementation, and the helpers of the one layout
+"""``reference``: the pure-PyTorch implementation (vectorised, no host read, float32 math,
+float64 kept; the fallback, not a fast path), and the helpers of the one layout
 (:mod:`bass.ops.plan`) that other implementations share (row gathers, the KV append).
-
-Vectorised over tokens and heads, no host read (a CUDA graph can capture it), float32
-math (float64 stays float64); time and memory grow with ``N * S``: the twin of every fast
-path and the fallback for inputs a kernel does not take, not a fast path itself.
 """
 
 from __future__ import annotations
@@ -143,10 +140,8 @@ def append_at(k_cache, v_cache, k_new, v_new, index: tuple[torch.Tensor, torch.T
     """Write the first ``len(rows)`` packed tokens at ``(rows, slots)`` (from
     :func:`append_index`): one index_put per cache."""
     rows, slots = index
-    real = rows.shape[0]
-    if real == 0:
+    if rows.shape[0] == 0:
         return
     for cache, new in ((k_cache, k_new), (v_cache, v_new)):
-        vals = new[0] if real == new.shape[2] else new[0].narrow(1, 0, real)  # [Hkv, real, D]
-        vals = vals.transpose(0, 1)  # [real, Hkv, D]: the shape cache[rows, :, slots] has
-        cache[rows, :, slots] = vals if vals.dtype == cache.dtype else vals.to(cache.dtype)
+        # [real, Hkv, D]: the shape cache[rows, :, slots] has
+        cache[rows, :, slots] = new[0].narrow(1, 0, rows.shape[0]).transpose(0, 1).to(cache.dtype)

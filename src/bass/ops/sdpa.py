@@ -1,9 +1,6 @@
-"""``sdpa``: ``F.scaled_dot_product_attention`` on each row's own slices (BASS-SPLIT's CPU
-analogue), planned once per pass from host lengths.
-
-Row ``b``'s ``q_lens[b]`` queries attend to its first ``kv_lens[b]`` keys (bottom-right
-causal), so no padded work is done, except where rows alike share one call
-(:data:`ROW_CALL_POSITIONS`). fp16/bf16 compute in float32, rounded once.
+"""``sdpa``: ``F.scaled_dot_product_attention`` on each row's own slices, bottom-right
+causal (BASS-SPLIT's CPU analogue; rows alike may share one call), planned once per pass
+from host lengths. fp16/bf16 compute in float32, rounded once.
 """
 
 from __future__ import annotations
@@ -15,30 +12,26 @@ import torch.nn.functional as F
 
 from .contract import token_major
 
-# Rows share ONE call over the cache padded to the longest of them when either every row
-# brings the same number of tokens or at least half the rows, BATCH_MIN_ROWS or more, decode
-# one token, and the padded call reads no more key positions (every row x the longest) than the
-# calls per row would (their lengths) plus ROW_CALL_POSITIONS per call saved: a call costs
-# about as much as reading that many more positions. Measured on this project's 2-core CPU
-# (SmolLM2-135M's heads, float32, one decode token per row): a padded position ~0.22 us, a
-# row's own ~0.28 us, a call ~77 us; 16 rows of 60-420 keys: 1.4 ms padded, 2.3 ms per row;
-# 16 rows of 50 keys and one of 1000: 3.6 ms padded, 1.6 ms per row. Rows admitted at
-# different times (continuous batching) have such spread lengths.
+# Rows share ONE call over the cache padded to the longest of them when every row brings
+# the same number of tokens or at least half the rows (BATCH_MIN_ROWS or more) decode one,
+# and the padded call reads no more key positions (rows x the longest) than the calls per
+# row would plus ROW_CALL_POSITIONS per call saved. Measured on a 2-core CPU (SmolLM2-135M's
+# heads, float32, decode): a padded position ~0.22 us, a row's own ~0.28 us, a call ~77 us;
+# 16 rows of 60-420 keys: 1.4 ms padded, 2.3 ms per row; 16 rows of 50 keys and one of
+# 1000: 3.6 ms padded, 1.6 ms per row (continuous batching spreads lengths so).
 BATCH_MIN_ROWS = 2
 ROW_CALL_POSITIONS = 300
 
 
 class SdpaPlan:
-    """One pass's attention from host lists (``starts``, ``q_lens``, ``kv_lens``, each
-    ``[B]``; ``N`` tokens). ``batch``: the rows run in one padded call (:class:`_Batch`) or
-    ``None``; ``rows``: the others, one call each, ``(b, start, n, kv_len, mask,
-    is_causal)``. ``check_finite``: a batched call checks its result for NaN leaking from
-    past a row's length through a zero weight (a host read: free on a CPU).
+    """One pass's attention from host lists ``starts``, ``q_lens``, ``kv_lens`` (``[B]``).
+    ``batch``: the rows of one padded call (:class:`_Batch`) or ``None``; ``rows``: the
+    others, one call each (:func:`_row`). ``check_finite``: check a batched result for NaN
+    leaking from past a row's length (a host read: free on a CPU).
     """
 
     def __init__(self, starts, q_lens, kv_lens, N: int, device=None, check_finite=True):
         device = torch.device("cpu") if device is None else torch.device(device)
-        self.check_finite = check_finite
         B = len(kv_lens)
         self.zero = sum(q_lens) < N  # tokens of no row: their output must be 0
         self.batch = None
@@ -58,9 +51,8 @@ class SdpaPlan:
             top = max(kv_lens[b] for b in chosen)
             own = sum(kv_lens[b] for b in chosen)  # the call spans all B rows of the cache
             if top * B <= own + ROW_CALL_POSITIONS * len(chosen):
-                self.batch = _Batch(
-                    chosen, starts, kv_lens, n0 if uniform else 1, uniform, top, device
-                )
+                n = n0 if uniform else 1
+                self.batch = _Batch(chosen, starts, kv_lens, n, uniform, top, device, check_finite)
         done = self.batch.chosen if self.batch is not None else ()
         self.rows = [
             _row(b, starts[b], n, L, device)
@@ -69,14 +61,10 @@ class SdpaPlan:
         ]
 
     def run(self, q, k, v, scale: float) -> torch.Tensor:
-        """One layer: q ``[1, Hq, N, D]``, k, v ``[B, Hkv, S, D]``; returns ``[1, Hq, N,
-        D]`` token-major."""
         gqa = q.shape[1] != k.shape[1]
         out = token_major(q, zero=self.zero)
         rows = self.rows
-        if self.batch is not None and not self.batch.run(
-            q, k, v, out, scale, gqa, self.check_finite
-        ):
+        if self.batch is not None and not self.batch.run(q, k, v, out, scale, gqa):
             rows = rows + self.batch.fallback
         for b, start, n, L, mask, causal in rows:
             kb, vb = k.narrow(0, b, 1).narrow(2, 0, L), v.narrow(0, b, 1).narrow(2, 0, L)
@@ -106,14 +94,15 @@ def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
 
 
 class _Batch:
-    """Rows in one SDPA call over every cache row padded to ``top``, each masked to its own
-    causal window. ``uniform``: every row brings ``n`` tokens back to back (queries and
-    output are views of the flat ones); else the chosen rows decode one token, gathered,
-    and the other rows attend to key 0, dropped."""
+    """Rows in one SDPA call over every cache row padded to ``top``, each masked to its
+    causal window. ``uniform``: every row brings ``n`` tokens back to back (views of the
+    flat queries); else the chosen rows decode one token, gathered (the others see key 0,
+    dropped)."""
 
-    def __init__(self, chosen, starts, kv, n: int, uniform: bool, top: int, device):
+    def __init__(self, chosen, starts, kv, n: int, uniform: bool, top: int, device, check_finite):
         B = len(kv)
         self.chosen, self.top, self.n, self.uniform = set(chosen), top, n, uniform
+        self.check_finite = check_finite
         self._fallback = (chosen, starts, kv, device)
         lens = [kv[b] if b in self.chosen else 1 for b in range(B)]
         i = torch.arange(n)[:, None]  # query i of a row of length L sits at L - n + i
@@ -134,22 +123,22 @@ class _Batch:
         chosen, starts, kv, device = self._fallback
         return [_row(b, starts[b], self.n, kv[b], device) for b in chosen]
 
-    def run(self, q, k, v, out, scale, gqa, check_finite: bool) -> bool:
-        """Run the batched rows into ``out``; False (nothing written) when the result is
-        not finite (NaN past a row's length times a zero weight): then one call per row."""
+    def run(self, q, k, v, out, scale, gqa) -> bool:
+        """Run the batched rows into ``out``; False (nothing written) when the result is not
+        finite: then one call per row."""
         ks, vs = k.narrow(2, 0, self.top), v.narrow(2, 0, self.top)
         if self.uniform:
             B, n = k.shape[0], self.n
             qs = q[0].narrow(1, 0, B * n).unflatten(1, (B, n)).transpose(0, 1)  # [B, Hq, n, D]
             ob = _sdpa(qs, ks, vs, self.mask, False, scale, gqa)  # [B, Hq, n, D]
-            if check_finite and not bool(ob.sum().isfinite()):  # NaN/Inf survive a sum
+            if self.check_finite and not bool(ob.sum().isfinite()):  # NaN/Inf survive a sum
                 return False
             out[0].narrow(1, 0, B * n).unflatten(1, (B, n)).transpose(0, 1).copy_(ob)
             return True
         qs = q[0].index_select(1, self.query).transpose(0, 1)[:, :, None]  # [B, Hq, 1, D]
         ob = _sdpa(qs, ks, vs, self.mask, False, scale, gqa)[:, :, 0]  # [B, Hq, D]
         picked = ob.index_select(0, self.picked)  # [n, Hq, D]: the decode rows only
-        if check_finite and not bool(picked.sum().isfinite()):
+        if self.check_finite and not bool(picked.sum().isfinite()):
             return False
         out[0].transpose(0, 1).index_copy_(0, self.tokens, picked.to(out.dtype))
         return True
@@ -157,8 +146,8 @@ class _Batch:
 
 def prepare(plan) -> SdpaPlan:
     """The pass's :class:`SdpaPlan` (NaN checks on a CPU only: elsewhere they sync)."""
-    host = plan.host
     cpu = plan.device.type == "cpu"
+    host = plan.host
     return SdpaPlan(host.starts, host.q_lens, host.kv_lens, plan.num_tokens, plan.device, cpu)
 
 
