@@ -2,17 +2,13 @@
 
 A policy subclasses :class:`Policy` (:mod:`bass.hooks` declares its hooks with their
 defaults; :func:`bind` resolves them once per generation) and is registered under the
-``bass.policies`` entry-point group. The built-ins (:mod:`bass.policies.adaptive`, the
-default, :mod:`bass.policies.builtin`, :mod:`bass.policies.goodput`), how to choose one
-and how to write one: docs/guides/policies.md.
+``bass.policies`` entry-point group (:mod:`bass.policies.registry`). The built-ins, how to
+choose one and how to write one: docs/guides/policies.md.
 
 Typical use::
 
     policy = bass.policies.load("bass", l0=5)
     for option, default, help in bass.policies.describe("bass"): ...
-
-:func:`available` lists what is installed; ``bass.policies.registry.entry_points`` is the
-single function reading installed metadata (monkeypatch it in tests).
 """
 
 from __future__ import annotations

@@ -115,9 +115,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
 
     def early_stop(self, ctx: DraftContext) -> EarlyStop | None:
         """Per-row early stop from the draft model's confidence (option
-        ``draft_confidence``): a row goes on drafting while the calibrated chance that
-        all its tokens so far are accepted, times what a token of the row is worth
-        (``values``), still beats the plan's last token (``price``)."""
+        ``draft_confidence``; docs/guides/policies.md, "Draft-model confidence")."""
         if not self.draft_confidence:
             return None
         w = self.prior_trials  # per decile: (s + w c) / (t + w), linear in c
@@ -133,18 +131,14 @@ class AdaptivePolicy(OptionsMixin, Policy):
     # ----------------------------------------------------------------- estimates
 
     def _rate(self, shared_key: tuple, row_key: tuple) -> float:
-        """An optimistic estimate: the shrunk mean plus ``optimism`` standard errors, so a
-        row whose evidence is thin gets tried (and its estimate learns) rather than
-        written off by the prior."""
+        """The shrunk mean plus ``optimism`` standard errors (docs/guides/policies.md,
+        "Estimates")."""
         w = self.prior_trials
         ps, pt = self.shared.get(shared_key, (0.0, 0.0))
-        # the row shrinks towards what the OTHER rows say (its own part taken out of the
-        # drafter-wide sums: counting one observation at both levels would make a single
-        # rejection look like two)
+        # the row shrinks towards what the OTHER rows say (its own part taken out: one
+        # observation counted at both levels would make one rejection look like two)
         ms, mt = self._own_part(shared_key, row_key[1])
         ps, pt = max(0.0, ps - ms), max(0.0, pt - mt)
-        # each level shrinks towards the one above (a Beta prior of weight w): one row's
-        # bad luck cannot zero the drafter-wide estimate, nor that a row's
         prior = (ps + w * self.prior_alpha) / (pt + w)
         s, t = self.rows.get(row_key, (0.0, 0.0))
         mean = (s + w * prior) / (t + w)
@@ -167,10 +161,8 @@ class AdaptivePolicy(OptionsMixin, Policy):
     def draft_cost(self, passes: int, tokens: int) -> float:
         """Predicted seconds of ``passes`` draft-model passes computing ``tokens`` tokens
         (0 for n-grams: their lookup is host time)."""
-        if passes == 0:
-            return 0.0
         s_pp, s_pt, s_tt, s_py, s_ty, n = self.draft_fit
-        if n == 0:
+        if passes == 0 or n == 0:
             return 0.0
         det = s_pp * s_tt - s_pt * s_pt
         if abs(det) < 1e-12 * max(1.0, s_pp * s_tt):  # one configuration seen: per pass
@@ -194,28 +186,20 @@ class AdaptivePolicy(OptionsMixin, Policy):
             caps = [min(c, a) for c, a in zip(caps, ctx.available, strict=True)]
         self.last = dict(zip(ctx.prompts, signal, strict=True))
         self.price, self.values = math.inf, [1.0] * R
-        if R == 0 or not any(caps):
+        if R == 0 or not any(caps) or self.steps == 0:  # 1) plain decoding: C(R)
             return [0] * R
-        if self.steps == 0:  # 1) plain decoding: C(R)
-            return [0] * R
-        if not self.cost.pairs:  # 2) a second size of pass, for C's slope: one token,
-            # for the row whose match is longest (the likeliest to be accepted): what the
-            # first draft token of a pass costs is what decides whether to draft at all,
-            # and at batch 4-16 on a CPU it is dear (+17-34% of a plain pass)
+        if not self.cost.pairs:  # 2) a second size of pass: one token, longest match
             best = max((r for r in range(R) if caps[r]), key=lambda r: signal[r])
             return [int(r == best) for r in range(R)]
         rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
-        # depth grows with evidence: at most k0 + 2x what the row last accepted (decayed)
-        # (a row's first draft is one token: what the other rows accept says little)
+        # depth grows with evidence (a row's first draft is one token)
         caps = [
             min(c, self.k0 + 2 * int(self.reach[row]) if row in self.reach else 1)
             for c, row in zip(caps, ctx.prompts)
         ]
         ends = self.ends(ctx.prompts, [m + 1 for m in ctx.caps], ctx.waiting)
         self.values = self.values_at(ends)
-        # a plan at most twice as wide as the widest pass measured: C beyond the sizes
-        # seen is an extrapolation (from one measuring token, a line can miss a +100%
-        # step by 4x), and at batch 4-16 on a CPU a wrong bet costs a whole step
+        # at most twice as wide as the widest pass measured: C beyond is an extrapolation
         ks = self.allocate(
             rates,
             caps,
@@ -229,14 +213,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
 
     def explore(self, rows, ks, caps) -> None:
         """Exploration tokens, added to ``ks`` in place (docs/guides/policies.md,
-        "Exploration"). A row whose committed token would save less than a token costs is
-        not probed (at batch 8 on a CPU, where the rows end together, such probes cost
-        2-3% of a generation)."""
+        "Exploration")."""
         R = len(rows)
         plain = self.cost(R) or 0.0
-        # an exploration token costs what one more token adds to the planned pass (on a
-        # step that would otherwise not draft: the first draft token's price, the dearest
-        # on a CPU)
+        # an exploration token costs what one more token adds to the planned pass
         n = R + sum(ks)
         token = self.cost.slope()
         if self.cost.level is not None:
@@ -278,9 +258,8 @@ class AdaptivePolicy(OptionsMixin, Policy):
         ``waiting`` for a slot ``tau`` is infinite (continuous batching)."""
         R = len(rows)
         c0, c1 = self.cost.line()
-        # what every step costs: the verify pass's fixed part (with the jump, as often
-        # as steps drafted lately), bass's host work and, with a draft model, its passes
-        # as drafted lately (future steps will draft too)
+        # what every step costs: the verify pass's fixed part (with the jump as often as
+        # steps drafted lately), bass's host work and the draft model's passes
         share = self.cost.level[1] if self.cost.level else 0.0
         c0 = max(0.0, c0) + share * self.cost.jump() + (self.t_host or 0.0) + self.draft_step
         pace = [self.pace.get(row, 1.0) for row in rows]
@@ -312,12 +291,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
         limit: int | None = None,
         ends: tuple | None = None,
     ) -> list[int]:
-        """The per-row lengths ``k*`` that save the batch the most time
-        (docs/guides/policies.md, "The choice"), ``rates[r] = (a_r, c_r)``, ``values[r]``
-        the seconds a committed token of row ``r`` saves (1 each when not given: then the
-        unit is a token), at most ``limit`` draft tokens in all. With ``ends``
-        (:meth:`ends`) a plan's saving is ``S(k)``, scored jointly; without, the sum of its
-        tokens' values."""
+        """The per-row lengths ``k*`` that save the batch the most time, at most ``limit``
+        tokens in all (docs/guides/policies.md, "The choice"): ``rates[r] = (a_r, c_r)``,
+        ``values[r]`` what row ``r``'s token saves (default 1: a token), ``ends`` from
+        :meth:`ends` (without: a plan saves the sum of its tokens' values)."""
         R = len(rates)
         values = values or [1.0] * R
         gains = sorted(  # (value, row, position, probability it is committed)
@@ -336,8 +313,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
             terms0 = [] if mean else [math.exp((s - top) / tau) for s in steps]
             z0 = sum(terms0)
         plain = self.cost(R)
-        # drafting must be predicted to save a margin of a step: the best of many noisy
-        # estimates is biased upwards, and a step mispredicted costs for real
+        # drafting must be predicted to save a margin of a step (docs: "The choice")
         best_net, best_m, best_depth = self.margin * plain, 0, 0
         depths = range(1, max(caps) + 1) if model else [max(caps, default=0)]
         for depth in depths:

@@ -1,8 +1,7 @@
-"""The draft-length policy contract's engine side: :func:`bind` resolves a policy's hooks
-(:class:`bass.hooks.Policy` declares them, with their defaults) once per generation and
-checks what they return; and the small declarative option system the built-in policies
-use to validate their options. What a policy decides and when the engine asks it:
-docs/guides/policies.md.
+"""The policy contract's engine side: :func:`bind` resolves a policy's hooks (declared in
+:class:`bass.hooks.Policy`) once per generation and checks what they return; and
+:func:`option`, how the built-in policies declare and check their options
+(docs/guides/policies.md).
 """
 
 from __future__ import annotations
@@ -32,11 +31,9 @@ __all__ = [
 
 
 def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
-    """One draft length per row of ``ctx`` from ``per_row(ctx)`` or, without it, the one
-    ``single()`` for every row; capped at ``ctx.caps``. A wrong number of lengths, or
-    a length that is negative, a bool or not an integer, is a
-    :class:`~bass.errors.PluginOutputError` that names the policy (and the row). Called
-    every step: the messages are built only for a bad value."""
+    """One draft length per row from ``per_row(ctx)``, else ``single()`` for every row;
+    capped at ``ctx.caps``. A bad one is a :class:`~bass.errors.PluginOutputError`
+    naming the policy (and the row), its message built only then (called every step)."""
     if per_row is None:
         k = single()
         if type(k) is not int or k < 0:
@@ -61,9 +58,8 @@ def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]
 
 
 def _length(k: Any, said: str) -> int:
-    """A draft length a policy returned, as an int: a non-negative integer (Python's,
-    numpy's or a one-element integer tensor); anything else is the policy's bug, named.
-    Capping a length at what the row may still draft is the engine's job, not an error."""
+    """``k`` as an int: a non-negative integer (Python's, numpy's or a one-element integer
+    tensor); anything else is the policy's bug, named."""
     bad_type = isinstance(k, (bool, np.bool_))
     if isinstance(k, torch.Tensor) and (k.dtype == torch.bool or k.is_floating_point()):
         bad_type = True
@@ -87,21 +83,17 @@ def option(
 ) -> Any:
     """A policy option, declared once: a dataclass field with its default, a one-line doc
     and its bound, a :class:`~bass.option_kinds.Range` of ``kind`` (``int`` or ``float``)
-    whose ``low``, ``high`` and ``optional`` (``bound``) are declared as the Generator's
-    options declare theirs (``low`` excluded with ``low_exclusive``); a bound may name
-    another option of the same policy (``high="l_limit"``). :class:`OptionsMixin` checks it
-    and :func:`bass.policies.describe` lists it."""
+    with ``low``, ``high``, ``optional`` (``bound``; ``high="l_limit"`` names another
+    option), ``low`` excluded with ``low_exclusive``. :class:`OptionsMixin` checks it."""
     noun = "an int" if kind is int else "a number"
     bound = Range(kind, low_open=low_exclusive, noun=noun, **bound)
     return dataclasses.field(default=default, metadata={"help": help, "kind": bound})
 
 
 class OptionsMixin:
-    """Checks a dataclass policy's :func:`option` fields after ``__init__``: types first,
-    then ranges, so a bound naming another option compares against a checked value. A
-    refused value is a :class:`bass.errors.OptionError` (a ``ValueError``) naming the
-    option, the policy (its ``name``), what is allowed and every option with its default.
-    Float options given as ints become floats (numpy numbers Python's)."""
+    """Checks a dataclass policy's :func:`option` fields after ``__init__``, types first,
+    then ranges: a refused value is a :class:`bass.errors.OptionError` naming the option,
+    the policy, what is allowed and every option with its default."""
 
     name: ClassVar[str]
 
@@ -127,8 +119,7 @@ class OptionsMixin:
             except Refused:
                 fail(f, getattr(self, f.name))
         values = {"values": {f.name: getattr(self, f.name) for f in declared}}
-        # Options bounded by another option (l0 <= l_limit) last, so a bad l_limit is
-        # reported as itself rather than as an l0 out of range.
+        # options bounded by another (l0 <= l_limit) last: a bad l_limit is named as itself
         for f in sorted(declared, key=lambda f: f.metadata["kind"].names_another()):
             if not f.metadata["kind"].within(getattr(self, f.name), values):
                 fail(f, getattr(self, f.name))

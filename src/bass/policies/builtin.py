@@ -1,14 +1,7 @@
-"""The built-in draft-length policies: ``constant``, ``bass``, ``hf-heuristic`` and
-``confidence`` (``goodput`` lives in :mod:`bass.policies.goodput`).
-
-They are registered like any third-party plugin, through the ``bass.policies`` entry-point
-group; :data:`BUILTIN_ENTRY_POINTS` names them (``bass.plugins.BUILTIN``'s policies, the
-single source of those registrations, mirrored in ``pyproject.toml``). Each policy is a
-small dataclass whose options are validated in the constructor (see
-:func:`bass.policies.base.option`).
-
-Every policy ignores an update with no active rows or ``draft_length == 0`` (an
-engine-forced regular step): it carries no information about acceptance.
+"""The built-in draft-length policies ``constant``, ``bass``, ``hf-heuristic`` and
+``confidence`` (``goodput``: :mod:`bass.policies.goodput`), registered like any plugin;
+what each decides: docs/guides/policies.md. An update with no active rows or
+``draft_length == 0`` (an engine-forced regular step) says nothing about acceptance.
 """
 
 from __future__ import annotations
@@ -39,8 +32,7 @@ def _uninformative(stats: StepRecord) -> bool:
 
 @dataclass
 class ConstantPolicy(OptionsMixin, Policy):
-    """Always draft ``k`` tokens; ``k=0`` never drafts (regular autoregressive decoding,
-    the baseline speculative decoding is measured against).
+    """Always draft ``k`` tokens; ``k=0`` never drafts (regular decoding).
 
     >>> p = ConstantPolicy(k=3)
     >>> p.update(StepRecord(draft_length=3, accepted=[0, 1]))
@@ -54,29 +46,11 @@ class ConstantPolicy(OptionsMixin, Policy):
     def draft_length(self) -> int:
         return self.k
 
-    def update(self, stats: StepRecord) -> None:
-        pass
-
 
 @dataclass
 class BassPolicy(OptionsMixin, Policy):
-    """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly.
-
-    State: the draft length ``l`` (starting at ``l0``) and ``s`` (1 if the previous update
-    decreased ``l``). After a step where active row ``i`` accepted ``x_i`` of ``l``
-    drafted tokens::
-
-        if max_i x_i == l:  l = min(l + l_incre, l_limit); s = 0
-        else:               l = max(1, max_i x_i, l - ceil(l / l_mod) - s); s = 1
-
-    The rule looks at the *best* row only: one row accepting everything is enough to grow,
-    because in a batch the step's cost is set by the longest draft anyway. ``s`` makes
-    consecutive decreases accelerate.
-
-    Batch-wide ``l``: the "all accepted" test compares ``max_i x_i`` with the step's
-    ``stats.draft_length`` (equal to ``l`` unless the engine capped it, e.g. near
-    ``max_new_tokens``), never with rows' own ``drafted`` counts; the arithmetic uses the
-    policy's state ``l``, so an engine cap does not shrink it.
+    """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly (the rule:
+    docs/guides/policies.md); ``s`` is 1 after a decrease.
 
     >>> p = BassPolicy()
     >>> p.draft_length()
@@ -119,15 +93,8 @@ class BassPolicy(OptionsMixin, Policy):
 
 @dataclass
 class HFHeuristicPolicy(OptionsMixin, Policy):
-    """The schedule of transformers' assisted generation
-    (``num_assistant_tokens_schedule="heuristic"``), batched.
-
-    Start at ``k0`` (5: ``num_assistant_tokens``' default in transformers 4.x, where the
-    heuristic schedule was the default; transformers 5 defaults to 20 with a constant
-    schedule); after a step
-    where *every* active row accepted every token it drafted, ``k += 2`` (capped at
-    ``max_k``), otherwise ``k -= 1`` (never below 1). Unlike ``bass`` the slowest row
-    decides, matching transformers' batch-size-1 rule "all matched".
+    """transformers' ``num_assistant_tokens_schedule="heuristic"``, batched: the slowest
+    row decides (docs/guides/policies.md).
 
     >>> p = HFHeuristicPolicy()
     >>> p.update(StepRecord(draft_length=5, accepted=[5, 5]))
@@ -162,18 +129,9 @@ class HFHeuristicPolicy(OptionsMixin, Policy):
 
 @dataclass
 class ConfidencePolicy(OptionsMixin, Policy):
-    """Per-row early exit from drafting on low draft confidence; needs no training.
-
-    The batch-wide draft length is a fixed cap ``k_max``; each row stops drafting as soon
-    as the token it just drafted came from an unconfident distribution: top-1 probability
-    below ``min_top1``, or (if ``max_entropy`` is set) entropy above ``max_entropy`` nats.
-    The ideas: AdaEDL (arXiv 2410.18351) stops when an entropy-based lower bound on the
-    next token's acceptance probability gets too low; DISCO (arXiv 2405.04304) stops
-    dynamically on the draft's confidence (it trains a classifier; a fixed threshold on
-    the top-1 probability is the training-free version). A low-confidence token is likely
-    rejected, so drafting past it mostly wastes draft passes and verification width.
-    The default ``min_top1=0.4`` is transformers' ``assistant_confidence_threshold``
-    default, its own training-free take on DISCO.
+    """``k_max`` tokens, each row stopping at a draft token of low confidence: top-1
+    probability below ``min_top1`` or entropy above ``max_entropy`` nats
+    (docs/guides/policies.md).
 
     >>> p = ConfidencePolicy(k_max=6, min_top1=0.5)
     >>> p.draft_length(), p.early_stop(None)
@@ -200,9 +158,5 @@ class ConfidencePolicy(OptionsMixin, Policy):
     def draft_length(self) -> int:
         return self.k_max
 
-    def update(self, stats: StepRecord) -> None:
-        pass
-
     def early_stop(self, ctx) -> EarlyStop:
-        """Every row stops at an unconfident draft token (see class)."""
         return EarlyStop(min_top1=self.min_top1, max_entropy=self.max_entropy)

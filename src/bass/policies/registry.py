@@ -1,10 +1,6 @@
 """Finding and loading draft-length policies: the entry points of group ``bass.policies``,
-each naming a class or a factory that takes the policy's options as keyword arguments (a
-package registers one in its ``pyproject.toml``: docs/guides/policies.md).
-
-:func:`entry_points` is the only place that reads installed metadata: tests replace it
-(``monkeypatch.setattr(bass.policies.registry, "entry_points", fake)``) to simulate
-installed plugins without installing anything.
+each naming a class or a factory taking the policy's options as keyword arguments.
+:func:`entry_points` is the only reader of installed metadata: tests monkeypatch it.
 """
 
 from __future__ import annotations
@@ -114,9 +110,8 @@ def _options_text(infos: list[OptionInfo]) -> str:
 
 
 def describe(name: str) -> list[OptionInfo]:
-    """The options of policy ``name``: ``(option, default, help)`` tuples in declaration
-    order, from the class's dataclass fields (help from :func:`bass.policies.base.option`)
-    or the signature of its class/factory (help from an optional ``option_help`` dict
+    """The options of policy ``name``, ``(option, default, help)`` in declaration order:
+    its dataclass fields, or its signature (help from an optional ``option_help`` dict
     attribute). Loads the plugin, so it raises like :func:`load`."""
     return _options(_target(name)[0])[0]
 

@@ -13,33 +13,14 @@ __all__ = ["VerifyCost"]
 @dataclass
 class VerifyCost:
     """``C(N)``: seconds of a verify pass computing ``N`` tokens, from measurements:
-    ``c0 + c1 N``, plus ``J`` when the pass verifies drafts (any row brings more than
-    one token).
-
-    ``J`` is there because a pass of one token per row and a longer one may run
-    different kernels: on a CPU with torch's ``F.linear`` a batch of one row decodes
-    through matrix-vector products, and its first draft token turns them into
-    matrix-matrix ones (+45% for the embedded model on 2 cores; with
-    :mod:`bass.cpu_linear`'s layouts, the default, +1%, and each further token ~+7%).
-
-    ``c1`` and ``J`` come from consecutive steps: a least-squares fit, through the
-    origin, of each step's change in seconds on its change in tokens and in drafting
-    (older pairs decaying by ``decay``). A machine's speed drifts (on a shared 2-core
-    CPU a step's time wanders 10-15% over tens of steps while a token adds ~4%), and
-    differences of neighbouring steps cancel the drift that a fit through all points
-    would mistake for a slope, or for none. Each is used plus one standard error (from
-    the pairs' residuals): a cost that noise hides is not taken for free; on steady
-    steps (a GPU) the error is small. The level ``c0`` follows a running average of
-    recent steps (weight ``ema``), so the line follows the drift.
-
-    A line cannot draw a staircase, and a CPU's costs are one: with
-    :mod:`bass.cpu_linear`'s layouts a batch-1 pass of 2 tokens costs +1% over 1 token and
-    one of 3 tokens +20%; at batch 8, 9 to 12 tokens cost the same (+9-14%). So each size
-    ``(N, drafting)`` keeps its own correction: a running mean ``r`` (weight ``step_ema``) of
-    its residuals against the fitted line (without the standard errors: a size's offset,
-    not the line's caution), added as ``r n / (n + 2)`` after ``n`` steps of that size.
-    A size never seen stays on the line; residuals are only taken once two pairs exist
-    (before that the line is a guess).
+    ``c0 + c1 N``, plus ``J`` when the pass verifies drafts (any row brings more than one
+    token), plus each size's own offset: a CPU's costs are a staircase no line draws. How
+    each is estimated: docs/guides/policies.md ("Estimates"). ``c1`` and ``J`` are a
+    least-squares fit, through the origin, of consecutive steps' differences (older pairs
+    decaying by ``decay``; differences cancel the machine's drift), each used plus one
+    standard error; ``c0`` follows a running average of recent steps (weight ``ema``); a
+    size's offset is the running mean ``r`` (weight ``step_ema``) of its residuals against
+    the line, added as ``r n / (n + 2)`` after ``n`` steps of that size.
 
     >>> c = VerifyCost(ema=1.0)
     >>> c.observe(4, 0.010); c.observe(12, 0.014)  # plain passes of 4 and 12 tokens
@@ -119,13 +100,12 @@ class VerifyCost:
         return y - slope * n - jump * d, slope, jump
 
     def jump(self) -> float:
-        """``J``: what verifying drafts adds to a pass besides the tokens (>= 0; plus its
-        standard error)."""
+        """``J``: what verifying drafts adds to a pass (>= 0, plus its standard error)."""
         return self._params()[2]
 
     def slope(self) -> float:
-        """``c1``: seconds per extra token (>= 0; 0 before two steps that differ; plus
-        its standard error)."""
+        """``c1``: seconds per extra token (>= 0, plus its standard error; 0 before two
+        steps that differ)."""
         return self._params()[1]
 
     def line(self) -> tuple[float, float]:
@@ -137,9 +117,8 @@ class VerifyCost:
         return c0 + c1 * tokens + (jump if drafting else 0.0)
 
     def __call__(self, tokens: int, drafting: bool = False) -> float | None:
-        """The line (with its caution) plus the size's own correction: the running mean
-        ``r`` of its residuals against the fitted line, weighted ``n / (n + 2)`` after
-        ``n`` steps of that size (a size seen once or twice is mostly noise)."""
+        """The line (with its standard errors) plus the size's own offset (see the class);
+        ``None`` before the first step."""
         if self.level is None:
             return None
         y = self._at(tokens, drafting)

@@ -1,14 +1,8 @@
 """Sampling exactness: a generator's sampled continuations against the main model's exact
-distribution, by enumeration over a tiny vocabulary and a chi-square goodness-of-fit test.
-
-Speculative sampling is lossless when every continuation of a prompt comes out with the
-probability the main model alone gives it (after the same temperature / top-k / top-p
-warping). With a vocabulary of ``V`` tokens and continuations of ``L`` tokens there are
-``V**L`` of them: :func:`exact_distribution` computes each one's probability in one
-batched forward pass, and :func:`assert_distribution_equivalent` draws many continuations
-with the generator and tests the counts against it.
-
-No scipy is needed: the chi-square tail is ``gammaincc(df / 2, stat / 2)``.
+distribution (:func:`exact_distribution`: every one of the ``V**L`` continuations of a
+tiny vocabulary, in one batched forward pass), by a chi-square goodness-of-fit test
+(:func:`assert_distribution_equivalent`). No scipy: the chi-square tail is
+``gammaincc(df / 2, stat / 2)``.
 """
 
 from __future__ import annotations

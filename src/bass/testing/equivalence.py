@@ -98,18 +98,18 @@ def greedy_reference(
     return _cut(tokens, eos_token_id, stop_sequences, stop_strings, tokenizer)
 
 
-def _first_difference(got: list[int], want: list[int]) -> str:
+def _first_difference(got: list[int], want: list[int], other: str = "main model alone") -> str:
     for i, (a, b) in enumerate(zip(got, want)):
         if a != b:
-            return f"first difference at new token {i}: generator {a}, main model alone {b}"
+            return f"first difference at new token {i}: generator {a}, {other} {b}"
     if len(got) < len(want):
         return (
-            f"the generator stopped after {len(got)} tokens; the main model alone goes on "
+            f"the generator stopped after {len(got)} tokens; the {other} goes on "
             f"with {want[len(got)]} (to {len(want)} tokens)"
         )
     return (
         f"the generator went on after {len(want)} tokens with {got[len(want)]} "
-        f"(to {len(got)}); the main model alone stops there"
+        f"(to {len(got)}); the {other} stops there"
     )
 
 
@@ -154,17 +154,9 @@ def assert_sampled_equivalent(
     generator, prompts, max_new_tokens: int, *, seed: int = 0, **generate_kwargs
 ):
     """Sampled generation equals plain sampled decoding (``draft=None``) of the same main
-    model with the same seed, token for token: with deterministic drafts (n-gram lookup,
-    or a drafter of yours whose proposals are deterministic) and with a draft model's
-    coupled drafts (``draft_sampling="coupled"``, the default).
-
-    bass draws the main model's token at each new position of a row from a uniform number
-    keyed by ``(seed, row id, position)`` and accepts a draft when it equals that draw (a
-    draft model draws its tokens with the same keys), so neither the drafts nor the
-    policy's lengths (timing-based ones included) nor the batch may change a single
-    sampled token: a drafter, policy or scheduler that does broke the sampling. Use float64
-    models: a verify pass and a one-token pass round differently, and a draw landing within
-    that rounding of a boundary between two tokens may flip it in lower precision.
+    model with the same seed, token for token, with deterministic drafts or a draft
+    model's coupled drafts (``draft_sampling="coupled"``, the default): why, and why on
+    float64 models, docs/concepts/exactness.md.
 
     Runs ``generator.generate(prompts, max_new_tokens=..., do_sample=True, seed=seed,
     **generate_kwargs)`` and the plain decoding; raises ``AssertionError`` naming the row,
@@ -198,9 +190,7 @@ def assert_sampled_equivalent(
         )
     for i, (got, ref) in enumerate(zip(res.sequences, want)):
         if list(got) != list(ref):
-            diff = _first_difference(list(got), list(ref)).replace(
-                "main model alone", "plain sampled decoding"
-            )
+            diff = _first_difference(list(got), list(ref), "plain sampled decoding")
             raise AssertionError(
                 f"row {i} differs from plain sampled decoding with seed {seed}: {diff}"
             )

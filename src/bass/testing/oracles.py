@@ -1,15 +1,11 @@
-"""Naive oracles of the bass ops' contracts: loops over rows, heads and tokens, in float64.
-
-Each function here restates one op's documented contract (``docs/reference/ops.md``; the
-packed layout, with a worked example, in ``docs/concepts/engine.md``) as directly as
-possible, so it shares no code (and no masking or indexing trick) with any implementation
-it judges.
+"""Naive oracles of the bass ops' contracts (``docs/reference/ops.md``): loops over rows,
+heads and tokens, in float64, sharing no code (and no masking or indexing trick) with any
+implementation they judge.
 
 Attention is one ``torch.softmax`` per (row, head, query) over the explicit slice of keys
 that query may see, so a key slot past a row's length is never read: NaN stored there
-cannot reach the oracle's output, and must not reach the op's either. Lengths may be
-int tensors or plain sequences of ints. The loops are slow by design: keep inputs small
-(a few rows, ``S`` and ``N`` up to a few dozen).
+cannot reach the oracle's output, and must not reach the op's either. Lengths may be int
+tensors or sequences of ints. Slow by design: keep inputs small.
 """
 
 from __future__ import annotations
@@ -46,11 +42,16 @@ def _kv_head_group(Hq: int, Hkv: int) -> int:
     return Hq // Hkv
 
 
-def _attend(q_row: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: int, scale):
-    """One query ``[D]`` over keys/values ``[S, D]`` of one head: keys 0..position."""
-    keys, values = k[: position + 1], v[: position + 1]  # [position + 1, D]
-    weights = torch.softmax((keys @ q_row) * scale, dim=0)
-    return weights @ values
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_len: int, group: int, scale):
+    """One row's queries ``[Hq, n, D]``, the last ``n`` positions before ``kv_len``, each
+    over keys/values ``[Hkv, S, D]`` 0..its position of KV head ``h // group``."""
+    out = torch.zeros_like(q)
+    for h in range(q.shape[0]):
+        for i in range(q.shape[1]):
+            position = kv_len - q.shape[1] + i
+            keys, values = k[h // group, : position + 1], v[h // group, : position + 1]
+            out[h, i] = torch.softmax((keys @ q[h, i]) * scale, dim=0) @ values
+    return out
 
 
 def naive_ragged_attention(
@@ -98,12 +99,7 @@ def naive_ragged_attention(
                 f"row {b}: need 0 <= q_len <= min(T, kv_len) and kv_len <= S, got "
                 f"q_len={q_len}, kv_len={kv_len}, T={T}, S={S}"
             )
-        for h in range(Hq):
-            for i in range(q_len):
-                position = kv_len - q_len + i
-                out[b, h, i] = _attend(
-                    q[b, h, i], k[b, h // group], v[b, h // group], position, scale
-                )
+        out[b, :, :q_len] = _attend(q[b, :, :q_len], k[b], v[b], kv_len, group, scale)
     return out
 
 
@@ -163,12 +159,8 @@ def naive_ragged_attention_packed(
             raise ValueError(
                 f"row {b}: need q_len <= kv_len <= S, got q_len={q_len}, kv_len={kv_len}, S={S}"
             )
-        for h in range(Hq):
-            for i in range(q_len):
-                j, position = cu[b] + i, kv_len - q_len + i
-                out[0, h, j] = _attend(
-                    q[0, h, j], k[b, h // group], v[b, h // group], position, scale
-                )
+        rows = slice(cu[b], cu[b + 1])
+        out[0, :, rows] = _attend(q[0, :, rows], k[b], v[b], kv_len, group, scale)
     return out
 
 
@@ -182,7 +174,7 @@ def naive_kv_append(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The caches ``torch.ops.bass.kv_append(k_cache, v_cache, k_new, v_new, cache_lens,
     new_lens)`` must leave: copies of the inputs with ``cache[b, :, cache_lens[b] + i] =
-    new[b, :, i]`` for every ``i < new_lens[b]``, written slot by slot; nothing else changes.
+    new[b, :, i]`` for every ``i < new_lens[b]``; nothing else changes.
 
     Args:
         k_cache, v_cache: ``[B, Hkv, S, D]`` (not modified).
@@ -204,9 +196,8 @@ def naive_kv_append(
                 f"row {b}: need new_len <= T and cache_len + new_len <= S, got "
                 f"cache_len={start}, new_len={n}, T={T}, S={S}"
             )
-        for i in range(n):
-            k_expected[b, :, start + i] = k_new[b, :, i]
-            v_expected[b, :, start + i] = v_new[b, :, i]
+        k_expected[b, :, start : start + n] = k_new[b, :, :n]
+        v_expected[b, :, start : start + n] = v_new[b, :, :n]
     return k_expected, v_expected
 
 
@@ -253,7 +244,6 @@ def naive_kv_append_packed(
             raise ValueError(
                 f"row {b}: need cache_len + q_len <= S, got cache_len={start}, q_len={n}, S={S}"
             )
-        for j in range(cu[b], cu[b + 1]):
-            k_expected[b, :, start + j - cu[b]] = k_new[0, :, j]
-            v_expected[b, :, start + j - cu[b]] = v_new[0, :, j]
+        k_expected[b, :, start : start + n] = k_new[0, :, cu[b] : cu[b + 1]]
+        v_expected[b, :, start : start + n] = v_new[0, :, cu[b] : cu[b + 1]]
     return k_expected, v_expected

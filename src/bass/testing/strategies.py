@@ -2,19 +2,9 @@
 
 Length patterns are where batching bugs hide (a prefill that mapped logits back to the
 wrong rows passed every test until prompts of close, unsorted lengths came along), so
-the strategies draw them by name:
-
-* ``near_equal_unsorted``: lengths within a few tokens of each other, not ascending;
-* ``sorted`` / ``descending``;
-* ``long_outlier``: one long prompt among short ones;
-* ``bimodal``: short and long prompts;
-* ``duplicates``: the same prompt several times (``n`` samples of one prompt);
-* ``single_row``.
-
-:data:`EXAMPLE_LENGTHS` holds one concrete batch shape per pattern (with the 17, 17, 18,
-13, 16 batch that found that bug) for ``@example``-pinned tests, so the patterns run on
-every test run whatever hypothesis draws. Needs ``hypothesis`` (the ``testing`` extra of
-the ``bass-decoding`` distribution).
+the strategies draw them by name (:data:`LENGTH_PATTERNS`). :data:`EXAMPLE_LENGTHS` holds
+one concrete batch shape per pattern (with the 17, 17, 18, 13, 16 batch that found that
+bug) for ``@example``-pinned tests. Needs ``hypothesis`` (the ``testing`` extra).
 
 >>> from hypothesis import given
 >>> from bass.testing.strategies import ragged_prompts
