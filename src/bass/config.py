@@ -34,13 +34,8 @@ A config file has three tables, all optional; a key left out keeps its default::
 Every key, its flag, default and allowed values: docs/reference/options.md; how a call's
 arguments and the flags override the file: docs/guides/config-and-cli.md. Every problem
 raises :class:`ConfigError` naming the file, the key (``[generation].temperature``), the
-value and what is allowed.
-
-The tables' dataclasses (:class:`PolicyConfig`, :class:`GenerationConfig`,
-:class:`ModelConfig`), their defaults and their checks are made from the options of
-:data:`bass.options.OPTIONS` that name a ``table``. This is the configuration layer: it
-imports the core, never the other way; ``Generator(config=...)`` reads its config through
-the reader this module installs in :mod:`bass.options` when imported.
+value and what is allowed. The tables' dataclasses, defaults and checks are made from
+the options of :data:`bass.options.OPTIONS` that name a ``table``.
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from dataclasses import asdict, dataclass, field, make_dataclass
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +53,8 @@ from .options import OPTIONS, OptionError
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    try:
-        import tomli as tomllib
-    except ImportError:
-        tomllib = None
+else:  # pragma: no cover - Python 3.10, where tomli is a dependency
+    import tomli as tomllib
 
 __all__ = [
     "TABLES",
@@ -114,14 +106,6 @@ GenerationConfig = _section(
     "generation", "GenerationConfig", "``[generation]``: :meth:`bass.Generator.generate`'s."
 )
 ModelConfig = _section("model", "ModelConfig", "``[model]``: the models and how they run.")
-_CLASSES = {"policy": PolicyConfig, "generation": GenerationConfig, "model": ModelConfig}
-
-
-def _label(labels: dict[str, str], table: str, key: str | None = None) -> str:
-    """``[table]`` or ``[table].key`` as a message names it: as the user typed it where
-    ``labels`` says (a flag, ``--temperature``), else as a config file spells it."""
-    dotted = table if key is None else f"{table}.{key}"
-    return labels.get(dotted, f"[{table}]" if key is None else f"[{table}].{key}")
 
 
 def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> ConfigError:
@@ -132,15 +116,13 @@ def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> Co
     )
 
 
-def _table(d: dict, table: str, source: str, labels: dict[str, str]):
-    """``[table]`` of the document ``d``: every key checked (keys left out: defaults), then
-    the checks between its options."""
-    raw = d.get(table, {})
-    if raw is None:
-        raw = {}
+def _table(d: dict, table: str, cls: type, source: str, labels: dict[str, str]):
+    """``[table]`` of the document ``d`` as ``cls``: every key checked (keys left out:
+    defaults), then the checks between its options."""
+    raw = {} if d.get(table) is None else d[table]
     if not isinstance(raw, dict):
         raise ConfigError(
-            f"{source}: {_label(labels, table)} = {raw!r} is not allowed; expected a table "
+            f"{source}: [{table}] = {raw!r} is not allowed; expected a table "
             f"([{table}] with key = value lines)"
         )
     keys = TABLES[table]
@@ -148,24 +130,26 @@ def _table(d: dict, table: str, source: str, labels: dict[str, str]):
     if unknown:
         raise _unknown(source, f"key in [{table}]", unknown, list(keys))
 
-    def check(key: str, value: Any) -> Any:
-        label = _label(labels, table, key)
-        return keys[key].check(value, where=source, label=label, error=ConfigError)
+    def label(key: str) -> str:  # as the user typed it (a flag, --temperature), else as a file
+        return labels.get(f"{table}.{key}", f"[{table}].{key}")
 
-    section = _CLASSES[table](**{k: check(k, v) for k, v in raw.items() if v is not None})
+    def check(key: str, value: Any) -> Any:
+        return keys[key].check(value, where=source, label=label(key), error=ConfigError)
+
+    section = cls(**{k: check(k, v) for k, v in raw.items() if v is not None})
     if table == "policy":
         check("name", section.name)  # the default too: it must be installed
         try:  # the policy checks its own options
             policies.load(section.name, **section.options)
         except (ValueError, TypeError, ImportError) as exc:
             raise ConfigError(
-                f"{source}: {_label(labels, table, 'options')} for policy {section.name!r}: "
+                f"{source}: {label('options')} for policy {section.name!r}: "
                 f"{exc} (`bass policies` lists every option with its default)"
             ) from exc
     elif table == "generation":
-        label = _label(labels, table, "temperature")
+        how = label("temperature")  # as the user typed it
         options.check_sampling(
-            section.do_sample, section.temperature, source, label=label, error=ConfigError
+            section.do_sample, section.temperature, source, label=how, error=ConfigError
         )
     return section
 
@@ -182,19 +166,17 @@ class Config:
     def from_dict(
         cls, d: dict, *, source: str = "config", labels: dict[str, str] | None = None
     ) -> Config:
-        """Validate ``d`` (a parsed TOML document) into a :class:`Config`.
-
-        ``source`` names where ``d`` came from in error messages (a file path);
-        ``labels`` maps ``"table.key"`` to the name a user typed instead (a flag such as
-        ``"--temperature"``), so a bad command-line value is reported by its flag.
-        """
+        """Validate ``d`` (a parsed TOML document) into a :class:`Config`: ``source``
+        names where it came from in error messages (a file path), ``labels`` what a user
+        typed instead of ``"table.key"`` (a flag such as ``"--temperature"``)."""
         if not isinstance(d, dict):
             raise ConfigError(f"{source}: expected a table of tables, got {type(d).__name__}")
         unknown = [k for k in d if k not in TABLES]
         if unknown:
             raise _unknown(source, "table", unknown, [f"[{t}]" for t in TABLES])
         # in order: a bad [policy] is reported before [generation]
-        return cls(**{table: _table(d, table, source, labels or {}) for table in TABLES})
+        tables = {f.name: f.default_factory for f in fields(cls)}
+        return cls(**{t: _table(d, t, make, source, labels or {}) for t, make in tables.items()})
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""
@@ -226,11 +208,6 @@ class Config:
 def read_toml(path: str | os.PathLike) -> dict:
     """The parsed TOML document at ``path`` (unvalidated), with errors that name it."""
     path = Path(path)
-    if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
-        raise ConfigError(
-            f"{path}: reading TOML on Python < 3.11 needs the 'tomli' package; "
-            "install it with: pip install tomli"
-        )
     try:
         # a UTF-8 byte-order mark (Windows editors write one) is not TOML: read past it
         text = path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
@@ -275,9 +252,7 @@ options.use_config_reader(as_config)  # Generator(config=...) reads through it
 
 def apply_config(path_or_config: str | os.PathLike | Config | dict) -> tuple[dict, dict]:
     """``(generator_kwargs, generate_kwargs)`` from a config file, a :class:`Config` or a
-    TOML-shaped dict: ``Generator(main, draft, **g)`` then ``gen.generate(prompts, **r)``.
-    (``[model]``'s ``chat`` and ``dtype`` are not among them: :class:`bass.Generator`
-    applies them to ``generate_text`` and ``from_pretrained``.)
-    """
+    TOML-shaped dict: ``Generator(main, draft, **g)`` then ``gen.generate(prompts, **r)``
+    (``[model]``'s ``chat`` and ``dtype`` go to ``generate_text`` and ``from_pretrained``)."""
     config = as_config(path_or_config)
     return config.generator_kwargs(), config.generate_kwargs()

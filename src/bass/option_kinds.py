@@ -1,13 +1,7 @@
-"""Declaring an option once, and refusing a value in the option's words.
-
-An :class:`Option` is declared once: its kind of value (:class:`Range`, :class:`Choice`,
-:class:`Value`: how a value is normalised, what is allowed in a phrase), its default, a
-one-line doc, and where else it is spelled (a config file's table and key, a ``bass``
-flag); :mod:`bass.options` declares bass's options with these (its docstring shows a
-refusal), and a policy's :func:`~bass.policies.base.option` its bound as a :class:`Range`.
-
-A core module that imports nothing of bass but :mod:`bass.errors`; the kinds that need
-what is installed (policies, attention implementations, a model) are :mod:`bass.options`'.
+"""Declaring an option once (:class:`Option`: its kind of value, default, doc, config key
+and flag), and refusing a value in the option's words: :mod:`bass.options` declares
+bass's options with these, a policy's :func:`~bass.policies.base.option` its bound as a
+:class:`Range`. A core module: it imports nothing of bass but :mod:`bass.errors`.
 """
 
 from __future__ import annotations
@@ -30,12 +24,8 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 class Refused(Exception):
-    """Raised by a kind's ``parse``: the value is not allowed (``why``: a detail for the
-    message)."""
-
-    def __init__(self, why: str = ""):
-        super().__init__(why)
-        self.why = why
+    """Raised by a kind's ``parse``: the value is not allowed (its text, if any: a detail
+    for the message)."""
 
 
 def show(value: Any, limit: int = 80) -> str:
@@ -59,41 +49,38 @@ def as_int(v: Any) -> int:
     return int(v)
 
 
-def as_number(v: Any) -> float:
-    """A finite real number (int, float, numpy's) as a float, never a bool."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, Real):
-        raise Refused()
-    try:
-        f = float(v)
-    except OverflowError:  # an int past float's range (10**400)
-        raise Refused("too large for a float") from None
-    if not math.isfinite(f):
-        raise Refused()
-    return f
-
-
 @dataclass(frozen=True)
 class Range:
-    """An ``int`` or a finite ``float`` within bounds: numbers, or the name of another
-    option (``high="l_limit"``: its value in ``ctx["values"]``), excluded with
-    ``low_open``/``high_open``; ``optional`` allows ``None``. The phrase is ``text``, or
-    made from the bounds (``an integer >= 1``, ``an int in [1, l_limit=32]``: ``noun`` is
+    """An ``int`` or a finite ``float`` within bounds (included; ``low`` excluded with
+    ``low_open``): numbers, or the name of another option (``high="l_limit"``: its value in
+    ``ctx["values"]``); ``optional`` allows ``None``. The phrase is ``text``, or made from
+    the bounds (``an integer >= 1``, ``an int in [1, l_limit=32]``: ``noun`` is
     ``an integer``/``a finite number`` unless given)."""
 
     type: type = int
     low: float | str | None = None
     high: float | str | None = None
     low_open: bool = False
-    high_open: bool = False
     optional: bool = False
     noun: str | None = None
     text: str | None = None
 
     def convert(self, v: Any) -> Any:
-        """``v`` as this range's type, bounds unchecked (or :class:`Refused`)."""
+        """``v`` as this range's type (a float: finite; never a bool), bounds unchecked (or
+        :class:`Refused`)."""
         if v is None and self.optional:
             return None
-        return as_int(v) if self.type is int else as_number(v)
+        if self.type is int:
+            return as_int(v)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, Real):
+            raise Refused()
+        try:
+            v = float(v)
+        except OverflowError:  # an int past float's range (10**400)
+            raise Refused("too large for a float") from None
+        if not math.isfinite(v):
+            raise Refused()
+        return v
 
     def names_another(self) -> bool:
         return isinstance(self.low, str) or isinstance(self.high, str)
@@ -104,8 +91,7 @@ class Range:
         values = ctx.get("values", {})
         low, high = (values.get(b) if isinstance(b, str) else b for b in (self.low, self.high))
         too_low = low is not None and (v <= low if self.low_open else v < low)
-        too_high = high is not None and (v >= high if self.high_open else v > high)
-        return not (too_low or too_high)
+        return not (too_low or (high is not None and v > high))
 
     def parse(self, v: Any, ctx: Mapping[str, Any]) -> Any:
         v = self.convert(v)
@@ -120,12 +106,11 @@ class Range:
         low, high = (f"{b}={values[b]!r}" if b in values else str(b) for b in (self.low, self.high))
         noun = self.noun or ("an integer" if self.type is int else "a finite number")
         if self.low is not None and self.high is not None:
-            lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            text = f"{noun} in {lo}{low}, {high}{hi}"
+            text = f"{noun} in {'(' if self.low_open else '['}{low}, {high}]"
         elif self.low is not None:
             text = f"{noun} {'>' if self.low_open else '>='} {low}"
         elif self.high is not None:
-            text = f"{noun} {'<' if self.high_open else '<='} {high}"
+            text = f"{noun} <= {high}"
         else:
             text = noun
         return text + (" or None" if self.optional else "")
@@ -156,15 +141,12 @@ class Choice:
 
 @dataclass(frozen=True)
 class Value:
-    """Any other kind: ``check(value, ctx)`` normalises or raises :class:`Refused`; ``text``
+    """Any other kind: ``parse(value, ctx)`` normalises or raises :class:`Refused`; ``text``
     is the phrase (or a function of ``ctx`` that makes it)."""
 
-    check: Callable[[Any, Mapping[str, Any]], Any]
+    parse: Callable[[Any, Mapping[str, Any]], Any]
     text: str | Callable[[Mapping[str, Any]], str]
     type: type | None = None
-
-    def parse(self, v: Any, ctx: Mapping[str, Any]) -> Any:
-        return self.check(v, ctx)
 
     def allowed(self, ctx: Mapping[str, Any]) -> str:
         return self.text(ctx) if callable(self.text) else self.text
@@ -240,7 +222,7 @@ class Option:
                 allowed += (
                     f", or None ({absent})" if label is None else f" (leave it out: {absent})"
                 )
-            allowed += f"; {refused.why}" if refused.why else ""
+            allowed += f"; {refused}" if str(refused) else ""
             raise refusal(
                 self.said, value, allowed, where=where, label=label, error=error, option=self.name
             ) from None
@@ -256,11 +238,9 @@ def refusal(
     error: type[OptionError] = OptionError,
     option: str | None = None,
 ) -> OptionError:
-    """The error for a value that is not allowed: ``where: name=value`` (a keyword
-    argument) or ``where: label = value`` (a config key or a flag), ``is not allowed;
-    expected`` what is; ``option``: the option's name where the keyword differs. What
-    :meth:`Option.check` raises, and a check between options too (``temperature=0`` with
-    ``do_sample=True``)."""
+    """The error for a value that is not allowed: ``where: name=value`` (a keyword) or
+    ``where: label = value`` (a config key or a flag), ``is not allowed; expected`` what is
+    (``option``: the option's name where the keyword differs)."""
     text = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
     text = f"{where}: {text}" if where else text
     return error(f"{text} is not allowed; expected {allowed}", option=option or name, value=value)
@@ -314,9 +294,7 @@ def _is_ids(v: Any) -> bool:
         found = ids(v)
     except Refused:
         return False
-    return isinstance(v, Integral) or (
-        found is not None and all(isinstance(t, Integral) for t in found)
-    )
+    return all(isinstance(t, Integral) for t in ([v] if found is None else found))
 
 
 def stop_strings(v: Any, ctx: Mapping) -> list[str]:

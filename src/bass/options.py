@@ -11,9 +11,8 @@ as its source spells it, the value and what is allowed::
     generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
     bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
 
-A core module: the engine imports it and it imports no layer above the core. A
-``config=`` argument (a TOML file) is read by :mod:`bass.config`, which installs its reader
-here when imported (:func:`use_config_reader`; ``import bass`` imports it).
+A core module: it imports no layer above the core, so :mod:`bass.config` installs its
+reader of ``config=`` arguments here when imported (:func:`use_config_reader`).
 """  # noqa: E501
 
 from __future__ import annotations
@@ -61,9 +60,7 @@ MAX_ROWS = 256
 
 
 def _policy(v: Any, ctx: Mapping) -> Any:
-    if isinstance(v, str):
-        if v not in policies.available():
-            raise Refused()
+    if isinstance(v, str) and v in policies.available():
         return v
     if ctx.get("source") == "keyword":  # a policy object (the API only)
         if isinstance(v, type):
@@ -92,8 +89,7 @@ def _compile(v: Any, ctx: Mapping) -> Any:
 
         if v == "reduce-overhead" or v in torch._dynamo.list_backends(exclude_tags=()):
             return v
-        raise Refused()
-    if callable(v) and ctx.get("source") == "keyword":  # a backend function (the API only)
+    elif callable(v) and ctx.get("source") == "keyword":  # a backend function (the API only)
         return v
     raise Refused()
 
@@ -185,8 +181,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
                           text="a number with 0 < top_p <= 1"),
            "sample among the likeliest tokens whose probabilities sum to top_p (nucleus)", RUN,
            absent="no limit", table="generation", flag="--top-p", metavar="P"),
-    Option("seed", Range(int, low=0, high=2**63, high_open=True,
-                         text="an integer >= 0 and < 2**63"),
+    Option("seed", Range(int, low=0, high=2**63 - 1, text="an integer >= 0 and < 2**63"),
            "the seed: each row's draws are keyed by it and the row's index, however rows are "
            "batched", RUN, absent="a seed drawn from torch's global generator",
            table="generation", flag="--seed", metavar="S"),
@@ -364,11 +359,6 @@ def use_config_reader(read: Callable[[Any], Any]) -> None:
     _read_config = read
 
 
-def _config_of(config) -> Any:
-    assert _read_config is not None, "bass/__init__ imports bass.config, which installs it"
-    return _read_config(config)
-
-
 def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
     """What a :class:`bass.Generator` built with ``config`` (``None``: no config) for the
     model ``main`` takes from it: ``(generator_kwargs, generate_kwargs, chat)`` (``chat``:
@@ -376,7 +366,7 @@ def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
     refused here, naming the key, rather than at the first ``generate()``."""
     if config is None:
         return {}, {}, None
-    cfg = _config_of(config)
+    cfg = _read_config(config)
     defaults = cfg.generate_kwargs()
     check_config_eos(defaults, main, "Generator(config=...)")
     return cfg.generator_kwargs(), defaults, cfg.model.chat
@@ -405,7 +395,7 @@ def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
         draft = check("draft_source", draft, where=where)
         draft = None if draft == "none" else draft
     if dtype is None and config is not None:
-        dtype = _config_of(config).model.dtype
+        dtype = _read_config(config).model.dtype
     if isinstance(dtype, str):
         dtype = getattr(torch, check("dtype", dtype, where=where))
     elif dtype is not None and not isinstance(dtype, torch.dtype):

