@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from numbers import Integral
 
 from . import hf
+from .sampling import position_keys
 from .stopping import StopStrings
 
 __all__ = [
@@ -114,6 +115,13 @@ class BatchState:
     def active(self) -> list[int]:
         """The active rows: slots still generating, ascending."""
         return [s for s, d in enumerate(self.done) if not d]
+
+    def keys(self, seed: int, slots: list[int], width: int, first: bool = False) -> list[int]:
+        """The sampling keys of each slot's next ``width`` positions, row-major
+        (:func:`bass.sampling.position_keys` of its row id; ``first``: from position 0)."""
+        prompts = [self.prompt_of[s] for s in slots]
+        starts = [0 if first else len(self.outputs[p]) for p in prompts]
+        return position_keys(seed, [self.row_ids[p] for p in prompts], starts, width)
 
     def _stopped(self, out: list[int]) -> bool:
         return any(len(out) >= len(s) and tuple(out[-len(s) :]) == s for s in self.stops)

@@ -27,7 +27,7 @@ from . import hf, options
 from .batch_state import as_prompts, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import nonfinite
-from .sampling import SamplingParams, position_keys, sample_keyed, warp_probs
+from .sampling import SamplingParams, sample_keyed, warp_probs
 from .stats import FinishedRow
 from .stopping import StopStrings
 
@@ -209,9 +209,8 @@ def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
     if not params.do_sample:
         first = logits.argmax(dim=-1)
     else:  # drawn with the key of (seed, row id, position 0), as any other draw
-        row_ids = [state.row_ids[state.prompt_of[s]] for s in fill]
-        keys = position_keys(seed, row_ids, [0] * len(row_ids), 1)
-        keys_t = torch.tensor(keys, dtype=torch.int64).to(logits.device, non_blocking=True)
+        keys = torch.tensor(state.keys(seed, fill, 1, first=True), dtype=torch.int64)
+        keys_t = keys.to(logits.device, non_blocking=True)
         first = sample_keyed(warp_probs(logits, params), keys_t)
     return torch.cat([first, nonfinite(logits).long()])
 

@@ -23,7 +23,6 @@ from .sampling import (
     Acceptance,
     forced_accept,
     greedy_accept_ids,
-    position_keys,
     sample_keyed,
     speculative_accept,
     warp_probs,
@@ -128,9 +127,7 @@ def verify_pass(
             prompt_ids = [t for s in fill for t in state.seqs[s]]
             extra["prompts"] = Extra(prompt_ids, (len(prompt_ids),))
     if keyed:  # the sampling keys of the positions each row may emit, one per fed token
-        starts = [len(state.outputs[state.prompt_of[s]]) for s in slots]
-        key_rows = [state.row_ids[state.prompt_of[s]] for s in slots]  # what keys each row
-        grid = position_keys(seed, key_rows, starts, K + 1)  # [R, K+1], row-major
+        grid = state.keys(seed, slots, K + 1)  # [R, K+1], row-major
         keys = [grid[r * (K + 1) + i] for r in range(R) for i in range(1 + prop.drafted[r])]
         extra["keys"] = Extra(keys, (len(keys),))
     batch = passes.pack(
@@ -248,9 +245,7 @@ def check_proposal(
 def draft_keys(state, slots: list[int], K: int, seed: int, main) -> torch.Tensor:
     """int64 ``[R, K]`` on ``main``'s device: the keys of each active row's next ``K``
     positions (coupled drafting: a draft token is drawn with its position's key)."""
-    starts = [len(state.outputs[state.prompt_of[s]]) for s in slots]
-    row_ids = [state.row_ids[state.prompt_of[s]] for s in slots]
-    keys = torch.tensor(position_keys(seed, row_ids, starts, K), dtype=torch.int64)
+    keys = torch.tensor(state.keys(seed, slots, K), dtype=torch.int64)
     return keys.view(len(slots), K).to(main.device, non_blocking=True)
 
 
