@@ -333,6 +333,23 @@ def test_resume_refuses_rows_made_with_other_settings(model_dir, tmp_path, capsy
 # ----------------------------------------------------------------- errors and --debug
 
 
+def test_a_bug_raising_a_value_error_mid_generation_is_an_internal_error(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    """A ValueError from bass's own code during the generation is a bug, reported as one
+    (exit status 1, its type, the traceback on request), not as a usage error; what was
+    written is still said."""
+
+    def broken(self, prompts, **kw):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(bass.Generator, "stream", broken)
+    out = tmp_path / "out.jsonl"
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} hi --output {out}")
+    assert rc == 1 and "bass: error: internal error: ValueError: boom (a bug in bass" in err
+    assert "0 of 1 rows" in err, err
+
+
 def test_internal_errors_and_debug(model_dir, capsys, monkeypatch):
     def broken(*a, **kw):
         raise KeyError("boom")

@@ -421,6 +421,4 @@ def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).split("\n")[0]
         return UsageError(f"out of memory: {first}; lower --batch-size or --max-new-tokens")
-    if isinstance(exc, (ValueError, NonFiniteLogitsError)):
-        return UsageError(str(exc))
-    return exc
+    return exc  # OptionError, PluginError...: main reports them; anything else is a bug

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .. import humaneval as he
+from ..batch_state import PromptError
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
@@ -127,7 +128,8 @@ def cmd_humaneval(args) -> int:
             chunk=chunk,
         )
     except BaseException as exc:  # an error or Ctrl-C: say what is kept
-        error = UsageError(str(exc)) if isinstance(exc, ValueError) else exc
+        # a prompt past the model's context: the user's to fix; other errors as they are
+        error = UsageError(str(exc)) if isinstance(exc, PromptError) else exc
         if out is not None:
             add_note(error, f"{out.lines} of {len(problems)} problems' results are in {out.path}")
         if error is exc:
