@@ -1,14 +1,9 @@
-"""Device tuning, chosen once when a :class:`bass.Generator` is built.
-
-The engine loop, the drafters and the transformers integration are device-neutral: what
-is specific to one device lives behind :class:`Backend` (its methods say what the
-Generator asks of it, once), which reports what it chose in :meth:`Backend.describe`
-(``res.stats.backend``, ``bass ops``). :class:`GenericBackend` does no device tuning
-(CUDA graphs are a compile option of the Generator, ``compile="reduce-overhead"``);
-:class:`CPUBackend` puts each linear layer in the layout measured fastest for the pass's
-row count, its packed copies only within a stated budget of the free memory
-(:data:`PACKED_MEMORY_SHARE`): a 7B model in float32 (28 GB) on a machine with 32 GB
-free gets the copy-free layouts instead of an out-of-memory crash.
+"""Device tuning, chosen once when a :class:`bass.Generator` is built: what is specific to
+one device lives behind :class:`Backend`, which reports what it chose in
+:meth:`Backend.describe` (``res.stats.backend``, ``bass ops``). :class:`GenericBackend`
+does no tuning (CUDA graphs are ``compile="reduce-overhead"``); :class:`CPUBackend` runs
+the linear layers in their measured-fastest layouts, packed copies only within a budget
+of the free memory (docs/guides/performance.md, "CPU: the linear layers' layouts").
 """
 
 from __future__ import annotations
@@ -97,8 +92,7 @@ class CPUBackend(Backend):
     ``mode``: ``"auto"`` (every layout, packed copies within the memory budget),
     ``"unpacked"`` (the two copy-free layouts), ``"torch"`` (``F.linear`` as is).
     ``memory_share``: the share of :func:`available_memory` the packed copies may take
-    (a packed copy is as large as the weights it copies; before measuring, the budget is
-    checked against every linear weight of the models, an upper bound).
+    (checked against every linear weight of the models, an upper bound).
     """
 
     name: str = "cpu"
@@ -122,9 +116,8 @@ class CPUBackend(Backend):
 
         if self.chosen not in ("", "torch") and routing(model) is not None:
             return 1  # a calibrated lm head computes exactly the rows asked for
-        # the lm head in torch's layout: 4 rows cost less than 2 or 3 (MKL; see
-        # bench/results/cpu_pass_cost.md: 21.5 ms for 2 rows of a 49152-token head, 16.5
-        # for 4)
+        # the lm head in torch's layout: 4 rows cost less than 2 or 3 (MKL; 21.5 ms for 2
+        # rows of a 49152-token head, 16.5 for 4: bench/results/cpu_pass_cost.md)
         return 4
 
     def prepare(self, models: list[torch.nn.Module]) -> None:
@@ -153,8 +146,7 @@ class CPUBackend(Backend):
         self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
 
     def refresh(self, models: list[torch.nn.Module]) -> None:
-        """Pack again the copies whose weights changed since they were packed, however
-        they changed (:func:`bass.cpu_linear.refresh`: one read of the packed weights)."""
+        """Pack again the copies whose weights changed (:func:`bass.cpu_linear.refresh`)."""
         if self.packed_bytes == 0:
             return
         from .cpu_linear import refresh

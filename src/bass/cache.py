@@ -1,26 +1,13 @@
-"""RaggedKVCache: a preallocated KV cache with one length per row.
+"""RaggedKVCache: a preallocated KV cache with one length per row, speaking the part of
+transformers' ``Cache`` protocol that decoder layers and mask builders use (why bass
+keeps its own: docs/concepts/design.md, "transformers integration").
 
-transformers caches keep a single length for the whole batch; speculative decoding makes
-rows advance by different amounts every step, so bass keeps its own cache. It speaks the
-part of transformers' ``Cache`` protocol that decoder layers and mask builders use
-(``update``, ``get_seq_length``, ``get_mask_sizes``, ``get_query_offset``), and stores,
-per layer, keys and values in the layout HF attention functions receive:
-``[B, Hkv, S, D]``.
-
-Lengths (the ragged convention of :mod:`bass.ops`): ``lens`` int32 ``[B]`` is how many
-entries of each row are committed. A forward pass is framed by :meth:`begin_packed`
-(packed tokens, the engine's layout: ``cu_q_lens`` int32 ``[B+1]`` offsets of each row's
-tokens in the flat pass) or :meth:`begin` (padded ``[B, T]`` tokens, ``q_lens`` int32
-``[B]`` real per row); every layer's ``update`` appends the pass's keys and values at
-``lens`` (``torch.ops.bass.kv_append_packed`` / ``kv_append``); attention sees
-``kv_lens = lens + q_lens``. Afterwards the caller decides how many to keep with
-:meth:`commit` (rejected draft entries are never erased: a smaller length is the whole
-rollback, and the next write overwrites them).
-
-Buffers are allocated once (by the first ``update`` of each layer) and never
-reallocated: batch compaction (:meth:`compact`) moves the kept rows to the front *in
-place* and narrows the views, so a buffer's ``data_ptr`` never changes (what CUDA graphs
-need).
+``lens`` int32 ``[B]`` counts each row's committed entries. A pass, framed by
+:meth:`begin_packed` (or :meth:`begin`, padded), appends at ``lens`` in every layer's
+``update``; attention sees ``kv_lens = lens + q_lens``; :meth:`commit` then keeps what
+the caller accepts (a smaller length is the whole rollback). Buffers (``[B, Hkv, S, D]``
+per layer) are never reallocated, compaction included, so their ``data_ptr`` is fixed
+(what CUDA graphs need).
 """
 
 from __future__ import annotations
@@ -33,18 +20,13 @@ from .backends import available_memory as _available_memory
 from .ops import kv_append
 
 #: The share of the free memory the KV caches may take by default, by device type (the
-#: rest: weights' copies, activations of a prefill chunk, logits): see
-#: :meth:`RaggedKVCache.default_budget`.
+#: rest: weights' copies, activations, logits): :meth:`RaggedKVCache.default_budget`.
 KV_MEMORY_SHARE = {"cuda": 0.8, "cpu": 0.5}
 
 
 class RaggedKVCache:
-    """Per-layer ``[B, Hkv, S, D]`` key/value buffers plus per-row lengths.
-
-    Buffers are allocated lazily by the first ``update`` of each layer (prefill), from
-    the shapes and dtype the model produces, so any decoder whose layers call
-    ``Cache.update`` works without knowing its head layout in advance.
-    """
+    """Per-layer ``[B, Hkv, S, D]`` key/value buffers plus per-row lengths, allocated by
+    each layer's first ``update`` from the shapes and dtype the model produces."""
 
     is_compileable = True
 
@@ -60,14 +42,10 @@ class RaggedKVCache:
         self.cu_q_lens: torch.Tensor | None = None  # int32 [B+1] during a packed pass
         self.plan = None  # the packed pass's attention plan (bass.ops.Plan), if any
 
-    # ----------------------------------------------------------------- sizing
-
     @staticmethod
     def bytes_per_token(model) -> int:
         """Bytes of keys and values one position of ``model`` takes in a cache (every
-        layer; from its config: key/value heads x head size, in its dtype). A model
-        sharded over ``T`` tensor-parallel ranks keeps ``1/T`` of the key/value heads on
-        each (at least one)."""
+        layer; a tensor-parallel rank holds its share of the key/value heads)."""
         from . import compat
 
         cfg = model.config.get_text_config()
@@ -80,9 +58,8 @@ class RaggedKVCache:
     @staticmethod
     def default_budget(device) -> int | None:
         """The KV memory budget on ``device`` when none is given: a share
-        (:data:`KV_MEMORY_SHARE`) of its free memory (CUDA: ``mem_get_info``; CPU: the
-        kernel's ``MemAvailable``, shared by the processes ``torchrun`` started on this
-        host: ``$LOCAL_WORLD_SIZE``), or ``None`` where that is not known."""
+        (:data:`KV_MEMORY_SHARE`) of its free memory (a CPU host's shared by its
+        ``$LOCAL_WORLD_SIZE`` ranks), or ``None`` where that is not known."""
         device = torch.device(device)
         share = KV_MEMORY_SHARE.get(device.type)
         if share is None:
@@ -95,8 +72,6 @@ class RaggedKVCache:
             share /= max(1, int(local)) if local.isdigit() else 1
         return None if free is None else int(free * share)
 
-    # ----------------------------------------------------------------- engine side
-
     @property
     def batch_size(self) -> int:
         return self.lens.shape[0]
@@ -106,10 +81,8 @@ class RaggedKVCache:
         return self.lens + self.q_lens
 
     def begin(self, q_lens: torch.Tensor) -> torch.Tensor:
-        """Frame a padded forward pass whose row ``b`` brings ``q_lens[b]`` real tokens.
-
-        Returns ``kv_lens`` (int32 ``[B]``) for the attention calls of this pass.
-        """
+        """Frame a padded forward pass whose row ``b`` brings ``q_lens[b]`` real tokens;
+        returns ``kv_lens`` (int32 ``[B]``)."""
         self.q_lens = q_lens.to(dtype=torch.int32)
         self.cu_q_lens = self.plan = None
         return self.kv_lens
@@ -118,13 +91,12 @@ class RaggedKVCache:
         self, cu_q_lens: torch.Tensor, lens: torch.Tensor | None = None, plan=None
     ) -> torch.Tensor:
         """Frame a packed forward pass: row ``b`` brings tokens ``cu_q_lens[b]`` ..
-        ``cu_q_lens[b+1] - 1`` of the flat ``[1, N]`` input (int32 ``[B+1]``).
+        ``cu_q_lens[b+1] - 1`` of the flat ``[1, N]`` input (int32 ``[B+1]``); returns
+        ``kv_lens`` (int32 ``[B]``).
 
         ``lens`` (int32 ``[B]``), when given, replaces the committed lengths first (the
-        engine keeps them on the host and hands them over with the pass's other small
-        tensors, so no device arithmetic is needed). ``plan``: the pass's
-        :class:`bass.ops.Plan`, whose append every layer's :meth:`update` runs. Returns
-        ``kv_lens`` (int32 ``[B]``).
+        engine's host copy, sent with the pass). ``plan``: the pass's
+        :class:`bass.ops.Plan`, whose append every layer's :meth:`update` runs.
         """
         if lens is not None:
             self.lens = lens
@@ -141,12 +113,9 @@ class RaggedKVCache:
         self.cu_q_lens = self.plan = None
 
     def compact(self, keep: list[int]) -> None:
-        """Keep only rows ``keep`` (ascending row indices), moved to the front in place.
-
-        Each buffer's first ``len(keep)`` rows are overwritten with the kept rows and the
-        buffer becomes a view of them: no allocation, the same ``data_ptr``. Ascending
-        ``keep`` means row ``keep[i] >= i``, so the copy reads the rows before any is
-        overwritten (the gather makes a temporary of the kept rows only).
+        """Keep only rows ``keep`` (ascending row indices), moved to the front in place:
+        each buffer becomes a view of its first ``len(keep)`` rows (the same ``data_ptr``).
+        Ascending, row ``keep[i] >= i``: the gather reads them before any is overwritten.
         """
         if any(b >= a for a, b in zip(keep[1:], keep)):
             raise ValueError(f"compact needs ascending row indices, got {keep}")
@@ -167,15 +136,10 @@ class RaggedKVCache:
         """Every allocated key and value buffer (tests check their addresses)."""
         return [t for store in (self.keys, self.values) for t in store if t is not None]
 
-    # ----------------------------------------------------------------- HF side
-
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        """Append this pass's keys/values to layer ``layer_idx``: ``[1, Hkv, N, D]`` in a
-        packed pass, ``[B, Hkv, T, D]`` in a padded one. Returns the whole
-        ``[B, Hkv, S, D]`` buffers (attention masks by ``kv_lens``).
-
-        Whatever the layers pass after ``layer_idx`` is ignored (it differs by
-        transformers version: :data:`bass.compat.CACHE_UPDATE_EXTRAS`)."""
+        """Append this pass's keys/values (``[1, Hkv, N, D]`` packed, ``[B, Hkv, T, D]``
+        padded) to layer ``layer_idx``; returns its whole ``[B, Hkv, S, D]`` buffers.
+        What follows ``layer_idx`` is ignored (:data:`bass.compat.CACHE_UPDATE_EXTRAS`)."""
         if self.keys[layer_idx] is None:
             _, H, _, D = key_states.shape
             shape = (self.batch_size, H, self.max_len, D)

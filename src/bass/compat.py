@@ -2,11 +2,9 @@
 versions ``pyproject.toml`` admits, in one place.
 
 Each shim detects the feature (a parameter in a signature, an attribute), never a version
-string, and says which versions need it and when it can go. CI runs the default suite on
-the newest transformers and the equivalence and op suites on the oldest one pyproject
-admits (``nox -s tests_floor``); a deprecation warning that transformers raises about a
-call bass made fails the tests (``tests/conftest.py``), so the next rename shows up here
-before a user meets it.
+string, and says which versions need it and when it can go. CI runs the suites on the
+newest and the oldest transformers pyproject admits (``nox -s tests_floor``), and a
+deprecation warning about a call bass made fails the tests (``tests/conftest.py``).
 
 The shims:
 
@@ -14,21 +12,19 @@ The shims:
    transformers 5.23; 5.24 renamed it ``cache=`` and deprecates the old name (removed in
    5.40). Families migrate one by one, so it is read from each model class's signature.
    Remove when the floor is >= 5.24 and every family takes ``cache``.
-2. **``Cache.update``'s trailing arguments** (:data:`CACHE_UPDATE_EXTRAS`): up to 5.23 the
-   layers call ``update(k, v, layer_idx, cache_kwargs)`` (a positional dict); 5.24 calls
-   ``update(k, v, layer_idx, kwargs=kwargs)``. :class:`bass.cache.RaggedKVCache` accepts
-   whatever the base ``Cache.update`` accepts (``*args, **kwargs``) and needs none of it.
+2. **``Cache.update``'s trailing arguments** (:data:`CACHE_UPDATE_EXTRAS`): a positional
+   ``cache_kwargs`` dict up to 5.23, ``kwargs=`` from 5.24;
+   :class:`bass.cache.RaggedKVCache` takes ``*args, **kwargs`` and needs none of it.
 3. **``Cache.get_mask_sizes``' argument**: ``cache_position`` (a tensor) up to 5.x,
-   ``query_length`` (an int) later; bass's answer depends on neither, so it takes one
-   positional argument of any kind.
+   ``query_length`` (an int) later; bass's answer depends on neither.
 4. **Tensor parallelism** (:func:`tensor_parallel_kwargs`, :func:`tp_group`): up to
    ~5.16 ``from_pretrained(tp_plan="auto", tp_size=, device_mesh=)`` shards a model (its
    parameters local shards); later releases take ``distributed_config=DistributedConfig(
    tp_size=, dp_replicate_size=)`` (parameters are DTensors; the standalone ``tp_plan``
    warns, then is removed), whose mesh spans the whole world, so several TP groups are
    replicas on its ``dp_replicate`` dimension (FSDP2-wrapped: see
-   :func:`generation_mode`). Detected by ``DistributedConfig`` having a ``tp_size``
-   field. Remove the first branch when the floor takes ``distributed_config``.
+   :func:`generation_mode`). Detected by ``DistributedConfig`` taking ``tp_size``.
+   Remove the first branch when the floor takes ``distributed_config``.
 5. **Generation's grad mode** (:func:`generation_mode`): ``torch.inference_mode`` except
    for models wrapped by FSDP2 (the replicated TP groups above), whose parameters need
    version counters: there ``torch.no_grad``.
@@ -68,8 +64,7 @@ _CACHE_ARG: dict[type, str] = {}
 
 def cache_argument(model: torch.nn.Module) -> str:
     """Shim 1: the keyword under which ``model``'s forward takes its cache: ``"cache"``
-    (transformers >= 5.24, for the families that took the new name) or
-    ``"past_key_values"``."""
+    (transformers >= 5.24, the families that took the new name) or ``"past_key_values"``."""
     cls = type(model)
     name = _CACHE_ARG.get(cls)
     if name is None:
@@ -80,32 +75,28 @@ def cache_argument(model: torch.nn.Module) -> str:
 
 
 def forward_cache_kwargs(model: torch.nn.Module, cache) -> dict:
-    """``{cache_argument(model): cache}``: the keyword arguments that hand ``cache`` to
-    ``model``'s forward without a deprecation warning on any supported version."""
+    """``{cache_argument(model): cache}``, for ``model``'s forward."""
     return {cache_argument(model): cache}
 
 
-def _distributed_config_takes_tp_size() -> bool:
+def _distributed_config():
+    """Shim 4's detection: transformers' ``DistributedConfig`` if it takes ``tp_size``."""
     try:
         from transformers.distributed import DistributedConfig
     except ImportError:
-        return False
-    import dataclasses
-
-    if dataclasses.is_dataclass(DistributedConfig):
-        return "tp_size" in {f.name for f in dataclasses.fields(DistributedConfig)}
-    return "tp_size" in inspect.signature(DistributedConfig).parameters
+        return None
+    params = inspect.signature(DistributedConfig).parameters
+    return DistributedConfig if "tp_size" in params else None
 
 
 def tensor_parallel_kwargs(tp: int, dp: int = 1) -> dict:
     """Shim 4: the ``from_pretrained`` keyword arguments that shard a model over the
     ``tp`` consecutive ranks of each of ``dp`` groups (world ``dp * tp``, the default
     process group initialised) with transformers' own tensor-parallel plan."""
-    if _distributed_config_takes_tp_size():
-        from transformers.distributed import DistributedConfig
-
+    config = _distributed_config()
+    if config is not None:
         extra = {"dp_replicate_size": dp} if dp > 1 else {}
-        return {"distributed_config": DistributedConfig(tp_size=tp, **extra)}
+        return {"distributed_config": config(tp_size=tp, **extra)}
     import torch.distributed as dist
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -185,18 +185,13 @@ class Solo:
 
 
 class Coordinator(Solo):
-    """One TP group's host decisions: its first rank decides, the others follow.
-
-    ``share(values)`` broadcasts the leader's ints (one small collective on the group's
-    gloo group); ``agree(payload)`` checks that every rank holds the same value (prompts,
-    settings) and raises :class:`DistributedError` naming the ranks that differ.
-    """
+    """One TP group's host decisions, on the group's gloo group: its first rank decides,
+    the others follow (docs/guides/scale-out.md, "What keeps the ranks together")."""
 
     def __init__(self, ranks: Sequence[int]):
         self.ranks = list(ranks)
         self.leader = self.ranks[0]
         self.group = control_group(self.ranks)
-        self.is_leader = dist.get_rank() == self.leader
 
     def share(self, values: Sequence[int]) -> list[int]:
         """The leader's ``values`` on every rank (every rank passes as many)."""
@@ -276,13 +271,12 @@ def gather(local: list, indices: Sequence[int], n: int, topo: Topology | None = 
 
 
 def generate(generator, prompts, **kwargs):
-    """Data-parallel :meth:`bass.Generator.generate` for library users under ``torchrun``:
-    each data-parallel group generates its share of ``prompts`` (:func:`shard`); rank 0
-    returns a :class:`bass.GenerationResult` of every prompt in the original order (its
-    ``stats`` are this rank's share's; ``ranks``: the rank that generated each prompt's
-    row), the other ranks ``None``. Sampled rows are keyed by their global index, so the
-    samples equal a one-process run's with the same seed. Every rank must call it with
-    the same arguments (checked)."""
+    """Data-parallel :meth:`bass.Generator.generate` under ``torchrun``
+    (docs/guides/scale-out.md, "From Python"): each data-parallel group generates its
+    share of ``prompts`` (:func:`shard`); rank 0 returns a :class:`bass.GenerationResult`
+    of every prompt in order (``stats``: its own share's; ``ranks``: the rank that
+    generated each row), the other ranks ``None``. Sampled rows are keyed by their global
+    index, as in one process. Every rank must pass the same arguments (checked)."""
     from .stats import GenerationResult
 
     topo = topology()
@@ -301,9 +295,7 @@ def generate(generator, prompts, **kwargs):
     sequences = [s for s, _ in rows]
     reasons = [r for _, r in rows]
     ranks = [None] * len(prompts)
-    for r in range(topo.world):
-        if r % topo.tp == 0:
-            for i in shard(len(prompts), Topology(topo.world, r, topo.tp)):
-                ranks[i] = r
-    stats = res.stats if res is not None else None
-    return GenerationResult(sequences, stats, reasons, ranks)
+    for r in range(0, topo.world, topo.tp):  # each group's first rank
+        for i in shard(len(prompts), Topology(topo.world, r, topo.tp)):
+            ranks[i] = r
+    return GenerationResult(sequences, None if res is None else res.stats, reasons, ranks)

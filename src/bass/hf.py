@@ -1,17 +1,12 @@
-"""transformers integration: ``attn_implementation="bass"``.
+"""transformers integration: ``attn_implementation="bass"`` (docs/concepts/design.md,
+"transformers integration").
 
-Importing this module registers, under the name ``"bass"``:
-
-* an attention function (``transformers.AttentionInterface``) that routes every layer's
-  attention to bass's ragged attention, with the per-row lengths that reach it as keyword
-  arguments of the model's forward (``bass_cu_q_lens`` / ``bass_kv_lens`` for packed
-  passes, with the pass's attention plan ``bass_plan``, see :mod:`bass.ops.plan`;
-  ``bass_q_lens`` / ``bass_kv_lens`` for padded ones);
-* a mask function (``transformers.AttentionMaskInterface``) that builds no mask: the op
-  masks by lengths. Without this registration transformers would silently build none
-  either, for the wrong reason, and a model could run unmasked.
-
-:func:`prepare` checks that a model can be routed through bass and switches it over.
+Importing this module registers, under the name ``"bass"``, an attention function that
+routes every layer to bass's ragged attention, with per-row lengths passed as keyword
+arguments of the model's forward (``bass_cu_q_lens``, ``bass_kv_lens`` and the pass's
+``bass_plan`` for packed passes; ``bass_q_lens``, ``bass_kv_lens`` for padded ones), and
+a mask function that builds no mask (the op masks by lengths). :func:`prepare` checks
+that a model can be routed through bass and switches it over.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
 from .ops.plan import Plan, resolve
-from .packing import Extra, PackedPass, pack
+from .packing import PackedPass, pack
 
 ATTN_NAME = "bass"
 
@@ -56,8 +51,7 @@ def bass_attention_forward(
     """The ``"bass"`` attention function: returns ``([B, T, Hq, D], None)`` as HF expects.
 
     A packed pass (``bass_cu_q_lens`` given; ``query`` is ``[1, Hq, N, D]``) runs its
-    plan when it has one, else ``torch.ops.bass.ragged_attention_packed``; a padded one
-    goes to ``ragged_attention``.
+    plan when it has one, else ``ragged_attention_packed``; a padded one ``ragged_attention``.
     """
     name = type(module).__name__
     if (bass_q_lens is None and bass_cu_q_lens is None) or bass_kv_lens is None:
@@ -77,18 +71,16 @@ def bass_attention_forward(
             f"{name} needs logit soft-capping or attention sinks, which bass's ragged "
             "attention does not implement"
         )
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    if bass_plan is not None:  # token-major output: the transpose back is free
-        return bass_plan.attend(query, key, value, float(scaling)).transpose(1, 2), None
+    scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    if bass_plan is not None:  # packed: token-major output, the transpose back is free
+        return bass_plan.attend(query, key, value, scale).transpose(1, 2), None
     if bass_cu_q_lens is not None:
-        # token-major output: the transpose back to [1, N, Hq, D] is free
         out = torch.ops.bass.ragged_attention_packed(
-            query, key, value, bass_cu_q_lens, bass_kv_lens, float(scaling), bass_impl
+            query, key, value, bass_cu_q_lens, bass_kv_lens, scale, bass_impl
         )
         return out.transpose(1, 2), None
     out = torch.ops.bass.ragged_attention(
-        query, key, value, bass_q_lens, bass_kv_lens, float(scaling), bass_impl
+        query, key, value, bass_q_lens, bass_kv_lens, scale, bass_impl
     )
     return out.transpose(1, 2).contiguous(), None
 
@@ -193,11 +185,7 @@ def forward_packed(
     """One packed forward pass (see :mod:`bass.packing`): appends the tokens to ``cache``
     (uncommitted) and returns their logits (only at ``logits_index`` when given: the lm
     head is the largest matmul of a pass and most positions' logits are never read).
-
-    ``plan`` (:mod:`bass.ops.plan`) is built on the host before the pass, eager or
-    compiled: every layer runs it without a device read. Compiled, its tensors are graph
-    inputs and its implementation's per-layer work is traced into the graph (one graph per
-    shape, which a CUDA graph can capture).
+    ``plan``: the pass's attention, planned on the host (:mod:`bass.ops.plan`).
     """
     if model.config._attn_implementation != ATTN_NAME:
         # With any other attention the whole (unmasked) cache buffer would be attended to.
@@ -231,49 +219,37 @@ _PER_MODEL = {"isolate_recompiles", "recompile_limit"} <= set(
 class CompiledForward:
     """:func:`forward_packed` under ``torch.compile(fullgraph=True)``, called like it.
 
-    Each model (the main model, a draft model) gets a compiled region of its own (torch
-    >= 2.13's ``isolate_recompiles``: its graphs are never looked up for another model),
-    so the region's guards need not re-check the model's modules on every call: they are
-    dropped (``torch.compiler.skip_guard_on_all_nn_modules_unsafe``). For the embedded 135M
-    model those guards cost about 2 ms per pass on a 2-core CPU, as much as Inductor's
-    fusions save there. What that gives up: a module replaced on a model after its first
-    compiled pass is not noticed (build a new :class:`bass.Generator`); weights changed in
-    place are seen (they are graph inputs). On older torch every model shares one region
-    with every guard kept (``limit`` graphs in all).
+    On torch >= 2.13 each model gets a compiled region of its own (``isolate_recompiles``)
+    whose guards skip the model's modules (``skip_guard_on_all_nn_modules_unsafe``): what
+    that gains and gives up is in docs/guides/performance.md ("Compiling"). On older torch
+    every model shares one region with every guard kept (``limit`` graphs in all).
 
-    ``backend``, ``mode`` (Inductor's) and ``dynamic`` are ``torch.compile``'s; ``limit``: the most
-    graphs per region (one per pass kind and token bucket; Dynamo's default of 8 would fail
-    a ``fullgraph`` compile).
+    ``backend``, ``mode`` (Inductor's) and ``dynamic`` are ``torch.compile``'s; ``limit``:
+    the most graphs per region (Dynamo's default of 8 would fail a ``fullgraph`` compile).
     """
 
     def __init__(self, backend="inductor", *, mode: str | None = None, dynamic=None, limit=8):
         self.backend, self.mode, self.dynamic, self.limit = backend, mode, dynamic, limit
-        self.per_model = _PER_MODEL
         self._regions: dict[int, tuple[torch.nn.Module, object]] = {}
 
     def _compile(self):
         compat.import_inductor_quietly()
         kw = dict(backend=self.backend, fullgraph=True, dynamic=self.dynamic)
-        if not self.per_model:
+        if not _PER_MODEL:
             return torch.compile(forward_packed, mode=self.mode, **kw)
         options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
         if self.mode is not None:  # torch.compile takes a mode or options, not both
             from torch._inductor import list_mode_options
 
             options.update(list_mode_options(self.mode, self.dynamic))
-        return torch.compile(
-            forward_packed,
-            options=options,
-            recompile_limit=self.limit,
-            isolate_recompiles=True,
-            **kw,
-        )
+        kw.update(options=options, recompile_limit=self.limit, isolate_recompiles=True)
+        return torch.compile(forward_packed, **kw)
 
     def __call__(self, model, *args):
         entry = self._regions.get(id(model))
         if entry is None or entry[0] is not model:
             entry = self._regions[id(model)] = (model, self._compile())
-        if self.per_model:
+        if _PER_MODEL:
             return entry[1](model, *args)
         with torch._dynamo.config.patch(recompile_limit=self.limit):
             return entry[1](model, *args)
@@ -282,28 +258,16 @@ class CompiledForward:
 @dataclass
 class Passes:
     """How a Generator runs its packed passes, decided once when it is built, and shared
-    by the engine and a draft model's drafter.
+    by the engine and a draft model's drafter."""
 
-    ``forward``: runs one decoding pass (:func:`forward_packed`, or its compiled form,
-    possibly framed by the device backend: :meth:`bass.backends.Backend.wrap`);
-    ``eager``: the same uncompiled, for the prefill (its widths vary); ``compiled``:
-    whether ``forward`` is compiled (the pass kind its attention is planned for: with
-    ``bucket``, CUDA graphs' static shapes); ``impl``: the attention implementation;
-    ``bucket``: token buckets of static-shape passes (CUDA graphs) or ``None``;
-    ``separate``: each small tensor its own allocation (compiled passes guard on views'
-    offsets); ``logits_multiple(model)``: the device's multiple of logit rows
-    (:meth:`bass.backends.Backend.logits_multiple`); ``chunk_tokens``: the
-    most tokens one prefill pass feeds.
-    """
-
-    forward: Callable = forward_packed
-    eager: Callable = forward_packed
-    compiled: bool = False
-    impl: str = "auto"
-    bucket: Sequence[int] | None = None
-    separate: bool = False
-    logits_multiple: Callable[[torch.nn.Module], int] = lambda model: 1
-    chunk_tokens: int = 8192
+    forward: Callable = forward_packed  # a decoding pass (compiled or not; Backend.wrap'ped)
+    eager: Callable = forward_packed  # the same uncompiled, for the prefill (widths vary)
+    compiled: bool = False  # whether forward is (with bucket: CUDA graphs' static shapes)
+    impl: str = "auto"  # the attention implementation
+    bucket: Sequence[int] | None = None  # token buckets of static-shape passes, or None
+    separate: bool = False  # each small tensor its own allocation (compiled: guards on views)
+    logits_multiple: Callable[[torch.nn.Module], int] = lambda model: 1  # Backend's
+    chunk_tokens: int = 8192  # the most tokens one prefill pass feeds
 
     @property
     def pass_kind(self) -> str:
@@ -321,31 +285,12 @@ class Passes:
             picks[kind] = f"{impl.name}: {why}"
         return picks
 
-    def pack(
-        self,
-        model,
-        q_lens: Sequence[int],
-        lens: Sequence[int],
-        device,
-        *,
-        ids: Sequence[int] | None = None,
-        logits_at: Sequence[int] | None = None,
-        logits_slots: int | None = None,
-        extra: dict[str, Extra] | None = None,
-    ) -> PackedPass:
-        """:func:`bass.packing.pack` with this Generator's settings for ``model``."""
-        return pack(
-            q_lens,
-            lens,
-            device,
-            ids=ids,
-            logits_at=logits_at,
-            bucket=self.bucket,
-            logits_slots=logits_slots,
-            logits_multiple=self.logits_multiple(model),
-            extra=extra,
-            separate=self.separate,
-        )
+    def pack(self, model, q_lens: Sequence[int], lens: Sequence[int], device, **kw) -> PackedPass:
+        """:func:`bass.packing.pack` with this Generator's settings for ``model``; ``kw``:
+        its ``ids``, ``logits_at``, ``logits_slots`` and ``extra``."""
+        multiple = self.logits_multiple(model)
+        kw.update(bucket=self.bucket, logits_multiple=multiple, separate=self.separate)
+        return pack(q_lens, lens, device, **kw)
 
     def run(self, model, cache, batch: PackedPass) -> torch.Tensor:
         """Run ``batch`` through ``model`` (appending to ``cache``); returns ``[N or L,
@@ -392,24 +337,19 @@ def prefill(
     chunk_tokens=None,
 ):
     """Prefill rows ``slots`` (ascending; default: one row per prompt, all of them) of
-    ``cache`` with ragged ``prompts`` in packed passes; return each prompt's last logits
-    ``[len(prompts), V]`` and the number of passes.
+    ``cache`` with ragged ``prompts`` in packed passes, and commit them; return each
+    prompt's last logits ``[len(prompts), V]`` and the number of passes.
 
-    Each row starts empty (whatever it held before is overwritten: continuous batching
-    refills a finished row's slot); the cache's other rows bring no token. One pass feeds
-    every prompt token, no padding. A batch of more than ``passes.chunk_tokens`` tokens is
-    split into several passes of at most that many (chunked prefill: a long prompt may span
-    passes, its later chunks attending to the earlier ones in the cache). Only each
-    prompt's last token goes through the lm head. Commits the prompts. ``passes``: how
-    passes run (default: eager, ``impl="auto"``); ``chunk_tokens`` overrides its
-    ``chunk_tokens``.
+    Each row starts empty (a finished row's slot is refilled); the other rows bring no
+    token. Passes feed at most ``chunk_tokens`` tokens (default ``passes.chunk_tokens``),
+    a long prompt spanning several. ``passes``: how passes run (default: eager,
+    ``impl="auto"``).
     """
     passes = passes or Passes()
     if chunk_tokens is None:
         chunk_tokens = passes.chunk_tokens
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
-    device = cache.lens.device
     P = len(prompts)
     slots = list(range(P)) if slots is None else list(slots)
     if len(slots) != P or any(b <= a for a, b in itertools.pairwise(slots)):
@@ -428,21 +368,17 @@ def prefill(
             if done[i] + take == len(prompts[i]):
                 ends.append(i)
                 i += 1
-        last, n = [], 0  # each ending prompt's last token in the flat pass
-        for j, toks in enumerate(feed):
-            n += len(toks)
-            if ends and ends[0] <= j <= ends[-1]:
-                last.append(n - 1)
+        cum = list(itertools.accumulate(map(len, feed)))
+        last = [cum[j] - 1 for j in ends]  # each ending prompt's last token in the flat pass
         q_lens, lens = [0] * rows, [0] * rows  # per cache row; rows not refilled bring none
         for j, s in enumerate(slots):
             q_lens[s], lens[s] = len(feed[j]), done[j]
+            done[j] += len(feed[j])
         ids = [t for toks in feed for t in toks]
-        batch = passes.pack(model, q_lens, lens, device, ids=ids, logits_at=last)
+        batch = passes.pack(model, q_lens, lens, cache.lens.device, ids=ids, logits_at=last)
         logits = passes.run(model, cache, batch)[: len(ends)]  # [len(ends), V]
         cache.commit(cache.q_lens)
         n_passes += 1
-        for j, toks in enumerate(feed):
-            done[j] += len(toks)
         if out is None:
             out = logits.new_empty(P, logits.shape[-1])
         if ends:

@@ -1,31 +1,22 @@
 """Threads: bass runs one generation at a time per process, each as if it were alone.
 
-The contract. Every :meth:`bass.Generator.generate` call (and what calls it:
-``generate_text``, the CLI, HumanEval), and every :class:`bass.Generator` being built
-(which calibrates and installs the CPU layouts of :mod:`bass.cpu_linear` on its models),
-holds one process-wide lock while it touches the models. A call from a second thread
-waits until the running one returns, then runs; so every call returns exactly what it
-would alone (the same tokens as the calls made one after another, seeded sampling
-included), whichever Generators the threads use and whatever models those share. Checks
-of the arguments come before the wait: a bad value fails at once. ``time_budget`` counts
-from the moment the call runs, not from when it started waiting.
+Every :meth:`bass.Generator.generate` call, and every :class:`bass.Generator` being built,
+holds one process-wide lock while it touches the models; the contract (calls take turns
+and each returns what it would alone; argument checks come first; a call from inside a
+running generation on its thread raises :class:`ReentrantGenerationError`) is in
+docs/guides/generation.md ("Threads"). ``time_budget`` counts from the moment the call
+runs, not from when it started waiting.
 
-Sharing a model between Generators is allowed (a draft model with another main model, one
-main model under two policies): their calls take turns. Each generation switches its
-models to ``attn_implementation="bass"`` and back when it returns, so between
-generations a model is as it was; the model's CPU layouts are those of the Generator
-built last (:func:`bass.cpu_linear.prepare`). Using a model outside bass while a
-generation runs on it (its own ``generate`` in another thread) is not supported: it
-would see bass's attention.
+Models may be shared between Generators: each generation switches its models to
+``attn_implementation="bass"`` and back when it returns; a model's CPU layouts are those
+of the Generator built last (:func:`bass.cpu_linear.prepare`). Using a model outside bass
+while a generation runs on it (its own ``generate`` in another thread) is not supported:
+it would see bass's attention.
 
-Why one lock for the process, not one per model: a generation switches process-wide
-state besides its models' (the routing switch of :mod:`bass.cpu_linear`, the host-side
-length checks of :mod:`bass.ops`), so two generations on disjoint models could still
-change each other's passes. To generate in parallel, use processes (one per device).
-
-A call made from inside a running generation on the same thread (an ``on_step``
-callback, a policy) would wait for itself forever; it raises
-:class:`ReentrantGenerationError` instead.
+One lock for the process, not one per model: a generation switches process-wide state
+besides its models' (the routing switch of :mod:`bass.cpu_linear`, the host-side length
+checks of :mod:`bass.ops`), so two generations on disjoint models could still change
+each other's passes.
 """
 
 from __future__ import annotations

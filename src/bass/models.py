@@ -102,33 +102,30 @@ def _from_gguf(cls, path: Path, kwargs: dict, what: str):
             )
             shutil.rmtree(entry, ignore_errors=True)
     loaded = cls.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-    if entry is not None:  # the marker last: a folder holding it is whole
-
-        def fill(tmp: Path) -> None:
-            _save(loaded, tmp)
-            (tmp / _COMPLETE).write_text("")
-
-        disk_cache.store(entry, fill, "BASS_GGUF_CACHE", whole=_COMPLETE)
+    if entry is not None:
+        disk_cache.store(entry, lambda tmp: _save(loaded, tmp), "BASS_GGUF_CACHE", whole=_COMPLETE)
     return loaded
 
 
 def _save(obj, folder: Path) -> None:
-    """``obj.save_pretrained(folder)``, except for a model loaded from GGUF, which
-    transformers marks quantized (its weights are de-quantized floats, but save_pretrained
-    refuses it): its config without ``quantization_config``, its generation config, and its
-    weights as safetensors (tied ones once); it loads back as a plain model."""
+    """``obj.save_pretrained(folder)``, then the marker ``_COMPLETE`` (last: a folder
+    holding it is whole). A model loaded from GGUF, which transformers marks quantized
+    (its weights are de-quantized floats, but save_pretrained refuses it), is saved as a
+    plain model: its config without ``quantization_config``, its generation config, and
+    its weights as safetensors (tied ones once)."""
     config = getattr(obj, "config", None)
     if getattr(config, "quantization_config", None) is None:
         obj.save_pretrained(str(folder))
-        return
-    from safetensors.torch import save_model
+    else:
+        from safetensors.torch import save_model
 
-    config = copy.deepcopy(config)
-    del config.quantization_config
-    config.save_pretrained(str(folder))
-    if getattr(obj, "generation_config", None) is not None:
-        obj.generation_config.save_pretrained(str(folder))
-    save_model(obj, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        config = copy.deepcopy(config)
+        del config.quantization_config
+        config.save_pretrained(str(folder))
+        if getattr(obj, "generation_config", None) is not None:
+            obj.generation_config.save_pretrained(str(folder))
+        save_model(obj, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / _COMPLETE).write_text("")
 
 
 def load_config(name_or_path: str | os.PathLike):
@@ -200,10 +197,9 @@ def load_tokenizer(name_or_path: str | os.PathLike):
 
 
 def shared_vocab(main_tokenizer, draft_tokenizer) -> int | None:
-    """``len(tokenizer)`` when the two tokenizers map every token to the same id (one
-    tokenizer: a draft and a main model whose embedding matrices were padded to different
-    sizes can still draft for each other, :class:`bass.Generator`'s ``shared_vocab``);
-    ``None`` when they differ."""
+    """``len(tokenizer)`` when the two tokenizers map every token to the same id (then
+    models padded to different vocabulary sizes can draft for each other:
+    :class:`bass.Generator`'s ``shared_vocab``); ``None`` when they differ."""
     if main_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
         return None
     return len(main_tokenizer)
@@ -226,8 +222,7 @@ def padded_vocab(main_source, draft_source, main_model, draft_model) -> int | No
 
 def load_tensor_parallel(source, tp: int, *, dtype=None):
     """The causal LM ``source`` sharded over this rank's TP group by transformers' own
-    plan (after :func:`bass.distributed.init`; checked with
-    :func:`bass.distributed.check_tp_size` before loading)."""
+    plan (after :func:`bass.distributed.init`; the size checked before loading)."""
     import importlib.util
 
     from . import compat, distributed

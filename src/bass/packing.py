@@ -35,29 +35,20 @@ def bucket_tokens(n: int, buckets: Sequence[int] = TOKEN_BUCKETS) -> int:
 
 @dataclass
 class PackedPass:
-    """One packed forward pass, on the device.
+    """One packed forward pass, on the device; ``q_lens``, ``starts`` (``cu_q_lens``) and
+    ``host_lens`` (``lens``) are the host lists it was built from."""
 
-    ``input_ids`` int64 ``[1, N]`` (``None`` until set, see :meth:`set_input_ids`),
-    ``positions`` int64 ``[1, N]``, ``cu_q_lens`` int32 ``[B+1]``, ``lens`` int32 ``[B]``
-    (committed lengths before the pass), ``kv_lens`` int32 ``[B]``, ``logits_index``
-    int64 ``[L]`` (the tokens whose logits are needed) or ``None`` (all). ``real`` is the
-    number of real tokens (``cu_q_lens[B]``); ``N`` may be larger (bucket padding).
-    ``q_lens``, ``host_lens`` and ``starts`` are the host lists it was built from
-    (``starts[b] = cu_q_lens[b]``); ``extra`` the caller's other values, by name, as
-    int64 views of the shapes it gave (see :func:`pack`).
-    """
-
-    input_ids: torch.Tensor | None
-    positions: torch.Tensor
-    cu_q_lens: torch.Tensor
-    lens: torch.Tensor
-    kv_lens: torch.Tensor
-    logits_index: torch.Tensor | None
-    real: int
+    input_ids: torch.Tensor | None  # int64 [1, N]; None until set_input_ids
+    positions: torch.Tensor  # int64 [1, N]
+    cu_q_lens: torch.Tensor  # int32 [B+1]
+    lens: torch.Tensor  # int32 [B]: committed lengths before the pass
+    kv_lens: torch.Tensor  # int32 [B]
+    logits_index: torch.Tensor | None  # int64 [L]: the tokens whose logits are needed; None: all
+    real: int  # real tokens (cu_q_lens[B]); N may be larger (bucket padding)
     q_lens: list[int]
     starts: list[int]
     host_lens: list[int] = field(default_factory=list)
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # pack's extra, as int64 views
 
     def set_input_ids(self, ids: torch.Tensor) -> None:
         """Set ``input_ids`` from a device tensor of the ``real`` token ids (int64
@@ -123,22 +114,17 @@ def pack(
     real = starts[-1]
     n_tok = bucket_tokens(real, bucket) if bucket is not None else real
     pad = n_tok - real
-    pos: list[int] = [p for n, start in zip(q_lens, lens) for p in range(start, start + n)]
-    head = list(ids) if ids is not None else []
-    if pad:
-        pos += [0] * pad
-        if ids is not None:
-            head += [0] * pad
+    pos = [p for n, start in zip(q_lens, lens) for p in range(start, start + n)] + [0] * pad
+    head = list(ids) + [0] * pad if ids is not None else []
     kv = [s + n for s, n in zip(lens, q_lens)]
-    multiple = logits_multiple
     keep = list(logits_at) if logits_at is not None else []
     if logits_slots is not None and logits_at is not None:
         keep += [0] * (logits_slots - len(keep))
-    elif multiple > 1 and (len(keep) if logits_at is not None else n_tok) > 1:
+    elif logits_multiple > 1 and (len(keep) if logits_at is not None else n_tok) > 1:
         # a BLAS may compute a few rows more faster than fewer (bass.backends says when)
         if logits_at is None:
             keep, logits_at = list(range(n_tok)), ()
-        keep += [keep[0]] * (-len(keep) % multiple)
+        keep += [keep[0]] * (-len(keep) % logits_multiple)
     B = len(q_lens)
     extra = dict(extra or {})
     more = [t for e in extra.values() for t in e.values]
