@@ -1,10 +1,8 @@
 """bass: batched speculative decoding with ragged attention as PyTorch custom ops.
 
-``import bass`` registers ``torch.ops.bass.ragged_attention`` and
-``torch.ops.bass.kv_append`` (see :mod:`bass.ops`) and loads the option declarations and
-the config file's reader (:mod:`bass.config`, which ``Generator(config=...)`` reads
-through), nothing heavier: the engine and its transformers integration load on first use
-of :class:`Generator` and friends.
+``import bass`` registers the ops (:mod:`bass.ops`) and loads the option declarations and
+the config file's reader (:mod:`bass.config`), nothing heavier: the engine and its
+transformers integration load on first use of :class:`Generator` and friends.
 """
 
 from __future__ import annotations

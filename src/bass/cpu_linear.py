@@ -211,13 +211,11 @@ def calibrate(
 ) -> LinearPlan:
     """Time the layouts (``packed=False``: the two that need no copy) on ``model``'s CPU
     linear layers, per weight shape, per row count in ``rows`` and in ``above`` past them
-    (standing for every larger count), and return the plan. The layouts are timed
-    interleaved, best of ``rounds``, each sweep over at least ``budget_bytes`` of weights of
-    one shape (more than a CPU's last-level cache holds, so they come from memory as in a
-    real pass); another layout than torch's is kept only where it takes at most ``margin``
-    of torch's time. A packed layout that computes other numbers than ``F.linear`` (beyond
-    rounding) or that the build lacks (no oneDNN; float64; float16 without hardware
-    support) is never chosen."""
+    (standing for every larger count), and return the plan. Timed interleaved, best of
+    ``rounds``, each sweep over at least ``budget_bytes`` of weights of one shape (more
+    than a last-level cache holds); another layout than torch's is kept only where it takes
+    at most ``margin`` of torch's time. A packed layout that computes other numbers than
+    ``F.linear`` (beyond rounding) or that the build lacks is never chosen."""
     if not 0.0 < margin <= 1.0:
         raise ValueError(f"margin must be in (0, 1], got {margin}")
     if rounds < 1:
@@ -244,7 +242,7 @@ def calibrate(
             packs = _packable(weights) if packed else None
             if packs is not None:
                 calls["packed"] = [(packed_linear, p, b) for p, (_, b) in zip(packs, weights)]
-            best = {(r, k): float("inf") for r in points for k in calls}
+            best = {r: dict.fromkeys(calls, float("inf")) for r in points}
             xs = {r: torch.randn(r, i, dtype=dtype) for r in points}
             for cs in calls.values():  # warm-up: first calls allocate, BLAS picks its kernels
                 for f, w, b in cs[:2]:
@@ -256,8 +254,8 @@ def calibrate(
                         t0 = time.perf_counter()
                         for f, w, b in calls[k]:
                             f(xs[r], w, b)
-                        best[(r, k)] = min(best[(r, k)], time.perf_counter() - t0)
-            timings[shape] = {r: {k: best[(r, k)] for k in calls} for r in points}
+                        best[r][k] = min(best[r][k], time.perf_counter() - t0)
+            timings[shape] = best
             del packs, calls
     return _plan_from(timings, swept, last, margin, LAYOUTS)
 
@@ -277,15 +275,14 @@ def _machine() -> str:
 
 def measured(model: torch.nn.Module) -> LinearPlan:
     """:func:`calibrate` with its defaults, through the cache on disk
-    (``$BASS_CPU_LINEAR_CACHE``, default ``~/.cache/bass/cpu_linear``; ``0``: off), keyed by
-    the CPU, its threads, torch's build and the weight shapes: read where this machine
-    measured the same weight shapes before, else measured and stored."""
+    (``$BASS_CPU_LINEAR_CACHE``; its key and location: docs/guides/performance.md): read
+    where this machine measured the same weight shapes before, else measured and stored."""
     counts = collections.Counter(_shape(m) for m in _cpu_linears(model))
     folder = disk_cache.root(CACHE_VARIABLE, "cpu_linear")
     shapes = sorted([o, i, str(dt), n] for (o, i, dt), n in counts.items())
     ident = json.dumps([1, _machine(), ROWS, ABOVE, MARGIN, shapes])
-    name = f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
-    path = folder / name if folder is not None else None
+    name = hashlib.sha256(ident.encode()).hexdigest()[:24]
+    path = folder / f"{name}.json" if folder is not None else None
     stored = disk_cache.read_json(path) if path is not None else None
     if isinstance(stored, dict) and stored.get("ident") == ident:
         with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
@@ -395,22 +392,13 @@ def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
     return entry[2]
 
 
-def _new_pack(layer: torch.nn.Linear) -> int:
-    handle = next(_HANDLES)
-    _PACKS[handle] = entry = [0, 0, None, weakref.ref(layer), None]
-    _repack(entry, layer.weight)
-    weakref.finalize(layer, _PACKS.pop, handle, None)
-    return handle
-
-
 def refresh(model: torch.nn.Module) -> int:
     """Pack again every packed copy of ``model``'s routed layers whose weight changed since
-    it was packed, however it changed: replaced, or changed in place with its version
-    counter moving (``load_state_dict``) or without (``w.data.copy_(...)``: EMA updates and
-    many trainers' weight syncs go through ``.data``, which no counter sees), found by its
-    :func:`fingerprint` (one read of the packed weights, about what a decoding step at one
-    row reads). The Generator calls this at the start of every generation
-    (``res.stats.backend`` reports its time). Returns how many copies were packed again."""
+    it was packed: replaced, or changed in place with its version counter moving
+    (``load_state_dict``) or without (``w.data.copy_(...)``, as EMA updates and weight
+    syncs do), found by its :func:`fingerprint` (one read of the packed weights). The
+    Generator calls this at the start of every generation. Returns how many copies were
+    packed again."""
     repacked = 0
     with torch.no_grad():
         for handle in _owned(model)[0]:
@@ -428,7 +416,7 @@ def _owned(model: torch.nn.Module) -> tuple[set[int], bool]:
     routed layer of ``model`` holds such a handle (not one a copy of the model
     inherited: ``copy.deepcopy`` copies the attributes that name it)."""
     layers = {id(m) for m in model.modules()}
-    own = {h for h, e in _PACKS.items() if e[3]() is not None and id(e[3]()) in layers}
+    own = {h for h, e in _PACKS.items() if id(e[3]()) in layers}  # (a dead owner: id(None))
     held = [m.__dict__[_HANDLE] for m in model.modules() if m.__dict__.get(_HANDLE, -1) >= 0]
     return own, all(h in own for h in held)
 
@@ -440,13 +428,10 @@ _lib.define("cpu_linear(Tensor x, Tensor weight, Tensor? bias, int plan, int han
 def cpu_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: int,
                   handle: int = -1) -> torch.Tensor:  # fmt: skip
     """``F.linear(x, weight, bias)`` in the layout ``plan`` (:meth:`LinearPlan.code`) names
-    for ``x``'s row count ``M``; the packed layout takes the copy held under
-    ``handle`` (``F.linear`` where there is none). The CPU kernel of the op
-    ``bass::cpu_linear`` a ``torch.compile``d pass calls (one opaque op, so the row count,
-    a dynamic dimension there, is read at run time, not guarded on). Registered with
-    ``torch.library.Library`` (a plain kernel and a fake), not ``custom_op``, whose Python
-    wrapper costs more than the layout saves on a small matrix (a pass calls the op seven
-    times per layer)."""
+    for ``x``'s row count ``M``; the packed layout takes the copy held under ``handle``
+    (``F.linear`` where there is none). The CPU kernel of the op ``bass::cpu_linear`` that
+    compiled passes call, one opaque op so the row count is read at run time, not guarded
+    on (why ``torch.library.Library``, not ``custom_op``: docs/guides/performance.md)."""
     m = x.numel() // x.shape[-1] if x.shape[-1] else 0
     code = ((plan >> (2 * m)) & 3 if m <= _CODED else plan & 3) if m else 0
     if code == 1:
@@ -466,9 +451,8 @@ def _(x, weight, bias, plan, handle=-1):
 
 def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """The forward :func:`install` binds to a routed layer (a bound method, not a closure:
-    a ``copy.deepcopy`` of the model binds it to the copy, which computes with its own
-    weights; the copy shares the original's packed copy, packing its own weight there on
-    each call that finds the other's: correct, and slow until it is routed itself)."""
+    a ``copy.deepcopy`` of the model computes with its own weights; correct, and slow
+    while it shares the original's packed copy, until :func:`prepare` routes it)."""
     w, b = self.weight, self.bias
     if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
         return F.linear(x, w, b)
@@ -495,8 +479,11 @@ def install(model: torch.nn.Module, plan: LinearPlan) -> int:
         handle = -1
         if plan.packs(shape):
             ptr = m.weight.data_ptr()
-            if ptr not in handles:
-                handles[ptr] = _new_pack(m)
+            if ptr not in handles:  # a new packed copy, owned by m
+                handles[ptr] = h = next(_HANDLES)
+                _PACKS[h] = entry = [0, 0, None, weakref.ref(m), None]
+                _repack(entry, m.weight)
+                weakref.finalize(m, _PACKS.pop, h, None)
             handle = handles[ptr]
         setattr(m, _ORIGINAL, m.__dict__.get("forward"))
         setattr(m, _HANDLE, handle)
@@ -548,12 +535,11 @@ def routing(model: torch.nn.Module) -> LinearPlan | None:
 def prepare(model: torch.nn.Module, mode: str = "auto") -> LinearPlan | None:
     """What the Generator calls: ``"auto"`` calibrates ``model`` (once: the measurement is
     kept on it) and installs the plan when its weights are on the CPU; ``"unpacked"`` the
-    same plan chosen without the packed layout (no copies); ``"torch"`` does nothing (that
-    Generator's passes do not route: see :func:`bass.hf.run_packed`, so other Generators
-    of the model keep theirs). A plan installed by hand (:func:`install`) is kept (less its
-    packed layout under ``"unpacked"``). The model's routing is the last Generator's: an
-    ``"unpacked"`` Generator built after an ``"auto"`` one on the same model drops the
-    packed copies for both."""
+    same plan without the packed layout (no copies); ``"torch"`` does nothing (that
+    Generator's passes do not route). A plan installed by hand (:func:`install`) is kept
+    (less its packed layout under ``"unpacked"``). The model's routing is the last
+    Generator's: an ``"unpacked"`` one built after an ``"auto"`` one drops the packed
+    copies for both."""
     if mode not in MODES:
         raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     if mode == "torch" or not _cpu_linears(model):

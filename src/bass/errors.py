@@ -1,12 +1,5 @@
 """The exceptions bass raises for what a user or a plugin can fix (a core module: it
-imports nothing of bass, so every layer can raise them).
-
-* :class:`OptionError`: a value an option does not allow (the API, a config file or the
-  command line); both a ``TypeError`` and a ``ValueError``.
-* :class:`PluginError`: a plugin (a policy or a drafter of another package) raised; its
-  subclasses :class:`PluginOutputError` (it returned what its contract does not allow)
-  and :class:`PluginLoadError` (it could not be imported or built).
-"""
+imports nothing of bass, so every layer can raise them)."""
 
 from __future__ import annotations
 

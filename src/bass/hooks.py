@@ -33,9 +33,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- data
-
-
 @dataclass
 class Offer:
     """What a drafter has for each active row before the policy decides (n-gram lookup:
@@ -61,9 +58,8 @@ class DraftContext:
         match_len: per row, the length of the n-gram suffix that matched (0: none), or
             ``None``.
         step: 0-based index of the step.
-        waiting: prompts of the job still waiting for a slot (continuous batching). While
-            any wait, a row that finishes frees its slot for the next, so the job ends when
-            all its work is done rather than when the slowest of these rows does.
+        waiting: prompts of the job still waiting for a slot (continuous batching: a row
+            that finishes meanwhile frees its slot for the next).
 
     >>> DraftContext(prompts=[0, 2], caps=[8, 3]).num_rows
     2
@@ -129,13 +125,10 @@ class StepView:
     cache holds), the sampling ``params``, its ``offer`` (:meth:`Drafter.offer`'s, if
     any), the policy's ``stop`` (an :class:`EarlyStop` or ``None``).
 
-    ``keys`` int64 ``[R, K]`` (coupled drafting, the default when sampling): the key of
-    each active row's draft positions, ``keys[r, j]`` the one of the position draft
-    token ``j + 1`` would take (:func:`bass.sampling.position_keys`). A sampling drafter
-    draws token ``j`` of row ``r`` with ``sample_keyed(probs, keys[r, j])``, the draw the
-    main model makes there, and returns no ``probs``: its drafts are verified like
-    deterministic ones, so the output is plain sampling's whatever the drafts. ``None``:
-    draw with ``generator`` and return ``probs`` for rejection sampling.
+    ``keys`` int64 ``[R, K]`` (coupled drafting, the default when sampling):
+    ``keys[r, j]`` the key of the position draft token ``j + 1`` of row ``r`` would take,
+    for ``sample_keyed(probs, keys[r, j])``; ``None``: draw with ``generator`` and return
+    ``probs`` for rejection sampling (docs/guides/drafters.md, "Your own drafter").
 
     ``agree``: a per-row decision (bool ``[R']``) as the whole tensor-parallel group
     takes it (its first rank's); the identity in one process.
@@ -185,9 +178,6 @@ class Proposal:
     def none(cls, slots: list[int]) -> Proposal:
         """Nothing drafted for the active ``slots`` (a plain decoding step)."""
         return cls([0] * len(slots), host_tokens=[[] for _ in slots], slots=list(slots))
-
-
-# --------------------------------------------------------------------------- hooks
 
 
 class Policy:

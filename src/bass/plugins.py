@@ -1,16 +1,10 @@
 """Plugins: finding them (entry points), naming them, and reporting their failures as theirs.
 
 bass takes two kinds of plugin, each from an entry-point group of installed packages:
-draft-length policies (``bass.policies``) and drafters (``bass.drafters``). This module
-is what both share: :func:`entry_points` (the one place that reads installed metadata;
-tests fake it), :func:`available`, :func:`load_target` and :func:`build` (the one loader of
-both kinds), and :func:`guard`.
-
-Every exception a plugin raises, when it is built or in any of its hooks, reaches the
-caller as a :class:`bass.errors.PluginError` naming the plugin (its name, class and the package that
-installed it) and the hook, with the original exception chained: a plugin's bug is never
-reported as bass's. A plugin that returns what its contract does not allow gets a
-:class:`~bass.errors.PluginOutputError` (also a ``ValueError`` and a ``TypeError``).
+draft-length policies (``bass.policies``) and drafters (``bass.drafters``); this module is
+what both share. Every exception another package's plugin raises, when it is built or in
+any of its hooks, reaches the caller as a :class:`bass.errors.PluginError` naming the
+plugin (its name, class and package) and the hook, the original exception chained;
 bass's own built-in policies and drafters are not wrapped: their errors are bass's.
 """
 
@@ -68,25 +62,21 @@ def available(group: str, found: Iterable) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def _package(ep: importlib.metadata.EntryPoint | None, module: str | None) -> str | None:
-    """``"name version"`` of the distribution that installed ``ep`` (or owns ``module``),
-    ``"module X"`` for a module no distribution owns, ``None`` when nothing is known."""
+def _from(ep, module: str | None) -> str:
+    """``", from NAME VERSION"``: the distribution that installed ``ep`` (or owns
+    ``module``); ``", from module X"`` for a module no distribution owns; ``""`` when
+    nothing is known."""
     dist = getattr(ep, "dist", None)
     if dist is not None:
-        return f"{dist.metadata['Name']} {dist.version}"
+        return f", from {dist.metadata['Name']} {dist.version}"
     top = (module or "").partition(".")[0]
     names = importlib.metadata.packages_distributions().get(top, []) if top else []
     if names:
         try:
-            return f"{names[0]} {importlib.metadata.version(names[0])}"
+            return f", from {names[0]} {importlib.metadata.version(names[0])}"
         except importlib.metadata.PackageNotFoundError:
-            return names[0]
-    return f"module {module}" if module else None
-
-
-def _from(ep, module: str | None) -> str:
-    where = _package(ep, module)
-    return f", from {where}" if where else ""
+            return f", from {names[0]}"
+    return f", from module {module}" if module else ""
 
 
 def describe(kind: str, obj: Any, name: str | None = None, ep=None) -> str:

@@ -9,6 +9,7 @@ guarantee, and why, in docs/concepts/exactness.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -114,14 +115,16 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
 _ROW_MULT = np.uint64(0xD1B54A32D192ED03)
 _POS_MULT = np.uint64(0xAEF17502108EF2D9)
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer on uint64 arrays (arithmetic wraps modulo 2**64)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
 
 
@@ -185,28 +188,17 @@ def generator_seed(seed: int, row_ids: list[int]) -> int:
 BLOCK = 64
 
 
-def _signed(x: int) -> int:
-    """``x`` modulo 2**64 as a signed int64 (torch has no uint64 arithmetic)."""
-    x &= 2**64 - 1
-    return x - 2**64 if x >= 2**63 else x
+# splitmix64's constants as signed int64 (torch has no uint64 arithmetic)
+_GAMMA, _M1, _M2 = np.array([_GOLDEN, _MIX1, _MIX2]).view(np.int64).tolist()
 
 
-_GAMMA, _M1, _M2 = (_signed(int(c)) for c in (_GOLDEN, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
-
-
-_CONSTANTS: dict[torch.device, dict[str, torch.Tensor]] = {}
-
-
+@functools.cache
 def _constants(device: torch.device) -> dict[str, torch.Tensor]:
     """:func:`_uniforms`' constants as int64 tensors on ``device`` (an operation with a
     Python int that large takes a slow path: 20-300x slower on a CPU)."""
-    out = _CONSTANTS.get(device)
-    if out is None:
-        ints = {"gamma": _GAMMA, "m1": _M1, "m2": _M2, "one": 0x3FF << 52}
-        ints |= {f"mask{k}": (1 << (64 - k)) - 1 for k in (12, 27, 30, 31)}
-        out = {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in ints.items()}
-        _CONSTANTS[device] = out
-    return out
+    ints = {"gamma": _GAMMA, "m1": _M1, "m2": _M2, "one": 0x3FF << 52}
+    ints |= {f"mask{k}": (1 << (64 - k)) - 1 for k in (12, 27, 30, 31)}
+    return {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in ints.items()}
 
 
 def _uniforms(keys: torch.Tensor, count: int) -> torch.Tensor:
@@ -228,18 +220,14 @@ def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Sampling with given randomness: one token per row of ``probs``, a function of the
     row's weights and its key only (no generator state, no host sync).
 
-    A Gumbel-max race over blocks of :data:`BLOCK` tokens: block ``c`` (its mass ``m_c``,
-    summed in float64) gets the exponential ``E_c = -log(u_c)`` of the key's ``c``-th
-    uniform and the block of largest ``m_c / E_c`` wins (the first of independent
-    exponential arrivals with rates ``m_c``: block ``c`` with probability ``m_c / sum
-    m``); within it, the token is drawn by inverse CDF with one more uniform. So token
-    ``j`` comes with probability ``probs[j] / probs.sum()`` and a token of weight 0
-    never. Two distributions drawn with one key (a draft model's and the main model's at
-    the same position: coupled drafting) share the race's noise, so they agree far more
-    often than two inverse-CDF draws over the whole vocabulary would, whose cumulative
-    sums drift apart token after token (``bench/results/cpu_coupling.md``); a race over
-    single tokens would agree a little more still, but needs a uniform per token of the
-    vocabulary for every draw.
+    A Gumbel-max race over blocks of :data:`BLOCK` tokens (block ``c``, of mass ``m_c``,
+    gets the exponential ``E_c = -log(u_c)`` of the key's ``c``-th uniform; the largest
+    ``m_c / E_c`` wins), then inverse CDF inside the winning block with one more uniform:
+    token ``j`` comes with probability ``probs[j] / probs.sum()`` (weight 0: never). Two
+    distributions drawn with one key (coupled drafting) share the race's noise: they agree
+    far more often than two inverse-CDF draws over the whole vocabulary (whose cumulative
+    sums drift apart), a little less than a race over single tokens, which needs a uniform
+    per token (``bench/results/cpu_coupling.md``).
 
     Args:
         probs: ``[..., V]`` non-negative weights, each row with a positive entry (need
@@ -320,15 +308,14 @@ def speculative_accept(
     draft_lens: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> Acceptance:
-    """Lossless rejection-sampling verification of sampled drafts.
+    """Lossless rejection-sampling verification of sampled drafts (the rule and why its
+    output is distributed exactly as tokens sampled from ``p``: docs/concepts/exactness.md).
 
-    Drafted token ``d_{i+1} = draft_tokens[b, i]`` is accepted with probability
-    ``min(1, p_i(d) / q_i(d))`` where ``p_i = target_probs[b, i]`` and
-    ``q_i = draft_probs[b, i]``; the first rejection (at ``i = accepted[b]``) stops the
-    row, and its correction is drawn from ``normalize(max(0, p_i - q_i))`` (from ``p_i``
-    if rounding left that residual all zero). If all ``draft_lens[b]`` drafts are
-    accepted, the bonus token is drawn from ``target_probs[b, draft_lens[b]]``. The
-    output tokens are then distributed exactly as tokens sampled from ``p``.
+    Drafted token ``d = draft_tokens[b, i]`` is accepted with probability ``min(1, p_i(d)
+    / q_i(d))``, ``p_i = target_probs[b, i]``, ``q_i = draft_probs[b, i]``; the first
+    rejection (``i = accepted[b]``) draws the correction from ``normalize(max(0, p_i -
+    q_i))`` (from ``p_i`` if rounding left that all zero); with every draft accepted the
+    bonus token is drawn from ``target_probs[b, draft_lens[b]]``.
 
     Consumes ``B*K`` uniform then ``B*V`` exponential draws from ``generator``, a number
     fixed by the shapes: a run repeats exactly as long as its draft lengths do.
@@ -392,16 +379,10 @@ def speculative_accept(
 
 
 def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
-    """Benchmark-only acceptance: each drafted token is accepted with probability ``p``
-    (stopping at the first failure), whatever the models say; the next token is the main
-    model's argmax there.
-
-    Args:
-        drafted: int64 ``[B]``, tokens each row drafted.
-        best: int64 ``[B, K+1]``, the main model's argmax at each position.
-        p: the acceptance probability of every drafted token.
-        gen: the ``torch.Generator`` of the draws.
-    """
+    """Benchmark-only acceptance (``Generator(forced_acceptance=p)``): each of the
+    ``drafted[b]`` tokens (int64 ``[B]``) of row ``b`` is accepted with probability ``p``,
+    stopping at the first failure, whatever the models say; the next token is the main
+    model's argmax there (``best``, int64 ``[B, K+1]``). ``gen``: the draws' generator."""
     B, K1 = best.shape
     u = torch.rand(B, K1 - 1, generator=gen, device=best.device)  # [B, K]
     ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < drafted[:, None])

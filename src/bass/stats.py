@@ -82,14 +82,12 @@ class StepRecord:
 
 @dataclass
 class GenerationStats:
-    """A generation's statistics. Each step is added once (:meth:`record`) to running
-    totals (``step_count``, ``row_steps``: active rows summed over steps,
-    ``accepted_tokens``: their accepted drafts, ``verify_tokens``, ``padding_tokens``,
-    ``step_seconds``, ``forward_seconds``) and to two compact traces, one number per step
-    (``draft_lengths``, ``accepted_means``: its mean accepted drafts per active row); its
-    whole :class:`StepRecord` is kept in ``steps`` unless ``keep_steps`` is false
-    (:meth:`bass.Generator.stream`: ``steps`` then holds the latest step only, so a job of
-    any length keeps statistics of bounded size)."""
+    """A generation's statistics (what each figure counts: docs/concepts/engine.md, "What
+    the statistics count"). Each step is added once (:meth:`record`) to running totals
+    (``row_steps``: active rows summed over steps; ``accepted_tokens``: their accepted
+    drafts) and to two traces, one number per step (``accepted_means``: its mean accepted
+    drafts per active row); its :class:`StepRecord` is kept in ``steps``, or only the
+    latest one when ``keep_steps`` is false (:meth:`bass.Generator.stream`)."""
 
     steps: list[StepRecord] = field(default_factory=list)
     main_passes: int = 0  # main-model forward passes, prefill included
@@ -199,7 +197,7 @@ class GenerationStats:
         return list(self.draft_lengths)
 
     def summary(self) -> dict:
-        return {
+        out = {
             "tokens_generated": self.tokens_generated,
             "wall_seconds": round(self.wall_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 2),
@@ -217,12 +215,10 @@ class GenerationStats:
             "kv_budget_gib": round(self.kv_budget_bytes / 2**30, 3),
             "admissions": self.admissions,
             "riding_admissions": self.riding_admissions,
-            **(
-                {"forced_acceptance": self.forced_acceptance}
-                if self.forced_acceptance is not None
-                else {}
-            ),
         }
+        if self.forced_acceptance is not None:
+            out["forced_acceptance"] = self.forced_acceptance
+        return out
 
 
 @dataclass(frozen=True)

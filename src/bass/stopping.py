@@ -68,12 +68,6 @@ class StopStrings:
         self.context = longest + 8  # tokens kept when the window slides (grown if short)
         self.rows: dict[int, tuple[int, str]] = {}  # row key -> (window start, its text)
 
-    def __bool__(self) -> bool:
-        return bool(self.stops)
-
-    def _decode(self, ids: list[int]) -> str:
-        return decode(self.tokenizer, ids)
-
     def _hit(self, text: str, old: int) -> bool:
         """Does a stop string end in ``text`` after its first ``old`` characters?"""
         return any(text.find(s, max(0, old - len(s) + 1)) >= 0 for s in self.stops)
@@ -86,32 +80,24 @@ class StopStrings:
             return None
         old_end = len(out) - n_new
         start, prev = self.rows.get(key, (0, ""))  # prev: the text of out[start:old_end]
-        text = self._decode(out[start:])
-        old = _common_prefix_len(prev, text)  # text before that is not new
+        text = decode(self.tokenizer, out[start:])
+        old = len(prev)  # text before `old` is not new
+        if not text.startswith(prev):  # prev's tail decodes differently now: their common part
+            old = next((i for i, (a, b) in enumerate(zip(prev, text)) if a != b), len(text))
         if self._hit(text, old):
             self.rows.pop(key, None)
             for j in range(1, n_new):  # the first token whose text completes a stop
-                if self._hit(self._decode(out[start : old_end + j]), old):
+                if self._hit(decode(self.tokenizer, out[start : old_end + j]), old):
                     return j
             return n_new
         if len(out) - start > 2 * self.context:  # slide the window forward
             start = len(out) - self.context
-            text = self._decode(out[start:])
+            text = decode(self.tokenizer, out[start:])
             while start > 0 and len(text) < self.min_chars:  # tokens of little text
                 start = max(0, start - self.context)
-                text = self._decode(out[start:])
+                text = decode(self.tokenizer, out[start:])
         self.rows[key] = (start, text)
         return None
-
-
-def _common_prefix_len(a: str, b: str) -> int:
-    if b.startswith(a):
-        return len(a)
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def decode_rows(tokenizer, result, stop_strings) -> list[str]:
