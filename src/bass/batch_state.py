@@ -58,16 +58,13 @@ def raise_if_nonfinite(flags: list[int], model, which: str, prompts: list[int], 
 
 
 class BatchState:
-    """Host-side state of a generation, by prompt and by slot (a row of the caches): slot
-    ``s`` holds prompt ``prompt_of[s]`` (``-1``: free).
+    """Host-side state of a generation, by prompt and by slot (a row of the caches; terms:
+    docs/concepts/engine.md): slot ``s`` holds prompt ``prompt_of[s]`` (``-1``: free).
 
-    A job may have more prompts than slots (continuous batching): :meth:`admit` places a
-    waiting prompt into a free slot, whose previous row has finished. ``seqs[s]`` (prompt +
-    committed tokens) is the same list object as ``by_prompt[prompt_of[s]]``, which
-    outlives its slot (the n-gram drafter searches finished siblings' text too). The main
-    cache's committed length of an active slot follows from the engine's invariant
-    (:meth:`cache_lens`), so it is not stored; a draft cache's is, in ``draft_lens[s]`` (a
-    draft model's drafter keeps it: it holds ``seqs[s][:draft_lens[s]]``). ``finished``
+    ``seqs[s]`` (prompt + committed tokens) is the same list object as
+    ``by_prompt[prompt_of[s]]``, which outlives its slot (the n-gram drafter searches
+    finished siblings' text too). The main cache's length follows from the rows
+    (:meth:`cache_lens`); a draft cache's is kept in ``draft_lens[s]``. ``finished``
     collects the prompts that ended since the engine last handed them over.
     """
 

@@ -1,8 +1,6 @@
-"""Draft sources: a small draft model (:class:`ModelDrafter`) and n-gram prompt lookup
-(:class:`NGramDrafter`), both :class:`bass.hooks.Drafter` s, and the loader of drafters
-other packages register under the entry-point group ``bass.drafters`` (a plugin point
-like the policies). How to use and write one, its hooks' order in a generation, how its
-drafts are verified and how to prove it exact: docs/guides/drafters.md.
+"""Draft sources: a small draft model (:class:`ModelDrafter`), n-gram prompt lookup
+(:class:`NGramDrafter`) and the loader of drafters other packages register under the
+entry-point group ``bass.drafters``. How to use, write and prove one: docs/guides/drafters.md.
 """
 
 from __future__ import annotations
@@ -49,14 +47,9 @@ class ModelDrafter(Drafter):
 
     ``tokens``: the ids the draft may propose (default: all of its logits) and
     ``out_vocab``: the width of the distributions it hands the verifier (the main model's
-    logits; default: its own). They differ for embedding matrices padded to different
-    sizes (docs/guides/drafters.md, "Vocabularies"): its distribution is then zero past
-    ``tokens``, and a main-model token it cannot embed is fed to it as id 0.
-
-    Before a step the draft cache holds ``seq[:draft_lens[slot]]`` of each slot (the draft
-    side of the bookkeeping invariant, docs/concepts/engine.md): the rest of the row (the
-    *pending* tokens) is fed first, then each drafted token but the last, in packed passes
-    over the rows still drafting (:mod:`bass.packing`).
+    logits; default: its own): they differ for padded embedding matrices
+    (docs/guides/drafters.md, "Vocabularies"). Its cache holds ``seq[:draft_lens[slot]]``
+    of each slot (the bookkeeping invariant, docs/concepts/engine.md).
     """
 
     name = "model"
@@ -95,26 +88,6 @@ class ModelDrafter(Drafter):
         self.prefill_passes += n
         return n
 
-    def _pass(self, q_lens, ids, logits_at):
-        """One packed draft pass; ``ids`` a host list or an int64 device tensor."""
-        host = not isinstance(ids, torch.Tensor)
-        lens = self.state.draft_lens
-        batch = self.passes.pack(
-            self.model,
-            q_lens,
-            lens,
-            self.cache.lens.device,
-            ids=ids if host else None,
-            logits_at=logits_at,
-            logits_slots=self.logits_slots,
-        )
-        if not host:
-            batch.set_input_ids(ids)
-        logits = self.passes.run(self.model, self.cache, batch)
-        for s, n in enumerate(q_lens):  # the pass's tokens are in the cache (host lengths)
-            lens[s] += n
-        return logits[: len(logits_at)], batch.tokens
-
     def propose(self, view: StepView, lengths: list[int]) -> Proposal:
         """Draft for the active rows, at most ``lengths[r]`` tokens each: one packed pass
         per draft position over the rows still drafting."""
@@ -128,28 +101,40 @@ class ModelDrafter(Drafter):
         bad = torch.zeros(R, dtype=torch.bool, device=device)
         drafted = [0] * R
         order = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
-        # 1) the first pass feeds each drafting row's pending tokens (1, or 2 after the
-        #    row accepted every draft: the draft never fed its last one). Active slots
-        #    ascend, so the packed tokens follow the cache's row order.
-        q_lens = [0] * self.cache.batch_size
+        # 1) the first pass feeds each drafting row's pending tokens (docs/concepts/engine.md,
+        #    the invariant), in the cache's row order (active slots ascend)
+        q_lens, lens = [0] * self.cache.batch_size, view.state.draft_lens
         ids: list[int] | torch.Tensor = []
         last: list[int] = []
         for r in order:
             s = slots[r]
-            pending = view.state.seqs[s][view.state.draft_lens[s] :]
+            pending = view.state.seqs[s][lens[s] :]
             if self.in_vocab < self.out_vocab:  # a main-model id the draft cannot embed
                 pending = [t if t < self.in_vocab else 0 for t in pending]
             q_lens[s] = len(pending)
             ids += pending
             last.append(len(ids) - 1)
-        passes, pass_tokens, fwd = 0, [], 0.0
+        pass_tokens, fwd = [], 0.0
         for j in range(K):
-            # 2) one packed draft pass over the rows still drafting
+            # 2) one packed draft pass over the rows still drafting (ids: on the host at
+            #    first, then the device tensor of the tokens just drafted)
             t0 = time.perf_counter()
-            logits, computed = self._pass(q_lens, ids, last)  # [len(order), V]
+            batch = self.passes.pack(
+                self.model,
+                q_lens,
+                lens,
+                device,
+                ids=None if j else ids,
+                logits_at=last,
+                logits_slots=self.logits_slots,
+            )
+            if j:
+                batch.set_input_ids(ids)
+            logits = self.passes.run(self.model, self.cache, batch)[: len(last)]  # [len(order), V]
+            for s, n in enumerate(q_lens):  # the pass's tokens are in the cache (host lengths)
+                lens[s] += n
             fwd += time.perf_counter() - t0
-            passes += 1
-            pass_tokens.append(computed)
+            pass_tokens.append(batch.tokens)
             index = torch.tensor(order, dtype=torch.long).to(device, non_blocking=True)
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
@@ -174,12 +159,11 @@ class ModelDrafter(Drafter):
                 ok = view.agree(keep).tolist()  # host read (per draft pass, with a stop)
             nxt, sel = [], []
             for i, r in enumerate(order):
-                if not ok[i]:
-                    continue
-                drafted[r] += 1
-                if drafted[r] < lengths[r]:
-                    nxt.append(r)
-                    sel.append(i)
+                if ok[i]:
+                    drafted[r] += 1
+                    if drafted[r] < lengths[r]:
+                        nxt.append(r)
+                        sel.append(i)
             if not nxt or j == K - 1:
                 break
             # 3) rows still drafting feed the token they just drafted
@@ -198,7 +182,7 @@ class ModelDrafter(Drafter):
             bad=bad,
             confidence=conf_out,
             slots=list(slots),
-            passes=passes,
+            passes=len(pass_tokens),
             pass_tokens=tuple(pass_tokens),
             forward_seconds=fwd,
         )
@@ -221,12 +205,11 @@ class NGramDrafter(Drafter):
     For each row, find the most recent earlier occurrence of the row's last ``n`` tokens
     (``n`` from ``max_ngram`` down to ``min_ngram``) in its prompt and text so far (and,
     with ``siblings``, in the text of up to ``max_siblings`` rows sharing its prompt:
-    docs/guides/drafters.md), and propose the tokens that followed it. Its proposals are
-    deterministic: under sampling they are verified against the main model's keyed draws.
+    docs/guides/drafters.md), and propose the tokens that followed it.
 
-    Matching uses a per-row index from each token to the positions where it occurs, kept
-    up to date as rows grow, so a lookup costs the occurrences of one token, not a scan of
-    the row. Its state is kept per prompt (stable while slots are compacted away).
+    A per-row index from each token to its positions, kept up to date as rows grow, makes
+    a lookup cost the occurrences of one token, not a scan of the row. Its state is kept
+    per prompt (stable while slots are compacted away).
     """
 
     name = "ngram"
@@ -278,37 +261,31 @@ class NGramDrafter(Drafter):
             groups.setdefault(tuple(prompt), []).append(p)
         self.members = list(groups.values())  # equal prompts (a prompt's samples)
         self.group_of = [0] * len(prompts)
-        for g, members in enumerate(self.members):
-            for p in members:
-                self.group_of[p] = g
         self.left = [len(m) for m in self.members]  # rows of each group not yet finished
         # each row searches max_siblings siblings next to it in prompt order, so a batch of
         # thousands of copies of one prompt stays linear, not quadratic
         self.siblings_of: list[list[int]] = [[] for _ in prompts]
         m = self.max_siblings if self.siblings else 0
-        for members in groups.values():
+        for g, members in enumerate(self.members):
             for i, p in enumerate(members):
+                self.group_of[p] = g
                 lo = max(0, min(i - m // 2, len(members) - 1 - m))
                 window = members[lo : lo + m + 1]
                 self.siblings_of[p] = [o for o in window if o != p][:m]
         self.index: list[dict[int, list[int]]] = [{} for _ in prompts]
         self.indexed = [0] * len(prompts)
 
-    def _positions(self, p: int) -> dict[int, list[int]]:
-        seq, idx = self.seqs[p], self.index[p]
-        if self.indexed[p] > len(seq):  # the row was cut (a stop string): rebuild
-            idx.clear()
-            self.indexed[p] = 0
-        for i in range(self.indexed[p], len(seq)):
-            idx.setdefault(seq[i], []).append(i)
-        self.indexed[p] = len(seq)
-        return idx
-
     def _search(self, p: int, suffix: list[int], k: int, lo: int, hi: int) -> list[int]:
         """The continuation after the most recent occurrence of ``suffix`` in
         ``seqs[p]`` that starts in ``[lo, hi)`` (up to ``k`` tokens; ``[]`` if none)."""
-        seq, n = self.seqs[p], len(suffix)
-        for end in reversed(self._positions(p).get(suffix[-1], ())):
+        seq, idx, n = self.seqs[p], self.index[p], len(suffix)
+        if self.indexed[p] > len(seq):  # the row was cut (a stop string): rebuild
+            idx.clear()
+            self.indexed[p] = 0
+        for i in range(self.indexed[p], len(seq)):  # index the tokens added since
+            idx.setdefault(seq[i], []).append(i)
+        self.indexed[p] = len(seq)
+        for end in reversed(idx.get(suffix[-1], ())):
             start = end - n + 1
             if start >= hi:
                 continue
@@ -394,7 +371,7 @@ class _Guarded(Drafter):
     (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...)."""
 
     def __init__(self, inner: Drafter, who: str):
-        self.inner, self.who = inner, who
+        self.inner = inner
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
         for hook in ("start", "admit", "offer", "propose", "commit", "compact"):
@@ -415,28 +392,19 @@ class _Guarded(Drafter):
         return getattr(self.inner, name)
 
 
-def guarded(drafter: Drafter) -> Drafter:
-    """``drafter`` with its hooks' failures named (another package's), or as is (bass's)."""
-    if plugins.is_builtin(drafter) or isinstance(drafter, _Guarded):
-        return drafter
-    if type(drafter).propose is Drafter.propose:  # refused when built, not at a step
-        raise NotImplementedError(f"{type(drafter).__name__} must implement propose()")
-    return _Guarded(drafter, plugins.describe("drafter", drafter, drafter.name))
-
-
 def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None:
-    """The drafter that a :class:`bass.Generator`'s ``draft`` argument names: ``None``, a
-    :class:`Drafter` (an :class:`NGramDrafter` configured by the caller, or your own), the
-    name of an installed drafter (``"ngram"``) or a draft model sharing ``main``'s
-    vocabulary (a :class:`ModelDrafter`). ``shared_vocab``: where the two models' logit
-    counts differ, the number of tokens of the tokenizer they share (padded embedding
-    matrices); the draft proposes only those."""
+    """The drafter that a :class:`bass.Generator`'s ``draft`` argument names (``draft`` and
+    ``shared_vocab`` as in its Args); another package's reports its hooks' failures."""
     if draft is None:
         return None
     if isinstance(draft, Drafter):
         if draft.model is not None and not isinstance(draft, ModelDrafter):
             _check_vocab(main, draft.model, None)
-        return guarded(draft)
+        if plugins.is_builtin(draft) or isinstance(draft, _Guarded):
+            return draft
+        if type(draft).propose is Drafter.propose:  # refused when built, not at a step
+            raise NotImplementedError(f"{type(draft).__name__} must implement propose()")
+        return _Guarded(draft, plugins.describe("drafter", draft, draft.name))  # named fails
     if isinstance(draft, str):  # "none" as in the config file and the command line
         name = draft.strip()
         return None if name == "none" else load(name)
@@ -453,12 +421,8 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
 def _check_vocab(main, draft, shared_vocab: int | None) -> int:
     """The ids ``draft`` may propose; refuses vocabularies that do not match."""
     v_main, v_draft = _vocab_size(main), _vocab_size(draft)
-    if shared_vocab is not None:
-        if (
-            isinstance(shared_vocab, bool)
-            or not isinstance(shared_vocab, int)
-            or not 1 <= shared_vocab <= min(v_main, v_draft)
-        ):
+    if shared_vocab is not None:  # an int >= 1 (Generator() checked it)
+        if shared_vocab > min(v_main, v_draft):
             raise ValueError(
                 f"shared_vocab must be an int in [1, {min(v_main, v_draft)}] (the tokenizer's "
                 f"length, within both models' logits: main {v_main}, draft {v_draft}), got "

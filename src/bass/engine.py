@@ -1,12 +1,9 @@
 """The BASS decode loop: lengths -> propose -> verify -> accept -> commit -> learn, for a batch.
 
-:class:`Generator` runs batched speculative decoding on unmodified transformers causal
-LMs whose attention is routed through bass's ragged attention (:mod:`bass.hf`). Every
-forward pass is packed (:mod:`bass.packing`), and what one device needs is decided once,
-when the Generator is built, by its backend (:mod:`bass.backends`). The terms (prompt,
-slot, active row, cap, length, drafted, accepted), the step (:meth:`Generator._step`,
-whose comments number its phases) and the bookkeeping invariant are defined in
-docs/concepts/engine.md; the plugins' hooks are declared in :mod:`bass.hooks`.
+:class:`Generator` runs batched speculative decoding on unmodified transformers causal LMs
+(attention routed through :mod:`bass.hf`, every pass packed by :mod:`bass.packing`, the
+device's needs decided once by :mod:`bass.backends`). The terms, the step and the
+bookkeeping invariant: docs/concepts/engine.md; the plugins' hooks: :mod:`bass.hooks`.
 """
 
 from __future__ import annotations
@@ -62,20 +59,16 @@ class Generator:
             selects the backend. ``"reduce-overhead"`` compiles it with Inductor's
             CUDA graphs (``mode="reduce-overhead"``) and turns on ``static_shapes``.
         static_shapes: pass shapes that a CUDA graph can replay: token counts padded to
-            :data:`bass.packing.TOKEN_BUCKETS` (padding tokens belong to no row), the
-            cache's rows never compacted, its buffers allocated once (their addresses
-            marked static for ``torch.compile``). Default: on with
-            ``compile="reduce-overhead"``, else off (eager passes compute real tokens
-            only).
+            :data:`bass.packing.TOKEN_BUCKETS`, the cache never compacted nor reallocated
+            (docs/concepts/engine.md, "Static shapes"). Default: on with
+            ``compile="reduce-overhead"``, else off (eager passes compute real tokens only).
         prefill_chunk_tokens: the most tokens one prefill pass feeds (longer batches are
             prefilled in chunks; a prompt may span chunks).
         cpu_linear: models on a CPU (:class:`bass.backends.CPUBackend`): ``"auto"``
-            (default): each linear layer computes its matrix product in the layout
-            measured fastest for the pass's row count (calibrated once per model); its
-            packed layout keeps a second copy of the weights it applies to, made only
-            when the copies fit :data:`bass.backends.PACKED_MEMORY_SHARE` of the free
-            memory; ``"unpacked"``: the copy-free layouts only; ``"torch"``:
-            ``F.linear`` as is. Ignored off the CPU.
+            (default): each linear layer's matrix product in the layout measured fastest
+            for the pass's row count, a packed copy of the weights where memory allows
+            (docs/guides/performance.md); ``"unpacked"``: the copy-free layouts only;
+            ``"torch"``: ``F.linear`` as is. Ignored off the CPU.
         backend: a :class:`bass.backends.Backend` instead of the one chosen for the main
             model's device (e.g. ``CPUBackend(memory_share=0.25)``).
         draft_sampling: how a sampling drafter's tokens are drawn and verified:
@@ -116,23 +109,12 @@ class Generator:
         backend: backends.Backend | None = None,
         draft_sampling: str | None = None,
     ):
-        # Types and ranges first, before any work (bass.options: the config file and the
-        # command line check these values the same way)
-        checked = options.check_keywords(
-            "Generator()",
-            main=main,
-            policy=policy,
-            policy_options=policy_options,
-            attention=attention,
-            compile=compile,
-            forced_acceptance=forced_acceptance,
-            static_shapes=static_shapes,
-            prefill_chunk_tokens=prefill_chunk_tokens,
-            cpu_linear=cpu_linear,
-            shared_vocab=shared_vocab,
-            draft_sampling=draft_sampling,
-            config=config,
-        )
+        # types and ranges first, before any work (bass.options, as the config file's), in
+        # the signature's order, config last
+        given = dict(locals())
+        for name in ("self", "draft", "backend", "config"):
+            del given[name]
+        checked = options.check_keywords("Generator()", **given, config=config)
         if shared_vocab is not None and not isinstance(draft, torch.nn.Module):
             why = f"None: it applies to a draft model (logits padded), not draft={draft!r}"
             raise options.fail("shared_vocab", shared_vocab, why, where="Generator()")
@@ -170,13 +152,7 @@ class Generator:
         with locking.exclusive("Generator()"):  # not while a generation runs on them
             self.backend.prepare(self.models)
         forward = hf.forward_packed
-        if compile:
-            # Only the per-step forward is compiled (gpt-fast); the loop stays eager. The
-            # token count N varies every step: a dynamic dimension, compiled once for all
-            # its values (vLLM's way); static shapes pad it to a bucket and CUDA graphs
-            # record a graph per bucket from that compile. Compiled per bucket instead, a
-            # draft model's run took 11 graphs on a tiny CPU model (5 this way), and one
-            # graph of a 7B took ~49 s of warm-up on an H100.
+        if compile:  # the per-step forward only, N dynamic (docs/concepts/engine.md)
             forward = hf.CompiledForward(
                 "inductor" if compile in (True, "reduce-overhead") else compile,
                 mode="reduce-overhead" if graphs else None,
@@ -338,9 +314,7 @@ class Generator:
         """The generation of ``job``, as a generator of :class:`FinishedRow` that returns
         the :class:`GenerationResult`."""
         models = self.models
-        # one generation at a time per process (bass.locking): a call from another thread
-        # waits here, then runs as if alone
-        with locking.exclusive("generate()"):
+        with locking.exclusive("generate()"):  # one at a time per process (bass.locking)
             previous = [m.config._attn_implementation for m in models]
             try:
                 for model in models:
@@ -372,9 +346,9 @@ class Generator:
         seed, time_budget, on_step = kw["seed"], kw["time_budget"], kw["on_step"]
         if seed is None:  # from torch's global generator: torch.manual_seed governs it
             seed = self.coord.share([int(torch.randint(0, 2**62, (1,)).item())])[0]
-        gen = torch.Generator(device=device)  # the draft model's sampling and verification
-        # the seed also keys every sampled position (position_keys), with the row ids
-        gen.manual_seed(generator_seed(seed, job.row_ids))
+        # the draft model's sampling and verification (the seed also keys every sampled
+        # position with the row ids: position_keys)
+        gen = torch.Generator(device=device).manual_seed(generator_seed(seed, job.row_ids))
         hooks = policies.bind(self.new_policy())  # the policy's hooks, resolved once
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
@@ -382,10 +356,7 @@ class Generator:
         stats.attention = self.passes.attention(device)
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         # 1) the rows at once (slots): max_rows, and what the KV budget holds
-        slots, stats.kv_budget_bytes, stats.kv_bytes_per_row = scheduler.rows_at_once(
-            job, self.models, device, self.coord.share
-        )
-        stats.max_rows = slots
+        slots = scheduler.rows_at_once(job, self.models, device, self.coord.share, stats)
         state = BatchState([list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots)
         state.row_ids = job.row_ids  # what keys each prompt's sampled draws
         n_layers = self.main.config.get_text_config().num_hidden_layers
@@ -402,7 +373,9 @@ class Generator:
             # admitted rows: prefilled now, or riding in this step's verify pass (fill)
             fill = scheduler.admit_waiting(self, state, queue, sampling, stats)
             if first and stats.admissions and self.passes.bucket is not None:  # CUDA graphs:
-                self._mark_static()  # the buffers (the first prefill's) must not move
+                for cache in (self.cache, getattr(self.drafter, "cache", None)):  # the first
+                    for buf in cache.buffers() if isinstance(cache, RaggedKVCache) else ():
+                        torch._dynamo.mark_static_address(buf)  # prefill's must not move
             running = [s for s in state.active() if s not in fill]
             slots = queue.expire(state, running, time_budget, self.coord.share)
             yield from scheduler.hand_over(state, job.keep)  # ended by a first token, the time
@@ -442,8 +415,7 @@ class Generator:
             ctx = DraftContext(prompts, caps, drafter.name, found, match, step, waiting)
             lengths = hooks.draft_lengths(ctx)  # capped; an n-gram proposes what it found
         lengths = self.coord.share(lengths)  # a TP group: its leader's
-        # 2) propose: up to lengths[r] tokens per row; a sampling drafter draws coupled
-        #    (with the keys of the positions they would take, as the main model will)
+        # 2) propose: up to lengths[r] tokens per row (a sampling drafter draws coupled)
         sampled = params.do_sample and self.forced_acceptance is None
         prop, coupled = Proposal.none(slots), sampled and self.coupled
         if any(lengths):
@@ -452,29 +424,24 @@ class Generator:
             prop = drafter.propose(view, lengths)
             check_proposal(self.drafter, prop, lengths, params, self.vocab, coupled)
         t_verify = time.perf_counter()
-        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass: drafts
-        #    kept while equal to the main model's keyed draws when sampling
+        # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
         keyed = sampled and (coupled or prop.probs is None)  # else rejection sampling
-        v = verify_pass(self.passes, self.main, self.cache, state, slots, prop, keyed, seed, fill)
+        v = verify_pass(self, state, slots, prop, keyed, seed, fill)
         t_fwd = time.perf_counter()
         logits = self.passes.run(self.main, self.cache, v.batch)
         forward_seconds = time.perf_counter() - t_fwd
-        # 4) accept (on the device), then the step's one host read (and new rows' first
-        #    tokens, drawn from their prompts' last logits, as a prefill pass would)
+        # 4) accept (on the device), then the step's one host read (+ new rows' first tokens)
         acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
-        models = (self.main, self.drafter.model if drafter is not None else None)
         tail = scheduler.first_read(state, fill, logits[v.n : v.n + v.filled], sampling)
-        accepted, nexts, drafts, confidence, firsts = read_step(
-            acc, logits, v, prop, prompts, step, models, tail
-        )
+        accepted, rows, conf, firsts = read_step(acc, logits, v, prop, prompts, step, self, tail)
         t_end = time.perf_counter()
         # 5) commit: the drafter keeps its accepted drafts; rows append [d_1..d_a, next]
-        #    (the main cache keeps [last, d_1..d_a]: its lengths follow from the rows)
         if drafter is not None:
             drafter.commit(prop, accepted)
-        state.append(slots, [[*d[:a], t] for d, a, t in zip(drafts, accepted, nexts)])
+        state.append(slots, rows)
         if fill:  # the new rows' first tokens (raises on their non-finite logits)
-            scheduler.take_first(self.main, state, fill, firsts, stats)
+            scheduler.take_first(self.main, state, fill, firsts)
+            stats.riding_admissions += 1
         # 6) learn: the step's one record, for the statistics and the policy
         rec = StepRecord(
             max(lengths, default=0),
@@ -490,7 +457,7 @@ class Generator:
             draft_pass_tokens=prop.pass_tokens,
             forward_seconds=forward_seconds + prop.forward_seconds,
             step_seconds=time.perf_counter() - t_start,
-            confidence=confidence,
+            confidence=conf,
         )
         stats.record(rec)
         stats.main_passes += 1
@@ -498,21 +465,12 @@ class Generator:
         if drafter is not None:
             hooks.update(rec)
 
-    def _mark_static(self) -> None:
-        for cache in (self.cache, getattr(self.drafter, "cache", None)):
-            for buf in cache.buffers() if isinstance(cache, RaggedKVCache) else ():
-                torch._dynamo.mark_static_address(buf)
-
     def _compact(self, state) -> None:
-        """Finished rows cost a packed pass nothing (they bring no tokens), but they keep
-        their cache slots: once at least half the cache's slots are finished, the live
-        rows move to the front in place (amortised: each compaction at least halves the
-        slots, so a row is moved O(1) times on average). Never with static shapes (CUDA
-        graphs), whose buffers must not change shape."""
+        """Once at least half the cache's slots are finished, the live rows move to the
+        front in place (docs/concepts/engine.md, step 5); never with static shapes."""
         if self.passes.bucket is not None:
             return
-        n = self.cache.batch_size
-        keep = state.active()
+        keep, n = state.active(), self.cache.batch_size
         if not keep or 2 * (n - len(keep)) < n:
             return
         self.cache.compact(keep)

@@ -1,17 +1,10 @@
 """Continuous batching: which prompts run at once, in which cache slots, and when.
 
-A job may hold any number of prompts; at most :func:`rows_at_once` of them generate at
-once, each in a *slot* (a row of the caches, allocated once for the whole job). When a
-row finishes, :class:`Queue` places the next waiting prompt in its slot and
-:func:`admit_waiting` has that slot's caches filled and the row's first token drawn: in the
-other rows' next verify pass (:func:`rides`; :func:`bass.verify.verify_pass`'s ``fill``),
-or by a :func:`prefill` pass of its own (none running, prompts over a prefill chunk,
-compiled passes). Prompts are admitted in the job's order, so the samples of one prompt
-(equal prompts side by side) run side by side, as the n-gram drafter's sibling lookup wants
-them, but no free slot waits for a whole group. Nothing a row
-generates depends on when it was admitted: its draws are keyed by (seed, row id,
-position) (:mod:`bass.sampling`), and every pass treats rows independently
-(``tests/engine/test_scheduler.py``).
+At most :func:`rows_at_once` rows generate at once, each in a *slot* (a row of the caches,
+allocated once per job); a finished row's slot goes to the next waiting prompt
+(:class:`Queue`), prefilled in the other rows' next verify pass or by a :func:`prefill`
+pass of its own (:func:`admit_waiting`). Why, and what it guarantees:
+docs/guides/generation.md, "Jobs of any size: continuous batching".
 """
 
 from __future__ import annotations
@@ -39,7 +32,6 @@ __all__ = [
     "first_read",
     "hand_over",
     "prefill",
-    "rides",
     "rows_at_once",
     "take_first",
 ]
@@ -82,10 +74,10 @@ class Job(NamedTuple):
         return cls(prompts, kw, params, stops, ids, need, max_len)
 
 
-def rows_at_once(job: Job, models, device, share) -> tuple[int, int, int]:
-    """The rows generating at once (``max_rows``, and what the KV budget holds), the budget
-    in bytes (0: none known) and the KV cache bytes of one slot. ``share``: a TP group's
-    agreement (its leader's memory decides)."""
+def rows_at_once(job: Job, models, device, share, stats) -> int:
+    """The rows generating at once (``max_rows``, and what the KV budget holds), also set
+    in ``stats`` with the budget in bytes (0: none known) and the KV cache bytes of one
+    slot. ``share``: a TP group's agreement (its leader's memory decides)."""
     per_row = job.max_len * sum(RaggedKVCache.bytes_per_token(m) for m in models)
     given = job.kw["kv_budget_gib"]
     budget = int(given * 2**30) if given is not None else RaggedKVCache.default_budget(device)
@@ -94,7 +86,8 @@ def rows_at_once(job: Job, models, device, share) -> tuple[int, int, int]:
         rows = min(rows, budget // per_row)
     rows = share([rows])[0]
     if rows >= 1:
-        return rows, budget or 0, per_row
+        stats.max_rows, stats.kv_budget_bytes, stats.kv_bytes_per_row = rows, budget or 0, per_row
+        return rows
     one = f"one row of {job.max_len} positions (the longest prompt plus max_new_tokens)"
     gib = f"{per_row / 2**30:.3g} GiB"
     if given is not None:
@@ -119,11 +112,9 @@ class Queue:
         return bool(self.waiting)
 
     def admit(self, state) -> tuple[list[int], list[int]]:
-        """Place waiting prompts into ``state``'s free slots, in the caller's order: every
-        free slot is taken while prompts wait (a prompt's samples, side by side in the job,
-        take consecutive slots as they free up; holding slots free for a whole group left
-        them idle, up to half the steps when ``n`` reached the rows at once). Returns the
-        slots (ascending) and their prompts."""
+        """Place waiting prompts into ``state``'s free slots, in the caller's order (every
+        free slot is taken while prompts wait). Returns the slots (ascending) and their
+        prompts."""
         free = state.free()
         new = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
         now = time.perf_counter()
@@ -146,15 +137,19 @@ class Queue:
 
 
 def admit_waiting(gen, state, queue: Queue, sampling, stats) -> list[int]:
-    """Waiting prompts into the free slots (:meth:`Queue.admit`): prefilled at once, or,
-    where they can (:func:`rides`), left to ride in the next verify pass (returned: the
-    step's ``fill``)."""
+    """Waiting prompts into the free slots (:meth:`Queue.admit`): prefilled at once, or
+    left to ride in the next verify pass (returned: the step's ``fill``) where other rows
+    are running, the passes are eager with unpadded shapes (compiled passes and CUDA
+    graphs keep their prefill apart) and the prompts fit in one pass."""
     if not queue:
         return []
     slots, _ = queue.admit(state)  # none while no slot is free
-    if rides(gen, state, slots):
-        admit_rows(gen, state, slots, stats)
-        return slots
+    p = gen.passes
+    if slots and not p.compiled and p.bucket is None:
+        tokens = sum(len(state.seqs[s]) for s in slots)
+        if tokens <= p.chunk_tokens and any(s not in slots for s in state.active()):
+            admit_rows(gen, state, slots, stats)
+            return slots
     prefill(gen, state, slots, sampling, stats)
     return []
 
@@ -163,7 +158,7 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
     """Fill the caches' rows ``slots`` with the prompts just admitted there (the main
     model's prefill, then the drafter's, unless :func:`admit_rows` did it), and append each
     row's first token (:func:`first_read`)."""
-    if not slots:  # none admitted (a group waits for more free slots)
+    if not slots:  # none admitted (no free slot)
         return
     t = time.perf_counter()
     seqs = [state.seqs[s] for s in slots]
@@ -175,18 +170,6 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
         admit_rows(gen, state, slots, stats)
     take_first(gen.main, state, slots, host)
     stats.prefill_seconds += time.perf_counter() - t
-
-
-def rides(gen, state, slots: list[int]) -> bool:
-    """Whether the prompts just admitted into ``slots`` can ride in the next verify pass
-    (:func:`bass.verify.verify_pass`'s ``fill``) instead of a prefill pass of their own:
-    other rows are running, the passes are eager with unpadded shapes (compiled passes and
-    CUDA graphs keep their prefill apart) and the prompts fit in one pass."""
-    p = gen.passes
-    if not slots or p.compiled or p.bucket is not None:
-        return False
-    tokens = sum(len(state.seqs[s]) for s in slots)
-    return tokens <= p.chunk_tokens and any(s not in slots for s in state.active())
 
 
 def admit_rows(gen, state, slots: list[int], stats) -> None:
@@ -215,16 +198,13 @@ def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
     return torch.cat([first, nonfinite(logits).long()])
 
 
-def take_first(main, state, fill: list[int], host: list[int], stats=None) -> None:
+def take_first(main, state, fill: list[int], host: list[int]) -> None:
     """Append the new rows' first tokens (``host``: :func:`first_read` read back);
-    non-finite logits raise, naming their prompts. ``stats``: the wave rode in a verify
-    pass (counted)."""
+    non-finite logits raise, naming their prompts."""
     F = len(fill)
     prompts = [state.prompt_of[s] for s in fill]
     raise_if_nonfinite(host[F:], main, "main", prompts, "the prefill")
     state.append(fill, [[t] for t in host[:F]])
-    if stats is not None:
-        stats.riding_admissions += 1
 
 
 def hand_over(state, keep: bool = True) -> Iterator[FinishedRow]:

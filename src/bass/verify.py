@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +15,6 @@ import torch
 from .batch_state import raise_if_nonfinite
 from .drafters import nonfinite
 from .errors import PluginOutputError
-from .hf import Passes
 from .hooks import Proposal
 from .packing import Extra, PackedPass
 from .sampling import (
@@ -59,31 +57,22 @@ class VerifyPass:
     filled: int = 0
 
 
-def verify_pass(
-    passes: Passes,
-    main,
-    cache,
-    state,
-    slots,
-    prop: Proposal,
-    keyed: bool,
-    seed: int,
-    fill: Sequence[int] = (),
-) -> VerifyPass:
-    """3) The verify pass's inputs: every active row (cache slots ``slots``, ascending)
-    feeds ``[last, d_1..d_n]``, ``n = prop.drafted[r]``; the step's small device tensors
-    ride in the pass's one host-to-device copy (:class:`VerifyPass` names them and their
-    shapes). ``keyed``: add the sampling keys of each row's positions (keyed draws,
+def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill) -> VerifyPass:
+    """3) The verify pass's inputs (``gen``: the :class:`bass.Generator`, its passes, main
+    model and cache): every active row (cache slots ``slots``, ascending) feeds ``[last,
+    d_1..d_n]``, ``n = prop.drafted[r]``; the step's small device tensors ride in the
+    pass's one host-to-device copy (:class:`VerifyPass` names them and their shapes).
+    ``keyed``: add the sampling keys of each row's positions (keyed draws,
     :func:`bass.sampling.position_keys` with ``seed``). ``fill``: slots of rows just
-    admitted (not in ``slots``) whose whole prompt this pass feeds, from an empty cache
-    row (their prefill, riding in the verify pass); only their last token's logits are
-    computed, after the verify tokens' (:attr:`VerifyPass.filled`).
+    admitted (ascending, not in ``slots``) whose whole prompt this pass feeds, from an
+    empty cache row (their prefill, riding in the verify pass); only their last token's
+    logits are computed, after the verify tokens' (:attr:`VerifyPass.filled`).
 
     Worked example: two rows that drafted 2 and 0 tokens (``K = 2``) feed ``[last_0,
     d_1, d_2, last_1]``; ``index = [[0, 1, 2], [3, 3, 3]]``.
     """
     R, K = len(slots), max(prop.drafted)
-    q_lens, lens = [0] * cache.batch_size, state.cache_lens()
+    q_lens, lens = [0] * gen.cache.batch_size, state.cache_lens()
     index: list[int] = []  # [R, K+1]: row r's position i -> its logits row (clamped)
     start = 0
     for r, s in enumerate(slots):
@@ -109,18 +98,13 @@ def verify_pass(
         pad = [t for d in prop.host_tokens for t in (*d, *[0] * (K - len(d)))]
         extra["drafts"] = Extra(pad, (R, K))
     else:  # drafts on the device: gathered into the packed order there (new rows'
-        ids = None  # prompts after the [R, K+1] table)
-        starts = itertools.accumulate((len(state.seqs[s]) for s in fill), initial=R * (K + 1))
-        new = dict(zip(fill, starts))  # each new row's prompt, after the [R, K+1] table
-        flat_ix = [
-            i
-            for s in sorted([*slots, *fill])
-            for i in (
-                range(new[s], new[s] + len(state.seqs[s]))
-                if s in new
-                else range(row_of[s] * (K + 1), row_of[s] * (K + 1) + q_lens[s])
-            )
-        ]
+        ids, flat_ix, after = None, [], R * (K + 1)  # prompts after the [R, K+1] table,
+        for s in sorted([*slots, *fill]):  # in the order of fill, ascending)
+            if s in row_of:
+                at = row_of[s] * (K + 1)
+            else:
+                at, after = after, after + q_lens[s]
+            flat_ix += range(at, at + q_lens[s])
         extra["last"] = Extra(last, (R, 1))
         extra["gather"] = Extra(flat_ix, (len(flat_ix),))
         if fill:
@@ -130,8 +114,8 @@ def verify_pass(
         grid = state.keys(seed, slots, K + 1)  # [R, K+1], row-major
         keys = [grid[r * (K + 1) + i] for r in range(R) for i in range(1 + prop.drafted[r])]
         extra["keys"] = Extra(keys, (len(keys),))
-    batch = passes.pack(
-        main, q_lens, lens, cache.lens.device, ids=ids, logits_at=logits_at, extra=extra
+    batch = gen.passes.pack(
+        gen.main, q_lens, lens, gen.cache.lens.device, ids=ids, logits_at=logits_at, extra=extra
     )
     e = batch.extra
     if ids is None:
@@ -150,16 +134,15 @@ def accept(
     logits: torch.Tensor,  # [N or L, V]: the verify pass's logits
     prop: Proposal,
     params,
-    gen: torch.Generator,
-    forced: float | None = None,
+    generator: torch.Generator,
+    forced: float | None,
 ) -> Acceptance:
-    """4) The verdict for every active row, batched on the device (no host read):
-    ``forced`` (benchmarks only) accepts each draft with that probability; greedy
-    decoding keeps drafts equal to the main argmax; sampling keeps deterministic drafts
-    equal to the keyed draws and verifies sampled ones by rejection sampling."""
+    """4) The verdict for every active row, batched on the device (no host read;
+    docs/concepts/engine.md); ``forced`` (benchmarks only): each draft kept with that
+    probability."""
     if forced is not None:
         best = logits.argmax(dim=-1)[v.index]  # [R, K+1]
-        return forced_accept(v.drafted, best, forced, gen)
+        return forced_accept(v.drafted, best, forced, generator)
     if not params.do_sample:
         return greedy_accept_ids(v.drafts, logits.argmax(dim=-1)[v.index], v.drafted)
     if v.keys is not None:  # deterministic drafts: kept while equal to the keyed draws
@@ -170,24 +153,18 @@ def accept(
         return greedy_accept_ids(v.drafts, draws[v.index], v.drafted)
     p = warp_probs(logits[v.index], params)  # [R, K+1, V]
     K = v.drafts.shape[1]  # sampled drafts: lossless rejection sampling
-    return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, gen)
+    return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, generator)
 
 
 def check_proposal(
-    drafter,
-    prop: Proposal,
-    lengths: list[int],
-    params,
-    vocab: int | None = None,
-    coupled: bool = False,
+    drafter, prop: Proposal, lengths: list[int], params, vocab: int, coupled: bool
 ) -> None:
     """A drafter's proposal must fit the lengths it was given, its host tokens be ids in
     ``[0, vocab)`` and its device tokens an integer tensor of the right shape (host lists
     and metadata only: no sync). A stochastic drafter must say what it drew from when
     sampling. Anything else is a :class:`~bass.errors.PluginOutputError` (a ``ValueError``
     and a ``TypeError``) naming the drafter."""
-    inner = getattr(drafter, "inner", drafter)  # another package's, its hooks guarded
-    name = type(inner).__name__
+    name = type(drafter).__name__  # the drafter itself (Generator.drafter), not its guard
     if not isinstance(prop, Proposal):
         raise PluginOutputError(
             f"drafter {name}: propose() returned {type(prop).__name__}, expected a "
@@ -211,14 +188,13 @@ def check_proposal(
                 f"drafter {name}: host_tokens have {[len(t) for t in prop.host_tokens]} tokens "
                 f"per row but drafted says {drafted}"
             )
-        for row in prop.host_tokens:
-            for t in row:
-                if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-                    raise PluginOutputError(f"drafter {name} proposed {t!r}: token ids are ints")
-                if not 0 <= t < (vocab if vocab is not None else t + 1):
-                    raise PluginOutputError(
-                        f"drafter {name} proposed token id {t}, outside the vocabulary [0, {vocab})"
-                    )
+        for t in itertools.chain.from_iterable(prop.host_tokens):
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise PluginOutputError(f"drafter {name} proposed {t!r}: token ids are ints")
+            if not 0 <= t < vocab:
+                raise PluginOutputError(
+                    f"drafter {name} proposed token id {t}, outside the vocabulary [0, {vocab})"
+                )
     if prop.tokens is not None:
         t = prop.tokens
         if (
@@ -249,14 +225,13 @@ def draft_keys(state, slots: list[int], K: int, seed: int, main) -> torch.Tensor
     return keys.view(len(slots), K).to(main.device, non_blocking=True)
 
 
-def read_step(
-    acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, step, models, tail=None
-):
-    """The step's one host read: accepted counts, next tokens, the non-finite flags of the
-    main and draft models (``models``; raised as
+def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, step, gen, tail):
+    """The step's one host read: accepted counts, next tokens, the non-finite flags of
+    ``gen``'s main and draft models (raised as
     :class:`~bass.batch_state.NonFiniteLogitsError`), device drafts, the drafted tokens'
     confidences and ``tail`` (an int64 tensor, e.g. new rows' first tokens; else none).
-    Returns ``(accepted, next_tokens, drafts, confidence, tail)``."""
+    Returns ``(accepted, rows, confidence, tail)``, ``rows[r]`` what row ``r`` appends:
+    its accepted drafts, then the main model's next token."""
     R, K = len(prompts), v.drafts.shape[1]
     read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
     device_drafts = prop.host_tokens is None
@@ -266,15 +241,16 @@ def read_step(
     n_tail = 0 if tail is None else tail.shape[0]
     host = torch.cat([*read, *([] if tail is None else [tail])]).tolist()  # the one sync
     host, tail_host = host[: len(host) - n_tail], host[len(host) - n_tail :]
-    where = f"step {step}"
-    raise_if_nonfinite(host[2 * R : 3 * R], models[0], "main", prompts, where)
+    accepted, where = host[:R], f"step {step}"
+    raise_if_nonfinite(host[2 * R : 3 * R], gen.main, "main", prompts, where)
     drafts = prop.host_tokens
     if device_drafts:
-        raise_if_nonfinite(host[3 * R : 4 * R], models[1], "draft", prompts, where)
+        raise_if_nonfinite(host[3 * R : 4 * R], gen.drafter.model, "draft", prompts, where)
         flat = host[4 * R :]
-        drafts = [flat[r * K : r * K + prop.drafted[r]] for r in range(R)]
+        drafts = [flat[r * K : r * K + a] for r, a in enumerate(accepted)]
+    rows = [[*d[:a], t] for d, a, t in zip(drafts, accepted, host[R : 2 * R])]
     confidence = None
     if prop.confidence is not None:  # an early stop's: each drafted token's top-1
         conf = prop.confidence.tolist()
         confidence = [conf[r][: prop.drafted[r]] for r in range(R)]
-    return host[:R], host[R : 2 * R], drafts, confidence, tail_host
+    return accepted, rows, confidence, tail_host
