@@ -33,6 +33,12 @@ The shims:
    ``DeprecationWarning`` at import (``torch.jit.script_method``, torch's own code, torch
    2.11 to 2.13) at whichever bass call compiled first; imported ahead with that warning
    silenced. Remove when torch's module no longer warns.
+7. **Per-model compiled regions** (:data:`PER_MODEL_COMPILE`, torch): torch 2.13's
+   ``torch.compile(isolate_recompiles=, recompile_limit=)`` and
+   ``torch.compiler.skip_guard_on_all_nn_modules_unsafe`` give each model a compiled region
+   of its own with its module guards dropped (:class:`bass.hf.CompiledForward`); torch
+   2.11-2.12 lack them: one region for every model, every guard kept. Detected by the
+   parameters and the attribute. Remove the fallback when the floor is torch >= 2.13.
 """
 
 from __future__ import annotations
@@ -130,6 +136,13 @@ def generation_mode(models) -> object:
             if any(c.__name__.startswith("FSDP") for c in type(module).__mro__):
                 return torch.no_grad()
     return torch.inference_mode()
+
+
+#: Shim 7: torch.compile takes ``isolate_recompiles=`` and ``recompile_limit=``, and the
+#: module-guard filter exists (torch >= 2.13).
+PER_MODEL_COMPILE = {"isolate_recompiles", "recompile_limit"} <= set(
+    inspect.signature(torch.compile).parameters
+) and hasattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe")
 
 
 def import_inductor_quietly() -> None:

@@ -11,7 +11,6 @@ that a model can be routed through bass and switches it over.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -210,12 +209,6 @@ def forward_packed(
     return out.logits
 
 
-# torch >= 2.13: torch.compile(isolate_recompiles=, recompile_limit=) and the guard filters
-_PER_MODEL = {"isolate_recompiles", "recompile_limit"} <= set(
-    inspect.signature(torch.compile).parameters
-) and hasattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe")
-
-
 class CompiledForward:
     """:func:`forward_packed` under ``torch.compile(fullgraph=True)``, called like it.
 
@@ -235,7 +228,7 @@ class CompiledForward:
     def _compile(self):
         compat.import_inductor_quietly()
         kw = dict(backend=self.backend, fullgraph=True, dynamic=self.dynamic)
-        if not _PER_MODEL:
+        if not compat.PER_MODEL_COMPILE:
             return torch.compile(forward_packed, mode=self.mode, **kw)
         options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
         if self.mode is not None:  # torch.compile takes a mode or options, not both
@@ -249,7 +242,7 @@ class CompiledForward:
         entry = self._regions.get(id(model))
         if entry is None or entry[0] is not model:
             entry = self._regions[id(model)] = (model, self._compile())
-        if _PER_MODEL:
+        if compat.PER_MODEL_COMPILE:
             return entry[1](model, *args)
         with torch._dynamo.config.patch(recompile_limit=self.limit):
             return entry[1](model, *args)
