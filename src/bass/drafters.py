@@ -421,8 +421,12 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
 def _check_vocab(main, draft, shared_vocab: int | None) -> int:
     """The ids ``draft`` may propose; refuses vocabularies that do not match."""
     v_main, v_draft = _vocab_size(main), _vocab_size(draft)
-    if shared_vocab is not None:  # an int >= 1 (Generator() checked it)
-        if shared_vocab > min(v_main, v_draft):
+    if shared_vocab is not None:  # make_drafter is public: checked here too
+        if (
+            isinstance(shared_vocab, bool)
+            or not isinstance(shared_vocab, int)
+            or not 1 <= shared_vocab <= min(v_main, v_draft)
+        ):
             raise ValueError(
                 f"shared_vocab must be an int in [1, {min(v_main, v_draft)}] (the tokenizer's "
                 f"length, within both models' logits: main {v_main}, draft {v_draft}), got "

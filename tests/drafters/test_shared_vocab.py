@@ -11,6 +11,7 @@ import torch
 from models import perturbed, tiny_lm
 
 from bass import Generator, testing
+from bass.drafters import make_drafter
 from bass.models import padded_vocab, shared_vocab
 
 
@@ -51,6 +52,15 @@ def test_different_logit_counts_are_refused_with_what_to_do(main72, draft64):
             Generator(main72, draft64, shared_vocab=bad)
     with pytest.raises(TypeError, match="draft must be a causal LM"):
         Generator(main72, True)
+
+
+@pytest.mark.parametrize("bad", [0, -5, True, 2.0, "8", 65])
+def test_make_drafter_checks_shared_vocab_itself(main72, draft64, bad):
+    """bass.drafters.make_drafter is public: called without Generator() in front, a bad
+    shared_vocab is refused there too (a negative one would silently cut the vocabulary)."""
+    with pytest.raises(ValueError, match=r"shared_vocab must be an int in \[1, 64\]"):
+        make_drafter(draft64, main72, bad)
+    assert make_drafter(draft64, main72, 64).tokens == 64
 
 
 def test_a_smaller_draft_vocabulary_is_exact_and_sees_main_tokens_it_cannot_embed(main72, draft64):

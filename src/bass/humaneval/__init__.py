@@ -14,7 +14,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..models import encode_prompt
@@ -373,7 +373,13 @@ def evaluate(
                     "pass_all": score.pass_all,
                     "first": score.first,
                     "samples": [
-                        {**asdict(s), **asdict(c)}  # completion, tokens, finished, passed, result
+                        {
+                            "completion": s.completion,
+                            "tokens": s.tokens,
+                            "finished": s.finished,
+                            "passed": c.passed,
+                            "result": c.result,
+                        }
                         for s, c in zip(samples, score.checks, strict=True)
                     ],
                     "stats": None if stats is None else {

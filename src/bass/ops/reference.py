@@ -140,8 +140,10 @@ def append_at(k_cache, v_cache, k_new, v_new, index: tuple[torch.Tensor, torch.T
     """Write the first ``len(rows)`` packed tokens at ``(rows, slots)`` (from
     :func:`append_index`): one index_put per cache."""
     rows, slots = index
-    if rows.shape[0] == 0:
+    real = rows.shape[0]
+    if real == 0:
         return
-    for cache, new in ((k_cache, k_new), (v_cache, v_new)):
-        # [real, Hkv, D]: the shape cache[rows, :, slots] has
-        cache[rows, :, slots] = new[0].narrow(1, 0, rows.shape[0]).transpose(0, 1).to(cache.dtype)
+    for cache, new in ((k_cache, k_new), (v_cache, v_new)):  # no call a layer can skip
+        vals = new[0] if real == new.shape[2] else new[0].narrow(1, 0, real)  # [Hkv, real, D]
+        vals = vals.transpose(0, 1)  # [real, Hkv, D]: the shape cache[rows, :, slots] has
+        cache[rows, :, slots] = vals if vals.dtype == cache.dtype else vals.to(cache.dtype)

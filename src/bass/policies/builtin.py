@@ -32,7 +32,8 @@ def _uninformative(stats: StepRecord) -> bool:
 
 @dataclass
 class ConstantPolicy(OptionsMixin, Policy):
-    """Always draft ``k`` tokens; ``k=0`` never drafts (regular decoding).
+    """Always draft ``k`` tokens; ``k=0`` never drafts (regular autoregressive decoding,
+    the baseline speculative decoding is measured against).
 
     >>> p = ConstantPolicy(k=3)
     >>> p.update(StepRecord(draft_length=3, accepted=[0, 1]))
@@ -49,8 +50,9 @@ class ConstantPolicy(OptionsMixin, Policy):
 
 @dataclass
 class BassPolicy(OptionsMixin, Policy):
-    """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly (the rule:
-    docs/guides/policies.md); ``s`` is 1 after a decrease.
+    """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly.
+
+    The rule: docs/guides/policies.md; ``s`` is 1 after a decrease.
 
     >>> p = BassPolicy()
     >>> p.draft_length()
@@ -93,8 +95,10 @@ class BassPolicy(OptionsMixin, Policy):
 
 @dataclass
 class HFHeuristicPolicy(OptionsMixin, Policy):
-    """transformers' ``num_assistant_tokens_schedule="heuristic"``, batched: the slowest
-    row decides (docs/guides/policies.md).
+    """The schedule of transformers' assisted generation
+    (``num_assistant_tokens_schedule="heuristic"``), batched.
+
+    The slowest row decides (docs/guides/policies.md).
 
     >>> p = HFHeuristicPolicy()
     >>> p.update(StepRecord(draft_length=5, accepted=[5, 5]))
@@ -129,7 +133,9 @@ class HFHeuristicPolicy(OptionsMixin, Policy):
 
 @dataclass
 class ConfidencePolicy(OptionsMixin, Policy):
-    """``k_max`` tokens, each row stopping at a draft token of low confidence: top-1
+    """Per-row early exit from drafting on low draft confidence; needs no training.
+
+    ``k_max`` tokens, each row stopping at a draft token of low confidence: top-1
     probability below ``min_top1`` or entropy above ``max_entropy`` nats
     (docs/guides/policies.md).
 
