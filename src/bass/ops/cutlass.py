@@ -1,19 +1,7 @@
-"""``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT (arXiv 2404.15778, Fig.
-4b/4c) on CUTLASS, by name only (the Ops page): per (batch row, KV head), two GEMMs with a
-Triton masked softmax (:func:`masked_softmax`) between them; the ``G`` query heads of a
-KV head are the ``G*T`` rows of one problem. float16/bfloat16 with ``D % 8 == 0`` only
-(other inputs run the reference); probabilities are rounded to the input dtype before the
-second GEMM (as in the paper and flash attention).
-
-* ``pad`` (``bass::ragged_attention_pad``): CUTLASS 3.x batched GEMMs (sm_90a) over rows
-  padded to the longest ``kv_len``, read back to the host (no CUDA graph). Value slots
-  past a row's ``kv_len`` get zero weights, so NaN/Inf stored there propagates.
-* ``split`` (``bass::ragged_attention_split``): CUTLASS 2.x grouped GEMMs, one problem per
-  (row, KV head), sizes and pointers computed on the device; it never reads past ``kv_len``.
-
-The kernels live in ``libbass_cutlass.so`` (:func:`library_path`), loaded with ctypes on
-first use (:func:`unavailable_reason` says why it cannot be).
-"""
+"""``pad`` and ``split``: the paper's BASS-PAD and BASS-SPLIT (arXiv 2404.15778, Fig. 4b/4c)
+on CUTLASS, by name only: two GEMMs per (row, KV head) with a Triton :func:`masked_softmax`
+between, from ``libbass_cutlass.so`` (:func:`library_path`). Design: docs/reference/ops.md,
+"pad and split"."""
 
 from __future__ import annotations
 
@@ -144,13 +132,8 @@ def unavailable_reason() -> str | None:
 
 
 # --------------------------------------------------------------------------- masked softmax
-# Between the two GEMMs (layout: cutlass_kernels/generate.py). For every (row b, KV head h)
-# problem p = b * Hkv + h the first GEMM wrote float32 scores^T[p, s, r] (key s, query row
-# r = g * T + t of the G query heads sharing h); the kernel writes P^T[p, s, r] in the input
-# dtype: query t of row b is valid when t < q_lens[b], sits at kv_lens[b] - q_lens[b] + t
-# and sees keys s <= that position; P = softmax(scale * scores) over those, in float32;
-# every other entry is 0 and its score never read. Its torch twin is in
-# tests/ops/test_cutlass.py.
+# Between the two GEMMs: scores^T[p, s, r] (float32) to P^T[p, s, r] (the input dtype); the
+# layout and masking rule: docs/reference/ops.md, "pad and split".
 
 
 @_jit
@@ -253,11 +236,9 @@ def _call(lib: ctypes.CDLL, name: str, *args) -> None:
 
 
 def _gemm_ready(t: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``t`` ([B, H, S, D]) laid out for the kernels, and its per-(b, h) slab stride.
-
-    Needs unit stride along D, strides that are multiples of 8 elements, a 16-byte
-    aligned base, and (b, h) slabs ``b * H + h`` one stride apart; otherwise a copy.
-    """
+    """``t`` ([B, H, S, D]) laid out for the kernels (unit stride along D, strides multiples
+    of 8, a 16-byte aligned base, (b, h) slabs one stride apart; else a copy), and its
+    per-(b, h) slab stride."""
     B, H = t.shape[0], t.shape[1]
     # the fallback is a fresh (aligned) copy: .contiguous() would hand back a contiguous
     # tensor that is misaligned by its storage offset unchanged
@@ -348,8 +329,7 @@ def _split(q, k, v, q_lens, kv_lens, scale: float) -> torch.Tensor:
     return out
 
 
-# The kernels as opaque ops on padded rows [B, Hq, T, D] (ctypes launches that Inductor
-# cannot see into), returning [B, Hq, T, D] contiguous.
+# The kernels as opaque ops (ctypes launches) on padded rows [B, Hq, T, D], contiguous out
 def _define(kind: str) -> None:
     def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: torch.Tensor,
                kv_lens: torch.Tensor, scale: float) -> torch.Tensor:  # fmt: skip

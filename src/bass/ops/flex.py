@@ -1,19 +1,6 @@
-"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer (what
-it needs and which inputs run the reference: the Ops page).
-
-The cache is used as it is (GQA natively); the pass's tokens are gathered into rows of
-``T`` slots (the plan's ``width``). The block mask is built once per
-pass directly from the lengths, not by a mask function over the ``T x S`` grid (which
-costs more than the attention: ``bench/bench_kernels.py --block-mask``): per row and query
-block, the key blocks every query sees (*full*: no mask evaluated) and those up to the last
-query's position (*partial*: ``mask_mod`` decides); query blocks past a row's ``q_len``
-get none, so each row costs its own blocks only.
-
-Worked example: ``q_lens = [3, 1]``, ``kv_lens = [130, 2]``, ``T = 4``, blocks of 128.
-Row 0's queries sit at positions 127, 128, 129: key block 0 (keys 0..127) is *full* (its
-first query already sees all of it), block 1 *partial* (keys 128, 129, seen by the later
-queries only). Row 1's query sits at position 1: block 0 is partial (keys 0, 1 of it).
-"""
+"""``flex``: PyTorch FlexAttention over the whole ragged pass, one launch per layer, its block
+mask built once per pass from the lengths. Design: docs/reference/ops.md, "flex"; which
+inputs run the reference instead: its "One family, one dispatch"."""
 
 from __future__ import annotations
 
@@ -28,10 +15,7 @@ from . import reference
 from .contract import token_major
 
 BLOCK = 128  # sparse block size for queries and keys: the one flex's kernels are tuned for
-# The mask's per-row lengths sit in a table of a static size (at least this many rows, not
-# [B]; marked static for compiled callers with dynamic shapes): Inductor's CPU flex template
-# (torch 2.13) garbles a symbolic size of a tensor the mask indexes (it renames symbols by
-# text, so ks2 turns ks28 into cur_kvSplitSize8: a C++ compile error).
+# rows of the mask's static-size length table (why static: docs/reference/ops.md, "flex")
 TABLE_ROWS = 256
 
 
@@ -94,9 +78,7 @@ def _block_mask(state: FlexState, S: int) -> BlockMask:
 
 
 def _call(q, k, v, block_mask, scale, gqa):
-    # CUDA: the Triton template by name; "AUTO" found no kernel for verify passes on an H100
-    # (torch 2.11, head dims 64 and 128: bench/results/gpu/2026-11-26-h100), "TRITON"
-    # compiled and matched the reference there (bench/gpu_flex_probe.py)
+    # CUDA: the Triton template by name ("AUTO" found no kernel on an H100; the docs' "flex")
     options = {"BACKEND": "TRITON"} if q.is_cuda else None
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa,
                           kernel_options=options)  # fmt: skip
@@ -104,11 +86,8 @@ def _call(q, k, v, block_mask, scale, gqa):
 
 @functools.cache
 def _compiled(key: tuple):
-    """An eager pass's flex kernel: FlexAttention outside a compiled graph runs an unfused
-    reference, so eager passes call it compiled, with dynamic shapes. Each ``key`` (what a
-    graph specialises on: device, dtype, heads, head dim, and which sizes are 1) gets a
-    code object of its own, since Dynamo's recompile limit counts graphs per code object:
-    a long generation then compiles a couple of graphs per key and never hits it."""
+    """An eager pass's flex kernel: :func:`_call` compiled with dynamic shapes, one code
+    object per ``key`` (what a graph specialises on; why: docs/reference/ops.md, "flex")."""
     code = _call.__code__.replace(co_name=f"flex_{abs(hash(key))}")
     return torch.compile(types.FunctionType(code, _call.__globals__), fullgraph=True, dynamic=True)
 
@@ -128,8 +107,7 @@ def run(state: FlexState, q, k, v, scale: float) -> torch.Tensor:
     if N == 0 or B == 0:
         return token_major(q, zero=True)
     if torch.compiler.is_compiling():  # traced into the caller's graph: one flex kernel
-        # gathered by one 4-D index (Inductor fuses it with the copy): its CPU flex template
-        # reads the query's sizes from the underlying buffer, which must be [B, Hq, T, D]
+        # one 4-D gather: the CPU template needs a [B, Hq, T, D] buffer (docs: "flex")
         qr = q[0][:, state.src].transpose(0, 1).contiguous()
         o = _call(qr, k, v, _block_mask(state, S), scale, Hq != Hkv)
     else:

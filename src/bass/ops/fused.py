@@ -1,29 +1,6 @@
-"""``fused``: bass's Triton flash-attention kernel over the ragged pass, one launch per
-layer (two with split-KV), and its op ``bass::ragged_attention_fused`` (a ``triton_op``:
-Inductor sees the kernels; a grid from shapes only: CUDA-graph safe). Under
-``TRITON_INTERPRET=1`` the kernels run on CPU tensors (the CPU tests).
-
-Tiling (GQA-aware). One program owns one (row ``b``, KV head, query block). The ``G = Hq //
-Hkv`` query heads sharing that KV head are flattened with the row's query slots into the
-tile's M dimension, token-major: ``m = t * G + g`` is query ``t`` of query head ``kvh * G +
-g``, so each K/V tile is loaded once for all G heads.
-
-Grid axis 0 walks the query blocks of the whole pass (vLLM's unified attention): row
-``b``'s blocks start at ``start_b = G * starts[b] // BLOCK_M + b``, which grows by at least
-the ``cdiv(G * q_len_b, BLOCK_M)`` blocks the row needs, so ``G * N // BLOCK_M + B``
-programs per KV head cover every row whatever the lengths. A program's row is the last
-``b`` with ``start_b <= block``; a block past its row's queries reads nothing. Worked
-example: ``G = 2``, ``BLOCK_M = 16``, ``starts = [0, 3, 3]``, ``q_lens = [3, 0, 9]`` (``N =
-12``): block starts ``0, 1, 2``, so block 0 is row 0 (6 query rows), block 1 row 1 (empty),
-blocks 2-3 row 2 (18 query rows); ``G * N // 16 + B = 4`` programs.
-
-Each program walks keys in tiles of BLOCK_N up to its last live query's causal limit
-(unmasked where every query of the block sees the whole tile); keys at or past
-``kv_lens[b]`` are never loaded. Split-KV (flash-decoding): with few programs and long
-caches a third grid axis cuts the keys into chunks whose partial outputs and log-sum-exps
-(base 2) go to fp32 scratch, merged by ``_ragged_attention_combine``. float16, bfloat16 and
-float32 (exact fp32 dots, not TF32) run in the kernels; float64 runs the reference.
-"""
+"""``fused``: bass's Triton flash-attention kernel over the ragged pass (one launch per layer,
+two with split-KV) and its op ``bass::ragged_attention_fused``; ``TRITON_INTERPRET=1`` runs
+it on CPU tensors. Design: docs/reference/ops.md, "fused"."""
 
 from __future__ import annotations
 
@@ -152,8 +129,7 @@ def _ragged_attention_fwd(
                 qk = tl.dot(q, k, input_precision="ieee")  # [BLOCK_M, BLOCK_N]
             else:
                 qk = tl.dot(q, k)
-            # fp32 again: a Python float argument reaches the kernel as fp64 when Inductor
-            # launches it from a compiled graph (seen on an H100, torch 2.11)
+            # fp32 again: Inductor may pass the scale as fp64 (docs: "fused")
             qk = (qk * qk_scale).to(tl.float32)
             if stage == 1:
                 visible = (offs_n[None, :] <= pos[:, None]) & (offs_n[None, :] < end)
@@ -241,24 +217,18 @@ def _next_pow2(n: int) -> int:
 
 
 def num_kv_splits(programs: int, S: int, sms: int = ASSUMED_SMS) -> int:
-    """How many chunks to split each program's keys into (1: the direct path).
-
-    ``programs``: the grid's programs per split; ``S``: the cache capacity. Shapes only,
-    never the lengths, so the choice needs no host sync and is stable under
-    ``torch.compile``. Split only when the programs fill less than one wave of ``sms``
-    multiprocessors, into at most ``S // MIN_KEYS_PER_SPLIT`` and ``MAX_SPLITS`` chunks.
-    """
+    """How many chunks to split each program's keys into (1: the direct path), from the
+    grid's ``programs`` per split and the cache capacity ``S`` (shapes only): split only
+    below one wave of ``sms`` multiprocessors, into at most ``S // MIN_KEYS_PER_SPLIT`` and
+    ``MAX_SPLITS`` chunks."""
     if programs >= sms:
         return 1
     return max(1, min(-(-sms // max(programs, 1)), S // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
 
 
 def _tiles(M: int, D: int, fp32: bool, interpret: bool) -> tuple[int, int, int, int, int]:
-    """BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages for ``M`` query rows per block.
-
-    Chosen so that sm_90 builds (Triton 3.6, checked with cuobjdump -res-usage) do not
-    spill registers; fp32 inputs use exact fp32 (FMA) dots, which need smaller tiles.
-    """
+    """BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages for ``M`` query rows per block
+    (sized for no register spills on sm_90: docs/reference/ops.md, "fused")."""
     block_d = max(16, _next_pow2(D))  # tl.dot needs every dimension >= 16
     if fp32:
         block_m, block_n, num_warps, num_stages = 16, 32, 8, 2
@@ -373,10 +343,8 @@ def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch.Tensor,
     return fused_attention(q, k, v, starts, q_lens, kv_lens, scale)
 
 
-# triton_op (Inductor sees the kernels) wherever they can run: a CUDA build of torch, or
-# Triton's interpreter. Elsewhere (CPU-only torch) the same schema is a plain custom op
-# that raises on use: triton_op's registration imports torch._inductor, a second of
-# import time for an op that cannot run there.
+# triton_op wherever the kernels can run, else a plain custom op that raises on use (why:
+# docs/reference/ops.md, "fused")
 _GPU_TORCH = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
 if triton is not None and (_GPU_TORCH or interpreted()):
     torch.library.triton_op("bass::ragged_attention_fused", mutates_args=())(_op)

@@ -1,12 +1,7 @@
-"""The one dispatch of the ragged-attention family, FlashInfer's plan/run (the Ops page's
-"One family, one dispatch"): :class:`Plan` resolves the implementation and runs its
-``prepare`` once per pass; every layer's :meth:`Plan.attend` and :meth:`Plan.append` take
-tensors only.
-
-Every implementation sees one layout: flat queries ``[1, Hq, N, D]``, row ``b`` owning
-tokens ``starts[b] .. starts[b] + q_lens[b] - 1``, tokens of no row padding (output 0):
-the packed op's ``starts = cu_q_lens[:-1]``, the padded op's ``starts[b] = b * T``.
-"""
+"""The one dispatch of the ragged-attention family (FlashInfer's plan/run): :class:`Plan`
+resolves the implementation and runs its ``prepare`` once per pass; every layer's
+:meth:`Plan.attend` and :meth:`Plan.append` take tensors only. The layout every
+implementation sees: docs/reference/ops.md, "The one layout"."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ __all__ = [
     "resolve",
 ]
 
-# the pass kinds (defined on the Ops page); compiled passes trace a traceable implementation's
-# run into the caller's graph and run any other as the opaque packed op
+# the pass kinds (defined on the Ops page)
 PASS_KINDS = ("eager", "compiled", "graphs")
 
 
@@ -173,7 +167,7 @@ class HostLengths(NamedTuple):
 
 
 class Plan:
-    """One pass's attention and KV append (see the module docstring).
+    """One pass's attention and KV append (the layout: docs/reference/ops.md, "The one layout").
 
     Tensors on the pass's device: ``starts``, ``q_lens``, ``kv_lens`` int32 ``[B]``; for
     packed passes ``cu_q_lens`` ``[B+1]`` and ``cache_lens`` ``[B]`` too. ``num_tokens``:
@@ -205,10 +199,7 @@ class Plan:
         # compiled, an untraceable implementation runs as the op, which plans for itself
         opaque = kind != "eager" and not self.impl.traceable
         self.state = None if opaque else self.impl.prepare(self)
-        self._index = None
-        if kind == "eager" and host is not None and cache_lens is not None:
-            caches = [n - q for n, q in zip(host.kv_lens, host.q_lens)]
-            self._index = reference.append_index(host.q_lens, caches, self.device)
+        self._index = None  # eager engine passes: the (row, slot) pairs (for_pass)
 
     @classmethod
     def for_pass(cls, impl: str, q_lens: Sequence[int], cache_lens: Sequence[int], num_tokens: int,
@@ -219,9 +210,12 @@ class Plan:
         ``cache_lens_t`` and ``kv_lens_t`` ``[B]``."""
         starts = [0, *itertools.accumulate(q_lens)][:-1]
         kv = [n + q for n, q in zip(cache_lens, q_lens)]
-        return cls(impl, cu_q_lens[:-1], kv_lens_t - cache_lens_t, kv_lens_t, num_tokens,
+        plan = cls(impl, cu_q_lens[:-1], kv_lens_t - cache_lens_t, kv_lens_t, num_tokens,
                    cache_size, kind=kind, host=HostLengths(starts, list(q_lens), kv),
                    cu_q_lens=cu_q_lens, cache_lens=cache_lens_t)  # fmt: skip
+        if kind == "eager":
+            plan._index = reference.append_index(q_lens, cache_lens, plan.device)
+        return plan
 
     def attend(self, q, k, v, scale: float) -> torch.Tensor:
         """One layer's attention: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]`` (the pass's
@@ -244,9 +238,8 @@ class Plan:
 
 
 # --------------------------------------------------------------------------- op kernels
-# The ops plan each call from their tensors. On a CPU the lengths are read (free) and the
-# plan kept per set of lengths, shared by every layer of a pass; elsewhere they are read
-# only to check them or when the implementation needs them.
+# The ops plan each call from their tensors (when they read the lengths: the docs' "The one
+# layout").
 
 
 @functools.lru_cache(maxsize=256)  # per set of lengths: every layer of a pass shares it

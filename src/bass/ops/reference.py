@@ -1,7 +1,6 @@
-"""``reference``: the pure-PyTorch implementation (vectorised, no host read, float32 math,
-float64 kept; the fallback, not a fast path), and the helpers of the one layout
-(:mod:`bass.ops.plan`) that other implementations share (row gathers, the KV append).
-"""
+"""``reference``: the pure-PyTorch implementation (the fallback: docs/reference/ops.md,
+"reference"), and the helpers of the one layout that other implementations share (row
+gathers, the KV append)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ import torch
 
 from .contract import token_major
 
-# Elements of K (and as many of V) the reference gathers per chunk of tokens: the memory
-# it needs beyond its output. Shapes alone set the chunks (CUDA-graph safe).
+# Elements of K (and as many of V) the reference gathers per chunk of tokens
 GATHER_BUDGET = 1 << 25
 
 
@@ -73,9 +71,7 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
     row, i, live = token_rows(starts, q_lens, N)
     pos = (kv_lens - q_lens).to(torch.long).index_select(0, row) + i  # absolute position
-    # token j sees keys 0..pos[j] of its row, all within kv_len: a NaN left in a slot past
-    # a row's length is masked out of the scores, and zeroed out of the values (its zero
-    # weight would not do: 0 * NaN is NaN)
+    # token j sees keys 0..pos[j] of its row; value slots past kv_len are zeroed (0 * NaN)
     slot = torch.arange(S, device=q.device)
     allowed = (slot <= pos[:, None]) & live[:, None]  # [N, S]
     zero = torch.zeros((), dtype=cdt, device=q.device)
@@ -83,8 +79,7 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
     v = torch.where(in_row, v.to(cdt), zero)
     qt = q[0].transpose(0, 1).reshape(N, Hkv, G, D)  # [N, Hkv, G, D]
     flat = out.transpose(1, 2)[0]  # [N, Hq, D], the output's storage
-    # shapes only: the same chunks on every call; traced, one chunk (a loop over a
-    # symbolic N would specialise the graph on it)
+    # shapes only: the same chunks on every call; traced, one chunk
     chunk = max(1, GATHER_BUDGET // (Hkv * S * D))
     spans = (
         [(0, N)]
@@ -104,10 +99,9 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
 
 
 def append(k_cache, v_cache, k_new, v_new, starts, q_lens, cache_lens) -> None:
-    """Token ``j`` of row ``b`` to slot ``cache_lens[b] + j - starts[b]``; no host read,
-    one index_put per cache of a fixed size: a padding token repeats the first real
-    token's write (with none, every token writes back its slot's value), so duplicate
-    indices always carry equal values.
+    """Token ``j`` of row ``b`` to slot ``cache_lens[b] + j - starts[b]``: one index_put per
+    cache, no host read (a padding token repeats the first real token's write; with none,
+    every token writes back its slot's value).
 
     Shapes: k_cache, v_cache ``[B, Hkv, S, D]`` (mutated); k_new, v_new ``[1, Hkv, N,
     D]``; starts, q_lens, cache_lens int32 ``[B]``.

@@ -1,7 +1,6 @@
-"""``sdpa``: ``F.scaled_dot_product_attention`` on each row's own slices, bottom-right
-causal (BASS-SPLIT's CPU analogue; rows alike may share one call), planned once per pass
-from host lengths. fp16/bf16 compute in float32, rounded once.
-"""
+"""``sdpa``: ``F.scaled_dot_product_attention`` on each row's own slices, bottom-right causal
+(rows alike may share one call), planned once per pass from host lengths. Design and
+measurements: docs/reference/ops.md, "sdpa"."""
 
 from __future__ import annotations
 
@@ -12,13 +11,7 @@ import torch.nn.functional as F
 
 from .contract import token_major
 
-# Rows share ONE call over the cache padded to the longest of them when every row brings
-# the same number of tokens or at least half the rows (BATCH_MIN_ROWS or more) decode one,
-# and the padded call reads no more key positions (rows x the longest) than the calls per
-# row would plus ROW_CALL_POSITIONS per call saved. Measured on a 2-core CPU (SmolLM2-135M's
-# heads, float32, decode): a padded position ~0.22 us, a row's own ~0.28 us, a call ~77 us;
-# 16 rows of 60-420 keys: 1.4 ms padded, 2.3 ms per row; 16 rows of 50 keys and one of
-# 1000: 3.6 ms padded, 1.6 ms per row (continuous batching spreads lengths so).
+# when rows share one padded call (the rule and its measurements: the docs' "sdpa")
 BATCH_MIN_ROWS = 2
 ROW_CALL_POSITIONS = 300
 
