@@ -1,11 +1,6 @@
-"""Plugins: finding them (entry points), naming them, and reporting their failures as theirs.
-
-bass takes two kinds of plugin, each from an entry-point group of installed packages:
-draft-length policies (``bass.policies``) and drafters (``bass.drafters``); this module is
-what both share. Every exception another package's plugin raises, when it is built or in
-any of its hooks, reaches the caller as a :class:`bass.errors.PluginError` naming the
-plugin (its name, class and package) and the hook, the original exception chained;
-bass's own built-in policies and drafters are not wrapped: their errors are bass's.
+"""Plugins (policies, drafters) from entry-point groups ``bass.policies`` and
+``bass.drafters``: finding and naming them, and reporting another package's exceptions,
+at build or in any hook, as a :class:`bass.errors.PluginError` naming it and the hook.
 """
 
 from __future__ import annotations
@@ -28,8 +23,7 @@ __all__ = [
 ]
 
 
-# bass's own plugins, as pyproject.toml registers them (tests/policies checks the two agree):
-# listed also where bass runs from a source tree with no installed metadata (PYTHONPATH=src)
+# bass's own plugins as pyproject.toml registers them, also for a source tree (PYTHONPATH=src)
 BUILTIN = {
     "bass.policies": {
         "adaptive": "bass.policies.adaptive:AdaptivePolicy",

@@ -1,10 +1,5 @@
-"""Token selection for speculative decoding: warping, sampling and draft acceptance,
-batched over rows with no Python loop and no host sync (:func:`position_keys` alone runs
-on the host).
-
-The terms (drafted, accepted, correction and bonus tokens) are defined in
-docs/concepts/engine.md ("Terms"); what greedy, keyed and rejection-sampling acceptance
-guarantee, and why, in docs/concepts/exactness.md.
+"""Token selection: warping, sampling and draft acceptance, batched with no host sync
+(terms: docs/concepts/engine.md; guarantees and design: docs/concepts/exactness.md).
 """
 
 from __future__ import annotations
@@ -33,12 +28,9 @@ __all__ = [
 
 @dataclass
 class SamplingParams:
-    """How the next token is chosen, applied identically to the draft and main models.
-
-    ``do_sample=False`` is greedy decoding (argmax of the logits; the other fields are
-    then ignored). Otherwise logits are divided by ``temperature``, restricted to the
-    ``top_k`` most likely tokens, then to the nucleus of mass ``top_p``, and sampled.
-    The values are checked where a user gives them (:mod:`bass.options`), not here.
+    """How the next token is chosen, by the draft and main models alike: greedy (argmax)
+    unless ``do_sample``, else sampled from :func:`warp_probs`. Checked by
+    :mod:`bass.options`, not here.
     """
 
     do_sample: bool = False
@@ -48,13 +40,9 @@ class SamplingParams:
 
 
 def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The sampling distribution ``params`` defines over each row of ``logits``.
-
-    Temperature, then top-k (ties with the k-th largest logit are all kept; ``top_k``
-    larger than the vocabulary keeps everything), then top-p (the smallest set of most
-    likely tokens whose mass, after top-k, is ``>= top_p``; always at least the top
-    token), then softmax. ``params.do_sample`` is not consulted: greedy callers take the
-    argmax of the logits instead.
+    """The sampling distribution ``params`` defines over each row of ``logits``:
+    temperature, top-k (ties with the k-th logit kept), top-p (the smallest most likely
+    set of mass ``>= top_p``, at least one token), softmax; ``do_sample`` is not read.
 
     Args:
         logits: ``[..., V]`` any floating dtype.
@@ -92,11 +80,8 @@ def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per row of ``probs`` without a host sync.
-
-    The exponential race (as in gpt-fast): ``argmax(probs / E)`` with ``E`` i.i.d.
-    Exp(1) picks index ``j`` with probability ``probs[j] / probs.sum()``, so rows need
-    not be normalized. Consumes exactly ``probs.numel()`` exponential draws.
+    """Draw one token per row of ``probs`` (need not be normalised) without a host sync:
+    the exponential race ``argmax(probs / E)``, ``probs.numel()`` Exp(1) draws.
 
     Args:
         probs: ``[B, V]`` (or ``[..., V]``) non-negative weights, each row with a
@@ -129,15 +114,9 @@ def _mix64(z: np.ndarray) -> np.ndarray:
 
 
 def position_keys(seed: int, rows, starts, width: int) -> list[int]:
-    """Random keys of new-token positions: 53-bit integers, a hash of ``(seed, row, t)``.
-
-    Row ``rows[r]`` (a prompt index) gets the keys of its new-token positions
-    ``starts[r] .. starts[r] + width - 1`` (``t = 0`` is the prefill's token), row-major:
-    ``len(rows) * width`` Python ints. ``key * 2**-53`` is uniform on ``[0, 1)``
-    (:func:`sample_keyed`); distinct ``(seed, row, t)`` give independent-looking keys
-    (splitmix64 applied three times), and the same ones the same key on every machine.
-    Host-side and vectorised (numpy): no device work, no Python loop over positions.
-    """
+    """The 53-bit keys of positions ``starts[r] .. starts[r] + width - 1`` of each row
+    ``rows[r]``, row-major Python ints, a hash of ``(seed, row, t)`` computed on the host
+    (docs/concepts/exactness.md, "Keyed draws")."""
     with np.errstate(over="ignore"):
         s = np.array([seed & (2**64 - 1)], dtype=np.uint64)
         r = np.asarray(rows, dtype=np.uint64).reshape(-1, 1)
@@ -170,10 +149,9 @@ def row_key(prompt: int, sample: int) -> int:
 
 
 def generator_seed(seed: int, row_ids: list[int]) -> int:
-    """The seed of a generation's ``torch.Generator`` (a draft model's sampling and its
-    rejection sampling): ``seed`` for rows ``0..B-1``; for rows given the ids of a larger
-    job (``generate(row_ids=...)``: a batch, a rank's share) a hash of ``seed`` and the
-    ids, so a job's batches and ranks do not all draw the same stream.
+    """The seed of a generation's ``torch.Generator`` (rejection sampling): ``seed`` for
+    rows ``0..B-1``, else a hash of ``seed`` and ``row_ids``, so a job's batches and ranks
+    do not all draw the same stream.
 
     >>> generator_seed(7, [0, 1, 2]), generator_seed(7, [3, 4]) == generator_seed(7, [3, 4])
     (7, True)
@@ -183,8 +161,7 @@ def generator_seed(seed: int, row_ids: list[int]) -> int:
     return position_keys(seed, [row_ids[0]], [len(row_ids)], 1)[0] & (2**63 - 1)
 
 
-#: Tokens per block of :func:`sample_keyed`'s race (``bench/results/cpu_coupling.md``: how
-#: often a coupled draft agrees with the main model's draw, by block size).
+#: Tokens per block of :func:`sample_keyed`'s race (``bench/results/cpu_coupling.md``).
 BLOCK = 64
 
 
@@ -194,19 +171,16 @@ _GAMMA, _M1, _M2 = np.array([_GOLDEN, _MIX1, _MIX2]).view(np.int64).tolist()
 
 @functools.cache
 def _constants(device: torch.device) -> dict[str, torch.Tensor]:
-    """:func:`_uniforms`' constants as int64 tensors on ``device`` (an operation with a
-    Python int that large takes a slow path: 20-300x slower on a CPU)."""
+    """:func:`_uniforms`' constants as int64 tensors on ``device`` (a large Python int
+    operand takes a slow path)."""
     ints = {"gamma": _GAMMA, "m1": _M1, "m2": _M2, "one": 0x3FF << 52}
     ints |= {f"mask{k}": (1 << (64 - k)) - 1 for k in (12, 27, 30, 31)}
     return {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in ints.items()}
 
 
 def _uniforms(keys: torch.Tensor, count: int) -> torch.Tensor:
-    """float64 ``[..., count]`` in ``(0, 1)``: the splitmix64 stream of each key (its
-    outputs ``1..count``), on the keys' device. Integer arithmetic only (it wraps modulo
-    2**64 on every device torch supports; ``>>`` is arithmetic, hence the masks): the
-    same keys give the same numbers everywhere. The top 52 bits become a float64 in
-    ``[1, 2)`` by their bit pattern, moved to ``(0, 1)``."""
+    """float64 ``[..., count]`` in ``(0, 1)``: outputs ``1..count`` of each key's
+    splitmix64 stream, in integer arithmetic (``>>`` is arithmetic, hence the masks)."""
     c = _constants(keys.device)
     z = keys[..., None] + torch.arange(1, count + 1, device=keys.device) * c["gamma"]
     z = (z ^ ((z >> 30) & c["mask30"])) * c["m1"]
@@ -217,17 +191,9 @@ def _uniforms(keys: torch.Tensor, count: int) -> torch.Tensor:
 
 
 def sample_keyed(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """Sampling with given randomness: one token per row of ``probs``, a function of the
-    row's weights and its key only (no generator state, no host sync).
-
-    A Gumbel-max race over blocks of :data:`BLOCK` tokens (block ``c``, of mass ``m_c``,
-    gets the exponential ``E_c = -log(u_c)`` of the key's ``c``-th uniform; the largest
-    ``m_c / E_c`` wins), then inverse CDF inside the winning block with one more uniform:
-    token ``j`` comes with probability ``probs[j] / probs.sum()`` (weight 0: never). Two
-    distributions drawn with one key (coupled drafting) share the race's noise: they agree
-    far more often than two inverse-CDF draws over the whole vocabulary (whose cumulative
-    sums drift apart), a little less than a race over single tokens, which needs a uniform
-    per token (``bench/results/cpu_coupling.md``).
+    """One token per row of ``probs``, a function of the row's weights and its key only
+    (a race over blocks of :data:`BLOCK` tokens, then inverse CDF in the winning block:
+    docs/concepts/exactness.md, "Keyed draws").
 
     Args:
         probs: ``[..., V]`` non-negative weights, each row with a positive entry (need
@@ -279,16 +245,10 @@ def greedy_accept_ids(
     draft_tokens: torch.Tensor, target_ids: torch.Tensor, draft_lens: torch.Tensor
 ) -> Acceptance:
     """Keep drafts while they equal the main model's tokens ``target_ids`` int64
-    ``[B, K+1]`` (its argmax when greedy, its keyed draws when sampling: the engine takes
-    them over the packed logits once, then gathers rows).
-
-    ``accepted[b]`` is the longest ``m <= draft_lens[b]`` with ``draft_tokens[b, i] ==
-    target_ids[b, i]`` for all ``i < m``; ``next_tokens[b] = target_ids[b, accepted[b]]``.
-    ``draft_tokens`` int64 ``[B, K]`` (slots ``>= draft_lens[b]`` are padding, any value,
-    even one outside the vocabulary);
-    ``draft_lens`` int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked: that
-    would sync). Against keyed draws this is :func:`speculative_accept`'s rule for a
-    one-hot draft (docs/concepts/exactness.md)."""
+    ``[B, K+1]`` (its argmax, or its keyed draws): ``accepted[b]`` the longest agreeing
+    prefix ``<= draft_lens[b]``, ``next_tokens[b] = target_ids[b, accepted[b]]``.
+    ``draft_tokens`` int64 ``[B, K]`` (padding past ``draft_lens[b]``: any value);
+    ``draft_lens`` int32 or int64 ``[B]``, ``<= K`` (not checked: that would sync)."""
     k = draft_tokens.shape[1]
     if target_ids.shape != (draft_tokens.shape[0], k + 1):
         raise ValueError(
@@ -308,17 +268,8 @@ def speculative_accept(
     draft_lens: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> Acceptance:
-    """Lossless rejection-sampling verification of sampled drafts (the rule and why its
-    output is distributed exactly as tokens sampled from ``p``: docs/concepts/exactness.md).
-
-    Drafted token ``d = draft_tokens[b, i]`` is accepted with probability ``min(1, p_i(d)
-    / q_i(d))``, ``p_i = target_probs[b, i]``, ``q_i = draft_probs[b, i]``; the first
-    rejection (``i = accepted[b]``) draws the correction from ``normalize(max(0, p_i -
-    q_i))`` (from ``p_i`` if rounding left that all zero); with every draft accepted the
-    bonus token is drawn from ``target_probs[b, draft_lens[b]]``.
-
-    Consumes ``B*K`` uniform then ``B*V`` exponential draws from ``generator``, a number
-    fixed by the shapes: a run repeats exactly as long as its draft lengths do.
+    """Lossless rejection-sampling verification of sampled drafts (the rule, and the draws
+    it consumes: docs/concepts/exactness.md, "Rejection sampling").
 
     Args:
         draft_tokens: int64 ``[B, K]``, ``draft_tokens[b, i]`` sampled from
@@ -327,8 +278,7 @@ def speculative_accept(
         target_probs: ``[B, K+1, V]`` the warped main-model distributions ``p`` at the
             positions fed ``[last, d_1 .. d_K]``.
         draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked).
-        generator: source of randomness on the probabilities' device (default: torch's
-            global one).
+        generator: the draws' source (default: torch's global one).
     """
     if draft_tokens.dim() != 2 or draft_tokens.dtype != torch.int64:
         raise ValueError(
@@ -379,10 +329,9 @@ def speculative_accept(
 
 
 def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> Acceptance:
-    """Benchmark-only acceptance (``Generator(forced_acceptance=p)``): each of the
-    ``drafted[b]`` tokens (int64 ``[B]``) of row ``b`` is accepted with probability ``p``,
-    stopping at the first failure, whatever the models say; the next token is the main
-    model's argmax there (``best``, int64 ``[B, K+1]``). ``gen``: the draws' generator."""
+    """Benchmark-only acceptance (``forced_acceptance=p``): each of row ``b``'s
+    ``drafted[b]`` tokens kept with probability ``p`` until the first failure; the next
+    token is ``best[b]`` (the argmax, int64 ``[B, K+1]``) there. ``gen``: the generator."""
     B, K1 = best.shape
     u = torch.rand(B, K1 - 1, generator=gen, device=best.device)  # [B, K]
     ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < drafted[:, None])

@@ -1,13 +1,5 @@
-"""Text stop strings: end a row once the decoded text of its new tokens contains one.
-
-:class:`StopStrings` is what :meth:`bass.Generator.generate` uses for ``stop_strings``.
-It decodes only a bounded tail of each row: the tokens appended since the previous check
-plus enough earlier tokens (at least ``max(len(stop))`` characters of text, with a margin
-for a tokenizer that drops a leading space or splits a character into byte tokens), and
-reuses the previous check's decoded text to tell old text from new. A stop string may
-span several tokens, and one speculative step may append several tokens at once: the
-row then ends at the token that completes the stop string, as it would had the tokens
-come one at a time.
+"""Text stop strings: end a row once the decoded text of its new tokens contains one
+(:meth:`bass.Generator.generate`'s ``stop_strings``; how: docs/concepts/exactness.md).
 """
 
 from __future__ import annotations

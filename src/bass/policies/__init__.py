@@ -1,9 +1,5 @@
-"""Draft-length policies: how many tokens to draft per speculative step, as plugins.
-
-A policy subclasses :class:`Policy` (:mod:`bass.hooks` declares its hooks with their
-defaults; :func:`bind` resolves them once per generation) and is registered under the
-``bass.policies`` entry-point group (:mod:`bass.policies.registry`). The built-ins, how to
-choose one and how to write one: docs/guides/policies.md.
+"""Draft-length policies: :class:`Policy` plugins of entry-point group ``bass.policies``
+(the built-ins, choosing and writing one: docs/guides/policies.md).
 
 Typical use::
 

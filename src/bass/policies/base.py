@@ -1,7 +1,5 @@
-"""The policy contract's engine side: :func:`bind` resolves a policy's hooks (declared in
-:class:`bass.hooks.Policy`) once per generation and checks what they return; and
-:func:`option`, how the built-in policies declare and check their options
-(docs/guides/policies.md).
+"""The policy contract's engine side: :func:`bind` (a policy's hooks, resolved once per
+generation and checked) and :func:`option` (how the built-ins declare their options).
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ __all__ = [
 
 
 def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
-    """One draft length per row from ``per_row(ctx)``, else ``single()`` for every row;
-    capped at ``ctx.caps``. A bad one is a :class:`~bass.errors.PluginOutputError`
-    naming the policy (and the row), its message built only then (called every step)."""
+    """One draft length per row from ``per_row(ctx)``, else ``single()`` for every row,
+    capped at ``ctx.caps``; a bad one is a :class:`~bass.errors.PluginOutputError`."""
     if per_row is None:
         k = single()
         if type(k) is not int or k < 0:
@@ -58,8 +55,7 @@ def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]
 
 
 def _length(k: Any, said: str) -> int:
-    """``k`` as an int: a non-negative integer (Python's, numpy's or a one-element integer
-    tensor); anything else is the policy's bug, named."""
+    """``k`` as an int (Python's, numpy's or a one-element integer tensor), ``>= 0``."""
     bad_type = isinstance(k, (bool, np.bool_))
     if isinstance(k, torch.Tensor) and (k.dtype == torch.bool or k.is_floating_point()):
         bad_type = True
@@ -75,16 +71,15 @@ def _length(k: Any, said: str) -> int:
     return n
 
 
-# --------------------------------------------------------------------------- options
-
-
 def option(
-    default: Any, help: str, *, kind: type = int, low_exclusive: bool = False, **bound: Any
+    default: Any, help: str, *, kind: type | None = None, low_exclusive: bool = False, **bound: Any
 ) -> Any:
     """A policy option, declared once: a dataclass field with its default, a one-line doc
-    and its bound, a :class:`~bass.option_kinds.Range` of ``kind`` (``int`` or ``float``)
-    with ``low``, ``high``, ``optional`` (``bound``; ``high="l_limit"`` names another
-    option), ``low`` excluded with ``low_exclusive``. :class:`OptionsMixin` checks it."""
+    and its bound, a :class:`~bass.option_kinds.Range` of ``kind`` (``int`` or ``float``;
+    default: ``float`` for a float default, else ``int``) with ``low``, ``high``,
+    ``optional`` (``bound``; ``high="l_limit"`` names another option), ``low`` excluded
+    with ``low_exclusive``. :class:`OptionsMixin` checks it."""
+    kind = kind or (float if isinstance(default, float) else int)
     noun = "an int" if kind is int else "a number"
     bound = Range(kind, low_open=low_exclusive, noun=noun, **bound)
     return dataclasses.field(default=default, metadata={"help": help, "kind": bound})
@@ -130,18 +125,11 @@ def running_mean(old: float | None, new: float, weight: float) -> float:
     return new if old is None else (1.0 - weight) * old + weight * new
 
 
-# --------------------------------------------------------------------------- hooks
-
-
 def capabilities(cls: type) -> list[str]:
     """What a policy class decides, for ``bass policies``: ``"per-row draft lengths"`` or
-    ``"one length"``, and ``"per-row early stop"`` where it defines :meth:`early_stop
-    <bass.hooks.Policy.early_stop>`."""
-    if isinstance(cls, type) and issubclass(cls, Policy):
-        per_row = cls.draft_lengths is not Policy.draft_lengths
-        early = cls.early_stop is not Policy.early_stop
-    else:
-        per_row, early = hasattr(cls, "draft_lengths"), hasattr(cls, "early_stop")
+    ``"one length"``, and ``"per-row early stop"`` where it has ``early_stop``."""
+    per_row = getattr(cls, "draft_lengths", None) not in (None, Policy.draft_lengths)
+    early = getattr(cls, "early_stop", None) not in (None, Policy.early_stop)
     kinds = ["per-row draft lengths" if per_row else "one length"]
     return kinds + (["per-row early stop"] if early else [])
 

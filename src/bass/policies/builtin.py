@@ -1,7 +1,7 @@
-"""The built-in draft-length policies ``constant``, ``bass``, ``hf-heuristic`` and
-``confidence`` (``goodput``: :mod:`bass.policies.goodput`), registered like any plugin;
-what each decides: docs/guides/policies.md. An update with no active rows or
-``draft_length == 0`` (an engine-forced regular step) says nothing about acceptance.
+"""The built-in policies ``constant``, ``bass``, ``hf-heuristic`` and ``confidence``,
+registered like any plugin (what each decides: docs/guides/policies.md). An update with
+no active rows or ``draft_length == 0`` (an engine-forced regular step) says nothing
+about acceptance.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ BUILTIN_ENTRY_POINTS: dict[str, str] = BUILTIN["bass.policies"]
 
 
 def _uninformative(stats: StepRecord) -> bool:
+    # no active rows, or an engine-forced regular step: nothing about acceptance
     return stats.draft_length == 0 or stats.num_rows == 0
 
 
@@ -51,8 +52,6 @@ class ConstantPolicy(OptionsMixin, Policy):
 @dataclass
 class BassPolicy(OptionsMixin, Policy):
     """BASS's dynamic draft length, Algorithm 1 of arXiv 2404.15778, exactly.
-
-    The rule: docs/guides/policies.md; ``s`` is 1 after a decrease.
 
     >>> p = BassPolicy()
     >>> p.draft_length()
@@ -98,8 +97,6 @@ class HFHeuristicPolicy(OptionsMixin, Policy):
     """The schedule of transformers' assisted generation
     (``num_assistant_tokens_schedule="heuristic"``), batched.
 
-    The slowest row decides (docs/guides/policies.md).
-
     >>> p = HFHeuristicPolicy()
     >>> p.update(StepRecord(draft_length=5, accepted=[5, 5]))
     >>> p.draft_length()
@@ -135,10 +132,6 @@ class HFHeuristicPolicy(OptionsMixin, Policy):
 class ConfidencePolicy(OptionsMixin, Policy):
     """Per-row early exit from drafting on low draft confidence; needs no training.
 
-    ``k_max`` tokens, each row stopping at a draft token of low confidence: top-1
-    probability below ``min_top1`` or entropy above ``max_entropy`` nats
-    (docs/guides/policies.md).
-
     >>> p = ConfidencePolicy(k_max=6, min_top1=0.5)
     >>> p.draft_length(), p.early_stop(None)
     (6, EarlyStop(min_top1=0.5, max_entropy=None, calibration=None, floors=None))
@@ -147,11 +140,7 @@ class ConfidencePolicy(OptionsMixin, Policy):
     name: ClassVar[str] = "confidence"
     k_max: int = option(8, "batch-wide draft length cap", low=1)
     min_top1: float = option(
-        0.4,
-        "stop a row when the draft's top-1 probability is below this",
-        kind=float,
-        low=0,
-        high=1,
+        0.4, "stop a row when the draft's top-1 probability is below this", low=0, high=1
     )
     max_entropy: float | None = option(
         None,

@@ -1,7 +1,5 @@
-"""The ``goodput`` draft-length policy: pick the ``k`` that maximises expected generated
-tokens per second, from running estimates of acceptance and of draft/verify cost, after
-SmartSpec (arXiv 2406.14066); the model and its estimates: docs/guides/policies.md
-("How goodput chooses").
+"""The ``goodput`` draft-length policy, after SmartSpec (arXiv 2406.14066):
+docs/guides/policies.md, "How goodput chooses".
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ class GoodputPolicy(OptionsMixin, Policy):
     ema: float = option(
         0.3,
         "weight of the newest observation in each running estimate",
-        kind=float,
         low=0,
         high=1,
         low_exclusive=True,

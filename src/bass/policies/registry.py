@@ -1,6 +1,5 @@
-"""Finding and loading draft-length policies: the entry points of group ``bass.policies``,
-each naming a class or a factory taking the policy's options as keyword arguments.
-:func:`entry_points` is the only reader of installed metadata: tests monkeypatch it.
+"""Finding and loading policies: entry points of group ``bass.policies`` naming a class or
+factory that takes the options as keywords (:func:`entry_points`: the test seam).
 """
 
 from __future__ import annotations
