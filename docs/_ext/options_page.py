@@ -29,6 +29,10 @@ def _value(v) -> str:
     return f"`{json.dumps(v)}`" if isinstance(v, (bool, str)) else f"`{v!r}`"
 
 
+def _row(*cells: str) -> str:
+    return f"| {' | '.join(cells)} |"
+
+
 def _default(o, config: bool) -> str:
     if o.default is not None:
         return _value(o.default)
@@ -58,18 +62,15 @@ def tables() -> str:
     for table, keys in TABLES.items():
         for key, o in keys.items():
             flag = f"`{o.flag}`" if o.flag else ""
-            out.append(
-                f"| `[{table}].{key}` | {flag} | `{o.call}({o.said}=)` | {_default(o, True)} "
-                f"| {_cell(o.kind.allowed(docs))} | {_cell(o.doc)} |"
-            )
+            allowed, what = _cell(o.kind.allowed(docs)), _cell(o.doc)
+            python, default = f"`{o.call}({o.said}=)`", _default(o, True)
+            out.append(_row(f"`[{table}].{key}`", flag, python, default, allowed, what))
     out += ["", "### The Python API's own keywords", ""]
     out += ["| keyword | of | default | allowed | what |", "|---|---|---|---|---|"]
     for o in OPTIONS.values():
         if o.table is None:
-            out.append(
-                f"| `{o.said}` | `{o.call}()` | {_default(o, False)} "
-                f"| {_cell(o.kind.allowed(docs))} | {_cell(o.doc)} |"
-            )
+            allowed, what = _cell(o.kind.allowed(docs)), _cell(o.doc)
+            out.append(_row(f"`{o.said}`", f"`{o.call}()`", _default(o, False), allowed, what))
     out += [
         "",
         "### The built-in policies' options",
@@ -87,11 +88,8 @@ def tables() -> str:
         declared = [f for f in dataclasses.fields(target) if "kind" in f.metadata]
         values = {"values": {f.name: f.default for f in declared}}
         for f in declared:
-            allowed = f.metadata["kind"].allowed(values)
-            out.append(
-                f"| `{name}` | `{f.name}` | {_value(f.default)} | {_cell(allowed)} "
-                f"| {_cell(f.metadata['help'])} |"
-            )
+            allowed, what = _cell(f.metadata["kind"].allowed(values)), _cell(f.metadata["help"])
+            out.append(_row(f"`{name}`", f"`{f.name}`", _value(f.default), allowed, what))
     return "\n".join(out) + "\n"
 
 

@@ -1,19 +1,7 @@
-"""Every option bass takes from a user, declared once, and the checks at the public edge.
-
-:data:`OPTIONS` declares each keyword of :class:`bass.Generator`, its ``generate``,
-``generate_text`` and ``from_pretrained`` once (:class:`~bass.option_kinds.Option`); the
-checks here, the config file's tables (:mod:`bass.config`), the flags
-(:mod:`bass.cli.parser`) and the docs' tables (``docs/_ext/options_page.py``) are made
-from it. A value is checked when a call starts, never per step; a refused one raises
-:class:`~bass.errors.OptionError` (a ``TypeError`` and a ``ValueError``) naming the option
-as its source spells it, the value and what is allowed::
-
-    generate(): seed=-1 is not allowed; expected an integer >= 0 and < 2**63, or None (a seed drawn from torch's global generator)
-    bass.toml: [generation].seed = -1 is not allowed; expected an integer >= 0 and < 2**63 (leave it out: a seed drawn from torch's global generator)
-
-A core module: it imports no layer above the core, so :mod:`bass.config` installs its
-reader of ``config=`` arguments here when imported (:func:`use_config_reader`).
-"""  # noqa: E501
+"""Every option bass takes from a user, declared once (:data:`OPTIONS`), and the checks at
+the public edge: what is made from the declarations and what a refused value's
+:class:`~bass.errors.OptionError` says: docs/reference/options.md.
+"""
 
 from __future__ import annotations
 
@@ -354,7 +342,8 @@ _read_config: Callable[[Any], Any] | None = None
 
 def use_config_reader(read: Callable[[Any], Any]) -> None:
     """Install ``read(config)``: a :class:`bass.config.Config` from a ``config=`` argument
-    (a path, a dict, a Config). :mod:`bass.config` calls it when imported."""
+    (a path, a dict, a Config). :mod:`bass.config` calls it when imported (this core
+    module imports no layer above the core)."""
     global _read_config
     _read_config = read
 

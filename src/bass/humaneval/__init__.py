@@ -186,16 +186,14 @@ class Sample:
 # problem's last sample finishes
 SampleFn = Callable[..., tuple[list[list[Sample]], Any]]
 
-#: the bits of a task id's hash in its rows' ids (:func:`row_id`; ``row_key``'s limit)
-_TASK_BITS = 63 - SAMPLE_BITS
-
 
 def row_id(task_id: str, sample: int) -> int:
     """The row id (``generate(row_ids=...)``) of sample ``sample`` of problem ``task_id``:
     a function of the two alone, so a sample draws the same whichever problems share its
     generate call, in which order, and under every method."""
     digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
-    return row_key(int.from_bytes(digest, "big") >> (64 - _TASK_BITS), sample)
+    # the hash's top 63 - SAMPLE_BITS bits: row_key's limit
+    return row_key(int.from_bytes(digest, "big") >> (1 + SAMPLE_BITS), sample)
 
 
 def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs) -> SampleFn:
