@@ -10,7 +10,7 @@ import sys
 import traceback
 
 from ..config import ConfigError
-from .errors import UsageError, notes, one_line
+from .errors import UsageError, one_line
 from .filelock import command_line
 from .generate import cmd_generate
 from .info import cmd_bench, cmd_ops, cmd_policies
@@ -24,7 +24,7 @@ def _report(line: str, exc: BaseException, debug: bool) -> None:
     if debug:
         traceback.print_exception(exc)
     print(line, file=sys.stderr)
-    for note in notes(exc):
+    for note in getattr(exc, "__notes__", None) or []:
         print(f"bass: {note}", file=sys.stderr)
 
 

@@ -1,6 +1,5 @@
-"""The error a ``bass`` subcommand raises for something the user can fix, the notes a
-command adds to an error on its way out (what was kept, how to go on), and its lines on
-stderr."""
+"""The error a ``bass`` subcommand raises for something the user can fix, and its lines
+on stderr."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import sys
 
 from ..options import OptionError, fail
 
-__all__ = ["UsageError", "add_note", "flag_error", "notes", "one_line", "say"]
+__all__ = ["UsageError", "add_note", "flag_error", "one_line", "say"]
 
 
 class UsageError(Exception):
@@ -16,7 +15,7 @@ class UsageError(Exception):
 
 
 def add_note(exc: BaseException, note: str) -> None:
-    """Attach ``note`` to ``exc`` (PEP 678's ``__notes__``, so a traceback shows it too);
+    """Attach ``note`` (what was kept, how to go on) to ``exc`` as PEP 678's ``__notes__``;
     :func:`bass.cli.main` prints it after the error line."""
     if hasattr(exc, "add_note"):  # Python >= 3.11
         exc.add_note(note)
@@ -27,10 +26,6 @@ def add_note(exc: BaseException, note: str) -> None:
 def say(message: str) -> None:
     """``bass: MESSAGE`` on stderr."""
     print("bass: " + message, file=sys.stderr)
-
-
-def notes(exc: BaseException) -> list[str]:
-    return list(getattr(exc, "__notes__", None) or [])
 
 
 def one_line(exc: BaseException, limit: int | None = None) -> str:

@@ -1,12 +1,5 @@
-"""One writer per output file (docs/guides/config-and-cli.md, "One writer per file").
-
-The lock is on ``<file>.lock`` beside the file, not on the file: it is taken before
-anything is truncated, and survives a data-parallel run renaming a merged file over
-``--output``. (Where no lock file can be made, the existing file itself is locked, without
-the holder's details.) A run removes its lock file while still holding the lock; a run
-that takes a lock then checks that the file it locked is still the one at that path, so
-two runs never hold locks on two files of one name.
-"""
+"""One writer per output file: a lock on ``<file>.lock`` beside it (how and why:
+docs/guides/config-and-cli.md, "One writer per file")."""
 
 from __future__ import annotations
 
@@ -175,7 +168,7 @@ class OutputLock:
         fd, self.fd = self.fd, None
         if fd is None:
             return
-        if self.lock_path is not None:  # removed while locked: see the module's docstring
+        if self.lock_path is not None:  # removed while locked: see the docs page
             with contextlib.suppress(OSError):
                 now = os.stat(self.lock_path, follow_symlinks=False)
                 if os.path.samestat(now, os.fstat(fd)):

@@ -24,9 +24,8 @@ from .settings import note_sampling, resolve_config
 
 __all__ = ["MAX_JOB_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
 
-#: The most rows (prompts x ``--n``) one ``bass generate`` run takes: far more than a run
-#: finishes in a day, and few enough that the rows' bookkeeping (about 1.5 GB at the
-#: bound) is built before any model loads, rather than running out of memory.
+#: The most rows (prompts x ``--n``) one ``bass generate`` run takes (their bookkeeping,
+#: about 1.5 GB at the bound, is built before any model loads).
 MAX_JOB_ROWS = 10_000_000
 
 
@@ -229,9 +228,8 @@ def cmd_generate(args) -> int:
             f"note: --resume: {unchecked} rows in {out_path} carry no settings (written by an "
             "older bass): their generation settings are not checked"
         )
-    # this rank's group's rows still to generate, in order: a row's samples are keyed by
-    # (prompt, sample) alone (bass.sampling.row_key), so --batch-size, --resume, ranks and
-    # --n change no sample
+    # this rank's group's rows still to generate, in order: samples are keyed by (prompt,
+    # sample) alone (bass.sampling.row_key), whatever the batch, --resume, ranks or --n
     todo = [r for r in scale.rows(rows, len(prompts)) if r not in done]
     if done and scale.prints:
         say(
@@ -285,8 +283,7 @@ def cmd_generate(args) -> int:
         if todo:
             if plain is not None:  # drafting off first: the same rows and settings
                 off = plain.generate([encoded[i] for i, _ in todo], **job)
-            # continuous batching: --batch-size rows at once, each printed and appended to
-            # --output (unbuffered) the moment it finishes, then released (bounded memory)
+            # each row printed and appended to --output the moment it finishes, then released
             stream = gen.stream([encoded[i] for i, _ in todo], on_step=progress.on_step, **job)
             with contextlib.closing(stream):  # a failed write ends the generation
                 for row in stream:

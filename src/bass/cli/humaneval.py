@@ -1,6 +1,5 @@
-"""``bass eval humaneval``: the command-line side of :mod:`bass.humaneval`, whose functions
-are looked up when the command runs (``he.load_problems``, ``he.make_sampler``): replacing
-one there replaces it here."""
+"""``bass eval humaneval``: the command line of :mod:`bass.humaneval` (its functions are
+looked up when the command runs: replacing one there replaces it here)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import sys
 from pathlib import Path
 
 from .. import humaneval as he
-from ..batch_state import PromptError
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
@@ -68,9 +66,8 @@ def _named(sample, n: int):
     return named
 
 
-#: Problems per generate call: enough for this many times ``--batch-size`` rows (so a
-#: call's tail, its last rows finishing with fewer at once, is a small part of it), or
-#: :data:`DEFAULT_CHUNK_ROWS` rows without ``--batch-size``
+#: Rows per generate call: this many times ``--batch-size``, or :data:`DEFAULT_CHUNK_ROWS`
+#: (docs/guides/config-and-cli.md, "bass eval humaneval")
 CHUNK_ROWS = 4
 DEFAULT_CHUNK_ROWS = 256
 
@@ -110,8 +107,7 @@ def cmd_humaneval(args) -> int:
         name: _named(he.make_sampler(g, tokenizer, chat=chat, **batch, **kwargs), n)
         for name, g in methods.items()
     }
-    # each method's call takes many problems (continuous batching), the methods in turn
-    # per chunk of them; a chunk's lines are written once every method has done it
+    # the methods in turn per chunk of problems; a chunk's lines once every method did it
     rows = CHUNK_ROWS * args.batch_size if args.batch_size else DEFAULT_CHUNK_ROWS
     chunk = -(-rows // n)
     out = LineWriter(Path(args.output), "--output") if args.output else None
@@ -127,14 +123,10 @@ def cmd_humaneval(args) -> int:
             progress=say if show else None,
             chunk=chunk,
         )
-    except BaseException as exc:  # an error or Ctrl-C: say what is kept
-        # a prompt past the model's context: the user's to fix; other errors as they are
-        error = UsageError(str(exc)) if isinstance(exc, PromptError) else exc
-        if out is not None:
-            add_note(error, f"{out.lines} of {len(problems)} problems' results are in {out.path}")
-        if error is exc:
-            raise
-        raise error from exc
+    except BaseException as exc:  # an error or Ctrl-C (a prompt's error: _named's)
+        if out is not None:  # say what is kept
+            add_note(exc, f"{out.lines} of {len(problems)} problems' results are in {out.path}")
+        raise
     finally:
         if out is not None:
             out.close()

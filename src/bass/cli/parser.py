@@ -1,9 +1,6 @@
-"""The ``bass`` command line: its subcommands and their flags (``argparse``).
-
-A flag that sets an option of the config file (``--temperature``: ``[generation].temperature``)
-is made from that option's declaration in :mod:`bass.options`: its type or choices, its
-help (the option's doc and default); the flags of the command line alone are listed here.
-"""
+"""The ``bass`` command line: its subcommands and their flags (``argparse``). A flag that
+sets a config option (``--temperature``) is made from its declaration in
+:mod:`bass.options`; the flags of the command line alone are listed here."""
 
 from __future__ import annotations
 

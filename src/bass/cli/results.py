@@ -1,7 +1,5 @@
-"""The commands' inputs and outputs on disk: prompts that know where they came from,
-output paths checked before any model loads, output files written a piece at a time, and
-the ``--resume`` check of a results file (docs/guides/config-and-cli.md, "Nothing finished
-is lost")."""
+"""The commands' inputs and outputs on disk (docs/guides/config-and-cli.md, "Nothing
+finished is lost")."""
 
 from __future__ import annotations
 
@@ -137,9 +135,8 @@ def read_done(
     path: Path, prompts: list[str], n: int, settings: dict
 ) -> tuple[set[tuple[int, int]], int]:
     """For ``--resume``: the ``(prompt index, sample)`` rows the results file ``path``
-    holds, and how many carry no ``settings`` (an older bass's: unchecked). Every complete
-    line is checked against this run (its ``prompts``, ``n`` and
-    :func:`bass.cli.generate.row_settings`) before a last line cut short is removed."""
+    holds, each checked against this run (``prompts``, ``n``, ``settings``), and how many
+    carry no ``settings`` (an older bass's); a last line cut short is then removed."""
     if not path.exists():
         return set(), 0
     try:

@@ -1,8 +1,5 @@
 """``bass generate`` under ``torchrun``: which rows this rank generates, and where they
-go (each data-parallel group's to a shard, ``OUTPUT.rank<r>``, that rank 0 merges into
-``--output``): docs/guides/scale-out.md. Only rank 0 prints; it holds the output's lock
-for the whole job.
-"""
+go (docs/guides/scale-out.md). Only rank 0 prints and holds the output's lock."""
 
 from __future__ import annotations
 
@@ -117,28 +114,22 @@ def merge(out: Path) -> None:
             # the last piece is "" for a complete file, a row cut short when a rank
             # died while writing it (that row is generated again)
             for number, line in enumerate(lines[:-1], 1):
-                if line.strip():
-                    rows.append(_row(line, f"{path}:{number}"))
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    row = None
+                keys = ("prompt_index", "sample")  # the rest is checked by read_done
+                if not (isinstance(row, dict) and all(isinstance(row.get(k), int) for k in keys)):
+                    raise not_a_row(f"{path}:{number}")
+                rows.append(row)
     rows.sort(key=lambda r: (r["prompt_index"], r["sample"]))
     tmp = out.with_name(out.name + ".merging")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     os.replace(tmp, out)
     for path in parts:
         path.unlink(missing_ok=True)
-
-
-def _row(line: str, where: str) -> dict:
-    """One line of ``--output`` or a shard, as a row (checked in full by ``read_done``)."""
-    try:
-        row = json.loads(line)
-    except ValueError:
-        row = None
-    if not (
-        isinstance(row, dict)
-        and all(isinstance(row.get(k), int) for k in ("prompt_index", "sample"))
-    ):
-        raise not_a_row(where)
-    return row
 
 
 def start(args) -> Scaleout:
