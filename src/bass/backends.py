@@ -1,9 +1,7 @@
-"""Device tuning, chosen once when a :class:`bass.Generator` is built: what is specific to
-one device lives behind :class:`Backend`, which reports what it chose in
+"""Device tuning, chosen once when a :class:`bass.Generator` is built and reported by
 :meth:`Backend.describe` (``res.stats.backend``, ``bass ops``). :class:`GenericBackend`
-does no tuning (CUDA graphs are ``compile="reduce-overhead"``); :class:`CPUBackend` runs
-the linear layers in their measured-fastest layouts, packed copies only within a budget
-of the free memory (docs/guides/performance.md, "CPU: the linear layers' layouts").
+does no tuning (CUDA graphs are ``compile="reduce-overhead"``); :class:`CPUBackend`:
+docs/guides/performance.md, "CPU: the linear layers' layouts".
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .cpu_linear import MODES as CPU_LINEAR_MODES  # what Generator(cpu_linear=) accepts
+from . import cpu_linear
+from .cpu_linear import _check_mode
 
 __all__ = [
     "PACKED_MEMORY_SHARE",
@@ -29,13 +28,6 @@ __all__ = [
 #: The share of the free memory (``MemAvailable``) that the CPU backend's packed weight
 #: copies may take; above it, ``cpu_linear="auto"`` uses the copy-free layouts only.
 PACKED_MEMORY_SHARE = 0.5
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in CPU_LINEAR_MODES:
-        raise ValueError(
-            f"cpu_linear must be one of {', '.join(map(repr, CPU_LINEAR_MODES))}, got {mode!r}"
-        )
 
 
 def available_memory() -> int | None:
@@ -112,16 +104,14 @@ class CPUBackend(Backend):
             raise ValueError(f"memory_share must be a number in [0, 1], got {share!r}")
 
     def logits_multiple(self, model: torch.nn.Module) -> int:
-        from .cpu_linear import routing
-
-        if self.chosen not in ("", "torch") and routing(model) is not None:
+        if self.chosen not in ("", "torch") and cpu_linear.routing(model) is not None:
             return 1  # a calibrated lm head computes exactly the rows asked for
         # the lm head in torch's layout: 4 rows cost less than 2 or 3 (MKL; 21.5 ms for 2
         # rows of a 49152-token head, 16.5 for 4: bench/results/cpu_pass_cost.md)
         return 4
 
     def prepare(self, models: list[torch.nn.Module]) -> None:
-        from . import compat, cpu_linear
+        from . import compat
 
         mode = self.mode
         if mode == "auto":
@@ -149,19 +139,16 @@ class CPUBackend(Backend):
         """Pack again the copies whose weights changed (:func:`bass.cpu_linear.refresh`)."""
         if self.packed_bytes == 0:
             return
-        from .cpu_linear import refresh
-
         t0 = time.perf_counter()
-        self.repacked = sum(refresh(m) for m in models)
+        self.repacked = sum(cpu_linear.refresh(m) for m in models)
         self.check_seconds = time.perf_counter() - t0
 
     def wrap(self, forward: Callable) -> Callable:
         if self.chosen == "torch" or not self.chosen:
             return forward  # routed layers (another Generator's) run F.linear here
-        from .cpu_linear import active
 
         def routed(*args):
-            with active(True):
+            with cpu_linear.active(True):
                 return forward(*args)
 
         routed.__wrapped__ = forward

@@ -1,13 +1,11 @@
 """RaggedKVCache: a preallocated KV cache with one length per row, speaking the part of
-transformers' ``Cache`` protocol that decoder layers and mask builders use (why bass
-keeps its own: docs/concepts/design.md, "transformers integration").
+transformers' ``Cache`` protocol that decoder layers and mask builders use (why:
+docs/concepts/design.md, "transformers integration").
 
-``lens`` int32 ``[B]`` counts each row's committed entries. A pass, framed by
-:meth:`begin_packed` (or :meth:`begin`, padded), appends at ``lens`` in every layer's
-``update``; attention sees ``kv_lens = lens + q_lens``; :meth:`commit` then keeps what
-the caller accepts (a smaller length is the whole rollback). Buffers (``[B, Hkv, S, D]``
-per layer) are never reallocated, compaction included, so their ``data_ptr`` is fixed
-(what CUDA graphs need).
+``lens`` int32 ``[B]`` counts each row's committed entries; a pass (:meth:`begin_packed`,
+or :meth:`begin` padded) appends at ``lens``, attention sees ``lens + q_lens``, and
+:meth:`commit` keeps what the caller accepts (a smaller length is the whole rollback).
+Buffers are never reallocated, so their ``data_ptr`` is fixed (CUDA graphs).
 """
 
 from __future__ import annotations
@@ -91,13 +89,9 @@ class RaggedKVCache:
         self, cu_q_lens: torch.Tensor, lens: torch.Tensor | None = None, plan=None
     ) -> torch.Tensor:
         """Frame a packed forward pass: row ``b`` brings tokens ``cu_q_lens[b]`` ..
-        ``cu_q_lens[b+1] - 1`` of the flat ``[1, N]`` input (int32 ``[B+1]``); returns
-        ``kv_lens`` (int32 ``[B]``).
-
-        ``lens`` (int32 ``[B]``), when given, replaces the committed lengths first (the
-        engine's host copy, sent with the pass). ``plan``: the pass's
-        :class:`bass.ops.Plan`, whose append every layer's :meth:`update` runs.
-        """
+        ``cu_q_lens[b+1] - 1`` of the flat ``[1, N]`` input; returns ``kv_lens``. ``lens``
+        (given: replaces the committed lengths first); ``plan``: the pass's
+        :class:`bass.ops.Plan`, whose append every layer's :meth:`update` runs."""
         if lens is not None:
             self.lens = lens
         self.plan = plan

@@ -1,9 +1,6 @@
-"""The linear layers' matrix products on a CPU, in the fastest of three layouts per row
-count (torch's ``x W^T``, :func:`transposed_linear`, :func:`packed_linear` on a oneDNN copy
-of the weight): :func:`calibrate` times them on the model's layers, :func:`install` routes
-each ``nn.Linear`` inside bass's own passes, :func:`refresh` packs changed weights again.
-What the Generator's ``cpu_linear`` modes do, what they cost and why they pay:
-docs/guides/performance.md ("CPU: the linear layers' layouts").
+"""The linear layers' matrix products on a CPU in the fastest of three layouts per row
+count, measured on the model: docs/guides/performance.md ("CPU: the linear layers'
+layouts", which also says how they are measured, routed and kept up to date).
 """
 
 from __future__ import annotations
@@ -70,11 +67,8 @@ Shape = tuple[int, int, torch.dtype]  # (out, in, dtype) of a weight
 
 @dataclass(frozen=True)
 class LinearPlan:
-    """Per weight shape ``(out, in, dtype)``: ``rows``, the layout of each calibrated row
-    count that does not keep torch's; ``above``, the layout of every row count past
-    ``last`` (the largest calibrated one; absent: torch's); ``timings``, what was measured,
-    best of the rounds (``{shape: {M: {layout: seconds per sweep}}}``, ``M`` in
-    :data:`ROWS` and :data:`ABOVE`); ``swept``, the bytes of weights one sweep read."""
+    """Which layout each row count takes, per weight shape ``(out, in, dtype)``, and the
+    timings it was chosen from (its fields: docs/guides/performance.md, "The plan")."""
 
     rows: dict[Shape, dict[int, str]]
     above: dict[Shape, str] = field(default_factory=dict)
@@ -89,9 +83,8 @@ class LinearPlan:
         return self.rows.get(shape, {}).get(m, "torch")
 
     def code(self, shape: Shape) -> int:
-        """The plan as the op ``bass::cpu_linear`` takes it: bits ``2M, 2M+1`` hold row
-        count ``M``'s layout (its index in :data:`LAYOUTS`) for ``M <= 30``; bits 0-1 the
-        layout of every larger count."""
+        """The plan as one integer, as the op ``bass::cpu_linear`` takes it (2 bits per
+        row count: docs/guides/performance.md, "The plan")."""
         out = LAYOUTS.index(self.layout(shape, _CODED + 1))
         for m in range(1, _CODED + 1):
             out |= LAYOUTS.index(self.layout(shape, m)) << (2 * m)
@@ -102,13 +95,12 @@ class LinearPlan:
         return bool(self.rows.get(shape)) or self.above.get(shape, "torch") != "torch"
 
     def packs(self, shape: Shape) -> bool:
-        """Whether weights of ``shape`` take the packed layout somewhere (and so need
-        their packed copy)."""
+        """Whether weights of ``shape`` take the packed layout somewhere (need a copy)."""
         return self.above.get(shape) == "packed" or "packed" in self.rows.get(shape, {}).values()
 
     def without_packed(self, margin: float = MARGIN) -> LinearPlan:
-        """The plan chosen from the same timings with the packed layout left out (with no
-        timings: the packed row counts keep torch's layout)."""
+        """The plan chosen from the same timings with the packed layout left out (no
+        timings: torch's layout where it was packed)."""
         if self.timings:
             return _plan_from(self.timings, self.swept, self.last, margin, LAYOUTS[:2])
         rows = {s: {m: k for m, k in r.items() if k != "packed"} for s, r in self.rows.items()}
@@ -154,10 +146,8 @@ def _shape(m: torch.nn.Linear) -> Shape:
 
 
 def transposed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
-    """``F.linear(x, weight, bias)`` computed as ``(weight @ x^T)^T`` (contiguous). A single
-    row goes in twice: ``weight`` times one column is a matrix-vector product, which some
-    BLAS builds run far slower than a matrix product of two columns (MKL on a 2-core Zen 4:
-    3x slower)."""
+    """``F.linear(x, weight, bias)`` computed as ``(weight @ x^T)^T`` (contiguous; a single
+    row goes in twice: docs/guides/performance.md, "The layouts")."""
     x2 = x.reshape(-1, x.shape[-1])
     one = x2.shape[0] == 1
     if one:
@@ -172,7 +162,7 @@ def transposed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` reordered into oneDNN's blocked layout (an opaque copy: see
+    """``weight`` reordered into oneDNN's blocked layout (an opaque copy for
     :func:`packed_linear`). Raises where the build or the dtype has no such layout."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
 
@@ -210,12 +200,10 @@ def calibrate(
     packed: bool = True,
 ) -> LinearPlan:
     """Time the layouts (``packed=False``: the two that need no copy) on ``model``'s CPU
-    linear layers, per weight shape, per row count in ``rows`` and in ``above`` past them
-    (standing for every larger count), and return the plan. Timed interleaved, best of
-    ``rounds``, each sweep over at least ``budget_bytes`` of weights of one shape (more
-    than a last-level cache holds); another layout than torch's is kept only where it takes
-    at most ``margin`` of torch's time. A packed layout that computes other numbers than
-    ``F.linear`` (beyond rounding) or that the build lacks is never chosen."""
+    linear layers, per weight shape, per row count in ``rows`` and in ``above`` (standing
+    for every larger count), and return the plan: another layout than torch's where it
+    takes at most ``margin`` of torch's time. Best of ``rounds``, each sweep over at least
+    ``budget_bytes`` of weights (how: docs/guides/performance.md, "Measuring")."""
     if not 0.0 < margin <= 1.0:
         raise ValueError(f"margin must be in (0, 1], got {margin}")
     if rounds < 1:
@@ -275,8 +263,7 @@ def _machine() -> str:
 
 def measured(model: torch.nn.Module) -> LinearPlan:
     """:func:`calibrate` with its defaults, through the cache on disk
-    (``$BASS_CPU_LINEAR_CACHE``; its key and location: docs/guides/performance.md): read
-    where this machine measured the same weight shapes before, else measured and stored."""
+    (``$BASS_CPU_LINEAR_CACHE``: docs/guides/performance.md)."""
     counts = collections.Counter(_shape(m) for m in _cpu_linears(model))
     folder = disk_cache.root(CACHE_VARIABLE, "cpu_linear")
     shapes = sorted([o, i, str(dt), n] for (o, i, dt), n in counts.items())
@@ -357,10 +344,8 @@ def _version(t: torch.Tensor) -> int:
 
 def fingerprint(weight: torch.Tensor) -> tuple[bytes, bytes]:
     """What :func:`refresh` compares: the exclusive-or of ``weight``'s bit patterns
-    (``[out, in]``, any float dtype) along each row and along each column. Exact (no float
-    rounding): a change to any element changes its row's and its column's, and a reordering
-    within rows or within columns changes the other one. One read of the weight (numpy's
-    vectorised reductions: torch's integer reductions are several times slower on a CPU)."""
+    (``[out, in]``, any float dtype) along each row and along each column (exact:
+    docs/guides/performance.md, "Weight changes")."""
     w = weight.detach()
     if not w.is_contiguous():
         w = w.contiguous()
@@ -381,9 +366,8 @@ def _repack(entry: list, weight: torch.Tensor) -> None:
 
 
 def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
-    """The packed copy of ``weight`` held under ``handle``, packed again if the weight
-    was replaced or changed in place with its version counter moving since (changes that
-    bypass the counter are :func:`refresh`'s); ``None`` for an unknown handle."""
+    """The packed copy held under ``handle`` (``None``: unknown), packed again if
+    ``weight`` was replaced or its version counter moved."""
     entry = _PACKS.get(handle)
     if entry is None:
         return None
@@ -393,11 +377,8 @@ def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def refresh(model: torch.nn.Module) -> int:
-    """Pack again every packed copy of ``model``'s routed layers whose weight changed since
-    it was packed: replaced, or changed in place with its version counter moving
-    (``load_state_dict``) or without (``w.data.copy_(...)``, as EMA updates and weight
-    syncs do), found by its :func:`fingerprint` (one read of the packed weights). The
-    Generator calls this at the start of every generation. Returns how many copies were
+    """Pack again every packed copy of ``model``'s routed layers whose weight changed since,
+    in any way (docs/guides/performance.md, "Weight changes"). Returns how many copies were
     packed again."""
     repacked = 0
     with torch.no_grad():
@@ -412,9 +393,8 @@ def refresh(model: torch.nn.Module) -> int:
 
 
 def _owned(model: torch.nn.Module) -> tuple[set[int], bool]:
-    """The handles of packed copies that ``model``'s own layers own, and whether every
-    routed layer of ``model`` holds such a handle (not one a copy of the model
-    inherited: ``copy.deepcopy`` copies the attributes that name it)."""
+    """The handles of the packed copies ``model``'s layers own, and whether every routed
+    layer holds one of them (not one a ``copy.deepcopy`` of the model inherited)."""
     layers = {id(m) for m in model.modules()}
     own = {h for h, e in _PACKS.items() if id(e[3]()) in layers}  # (a dead owner: id(None))
     held = [m.__dict__[_HANDLE] for m in model.modules() if m.__dict__.get(_HANDLE, -1) >= 0]
@@ -428,10 +408,8 @@ _lib.define("cpu_linear(Tensor x, Tensor weight, Tensor? bias, int plan, int han
 def cpu_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: int,
                   handle: int = -1) -> torch.Tensor:  # fmt: skip
     """``F.linear(x, weight, bias)`` in the layout ``plan`` (:meth:`LinearPlan.code`) names
-    for ``x``'s row count ``M``; the packed layout takes the copy held under ``handle``
-    (``F.linear`` where there is none). The CPU kernel of the op ``bass::cpu_linear`` that
-    compiled passes call, one opaque op so the row count is read at run time, not guarded
-    on (why ``torch.library.Library``, not ``custom_op``: docs/guides/performance.md)."""
+    for ``x``'s row count, the packed one taking the copy held under ``handle``
+    (``F.linear`` where there is none): the CPU kernel of the op ``bass::cpu_linear``."""
     m = x.numel() // x.shape[-1] if x.shape[-1] else 0
     code = ((plan >> (2 * m)) & 3 if m <= _CODED else plan & 3) if m else 0
     if code == 1:
@@ -450,9 +428,8 @@ def _(x, weight, bias, plan, handle=-1):
 
 
 def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """The forward :func:`install` binds to a routed layer (a bound method, not a closure:
-    a ``copy.deepcopy`` of the model computes with its own weights; correct, and slow
-    while it shares the original's packed copy, until :func:`prepare` routes it)."""
+    """The forward :func:`install` binds to a routed layer (a method, not a closure, for
+    ``copy.deepcopy``: docs/guides/performance.md, "Routing")."""
     w, b = self.weight, self.bias
     if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
         return F.linear(x, w, b)
@@ -466,9 +443,8 @@ def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def install(model: torch.nn.Module, plan: LinearPlan) -> int:
     """Route ``model``'s CPU linear layers by ``plan`` and make the packed copies it needs
-    (one per weight, layers sharing a weight share it); returns how many layers were routed
-    (a layer whose shape keeps torch's layout keeps its own forward). Calling it again
-    replaces the previous routing; :func:`uninstall` removes it."""
+    (one per weight); returns how many layers were routed. Calling it again replaces the
+    previous routing; :func:`uninstall` removes it."""
     uninstall(model)
     routed = 0
     handles: dict[int, int] = {}  # weight data_ptr -> handle
@@ -513,8 +489,7 @@ def uninstall(model: torch.nn.Module) -> None:
 
 
 def packed_bytes(model: torch.nn.Module) -> int:
-    """The memory the packed copies of ``model``'s routed layers take (bytes of the
-    weights they copy)."""
+    """Bytes of the packed copies of ``model``'s routed layers (of the weights copied)."""
     own = _owned(model)[0]
     seen = {m.__dict__[_HANDLE]: m.weight for m in model.modules() if _HANDLE in m.__dict__}
     return sum(w.numel() * w.element_size() for h, w in seen.items() if h in own)
@@ -527,21 +502,22 @@ def linear_bytes(model: torch.nn.Module) -> int:
     return sum(w.numel() * w.element_size() for w in seen.values())
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+
+
 def routing(model: torch.nn.Module) -> LinearPlan | None:
     """The plan installed on ``model``, or ``None``."""
     return model.__dict__.get(_PLAN)
 
 
 def prepare(model: torch.nn.Module, mode: str = "auto") -> LinearPlan | None:
-    """What the Generator calls: ``"auto"`` calibrates ``model`` (once: the measurement is
-    kept on it) and installs the plan when its weights are on the CPU; ``"unpacked"`` the
-    same plan without the packed layout (no copies); ``"torch"`` does nothing (that
-    Generator's passes do not route). A plan installed by hand (:func:`install`) is kept
-    (less its packed layout under ``"unpacked"``). The model's routing is the last
-    Generator's: an ``"unpacked"`` one built after an ``"auto"`` one drops the packed
-    copies for both."""
-    if mode not in MODES:
-        raise ValueError(f"cpu_linear must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    """What the Generator calls: ``"auto"`` calibrates ``model`` once (:func:`measured`)
+    and installs the plan, ``"unpacked"`` the same plan without the packed layout,
+    ``"torch"`` nothing (docs/guides/performance.md, "Modes"). Returns the plan installed,
+    or ``None``."""
+    _check_mode(mode)
     if mode == "torch" or not _cpu_linears(model):
         return None
     base = model.__dict__.get(_CALIBRATION) or routing(model) or measured(model)

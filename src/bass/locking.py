@@ -1,22 +1,7 @@
 """Threads: bass runs one generation at a time per process, each as if it were alone.
-
 Every :meth:`bass.Generator.generate` call, and every :class:`bass.Generator` being built,
-holds one process-wide lock while it touches the models; the contract (calls take turns
-and each returns what it would alone; argument checks come first; a call from inside a
-running generation on its thread raises :class:`ReentrantGenerationError`) is in
-docs/guides/generation.md ("Threads"). ``time_budget`` counts from the moment the call
-runs, not from when it started waiting.
-
-Models may be shared between Generators: each generation switches its models to
-``attn_implementation="bass"`` and back when it returns; a model's CPU layouts are those
-of the Generator built last (:func:`bass.cpu_linear.prepare`). Using a model outside bass
-while a generation runs on it (its own ``generate`` in another thread) is not supported:
-it would see bass's attention.
-
-One lock for the process, not one per model: a generation switches process-wide state
-besides its models' (the routing switch of :mod:`bass.cpu_linear`, the host-side length
-checks of :mod:`bass.ops`), so two generations on disjoint models could still change
-each other's passes.
+holds one process-wide lock while it touches the models (the contract, shared models and
+why one lock: docs/reference/runtime.md, "Threads and shared models").
 """
 
 from __future__ import annotations

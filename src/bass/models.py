@@ -109,10 +109,8 @@ def _from_gguf(cls, path: Path, kwargs: dict, what: str):
 
 def _save(obj, folder: Path) -> None:
     """``obj.save_pretrained(folder)``, then the marker ``_COMPLETE`` (last: a folder
-    holding it is whole). A model loaded from GGUF, which transformers marks quantized
-    (its weights are de-quantized floats, but save_pretrained refuses it), is saved as a
-    plain model: its config without ``quantization_config``, its generation config, and
-    its weights as safetensors (tied ones once)."""
+    holding it is whole). A model from GGUF, marked quantized (save_pretrained refuses
+    it) though its weights are floats, is saved as a plain one, less its quantization."""
     config = getattr(obj, "config", None)
     if getattr(config, "quantization_config", None) is None:
         obj.save_pretrained(str(folder))
@@ -239,11 +237,9 @@ def load_tensor_parallel(source, tp: int, *, dtype=None):
 
 def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
     """:meth:`bass.Generator.from_pretrained`'s loading: ``(main model, draft, shared
-    vocabulary)``. The draft is ``None``, an installed drafter's name (passed on as is) or
-    a model loaded like the main one; the shared vocabulary is set where the two models'
-    logit counts differ only by padding (:func:`padded_vocab`). ``tp_size > 1``: the main
-    model is sharded over this rank's tensor-parallel group (:mod:`bass.distributed`),
-    the draft model replicated."""
+    vocabulary)`` (:func:`padded_vocab`). The draft is ``None``, a drafter's name (as is)
+    or a model loaded like the main one; ``tp_size > 1`` shards the main model over this
+    rank's tensor-parallel group (:mod:`bass.distributed`), the draft replicated."""
     from . import drafters
 
     if tp_size != 1:

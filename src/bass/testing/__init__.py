@@ -1,12 +1,9 @@
 """``bass.testing``: the proofs that output stays exact, for your own drafters, policies
-and attention kernels too: float64 loop oracles of the op contracts
-(:mod:`~bass.testing.oracles`), greedy and seeded-sampling equivalence
-(:mod:`~bass.testing.equivalence`), chi-square tests against the exact distribution
-(:mod:`~bass.testing.distribution`) and hypothesis strategies
-(:mod:`bass.testing.strategies`, needs ``hypothesis``).
-
-What each check proves: ``docs/concepts/exactness.md``; a drafter proved exact, greedy,
-sampled and in distribution: ``docs/guides/drafters.md`` ("Prove it exact").
+and attention kernels too: float64 loop oracles of the op contracts, greedy and
+seeded-sampling equivalence, chi-square tests against the exact distribution and
+hypothesis strategies (:mod:`bass.testing.strategies`, needs ``hypothesis``). What each
+check proves: ``docs/concepts/exactness.md``; a drafter proved exact, greedy, sampled and
+in distribution: ``docs/guides/drafters.md`` ("Prove it exact").
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Sampling exactness: a generator's sampled continuations against the main model's exact
-distribution (:func:`exact_distribution`: every one of the ``V**L`` continuations of a
-tiny vocabulary, in one batched forward pass), by a chi-square goodness-of-fit test
-(:func:`assert_distribution_equivalent`). No scipy: the chi-square tail is
-``gammaincc(df / 2, stat / 2)``.
-"""
+"""Sampling exactness in distribution, by a chi-square test against the exact
+distribution: docs/reference/testing.md ("In distribution")."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -67,17 +64,12 @@ def exact_distribution(
     return dict(zip(seqs, picked.prod(-1).tolist()))
 
 
-class ChiSquare(tuple):
+class ChiSquare(NamedTuple):
     """``(statistic, df, p_value)`` of a goodness-of-fit test."""
 
-    __slots__ = ()
-
-    def __new__(cls, statistic: float, df: int, p_value: float):
-        return super().__new__(cls, (statistic, df, p_value))
-
-    statistic = property(lambda self: self[0])
-    df = property(lambda self: self[1])
-    p_value = property(lambda self: self[2])
+    statistic: float
+    df: int
+    p_value: float
 
 
 def chi_square_test(counts: Mapping, expected: Mapping[object, float]) -> ChiSquare:

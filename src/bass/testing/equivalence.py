@@ -1,13 +1,5 @@
-"""Greedy equivalence: a generator's rows against the main model decoding each prompt
-alone, token for token; and seeded sampling with deterministic drafts against plain
-sampled decoding with the same seed (:func:`assert_sampled_equivalent`).
-
-The reference is transformers' own ``generate(do_sample=False)`` on one prompt at a time
-(batch 1, no padding), never bass, run to ``max_new_tokens`` with no eos; each row is then
-cut where bass must stop it (the first eos, kept; the first stop sequence, kept; the token
-that completes the first stop string, kept). Greedy decoding is prefix-consistent, so that
-cut equals what a generation that stopped there would have produced.
-"""
+"""Greedy and seeded-sampling equivalence, token for token; the references:
+docs/reference/testing.md ("Greedy and seeded sampling")."""
 
 from __future__ import annotations
 
@@ -68,7 +60,7 @@ def greedy_reference(
     tokenizer=None,
 ) -> list[int]:
     """The main model's own greedy continuation of ``prompt`` alone, cut where a row of
-    bass must stop (see the module docstring)."""
+    bass must stop (docs/reference/testing.md, "Greedy and seeded sampling")."""
     from transformers import GenerationConfig
 
     ids = torch.tensor([list(prompt)], device=model.device)

@@ -1,12 +1,5 @@
-"""Naive oracles of the bass ops' contracts (``docs/reference/ops.md``): loops over rows,
-heads and tokens, in float64, sharing no code (and no masking or indexing trick) with any
-implementation they judge.
-
-Attention is one ``torch.softmax`` per (row, head, query) over the explicit slice of keys
-that query may see, so a key slot past a row's length is never read: NaN stored there
-cannot reach the oracle's output, and must not reach the op's either. Lengths may be int
-tensors or sequences of ints. Slow by design: keep inputs small.
-"""
+"""Naive float64 loop oracles of the bass ops' contracts (``docs/reference/ops.md``); how
+they judge: docs/reference/testing.md ("The oracles")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Hypothesis strategies for bass's inputs: ragged prompt batches and op arguments.
 
-Length patterns are where batching bugs hide (a prefill that mapped logits back to the
-wrong rows passed every test until prompts of close, unsorted lengths came along), so
-the strategies draw them by name (:data:`LENGTH_PATTERNS`). :data:`EXAMPLE_LENGTHS` holds
-one concrete batch shape per pattern (with the 17, 17, 18, 13, 16 batch that found that
-bug) for ``@example``-pinned tests. Needs ``hypothesis`` (the ``testing`` extra).
+Length patterns are drawn by name (:data:`LENGTH_PATTERNS`; why: docs/reference/testing.md);
+:data:`EXAMPLE_LENGTHS` holds one concrete batch shape per pattern for ``@example``-pinned
+tests. Needs ``hypothesis`` (the ``testing`` extra).
 
 >>> from hypothesis import given
 >>> from bass.testing.strategies import ragged_prompts
