@@ -75,23 +75,20 @@ class BatchState:
         eos: set[int],
         stops: list[tuple] = (),
         texts: StopStrings | None = None,
-        slots: int | None = None,
+        *,
+        slots: int,
     ):
-        n = len(prompts) if slots is None else slots
         self.by_prompt = prompts  # prompt + committed tokens, per prompt
-        self.seqs: list[list[int]] = [[] for _ in range(n)]  # per slot: its prompt's list
-        self.prompt_of = [-1] * n  # per slot: its prompt index (-1: free)
-        self.draft_lens = [0] * n  # per slot: the draft cache's length
-        self.done = [True] * n  # per slot: nothing to generate (finished or free)
+        self.seqs: list[list[int]] = [[] for _ in range(slots)]  # per slot: its prompt's list
+        self.prompt_of = [-1] * slots  # per slot: its prompt index (-1: free)
+        self.draft_lens = [0] * slots  # per slot: the draft cache's length
+        self.done = [True] * slots  # per slot: nothing to generate (finished or free)
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
         self.row_ids = list(range(len(prompts)))  # per prompt: what keys its sampled draws
         self.finished: list[int] = []  # prompts ended since last handed over (in order)
         self.tokens = 0  # the new tokens of the rows handed over
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
-        if slots is None:  # every prompt in its own slot, in order
-            for s in range(n):
-                self.admit(s, s)
 
     def admit(self, s: int, p: int) -> None:
         """Prompt ``p`` (waiting) takes free slot ``s``: its caches' rows are refilled by

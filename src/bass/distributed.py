@@ -151,7 +151,7 @@ def check_tp_size(config, tp: int, name: str = "the main model") -> None:
     tensor-parallel plan for (``config.base_model_tp_plan``)."""
     if tp == 1:
         return
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = config.get_text_config()
     if not getattr(text, "base_model_tp_plan", None):
         family = getattr(text, "model_type", type(text).__name__)
         raise DistributedError(

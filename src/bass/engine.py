@@ -127,17 +127,17 @@ class Generator:
             policy = cfg_gen.get("policy", policies.DEFAULT)
             if policy_options is None:
                 policy_options = cfg_gen.get("policy_options")
-        if compile is None:
-            compile = cfg_gen.get("compile", False)
-        if cpu_linear is None:
-            cpu_linear = cfg_gen.get("cpu_linear", "auto")
-        if draft_sampling is None:
-            draft_sampling = cfg_gen.get("draft_sampling", "coupled")
+
+        def setting(name, given):  # given > the config file's > the declared default
+            return given if given is not None else cfg_gen.get(name, options.OPTIONS[name].default)
+
+        compile, cpu_linear = setting("compile", compile), setting("cpu_linear", cpu_linear)
+        draft_sampling = setting("draft_sampling", draft_sampling)
         self.draft_sampling, self.coupled = draft_sampling, draft_sampling == "coupled"
         self.backend = backends.select_backend(main.device, cpu_linear, backend)
         self.main, self.forced_acceptance = main, forced_acceptance
         self.vocab = main.get_input_embeddings().weight.shape[0]  # ids a pass may take
-        self.attention = attention or cfg_gen.get("attention", "auto")
+        self.attention = setting("attention", attention)
         if self.attention != "auto":  # it must run on the main model's device
             resolve(self.attention, main.device)  # raises saying why not
         # 2) the policy (checked now, not mid-generation) and the drafter
@@ -357,7 +357,9 @@ class Generator:
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         # 1) the rows at once (slots): max_rows, and what the KV budget holds
         slots = scheduler.rows_at_once(job, self.models, device, self.coord.share, stats)
-        state = BatchState([list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots)
+        state = BatchState(
+            [list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots=slots
+        )
         state.row_ids = job.row_ids  # what keys each prompt's sampled draws
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(slots, job.max_len, n_layers, device)

@@ -102,7 +102,7 @@ def sliding_window(model) -> int | None:
     """The sliding window (tokens) of ``model``'s attention, or ``None`` when it attends
     to every earlier position."""
     config = model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = config.get_text_config()
     window = getattr(text, "sliding_window", None)
     layer_types = getattr(text, "layer_types", None) or []
     if "sliding_attention" in layer_types or getattr(text, "use_sliding_window", True):
@@ -150,7 +150,7 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{name} does not route attention through transformers' AttentionInterface "
             "(_supports_attention_backend is False), so bass cannot replace it"
         )
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = config.get_text_config()
     layer_types = getattr(text, "layer_types", None) or []
     if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
         raise UnsupportedModelError(
