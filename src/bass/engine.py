@@ -2,8 +2,21 @@
 
 :class:`Generator` runs batched speculative decoding on unmodified transformers causal LMs
 (attention routed through :mod:`bass.hf`, every pass packed by :mod:`bass.packing`, the
-device's needs decided once by :mod:`bass.backends`). The terms, the step and the
-bookkeeping invariant: docs/concepts/engine.md; the plugins' hooks: :mod:`bass.hooks`.
+device's needs decided once by :mod:`bass.backends`). Reading it top to bottom:
+
+- :meth:`Generator.generate` checks its arguments (:mod:`bass.options`) and runs
+  ``_generate``: a prompt takes a cache *slot*; waiting prompts take the slots of finished
+  rows, their prefill riding in the next verify pass (:mod:`bass.scheduler`).
+- ``Generator._step`` is one step for the *active rows*, six numbered phases over explicit
+  state (:class:`bass.batch_state.BatchState`): 1) **lengths**, the drafter's offer and
+  the policy's per-row draft lengths and early stop; 2) **propose**, the drafter's tokens
+  (:mod:`bass.drafters`); 3) **verify**, every row's ``[last, d_1..d_n]`` in ONE packed
+  main pass (:mod:`bass.verify`); 4) **accept** on the device, then the step's one host
+  read (:mod:`bass.sampling`); 5) **commit**, the drafter keeps its accepted drafts and
+  rows append them plus one main-model token; 6) **learn**, one
+  :class:`~bass.stats.StepRecord` for the statistics and the policy's ``update``.
+- The hooks the step calls, and the data they exchange: :mod:`bass.hooks`; the terms and
+  the bookkeeping invariant: docs/concepts/engine.md.
 """
 
 from __future__ import annotations
