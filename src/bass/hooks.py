@@ -108,13 +108,22 @@ class EarlyStop:
         if self.max_entropy is not None:  # entr(p) = -p ln p, 0 at p = 0
             keep &= torch.special.entr(p).sum(dim=-1) <= self.max_entropy
         if self.calibration is not None and self.floors is not None:
-            table = torch.tensor(self.calibration, dtype=torch.float64, device=p.device)
+            table, floors = self._tables(p.device)
             ab = table[(conf.double() * 10).long().clamp(0, 9)]  # [R', 2]
             chance = (ab[:, 0] + ab[:, 1] * conf.double()).clamp(0, 1)
             survival[rows] *= chance
-            floors = torch.tensor(list(self.floors), dtype=torch.float64, device=p.device)
             keep &= survival[rows] >= floors[rows]
         return keep, conf
+
+    def _tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``calibration`` and ``floors`` as float64 tensors on ``device``, made on the
+        first draft pass of a step and kept (the stop is fixed for the step)."""
+        made = self.__dict__.get("_made")
+        if made is None or made[0].device != torch.device(device):
+            as64 = dict(dtype=torch.float64, device=device)
+            made = (torch.tensor(self.calibration, **as64), torch.tensor(list(self.floors), **as64))
+            self.__dict__["_made"] = made  # frozen: the cache bypasses __setattr__
+        return made
 
 
 @dataclass
