@@ -366,7 +366,7 @@ class Generator:
         t0 = time.perf_counter()
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
         stats.backend, stats.keep_steps = self.backend.describe(), job.keep
-        stats.attention = self.passes.attention(device)
+        stats.attention = self.passes.attention(device, self.main)
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         # 1) the rows at once (slots): max_rows, and what the KV budget holds
         slots = scheduler.rows_at_once(job, self.models, device, self.coord.share, stats)

@@ -20,6 +20,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
+from .ops import reference
 from .ops.plan import Plan, resolve
 from .packing import PackedPass, pack
 
@@ -65,12 +66,19 @@ def bass_attention_forward(
             f"holds {key.shape[2]} positions; bass's ragged attention is full causal. "
             "Keep prompt + max_new_tokens within the window or use a full-attention model"
         )
-    if softcap is not None or kwargs.get("s_aux") is not None:
-        raise UnsupportedModelError(
-            f"{name} needs logit soft-capping or attention sinks, which bass's ragged "
-            "attention does not implement"
-        )
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    sinks = kwargs.get("s_aux")
+    if softcap is not None or sinks is not None:  # beyond the ops' contract: the reference
+        if bass_cu_q_lens is None:
+            raise UnsupportedModelError(
+                f"{name} needs logit soft-capping or attention sinks, which bass computes "
+                "in its packed passes only (bass.Generator), not through ragged_attention"
+            )
+        starts, q_lens = bass_cu_q_lens[:-1], bass_cu_q_lens.diff()
+        out = reference.attention(
+            query, key, value, starts, q_lens, bass_kv_lens, scale, softcap, sinks
+        )
+        return out.transpose(1, 2), None
     if bass_plan is not None:  # packed: token-major output, the transpose back is free
         return bass_plan.attend(query, key, value, scale).transpose(1, 2), None
     if bass_cu_q_lens is not None:
@@ -128,6 +136,18 @@ def check_loaded(model, role: str) -> None:
             "without init_empty_weights or a 'meta' device map), or offload with accelerate "
             "to a real device"
         )
+
+
+def beyond_contract(model) -> str | None:
+    """What ``model``'s attention needs that the ops' contract lacks, which
+    :func:`bass_attention_forward` computes with :func:`bass.ops.reference.attention`
+    whatever ``attention=`` says: ``"logit soft-capping"`` (Gemma 2), ``"attention
+    sinks"`` (gpt-oss), or ``None``."""
+    if getattr(model.config.get_text_config(), "attn_logit_softcapping", None) is not None:
+        return "logit soft-capping"
+    if any(name.endswith(".sinks") for name, _ in model.named_parameters()):
+        return "attention sinks"
+    return None
 
 
 def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedModel:
@@ -269,13 +289,16 @@ class Passes:
             return "eager"
         return "graphs" if self.bucket is not None else "compiled"
 
-    def attention(self, device) -> dict[str, str]:
+    def attention(self, device, model=None) -> dict[str, str]:
         """The attention implementation its passes run on ``device`` per pass kind
-        (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``."""
-        picks = {}
+        (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``; for
+        ``model``'s passes where given (:func:`beyond_contract`)."""
+        picks, beyond = {}, beyond_contract(model) if model is not None else None
         for kind in dict.fromkeys(("eager", self.pass_kind)):
             impl, why = resolve(self.impl, torch.device(device), kind)
             picks[kind] = f"{impl.name}: {why}"
+            if beyond is not None:
+                picks[kind] = f"reference: the model's {beyond}, beyond the ops' contract"
         return picks
 
     def pack(self, model, q_lens: Sequence[int], lens: Sequence[int], device, **kw) -> PackedPass:

@@ -1,7 +1,7 @@
 """Model families beyond the four the other suites use: tiny random models of each, run
 through bass with n-gram drafts and a draft model (two rows at once: a prompt admitted as
-another row runs), equal to the model's own greedy decoding; families whose attention bass
-cannot compute exactly are refused by name."""
+another row runs), equal to the model's own greedy decoding (logit soft-capping and attention sinks
+included); families whose attention bass cannot reach are refused by name."""
 
 from __future__ import annotations
 
@@ -54,12 +54,22 @@ SUPPORTED = {
     ),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4)),
 }
+# attention beyond the ops' contract, computed by the reference (bass.hf): logit
+# soft-capping (Gemma 2, a cap small enough to bend these scores) and sinks (gpt-oss)
+BEYOND = {
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", HEAD8 | dict(attn_logit_softcapping=1.0)),
+    "gpt_oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        HEAD8 | dict(num_local_experts=4, num_experts_per_tok=2),
+    ),
+}
+SUPPORTED |= BEYOND
 REFUSED = {
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", HEAD8, "soft-capping"),
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}, "AttentionInterface"),
     "falcon": ("FalconConfig", "FalconForCausalLM", {}, "AttentionInterface"),
 }
-MOE = {"qwen3_moe", "mixtral"}  # transformers' grouped expert products take no float64
+MOE = {"qwen3_moe", "mixtral", "gpt_oss"}  # transformers' grouped expert products take no float64
 
 
 def build(config_name, model_name, overrides, dtype=torch.float64):
@@ -71,6 +81,12 @@ def build(config_name, model_name, overrides, dtype=torch.float64):
     model = model_cls(config_cls(**(BASE | overrides))).eval().to(dtype)
     with torch.no_grad():  # decisive greedy choices (as tests/models.py's tiny_lm)
         model.get_output_embeddings().weight.mul_(25.0)
+        if model_name in {m for _, m, _ in BEYOND.values()}:  # scores large enough that a
+            for layer in model.model.layers:  # cap or a sink changes the attention
+                layer.self_attn.q_proj.weight.mul_(8.0)
+                layer.self_attn.k_proj.weight.mul_(8.0)
+                if hasattr(layer.self_attn, "sinks"):
+                    layer.self_attn.sinks.normal_(0.0, 2.0)
     return model
 
 
@@ -102,6 +118,27 @@ def test_family_greedy_equals_its_own_decoding(family):
     res = testing.assert_greedy_equivalent(gen, PROMPTS, 12, max_rows=2)
     assert res.stats.mean_accepted > 0  # the draft model's tokens were verified too
     assert res.stats.admissions == 2
+    # what ran, as the statistics say: the reference where the model needs more
+    beyond = [v.startswith("reference: the model's") for v in res.stats.attention.values()]
+    assert beyond == [family in BEYOND] * len(beyond)
+
+
+@pytest.mark.parametrize("family", list(BEYOND))
+def test_the_cap_and_the_sinks_change_these_models_outputs(family):
+    """The soft-capping and sinks families above would pass without bass computing them
+    only if they made no difference: they do, to the model's own logits."""
+    config_name, model_name, overrides = BEYOND[family]
+    model = build(config_name, model_name, overrides, torch.float32)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        full = model(ids).logits
+        for layer in model.model.layers:
+            if family == "gemma2":
+                layer.self_attn.attn_logit_softcapping = None
+            else:
+                layer.self_attn.sinks.fill_(-1e4)  # a sink no query attends to
+        without = model(ids).logits
+    assert (full - without).abs().max() > 1e-2
 
 
 @pytest.mark.parametrize("family", list(REFUSED))
@@ -110,3 +147,11 @@ def test_family_bass_cannot_compute_is_refused_by_name(family):
     model = build(config_name, model_name, overrides)
     with pytest.raises(UnsupportedModelError, match=f"{model_name}.*{why}|{why}.*"):
         Generator(model, "ngram").generate([[1, 2, 3]], max_new_tokens=4)
+
+
+@pytest.mark.slow  # a first compile of ~40 s on 2 cores
+def test_soft_capping_runs_in_compiled_passes():
+    config_name, model_name, overrides = BEYOND["gemma2"]
+    model = build(config_name, model_name, overrides, torch.float32)
+    res = testing.assert_greedy_equivalent(Generator(model, "ngram", compile=True), PROMPTS, 10)
+    assert res.stats.attention["compiled"].startswith("reference: the model's logit soft-capping")

@@ -55,12 +55,18 @@ def from_rows(o: torch.Tensor, back: torch.Tensor) -> torch.Tensor:
     return torch.cat([o, o.new_zeros(1, Hq, D)]).index_select(0, back)[None].transpose(1, 2)
 
 
-def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
+def attention(
+    q, k, v, starts, q_lens, kv_lens, scale: float, softcap: float | None = None, sinks=None
+) -> torch.Tensor:
     """Each token's row of ``k``/``v`` gathered next to it, one masked softmax per (token,
     head) over all ``S`` slots, in chunks of tokens under :data:`GATHER_BUDGET`.
 
     Shapes: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]``; starts, q_lens, kv_lens int32
-    ``[B]``; returns ``[1, Hq, N, D]`` token-major, q's dtype.
+    ``[B]``; returns ``[1, Hq, N, D]`` token-major, q's dtype. ``softcap``: scores become
+    ``softcap * tanh(scores / softcap)`` before the mask (Gemma 2); ``sinks`` ``[Hq]``: one
+    logit per query head that joins every softmax and takes its share of the weight
+    without a value (gpt-oss). Neither is part of the ops' contract: bass's attention
+    function calls this directly for models that need them.
     """
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
@@ -90,9 +96,16 @@ def attention(q, k, v, starts, q_lens, kv_lens, scale: float) -> torch.Tensor:
         rows, seen = row[start:stop], allowed[start:stop, None, None, :]  # [n, 1, 1, S]
         kt = k.index_select(0, rows).to(cdt)  # [n, Hkv, S, D]
         scores = torch.matmul(qt[start:stop].to(cdt), kt.transpose(-1, -2)) * scale
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         scores = scores.masked_fill(~seen, float("-inf"))  # [n, Hkv, G, S]
+        if sinks is None:
+            probs = torch.softmax(scores, dim=-1)
+        else:  # each head's sink: one more logit in the softmax, no value
+            sink = sinks.to(cdt).view(1, Hkv, G, 1).expand(stop - start, Hkv, G, 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :S]
         # a padding token sees no key: softmax gives NaN there; the contract says 0
-        probs = torch.where(seen, torch.softmax(scores, dim=-1), zero)
+        probs = torch.where(seen, probs, zero)
         o = torch.matmul(probs, v.index_select(0, rows))  # [n, Hkv, G, D]
         flat[start:stop] = o.reshape(stop - start, Hq, D).to(q.dtype)
     return out
