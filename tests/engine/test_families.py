@@ -55,13 +55,19 @@ SUPPORTED = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4)),
 }
 # attention beyond the ops' contract, computed by the reference (bass.hf): logit
-# soft-capping (Gemma 2, a cap small enough to bend these scores) and sinks (gpt-oss)
+# soft-capping (Gemma 2, a cap small enough to bend these scores) and sinks (gpt-oss);
+# their own decoding in eager attention (transformers 5.3's sdpa drops Gemma 2's cap)
+EAGER = dict(attn_implementation="eager")
 BEYOND = {
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", HEAD8 | dict(attn_logit_softcapping=1.0)),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        HEAD8 | EAGER | dict(attn_logit_softcapping=1.0),
+    ),
     "gpt_oss": (
         "GptOssConfig",
         "GptOssForCausalLM",
-        HEAD8 | dict(num_local_experts=4, num_experts_per_tok=2),
+        HEAD8 | EAGER | dict(num_local_experts=4, num_experts_per_tok=2),
     ),
 }
 SUPPORTED |= BEYOND
