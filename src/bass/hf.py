@@ -31,6 +31,11 @@ class UnsupportedModelError(ValueError):
     """The model's attention cannot be routed through bass."""
 
 
+# attention arguments of some transformers models (sparse indices, other sinks, biases)
+# that bass's attention would silently ignore: refused by name
+_NOT_COMPUTED = ("indices", "block_indices", "sinks", "position_bias", "alibi", "head_mask")
+
+
 def bass_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,  # [B, Hq, T, D]
@@ -66,8 +71,17 @@ def bass_attention_forward(
             f"holds {key.shape[2]} positions; bass's ragged attention is full causal. "
             "Keep prompt + max_new_tokens within the window or use a full-attention model"
         )
+    ignored = [k for k in _NOT_COMPUTED if kwargs.get(k) is not None]
+    if attention_mask is not None:  # bass's mask function returns None: the model's own
+        ignored.insert(0, "attention_mask")
+    if ignored:
+        raise UnsupportedModelError(
+            f"{name} passes {', '.join(ignored)} to its attention function, which bass's "
+            "ragged attention does not compute (it masks by the rows' lengths alone, full "
+            "causal): this model cannot run through bass"
+        )
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
-    sinks = kwargs.get("s_aux")
+    softcap, sinks = softcap or None, kwargs.get("s_aux")  # a cap of 0: none, as flash-attn
     if softcap is not None or sinks is not None:  # beyond the ops' contract: the reference
         if bass_cu_q_lens is None:
             raise UnsupportedModelError(

@@ -115,13 +115,22 @@ class EarlyStop:
             keep &= survival[rows] >= floors[rows]
         return keep, conf
 
+    def __post_init__(self) -> None:  # frozen lists too: keep()'s tensors are made once
+        if self.calibration is not None:
+            object.__setattr__(self, "calibration", tuple(map(tuple, self.calibration)))
+        if self.floors is not None:
+            object.__setattr__(self, "floors", tuple(self.floors))
+
+    def __getstate__(self) -> dict:  # not the device tensors made for keep()
+        return {k: v for k, v in self.__dict__.items() if k != "_made"}
+
     def _tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         """``calibration`` and ``floors`` as float64 tensors on ``device``, made on the
         first draft pass of a step and kept (the stop is fixed for the step)."""
         made = self.__dict__.get("_made")
         if made is None or made[0].device != torch.device(device):
             as64 = dict(dtype=torch.float64, device=device)
-            made = (torch.tensor(self.calibration, **as64), torch.tensor(list(self.floors), **as64))
+            made = (torch.tensor(self.calibration, **as64), torch.tensor(self.floors, **as64))
             self.__dict__["_made"] = made  # frozen: the cache bypasses __setattr__
         return made
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from models import perturbed, reference_greedy, tiny_lm
 
-from bass import Generator, testing
+from bass import Generator, hf, testing
 from bass.hf import UnsupportedModelError
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
@@ -201,3 +201,21 @@ def test_nonfinite_draft_logits_raise(llama):
     gen = Generator(llama, poisoned(llama, 5), policy="constant", policy_options={"k": 2})
     with pytest.raises(NonFiniteLogitsError, match=r"draft model .* prompt 0 at step 0"):
         gen.generate([[5, 1, 2], [3, 4]], max_new_tokens=4)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("indices", torch.zeros(1, 1, dtype=torch.long)),  # sparse attention (glm_moe_dsa)
+        ("position_bias", torch.zeros(1)),
+        ("attention_mask", torch.zeros(1, 1, 3, 3)),  # a mask the model built itself
+    ],
+)
+def test_attention_arguments_bass_would_ignore_are_refused_by_name(name, value):
+    q, k = torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 5, 4)
+    cu, kv = torch.tensor([0, 3], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
+    given = {"attention_mask": None, name: value}
+    with pytest.raises(UnsupportedModelError, match=f"Linear passes {name} to its attention"):
+        hf.bass_attention_forward(
+            torch.nn.Linear(1, 1), q, k, k, bass_cu_q_lens=cu, bass_kv_lens=kv, **given
+        )
