@@ -88,7 +88,10 @@ def bass_attention_forward(
                 f"{name} needs logit soft-capping or attention sinks, which bass computes "
                 "in its packed passes only (bass.Generator), not through ragged_attention"
             )
-        starts, q_lens = bass_cu_q_lens[:-1], bass_cu_q_lens.diff()
+        if bass_plan is not None:  # the pass's, made once for every layer
+            starts, q_lens = bass_plan.starts, bass_plan.q_lens
+        else:
+            starts, q_lens = bass_cu_q_lens[:-1], bass_cu_q_lens.diff()
         out = reference.attention(
             query, key, value, starts, q_lens, bass_kv_lens, scale, softcap, sinks
         )
