@@ -123,7 +123,7 @@ case $plan in
       --no-plots --out "$work"
     stage tests 115 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
       "${per_test[@]}" --junitxml="$work/gpu_tests.xml" tests/ops/test_ops_compile.py \
-      tests/ops/test_ops_flex.py
+      tests/ops/test_ops_flex.py tests/ops/test_ops_beyond_contract.py
     ;;
   rerun)  # after a first call whose flex lowering failed at head dim 128 (docs/gpu.md)
     stage probe 60 python bench/gpu_flex_probe.py --out "$work"

@@ -12,6 +12,7 @@ that a model can be routed through bass and switches it over.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -20,7 +21,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
-from .ops import reference
+from .ops import flex, reference
 from .ops.plan import Plan, resolve
 from .packing import PackedPass, pack
 
@@ -82,12 +83,15 @@ def bass_attention_forward(
         )
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
     softcap, sinks = softcap or None, kwargs.get("s_aux")  # a cap of 0: none, as flash-attn
-    if softcap is not None or sinks is not None:  # beyond the ops' contract: the reference
+    if softcap is not None or sinks is not None:  # beyond the ops' contract (pass_impl)
         if bass_cu_q_lens is None:
             raise UnsupportedModelError(
                 f"{name} needs logit soft-capping or attention sinks, which bass computes "
                 "in its packed passes only (bass.Generator), not through ragged_attention"
             )
+        if sinks is None and bass_plan is not None and bass_plan.impl.name == "flex":
+            out = flex.run(bass_plan.state, query, key, value, scale, softcap)  # a score_mod
+            return out.transpose(1, 2), None
         if bass_plan is not None:  # the pass's, made once for every layer
             starts, q_lens = bass_plan.starts, bass_plan.q_lens
         else:
@@ -155,16 +159,35 @@ def check_loaded(model, role: str) -> None:
         )
 
 
+SOFTCAP, SINKS = "logit soft-capping", "attention sinks"
+# model -> (beyond_contract(model), its soft-cap or None), set by prepare (each generation)
+_BEYOND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def beyond_contract(model) -> str | None:
     """What ``model``'s attention needs that the ops' contract lacks, which
-    :func:`bass_attention_forward` computes with :func:`bass.ops.reference.attention`
-    whatever ``attention=`` says: ``"logit soft-capping"`` (Gemma 2), ``"attention
-    sinks"`` (gpt-oss), or ``None``."""
+    :func:`bass_attention_forward` computes itself (:func:`pass_impl`): ``"logit
+    soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), or ``None``."""
     if getattr(model.config.get_text_config(), "attn_logit_softcapping", None) is not None:
-        return "logit soft-capping"
+        return SOFTCAP
     if any(name.endswith(".sinks") for name, _ in model.named_parameters()):
-        return "attention sinks"
+        return SINKS
     return None
+
+
+def _head_dim(model) -> int:
+    cfg = model.config.get_text_config()
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
+def pass_impl(impl: str, beyond: str | None) -> str:
+    """The implementation a pass plans for a model that needs ``beyond``
+    (:func:`beyond_contract`) when ``impl`` is asked for: ``flex`` computes a soft-cap
+    (a ``score_mod``) where ``impl`` is ``auto`` or ``flex``; the ``reference`` computes
+    both, and runs for every other case."""
+    if beyond is None:
+        return impl
+    return "flex" if beyond == SOFTCAP and impl in ("auto", "flex") else "reference"
 
 
 def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedModel:
@@ -203,6 +226,9 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"max_new_tokens within {window} tokens"
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
+    beyond = beyond_contract(model)
+    cap = text.attn_logit_softcapping if beyond == SOFTCAP else None
+    _BEYOND[model] = beyond, cap
     model.set_attn_implementation(ATTN_NAME)
     return model
 
@@ -311,11 +337,16 @@ class Passes:
         (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``; for
         ``model``'s passes where given (:func:`beyond_contract`)."""
         picks, beyond = {}, beyond_contract(model) if model is not None else None
+        device = torch.device(device)
         for kind in dict.fromkeys(("eager", self.pass_kind)):
-            impl, why = resolve(self.impl, torch.device(device), kind)
+            impl, why = resolve(pass_impl(self.impl, beyond), device, kind)
             picks[kind] = f"{impl.name}: {why}"
-            if beyond is not None:
-                picks[kind] = f"reference: the model's {beyond}, beyond the ops' contract"
+            if beyond is None:
+                continue
+            if impl.name == "flex" and not flex.takes(model.dtype, _head_dim(model), device.type):
+                impl = resolve("reference", device, kind)[0]  # flex.run hands over
+            how = " as a score_mod" if impl.name == "flex" else ""
+            picks[kind] = f"{impl.name}: the model's {beyond}{how}, beyond the ops' contract"
         return picks
 
     def pack(self, model, q_lens: Sequence[int], lens: Sequence[int], device, **kw) -> PackedPass:
@@ -328,8 +359,9 @@ class Passes:
     def run(self, model, cache, batch: PackedPass) -> torch.Tensor:
         """Run ``batch`` through ``model`` (appending to ``cache``); returns ``[N or L,
         V]`` logits. The pass's attention is planned here, once for every layer."""
+        beyond, softcap = _BEYOND.get(model, (None, None))
         plan = Plan.for_pass(
-            self.impl,
+            pass_impl(self.impl, beyond),
             batch.q_lens,
             batch.host_lens,
             batch.tokens,
@@ -338,6 +370,7 @@ class Passes:
             batch.kv_lens,
             cache.max_len,
             self.pass_kind,
+            softcap,
         )
         logits = self.forward(
             model,

@@ -54,7 +54,7 @@ SUPPORTED = {
     ),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4)),
 }
-# attention beyond the ops' contract, computed by the reference (bass.hf): logit
+# attention beyond the ops' contract, computed by bass's attention function (bass.hf): logit
 # soft-capping (Gemma 2, a cap small enough to bend these scores) and sinks (gpt-oss);
 # their own decoding in eager attention (transformers 5.3's sdpa drops Gemma 2's cap)
 EAGER = dict(attn_implementation="eager")
@@ -155,9 +155,38 @@ def test_family_bass_cannot_compute_is_refused_by_name(family):
         Generator(model, "ngram").generate([[1, 2, 3]], max_new_tokens=4)
 
 
+# Gemma 2 in float32 with a head dim flex takes on a CPU (>= 32): its cap runs as flex's
+# score_mod (float64 and head dims of 8 above run the reference)
+FLEX_GEMMA2 = ("Gemma2Config", "Gemma2ForCausalLM", BEYOND["gemma2"][2] | dict(head_dim=32))
+
+
+def counting_flex(monkeypatch) -> list:
+    from bass.ops import flex
+
+    calls, real = [], flex.run
+    monkeypatch.setattr(flex, "run", lambda *a: calls.append(a[-1]) or real(*a))
+    return calls
+
+
+def test_soft_capping_runs_flex_with_the_cap_as_a_score_mod(monkeypatch):
+    model = build(*FLEX_GEMMA2, torch.float32)
+    calls = counting_flex(monkeypatch)
+    gen = Generator(model, "ngram")
+    res = testing.assert_greedy_equivalent(gen, PROMPTS, 10, max_rows=2)
+    assert res.stats.attention["eager"].startswith("flex: the model's logit soft-capping")
+    assert calls and set(calls) == {1.0}  # every layer of every pass, with the model's cap
+    # asked for another implementation, the reference computes the cap
+    calls.clear()
+    ref = Generator(model, "ngram", attention="sdpa").generate(PROMPTS, max_new_tokens=10)
+    assert ref.stats.attention["eager"].startswith("reference: the model's logit soft-capping")
+    assert not calls and ref.sequences == res.sequences
+
+
 @pytest.mark.slow  # a first compile of ~40 s on 2 cores
-def test_soft_capping_runs_in_compiled_passes():
-    config_name, model_name, overrides = BEYOND["gemma2"]
-    model = build(config_name, model_name, overrides, torch.float32)
+@pytest.mark.parametrize("head_dim", [8, 32])
+def test_soft_capping_runs_in_compiled_passes(head_dim):
+    config_name, model_name, overrides = FLEX_GEMMA2
+    model = build(config_name, model_name, overrides | dict(head_dim=head_dim), torch.float32)
     res = testing.assert_greedy_equivalent(Generator(model, "ngram", compile=True), PROMPTS, 10)
-    assert res.stats.attention["compiled"].startswith("reference: the model's logit soft-capping")
+    impl = "flex" if head_dim == 32 else "reference"
+    assert res.stats.attention["compiled"].startswith(f"{impl}: the model's logit soft-capping")

@@ -1,16 +1,20 @@
 """Logit soft-capping (Gemma 2) and attention sinks (gpt-oss): not in the ops' contract,
-computed by :func:`bass.ops.reference.attention` when bass's attention function gets them
+computed by :func:`bass.ops.reference.attention` (both) and :func:`bass.ops.flex.run` (the
+cap, as a ``score_mod``) when bass's attention function gets them
 (tests/engine/test_families.py runs the models). Checked here against a naive float64
 loop over rows, heads and queries written for this file."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from profiles import examples
+from test_ops_flex import EDGES, flex_cases
+from test_ops_reference import KERNEL_TOLERANCES
 
-from bass.ops import reference
+from bass.ops import flex, plan, reference
 from bass.testing import strategies
 
 
@@ -65,3 +69,50 @@ def test_a_cap_and_sinks_change_the_output():
     sunk = reference.attention(q, k, v, cu[:-1], cu.diff(), kv, 0.35, sinks=torch.ones(4))
     assert (plain - capped).abs().max() > 1e-2
     assert (plain - sunk).abs().max() > 1e-2
+
+
+@torch.compile(fullgraph=True, dynamic=True)
+def compiled_flex(p, q, k, v, scale: float):
+    return flex.run(p.state, q, k, v, scale, 2.5)  # the cap a constant, as a model's config
+
+
+CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype", "device"),
+    [
+        ("eager", torch.float32, "cpu"),
+        ("compiled", torch.float32, "cpu"),
+        ("eager", torch.bfloat16, "cpu"),
+        *(pytest.param(kind, torch.bfloat16, "cuda", marks=CUDA) for kind in ("eager", "compiled")),
+    ],
+    ids=str,
+)
+@settings(max_examples=examples(4), deadline=None)
+@given(case=st.sampled_from(EDGES) | flex_cases())
+def test_flex_soft_capping_matches_a_naive_loop(case, kind, dtype, device):
+    """flex with the cap as a score_mod (what Gemma 2's passes run where ``attention`` is
+    ``auto`` or ``flex``), eager and traced into a compiled graph (the cap the plan's
+    tensor there), float32 and bfloat16; never the reference."""
+    args = case.tensors(dtype)
+    q, k, v, cu, kv, scale = (a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    q = q * 6.0  # scores large enough for a cap to bend them
+    lens = kv - cu.diff()
+    p = plan.Plan.for_pass("flex", list(case.q_lens), lens.tolist(), case.N, cu, lens, kv,
+                           case.S, kind, softcap=2.5)  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reference, "attention", None)  # flex alone
+        if kind == "eager":
+            got = flex.run(p.state, q, k, v, scale, 2.5)
+        else:
+            with torch._dynamo.config.patch(recompile_limit=64):
+                got = compiled_flex(p, q, k, v, scale)
+    assert got.shape == q.shape and got.dtype == dtype
+    q, k, v, cu, kv, got = (t.cpu() for t in (q, k, v, cu, kv, got))
+    want = naive(q, k, v, cu, kv, scale, 2.5, None)
+    rtol, atol = KERNEL_TOLERANCES[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * 3)
+    uncapped = naive(q, k, v, cu, kv, scale, None, None)
+    if sum(case.q_lens) and (want - uncapped).abs().max() > 0.1:  # the cap shows: not ignored
+        assert (got.double() - uncapped).abs().max() > 0.05

@@ -30,6 +30,7 @@ class FlexState(NamedTuple):
     table: torch.Tensor  # int32 [2, R >= B]: q_lens, and each row's first query position
     blocks: tuple  # kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices
     block_mask: BlockMask | None  # built once for eager passes
+    cap: torch.Tensor | None = None  # float32 0-d: the plan's soft-cap (compiled passes')
 
 
 def prepare(plan) -> FlexState:
@@ -58,7 +59,8 @@ def prepare(plan) -> FlexState:
                         device=dev)  # fmt: skip
     table[0, :B], table[1, :B] = q_lens, kv_lens - q_lens
     torch._dynamo.mark_static(table)
-    state = FlexState(src, back, plan.starts, q_lens, kv_lens, table, blocks, None)
+    cap = None if plan.softcap is None else _cap(float(plan.softcap), dev)
+    state = FlexState(src, back, plan.starts, q_lens, kv_lens, table, blocks, None, cap)
     return state._replace(block_mask=_block_mask(state, S)) if plan.kind == "eager" else state
 
 
@@ -77,11 +79,23 @@ def _block_mask(state: FlexState, S: int) -> BlockMask:
     )
 
 
-def _call(q, k, v, block_mask, scale, gqa):
+def _call(q, k, v, block_mask, scale, gqa, cap=None):
     # CUDA: the Triton template by name ("AUTO" found no kernel on an H100; the docs' "flex")
     options = {"BACKEND": "TRITON"} if q.is_cuda else None
-    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa,
-                          kernel_options=options)  # fmt: skip
+
+    def capped(score, b, h, q_idx, kv_idx):  # logit soft-capping (Gemma 2), before the mask
+        return torch.tanh(score / cap) * cap
+
+    return flex_attention(q, k, v, None if cap is None else capped, block_mask, scale=scale,
+                          enable_gqa=gqa, kernel_options=options)  # fmt: skip
+
+
+@functools.cache
+def _cap(softcap: float, device: torch.device) -> torch.Tensor:
+    """The soft-cap as a 0-d tensor, an input of the flex kernel like q: torch 2.13's CPU flex
+    template fails to lower a cap captured as a (symbolic) Python float, or as a tensor made
+    inside the graph."""
+    return torch.tensor(softcap, dtype=torch.float32, device=device)
 
 
 @functools.cache
@@ -95,24 +109,38 @@ def _compiled(key: tuple):
 def supports(q: torch.Tensor) -> bool:
     """Inputs flex runs (the others run the reference; why: the Ops page): not float64, head
     dim >= 16 on CUDA and >= 32 on CPU (tests/ops/test_ops_flex.py keeps checking why)."""
-    return q.dtype != torch.float64 and q.shape[-1] >= (16 if q.device.type == "cuda" else 32)
+    return takes(q.dtype, q.shape[-1], q.device.type)
 
 
-def run(state: FlexState, q, k, v, scale: float) -> torch.Tensor:
-    """One layer: one FlexAttention call, plus the gather into rows and back."""
+def takes(dtype: torch.dtype, head_dim: int, device_type: str) -> bool:
+    """:func:`supports` from a model's dtype and head dim, before any pass."""
+    return dtype != torch.float64 and head_dim >= (16 if device_type == "cuda" else 32)
+
+
+def run(state: FlexState, q, k, v, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """One layer: one FlexAttention call, plus the gather into rows and back. ``softcap``
+    (beyond the ops' contract; bass's attention function passes it for Gemma 2): scores
+    become ``softcap * tanh(scores / softcap)``, as a ``score_mod``."""
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
     if not supports(q):
-        return reference.attention(q, k, v, state.starts, state.q_lens, state.kv_lens, scale)
+        starts, q_lens, kv_lens = state.starts, state.q_lens, state.kv_lens
+        return reference.attention(q, k, v, starts, q_lens, kv_lens, scale, softcap)
     if N == 0 or B == 0:
         return token_major(q, zero=True)
     if torch.compiler.is_compiling():  # traced into the caller's graph: one flex kernel
+        if softcap is not None and state.cap is None:  # a cap the plan was not given
+            starts, q_lens, kv_lens = state.starts, state.q_lens, state.kv_lens
+            return reference.attention(q, k, v, starts, q_lens, kv_lens, scale, softcap)
         # one 4-D gather: the CPU template needs a [B, Hq, T, D] buffer (docs: "flex")
         qr = q[0][:, state.src].transpose(0, 1).contiguous()
-        o = _call(qr, k, v, _block_mask(state, S), scale, Hq != Hkv)
+        cap = None if softcap is None else state.cap  # the layer's cap, as the plan's tensor
+        o = _call(qr, k, v, _block_mask(state, S), scale, Hq != Hkv, cap)
     else:
         qr = reference.to_rows(q, state.src)  # [B, Hq, T, D]
         bm = state.block_mask if state.block_mask is not None else _block_mask(state, S)
         ones = tuple(n == 1 for n in (*qr.shape[:3:2], *state.blocks[1].shape[2:], N))
-        o = _compiled((q.device.type, q.dtype, Hq, Hkv, D, *ones))(qr, k, v, bm, scale, Hq != Hkv)
+        cap = None if softcap is None else _cap(float(softcap), q.device)
+        kernel = _compiled((q.device.type, q.dtype, Hq, Hkv, D, *ones, cap is None))
+        o = kernel(qr, k, v, bm, scale, Hq != Hkv, cap)
     return reference.from_rows(o, state.back)
