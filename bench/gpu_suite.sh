@@ -109,7 +109,8 @@ case $plan in
       "${per_test[@]}" --junitxml="$work/gpu_tests.xml" --durations=15 \
       tests/gpu/test_engine_gpu.py tests/ops/test_ops_contract.py \
       tests/ops/test_triton_fused_gpu.py tests/ops/test_cutlass.py tests/ops/test_ops_packed.py \
-      tests/ops/test_ops_reference.py tests/ops/test_ops_compile.py tests/ops/test_ops_flex.py
+      tests/ops/test_ops_reference.py tests/ops/test_ops_compile.py \
+      tests/ops/test_ops_beyond_contract.py tests/ops/test_ops_flex.py
     stage grid 30 python bench/bench_kernels.py --mode gpu --min-run-time 0.1 --out "$work"
     # batch 8 only (batches 1 and 32 ran in both leases): eager rows, then CUDA graphs,
     # drafting off and BASS, whose warm-up compiles both models (never finished so far)

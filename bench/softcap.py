@@ -4,10 +4,10 @@ as a ``score_mod`` against the reference, on Gemma-2-shaped packed passes.
     python bench/softcap.py [--mode cpu|gpu|smoke] [--out DIR]
 
 bass's attention function computes a soft-capping model's attention with ``flex`` where
-``attention`` is ``auto`` or ``flex`` and with the ``reference`` otherwise (and did with the
-reference for every pass before). For every case (decode and verify passes of 16 rows, a
-prefill chunk beside verify rows: bench_kernels.py's cases), one eager layer of each is
-timed (the median of ``torch.utils.benchmark`` blocks, flex compiled first) and its
+``attention`` is ``flex``, or ``auto`` on a CPU, and with the ``reference`` otherwise (and
+did with the reference for every pass before). For every case (decode and verify passes
+of 16 rows, a prefill chunk beside verify rows: bench_kernels.py's cases), one eager layer
+of each is timed (the median of ``torch.utils.benchmark`` blocks, flex compiled first) and its
 output compared with the other's. Writes ``<mode>_softcap.md`` and ``.json`` into ``--out``
 (default ``bench/results``).
 """

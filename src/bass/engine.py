@@ -367,6 +367,10 @@ class Generator:
         stats = GenerationStats(rows=len(prompts), forced_acceptance=self.forced_acceptance)
         stats.backend, stats.keep_steps = self.backend.describe(), job.keep
         stats.attention = self.passes.attention(device, self.main)
+        for model in self.models[1:]:  # the draft model's passes, where they differ
+            for kind, pick in self.passes.attention(device, model).items():
+                if pick != stats.attention.get(kind):
+                    stats.attention[f"draft {kind}"] = pick
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         # 1) the rows at once (slots): max_rows, and what the KV budget holds
         slots = scheduler.rows_at_once(job, self.models, device, self.coord.share, stats)

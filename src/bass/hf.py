@@ -12,9 +12,11 @@ that a model can be routed through bass and switches it over.
 from __future__ import annotations
 
 import itertools
+import os
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 from transformers import AttentionInterface, PreTrainedModel
@@ -22,7 +24,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
 from .ops import flex, reference
-from .ops.plan import Plan, resolve
+from .ops.plan import AUTO_OVERRIDE, Plan, resolve
 from .packing import PackedPass, pack
 
 ATTN_NAME = "bass"
@@ -160,34 +162,69 @@ def check_loaded(model, role: str) -> None:
 
 
 SOFTCAP, SINKS = "logit soft-capping", "attention sinks"
-# model -> (beyond_contract(model), its soft-cap or None), set by prepare (each generation)
+
+
+class Beyond(NamedTuple):
+    """What a model's attention needs beyond the ops' contract (:func:`beyond_contract`),
+    as its passes plan for it (:func:`pass_impl`)."""
+
+    need: str  # SOFTCAP or SINKS
+    cap: float | None  # the one soft-cap every attention layer holds (and passes), else None
+    flex: bool  # flex takes the model's dtype and head dim on its device (flex.takes)
+
+
+# model -> needs(model), set by prepare (each generation), read by every pass
 _BEYOND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _layer_caps(model) -> set[float]:
+    # the cap each attention layer stores and hands its attention function (Gemma 2)
+    return {float(c) for m in model.modules() if (c := getattr(m, "attn_logit_softcapping", 0))}
 
 
 def beyond_contract(model) -> str | None:
     """What ``model``'s attention needs that the ops' contract lacks, which
     :func:`bass_attention_forward` computes itself (:func:`pass_impl`): ``"logit
-    soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), or ``None``."""
-    if getattr(model.config.get_text_config(), "attn_logit_softcapping", None) is not None:
+    soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), or ``None``. A cap of 0
+    is none."""
+    if getattr(model.config.get_text_config(), "attn_logit_softcapping", 0) or _layer_caps(model):
         return SOFTCAP
     if any(name.endswith(".sinks") for name, _ in model.named_parameters()):
         return SINKS
     return None
 
 
-def _head_dim(model) -> int:
-    cfg = model.config.get_text_config()
-    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+def needs(model) -> Beyond | None:
+    """:func:`beyond_contract` with what planning needs: the layers' one cap, and whether
+    flex takes the model (``None``: nothing beyond the contract)."""
+    need = beyond_contract(model)
+    if need is None:
+        return None
+    caps = _layer_caps(model) if need == SOFTCAP else set()
+    cfg, p = model.config.get_text_config(), next(model.parameters())
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    cap = caps.pop() if len(caps) == 1 else None
+    return Beyond(need, cap, flex.takes(p.dtype, head_dim, p.device.type))
 
 
-def pass_impl(impl: str, beyond: str | None) -> str:
-    """The implementation a pass plans for a model that needs ``beyond``
-    (:func:`beyond_contract`) when ``impl`` is asked for: ``flex`` computes a soft-cap
-    (a ``score_mod``) where ``impl`` is ``auto`` or ``flex``; the ``reference`` computes
-    both, and runs for every other case."""
+def pass_impl(impl: str, beyond: Beyond | None, device_type: str) -> tuple[str, str]:
+    """The implementation a pass plans for a model that needs ``beyond`` (:func:`needs`)
+    when ``impl`` is asked for on ``device_type``, and why: ``flex`` computes a soft-cap (a
+    ``score_mod``) where asked for, and is ``auto``'s pick on a CPU (``$BASS_AUTO_ATTENTION``
+    forces ``auto``'s); the ``reference`` computes both, and runs in every other case."""
     if beyond is None:
-        return impl
-    return "flex" if beyond == SOFTCAP and impl in ("auto", "flex") else "reference"
+        return impl, ""
+    if impl == "auto":
+        impl = os.environ.get(AUTO_OVERRIDE) or ("flex" if device_type == "cpu" else "")
+        if not impl:
+            return "reference", "flex with a cap not yet run on a GPU (attention='flex' asks)"
+    if beyond.need != SOFTCAP:
+        return "reference", "flex computes no sinks"
+    if impl != "flex":
+        return "reference", f"attention={impl!r} computes no cap"
+    if not beyond.flex:
+        return "reference", "flex takes no float64, nor head dims under 32 on a CPU (16 on CUDA)"
+    return "flex", "as a score_mod"
 
 
 def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedModel:
@@ -226,9 +263,7 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"max_new_tokens within {window} tokens"
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
-    beyond = beyond_contract(model)
-    cap = text.attn_logit_softcapping if beyond == SOFTCAP else None
-    _BEYOND[model] = beyond, cap
+    _BEYOND[model] = needs(model)
     model.set_attn_implementation(ATTN_NAME)
     return model
 
@@ -336,17 +371,14 @@ class Passes:
         """The attention implementation its passes run on ``device`` per pass kind
         (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``; for
         ``model``'s passes where given (:func:`beyond_contract`)."""
-        picks, beyond = {}, beyond_contract(model) if model is not None else None
+        picks, beyond = {}, needs(model) if model is not None else None
         device = torch.device(device)
+        name, how = pass_impl(self.impl, beyond, device.type)
         for kind in dict.fromkeys(("eager", self.pass_kind)):
-            impl, why = resolve(pass_impl(self.impl, beyond), device, kind)
+            impl, why = resolve(name, device, kind)
+            if beyond is not None:
+                why = f"the model's {beyond.need}, beyond the ops' contract ({how})"
             picks[kind] = f"{impl.name}: {why}"
-            if beyond is None:
-                continue
-            if impl.name == "flex" and not flex.takes(model.dtype, _head_dim(model), device.type):
-                impl = resolve("reference", device, kind)[0]  # flex.run hands over
-            how = " as a score_mod" if impl.name == "flex" else ""
-            picks[kind] = f"{impl.name}: the model's {beyond}{how}, beyond the ops' contract"
         return picks
 
     def pack(self, model, q_lens: Sequence[int], lens: Sequence[int], device, **kw) -> PackedPass:
@@ -359,9 +391,9 @@ class Passes:
     def run(self, model, cache, batch: PackedPass) -> torch.Tensor:
         """Run ``batch`` through ``model`` (appending to ``cache``); returns ``[N or L,
         V]`` logits. The pass's attention is planned here, once for every layer."""
-        beyond, softcap = _BEYOND.get(model, (None, None))
+        beyond = _BEYOND.get(model)
         plan = Plan.for_pass(
-            pass_impl(self.impl, beyond),
+            pass_impl(self.impl, beyond, batch.cu_q_lens.device.type)[0],
             batch.q_lens,
             batch.host_lens,
             batch.tokens,
@@ -370,7 +402,7 @@ class Passes:
             batch.kv_lens,
             cache.max_len,
             self.pass_kind,
-            softcap,
+            beyond.cap if beyond is not None else None,
         )
         logits = self.forward(
             model,

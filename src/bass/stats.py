@@ -101,7 +101,8 @@ class GenerationStats:
     prefill_passes: int = 0  # main-model passes of the prefill (chunks of prompt tokens)
     prefill_tokens: int = 0  # prompt tokens the main model's prefill computed
     backend: dict = field(default_factory=dict)  # the device tuning (bass.backends)
-    # the attention implementation per pass kind, and why (what impl="auto" picked)
+    # the attention implementation per pass kind, and why (what impl="auto" picked);
+    # "draft <kind>": the draft model's, where it differs
     attention: dict = field(default_factory=dict)
     max_rows: int = 0  # rows generating at once (continuous batching: the cache's slots)
     kv_budget_bytes: int = 0  # the KV budget the rows at once were sized by (0: none known)

@@ -168,25 +168,61 @@ def counting_flex(monkeypatch) -> list:
     return calls
 
 
+def no_reference(*args, **kwargs):
+    raise AssertionError("the reference attention ran")
+
+
 def test_soft_capping_runs_flex_with_the_cap_as_a_score_mod(monkeypatch):
+    from bass.ops import reference
+
     model = build(*FLEX_GEMMA2, torch.float32)
     calls = counting_flex(monkeypatch)
-    gen = Generator(model, "ngram")
-    res = testing.assert_greedy_equivalent(gen, PROMPTS, 10, max_rows=2)
+    with monkeypatch.context() as mp:
+        mp.setattr(reference, "attention", no_reference)  # flex computes every layer
+        res = testing.assert_greedy_equivalent(Generator(model, "ngram"), PROMPTS, 10, max_rows=2)
     assert res.stats.attention["eager"].startswith("flex: the model's logit soft-capping")
-    assert calls and set(calls) == {1.0}  # every layer of every pass, with the model's cap
+    assert calls and set(calls) == {1.0}  # with the model's cap
     # asked for another implementation, the reference computes the cap
     calls.clear()
     ref = Generator(model, "ngram", attention="sdpa").generate(PROMPTS, max_new_tokens=10)
     assert ref.stats.attention["eager"].startswith("reference: the model's logit soft-capping")
     assert not calls and ref.sequences == res.sequences
+    # a draft model flex does not take (head dim 8): the statistics name its passes' too
+    config_name, model_name, overrides = FLEX_GEMMA2
+    draft = build(config_name, model_name, overrides | dict(head_dim=8), torch.float32)
+    gen = Generator(model, draft, policy="constant", policy_options={"k": 2})
+    both = gen.generate(PROMPTS, max_new_tokens=10)
+    assert both.stats.attention["eager"].startswith("flex: the model's logit soft-capping")
+    assert both.stats.attention["draft eager"].startswith("reference: the model's logit")
+    assert both.sequences == res.sequences
+
+
+def test_the_cap_planned_is_the_one_the_layers_pass():
+    """A compiled pass reads the plan's cap (bass.hf.needs): the layers' own, which they
+    hand their attention, not the config's (edited after the model was built here); a
+    cap of 0 is none."""
+    from bass import hf
+
+    model = build(*FLEX_GEMMA2, torch.float32)
+    model.config.attn_logit_softcapping = 1000.0
+    assert hf.needs(model) == hf.Beyond(hf.SOFTCAP, 1.0, True)
+    assert hf.needs(model.double()).flex is False
+    for layer in model.model.layers:
+        layer.self_attn.attn_logit_softcapping = 0.0
+    model.config.attn_logit_softcapping = 0.0
+    assert hf.beyond_contract(model) is None and hf.needs(model) is None
 
 
 @pytest.mark.slow  # a first compile of ~40 s on 2 cores
 @pytest.mark.parametrize("head_dim", [8, 32])
-def test_soft_capping_runs_in_compiled_passes(head_dim):
+def test_soft_capping_runs_in_compiled_passes(head_dim, monkeypatch):
+    from bass.ops import reference
+
     config_name, model_name, overrides = FLEX_GEMMA2
     model = build(config_name, model_name, overrides | dict(head_dim=head_dim), torch.float32)
+    model.config.attn_logit_softcapping = 1000.0  # the layers keep theirs (1.0): bass too
+    if head_dim == 32:  # flex computes every layer, traced
+        monkeypatch.setattr(reference, "attention", no_reference)
     res = testing.assert_greedy_equivalent(Generator(model, "ngram", compile=True), PROMPTS, 10)
     impl = "flex" if head_dim == 32 else "reference"
     assert res.stats.attention["compiled"].startswith(f"{impl}: the model's logit soft-capping")

@@ -144,7 +144,12 @@ class AdaptivePolicy(OptionsMixin, Policy):
 
     name: ClassVar[str] = "adaptive"
     k_max: int = option(32, "largest draft length of a row", low=1)
-    k0: int = option(4, "draft length of the second (measuring) step", low=1, high="k_max")
+    k0: int = option(
+        4,
+        "base of a row's depth cap (k0 + 2 x what it accepted lately); the batch-wide length",
+        low=1,
+        high="k_max",
+    )
     ema: float = option(
         0.3, "weight of the newest observation in each estimate", low=0, high=1, low_exclusive=True
     )
