@@ -227,7 +227,7 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
         if bad:
             raise PromptError("", i, f" has token ids outside [0, {vocab}): {bad[:5]}")
     need = max(len(p) for p in prompts) + max_new_tokens
-    for model in models:
+    for k, model in enumerate(models):
         limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         if limit is not None and need > limit:
             longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -235,7 +235,8 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
                 "",
                 longest,
                 f" ({len(prompts[longest])} tokens) + max_new_tokens ({max_new_tokens}) = "
-                f"{need} exceeds {hf.model_name(model)}'s context of {limit} positions; "
-                "shorten the prompt or lower max_new_tokens",
+                f"{need} exceeds the {'draft' if k else 'main'} model {hf.model_name(model)}'s "
+                f"context of {limit} positions; shorten the prompt or lower max_new_tokens"
+                + (" (or use a draft model with a longer context)" if k else ""),
             )
     return need

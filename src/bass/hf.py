@@ -151,6 +151,12 @@ def check_loaded(model, role: str) -> None:
             "pass the model itself (compiled._orig_mod); bass compiles its own passes: "
             "Generator(..., compile=True)"
         )
+    if model.get_output_embeddings() is None:
+        raise ValueError(
+            f"the {role} model {model_name(model)} has no language-model head "
+            "(get_output_embeddings() is None): bass needs a causal LM; load it with "
+            "AutoModelForCausalLM (not AutoModel)"
+        )
     meta = next((n for n, p in model.named_parameters() if p.device.type == "meta"), None)
     if meta is not None:
         raise ValueError(

@@ -29,8 +29,12 @@ class Refused(Exception):
 
 
 def show(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` on one line, cut to about ``limit`` characters."""
-    text = " ".join(repr(value).split())
+    """``repr(value)`` on one line, cut to about ``limit`` characters; a value whose repr
+    spans lines (a module) by its type."""
+    text = repr(value)
+    if "\n" in text:
+        return f"<{type(value).__name__}>"
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -89,10 +89,7 @@ def _main_model(v: Any, ctx: Mapping) -> Any:
     from .hf import check_loaded
 
     if isinstance(v, PreTrainedModel) or isinstance(getattr(v, "_orig_mod", None), PreTrainedModel):
-        try:
-            check_loaded(v, "main")
-        except (TypeError, ValueError) as exc:
-            raise Refused(str(exc)) from None
+        check_loaded(v, "main")  # its own message, as for the draft model
         return v
     if v is None or isinstance(v, (str, os.PathLike)):
         raise Refused(

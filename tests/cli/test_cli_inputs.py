@@ -66,6 +66,7 @@ def test_parser_errors_are_one_line(capsys, command, expected):
         ("--tp -1", "command line: --tp = -1 is not allowed; expected an integer >= 1"),
         ("--n 99999999999999", "at most 10,000,000 rows (prompts x --n) per run"),
         ("--n 5000001", "2 prompts x --n 5000001 = 10000002 rows"),
+        ("--samples 0", "command line: --samples = 0 is not allowed; expected an integer >= 1"),
         ("--draft none --compare", "--compare compares drafting on with drafting off, but"),
     ],
 )
@@ -96,6 +97,14 @@ def test_compare_with_draft_none_from_the_config(tmp_path, capsys, no_model_load
 
 
 # ------------------------------------------------------------------------------ prompts
+
+
+def test_a_prompts_file_without_a_prompt_is_named(tmp_path, capsys, no_model_load):
+    for text in ("", "\n  \n\n"):
+        empty = tmp_path / "empty.txt"
+        empty.write_text(text)
+        rc, _, err = run(capsys, f"generate --prompts-file {empty}")
+        assert rc == 2 and f"{empty} holds no prompt (no line with text)" in one_error_line(err)
 
 
 def test_prompts_file_suffixes(model_dir, tmp_path, capsys, no_model_load):
@@ -221,6 +230,7 @@ def toy_problems(monkeypatch):
         ("--timeout 1e300", "> 0 and <= 86400"),
         ("--n 0", "command line: --n = 0 is not allowed; expected an integer >= 1"),
         ("--n 99999999999", "command line: --n = 99999999999 is not allowed"),
+        ("--samples 0", "command line: --samples = 0 is not allowed; expected an integer >= 1"),
         ("--problems 0:10:0", "command line: --problems = '0:10:0' is not allowed"),
         ("--problems ''", "command line: --problems = '' is not allowed"),
         ("--problems ' '", "command line: --problems = ' ' is not allowed"),

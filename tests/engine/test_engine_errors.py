@@ -50,8 +50,11 @@ def test_errors_before_any_work(llama):
         ValueError, match="max_new_tokens=0 is not allowed; expected an integer >= 1"
     ):
         gen.generate([[1]], max_new_tokens=0)
-    with pytest.raises(ValueError, match=r"exceeds .* context of 256"):
+    with pytest.raises(ValueError, match=r"exceeds the main model .* context of 256"):
         gen.generate([[1] * 200], max_new_tokens=60)
+    short = Generator(gen.main, tiny_lm(seed=1, max_positions=16))
+    with pytest.raises(ValueError, match=r"exceeds the draft model .* context of 16.*longer"):
+        short.generate([[1] * 5], max_new_tokens=30)
     with pytest.raises(ValueError, match="temperature"):
         gen.generate([[1]], max_new_tokens=4, do_sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="outside \\[0, 64\\)"):

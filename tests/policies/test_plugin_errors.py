@@ -160,6 +160,16 @@ def test_compiled_and_meta_models_are_refused_when_the_generator_is_built():
         bass.Generator(empty)
     with pytest.raises(ValueError, match=r"meta device .* never loaded"):
         bass.Generator(main, empty)
+    with pytest.raises(ValueError, match=r"^the main model LlamaForCausalLM has weights on"):
+        bass.Generator(empty)  # its own message: no repr of the module, no "expected"
+
+
+def test_a_model_without_a_language_model_head_is_refused_when_the_generator_is_built():
+    """AutoModel instead of AutoModelForCausalLM: named, not an AttributeError later."""
+    main = tiny_lm()
+    for args, role in (((main.model,), "main"), ((main, main.model), "draft")):
+        with pytest.raises(ValueError, match=rf"the {role} model LlamaModel has no language-model"):
+            bass.Generator(*args)
 
 
 def test_a_meta_prompt_and_a_tokenizer_that_does_not_return_text_are_named():

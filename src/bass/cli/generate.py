@@ -35,6 +35,11 @@ def read_prompts(args) -> list[Prompt]:
     prompts = [Prompt(p, f"PROMPT argument {k}") for k, p in enumerate(args.prompts, 1)]
     if args.prompts_file:
         prompts += _read_prompts_file(args.prompts_file)
+    if not prompts and args.prompts_file:
+        raise UsageError(
+            f"{args.prompts_file} holds no prompt (no line with text); put one prompt per "
+            "line, or pass PROMPT arguments"
+        )
     if not prompts:
         raise UsageError("no prompt given; pass PROMPT arguments or --prompts-file FILE")
     for p in prompts:
@@ -160,7 +165,8 @@ def n_of(args) -> int:
     """``--n``, checked: samples per prompt (1 when not given)."""
     n = 1 if args.n is None else args.n
     if n < 1:
-        raise flag_error("--n", n, "an integer >= 1", "1 sample per prompt")
+        flag = getattr(args, "n_flag", "--n")
+        raise flag_error(flag, n, "an integer >= 1", "1 sample per prompt")
     return n
 
 

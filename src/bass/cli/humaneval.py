@@ -27,9 +27,9 @@ def _check_flags(args) -> int:
     """``--n``, ``--timeout`` and ``--problems``, checked before anything loads; returns n."""
     n = 1 if args.n is None else args.n
     if not 1 <= n <= MAX_JOB_ROWS:
-        raise flag_error(
-            "--n", n, f"an integer >= 1 and <= {MAX_JOB_ROWS:,}", "1 sample per problem"
-        )
+        flag = getattr(args, "n_flag", "--n")
+        allowed = f"an integer >= 1 and <= {MAX_JOB_ROWS:,}"
+        raise flag_error(flag, n, allowed, "1 sample per problem")
     t = args.timeout
     if not (math.isfinite(t) and 0 < t <= MAX_TIMEOUT):
         raise flag_error(

@@ -90,9 +90,19 @@ _MODEL_FLAGS = [
                          "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
 ]
 _BOOL = {"action": argparse.BooleanOptionalAction, "default": None}
+
+
+class _Samples(argparse._StoreAction):
+    """``--n``/``--samples``: remembers which was typed (``n_flag``), for its error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        namespace.n_flag = option_string
+
+
 _GENERATION_FLAGS = [
     *_declared("generation"),
-    (("--n", "--samples"), {"type": int, "metavar": "N", "dest": "n",
+    (("--n", "--samples"), {"type": int, "metavar": "N", "dest": "n", "action": _Samples,
                             "help": "samples per prompt (default 1; under torchrun write "
                             "--samples: torchrun takes --n for its own --nnodes)"}),
     ("--progress", {**_BOOL, "help": "progress on stderr (default: if stderr is a terminal)"}),
