@@ -49,9 +49,8 @@ class RaggedKVCache:
         cfg = model.config.get_text_config()
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         heads = max(1, heads // compat.tp_size(model))
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         itemsize = next(model.parameters()).element_size()
-        return 2 * cfg.num_hidden_layers * heads * head_dim * itemsize
+        return 2 * cfg.num_hidden_layers * heads * compat.head_dim(cfg) * itemsize
 
     @staticmethod
     def default_budget(device) -> int | None:

@@ -68,6 +68,11 @@ CACHE_UPDATE_EXTRAS = "positional cache_kwargs (<= 5.23) or keyword kwargs= (>= 
 _CACHE_ARG: dict[type, str] = {}
 
 
+def head_dim(cfg) -> int:
+    """A text config's attention head dim (``head_dim``, else hidden size over heads)."""
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
 def cache_argument(model: torch.nn.Module) -> str:
     """Shim 1: the keyword under which ``model``'s forward takes its cache: ``"cache"``
     (transformers >= 5.24, the families that took the new name) or ``"past_key_values"``."""

@@ -183,34 +183,29 @@ class Beyond(NamedTuple):
 _BEYOND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _layer_caps(model) -> set[float]:
-    # the cap each attention layer stores and hands its attention function (Gemma 2)
-    return {float(c) for m in model.modules() if (c := getattr(m, "attn_logit_softcapping", 0))}
-
-
 def beyond_contract(model) -> str | None:
     """What ``model``'s attention needs that the ops' contract lacks, which
     :func:`bass_attention_forward` computes itself (:func:`pass_impl`): ``"logit
     soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), or ``None``. A cap of 0
     is none."""
-    if getattr(model.config.get_text_config(), "attn_logit_softcapping", 0) or _layer_caps(model):
-        return SOFTCAP
-    if any(name.endswith(".sinks") for name, _ in model.named_parameters()):
-        return SINKS
-    return None
+    beyond = needs(model)
+    return beyond.need if beyond is not None else None
 
 
 def needs(model) -> Beyond | None:
     """:func:`beyond_contract` with what planning needs: the layers' one cap, and whether
     flex takes the model (``None``: nothing beyond the contract)."""
-    need = beyond_contract(model)
-    if need is None:
-        return None
-    caps = _layer_caps(model) if need == SOFTCAP else set()
     cfg, p = model.config.get_text_config(), next(model.parameters())
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    # the cap each attention layer stores and hands its attention function (Gemma 2)
+    caps = {float(c) for m in model.modules() if (c := getattr(m, "attn_logit_softcapping", 0))}
+    if getattr(cfg, "attn_logit_softcapping", 0) or caps:
+        need = SOFTCAP
+    elif any(name.endswith(".sinks") for name, _ in model.named_parameters()):
+        need, caps = SINKS, set()
+    else:
+        return None
     cap = caps.pop() if len(caps) == 1 else None
-    return Beyond(need, cap, flex.takes(p.dtype, head_dim, p.device.type))
+    return Beyond(need, cap, flex.takes(p.dtype, compat.head_dim(cfg), p.device.type))
 
 
 def pass_impl(impl: str, beyond: Beyond | None, device_type: str) -> tuple[str, str]:
@@ -377,7 +372,9 @@ class Passes:
         """The attention implementation its passes run on ``device`` per pass kind
         (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``; for
         ``model``'s passes where given (:func:`beyond_contract`)."""
-        picks, beyond = {}, needs(model) if model is not None else None
+        picks, beyond = {}, None
+        if model is not None:  # as prepare planned it (bass ops: not prepared)
+            beyond = _BEYOND[model] if model in _BEYOND else needs(model)
         device = torch.device(device)
         name, how = pass_impl(self.impl, beyond, device.type)
         for kind in dict.fromkeys(("eager", self.pass_kind)):

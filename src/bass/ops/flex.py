@@ -123,15 +123,14 @@ def run(state: FlexState, q, k, v, scale: float, softcap: float | None = None) -
     become ``softcap * tanh(scores / softcap)``, as a ``score_mod``."""
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
-    if not supports(q):
+    compiling = torch.compiler.is_compiling()  # traced into the caller's graph: one kernel
+    # inputs flex does not take, and (traced) a cap the plan was not given: the reference
+    if not supports(q) or (compiling and softcap is not None and state.cap is None):
         starts, q_lens, kv_lens = state.starts, state.q_lens, state.kv_lens
         return reference.attention(q, k, v, starts, q_lens, kv_lens, scale, softcap)
     if N == 0 or B == 0:
         return token_major(q, zero=True)
-    if torch.compiler.is_compiling():  # traced into the caller's graph: one flex kernel
-        if softcap is not None and state.cap is None:  # a cap the plan was not given
-            starts, q_lens, kv_lens = state.starts, state.q_lens, state.kv_lens
-            return reference.attention(q, k, v, starts, q_lens, kv_lens, scale, softcap)
+    if compiling:
         # one 4-D gather: the CPU template needs a [B, Hq, T, D] buffer (docs: "flex")
         qr = q[0][:, state.src].transpose(0, 1).contiguous()
         cap = None if softcap is None else state.cap  # the layer's cap, as the plan's tensor
