@@ -66,7 +66,9 @@ class Generator:
             length. Output is meaningless text; ``stats.forced_acceptance`` records it.
         config: a TOML file path (a :class:`bass.config.Config`, a dict): its
             ``[policy]``, ``[generation]`` and ``[model]`` (``chat`` for generate_text)
-            are the defaults; arguments given explicitly win (``compile=False`` too).
+            are the defaults; arguments given explicitly win (``compile=False`` too). Its
+            ``[policy.options]`` belong to its policy: kept when ``policy=`` names the
+            same one, left out when it names another (as on the command line).
         compile: ``True`` compiles the per-step forward (every packed pass after the
             prefill) with ``torch.compile(fullgraph=True)``; a backend name or callable
             selects the backend. ``"reduce-overhead"`` compiles it with Inductor's
@@ -136,10 +138,11 @@ class Generator:
         prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
         cfg_gen, self.generate_defaults, self.chat_default = generator_defaults(config, main)
+        file_policy = cfg_gen.get("policy", policies.DEFAULT)
         if policy is None:
-            policy = cfg_gen.get("policy", policies.DEFAULT)
-            if policy_options is None:
-                policy_options = cfg_gen.get("policy_options")
+            policy = file_policy
+        if policy_options is None and policy == file_policy:  # the file's are its policy's
+            policy_options = cfg_gen.get("policy_options")
 
         def setting(name, given):  # given > the config file's > the declared default
             return given if given is not None else cfg_gen.get(name, options.OPTIONS[name].default)

@@ -91,8 +91,8 @@ def test_flags_override_config(model_dir, tmp_path, capsys):
     assert rec["completion_tokens"] <= 3 and set(rec["stats"]["draft_length_trace"]) <= {0}
     rc, _, err = run(
         capsys,
-        f"generate --config {cfg} --output {out_file} --draft ngram --max-new-tokens 12 "
-        "--policy-option k=5",
+        f"generate --config {cfg} --output {out_file} --overwrite --draft ngram "
+        "--max-new-tokens 12 --policy-option k=5",
         "hello world",
     )
     assert rc == 0, err
@@ -103,7 +103,7 @@ def test_flags_override_config(model_dir, tmp_path, capsys):
     rc, _, err = run(
         capsys,
         f"generate --config {cfg} hello --draft ngram --policy hf-heuristic -o {out_file} "
-        "--max-new-tokens 12",
+        "--overwrite --max-new-tokens 12",
     )
     assert rc == 0, err
     assert read_jsonl(out_file)[0]["stats"]["draft_length_trace"][0] == 5  # its k0 default
@@ -119,7 +119,7 @@ def test_regular_decoding_and_sampling(model_dir, tmp_path, capsys):
         rc, _, err = run(
             capsys,
             f"generate --main {model_dir} --sample --temperature 0.7 --top-p 0.9 --seed 3 "
-            f"--output {f} --max-new-tokens 6",
+            f"--output {f} --overwrite --max-new-tokens 6",
             "hello world",
         )
         assert rc == 0, err
@@ -170,7 +170,7 @@ def test_stop_ends_rows_and_is_cut_from_the_text(model_dir, tmp_path, capsys):
     stop = f"{words[1][1:]} {words[2]} {words[3][:1]}"
     ends = next(j for j in range(1, 13) if stop in " ".join(words[:j]))
     rc, out, err = run(
-        capsys, f"{base} --stop '{stop}' --stop 'never\\n'", "hello world hello world"
+        capsys, f"{base} --overwrite --stop '{stop}' --stop 'never\\n'", "hello world hello world"
     )
     assert rc == 0, err
     (rec,) = read_jsonl(tmp_path / "o.jsonl")
@@ -211,7 +211,8 @@ def test_prompts_files(model_dir, tmp_path, capsys):
     assert [r["prompt"] for r in read_jsonl(out_file)] == ["hello", "the sea"]
     rc, _, err = run(
         capsys,
-        f"generate --main {model_dir} --prompts-file {jsonl} --max-new-tokens 2 -o {out_file}",
+        f"generate --main {model_dir} --prompts-file {jsonl} --max-new-tokens 2 -o {out_file} "
+        "--overwrite",
     )
     assert rc == 0, err
     assert [r["prompt"] for r in read_jsonl(out_file)] == ["a cat"]

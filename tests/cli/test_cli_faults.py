@@ -212,7 +212,7 @@ def test_a_too_long_prompt_is_refused_before_any_row_and_resume_completes_the_ru
     rows = read_jsonl(out)
     long_prompt = " ".join(["w20"] * 300)  # past the model's 256 positions
     prompts.write_text(f"hello world\n\nthe sea\n{long_prompt}\na cat\n")
-    for resume in ("", "--resume"):
+    for resume in ("--overwrite", "--resume"):
         rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts} {resume}")
         line = one_error_line(err)
         assert rc == 2 and f"the prompt at {prompts}:4 (300 tokens) + max_new_tokens (4)" in line

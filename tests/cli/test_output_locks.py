@@ -132,7 +132,7 @@ def test_resume_refuses_a_file_with_a_row_twice(model_dir, tmp_path, capsys):
     assert rc == 2 and one_error_line(err) == (
         f"bass: error: --output {out}:3: a second row of prompt 0, sample 0 (the first is "
         "line 1); the file is corrupt (written by two runs at once?): remove the extra "
-        "lines, or rerun without --resume to start over"
+        "lines, or rerun with --overwrite (not --resume) to start over"
     )
     assert out.read_text() == before
 

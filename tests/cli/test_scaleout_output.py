@@ -10,7 +10,15 @@ import subprocess
 import sys
 
 import pytest
-from cli_support import hold, read_jsonl, release, run, save_model_dir, subprocess_env
+from cli_support import (
+    hold,
+    one_error_line,
+    read_jsonl,
+    release,
+    run,
+    save_model_dir,
+    subprocess_env,
+)
 
 FLAGS = "--dtype float64 --cpu-linear torch --samples 2 --sample --seed 3 --max-new-tokens 4"
 PROMPTS = ["hello world", "the sea is blue", "a cat"]
@@ -45,9 +53,9 @@ def test_a_data_parallel_run_replaces_the_output_and_a_held_one_is_refused_on_ev
         out.with_name(f"out.jsonl.rank{r}").write_text(stale_row(r) + "\n")
     before = {p.name: p.read_text() for p in tmp_path.iterdir()}
 
-    proc = hold(f"generate hello -o {out}")
+    proc = hold(f"generate hello -o {out} --overwrite")
     try:
-        refused = torchrun(model_dir, out)
+        refused = torchrun(model_dir, out, "--overwrite")
     finally:
         release(proc)
     assert refused.returncode != 0
@@ -55,7 +63,7 @@ def test_a_data_parallel_run_replaces_the_output_and_a_held_one_is_refused_on_ev
     assert said == 2, refused.stderr[-3000:]  # each rank says why it stopped
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before  # nothing touched
 
-    done = torchrun(model_dir, out)
+    done = torchrun(model_dir, out, "--overwrite")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_jsonl(out)
     keys = [(i, s) for i in range(len(PROMPTS)) for s in range(2)]
@@ -97,7 +105,15 @@ def test_one_process_resumes_from_the_shards_a_stopped_run_left_and_replaces_the
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
 
     out.with_name("out.jsonl.rank1").write_text(whole[0])  # left by an earlier run
-    rc, _, err = run(capsys, args, *PROMPTS)  # no --resume: replaced, shards too
+    before = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    rc, _, err = run(capsys, args, *PROMPTS)  # neither --resume nor --overwrite: refused
+    assert rc == 2 and one_error_line(err) == (
+        f"bass: error: --output {out} (and 1 shard file(s)) already holds 7 line(s) of "
+        "results: pass --resume to continue that run, or --overwrite to replace it (or "
+        "choose another --output)"
+    )
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before  # nothing touched
+    rc, _, err = run(capsys, f"{args} --overwrite", *PROMPTS)  # replaced, shards too
     assert rc == 0, err
     assert rows_of(out) == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]

@@ -97,6 +97,24 @@ def test_kwargs_drive_the_engine():
     assert 1 <= len(res.sequences[0]) <= 4
 
 
+
+def test_config_policy_options_follow_its_policy():
+    """A config's [policy.options] are kept when policy= names its policy again, and left
+    out when it names another (as the command line does)."""
+    from models import tiny_lm
+
+    from bass import Generator
+
+    config = {"policy": {"name": "constant", "options": {"k": 2}}}
+    main = tiny_lm()
+    same = Generator(main, "ngram", policy="constant", config=config)
+    assert same.policy_spec == ("constant", {"k": 2})
+    other = Generator(main, "ngram", policy="adaptive", config=config)
+    assert other.policy_spec == ("adaptive", {})
+    explicit = Generator(main, "ngram", policy="constant", policy_options={"k": 3}, config=config)
+    assert explicit.policy_spec == ("constant", {"k": 3})
+
+
 BAD_VALUES = [
     ("generation", "max_new_tokens", 0, "an integer >= 1"),
     ("generation", "max_new_tokens", "8", "an integer >= 1"),

@@ -221,6 +221,8 @@ def cmd_generate(args) -> int:
     out_path = _check_paths(args, config)
     # one writer per file: rank 0's
     scale.first(lambda: lock_outputs(args, {"--output": args.output, "--plot": args.plot}))
+    if out_path is not None and not (args.resume or args.overwrite):  # finished rows kept
+        scale.first(lambda: scaleout.check_unused(out_path))
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)

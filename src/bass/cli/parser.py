@@ -130,6 +130,8 @@ _GENERATE_FLAGS = [
                   "stop strings; every row stores them); the draft, policy, batch size, "
                   "attention and time budget may differ. Rows of an older bass (without "
                   "settings) are taken unchecked"}),
+    ("--overwrite", {"action": "store_true", "help": "replace an --output that holds rows "
+                     "(without it or --resume, such a file is refused: finished rows are kept)"}),
     ("--compare", {"action": "store_true", "help": "also run every batch with drafting off "
                    "(the same rows and settings) and print both summaries and the speedup: does "
                    "bass pay on your prompts? (needs a drafter: not with --draft none)"}),

@@ -157,7 +157,8 @@ def read_done(
             raise UsageError(
                 f"--output {path}:{number}: a second row of prompt {key[0]}, sample {key[1]} "
                 f"(the first is line {done[key]}); the file is corrupt (written by two runs at "
-                "once?): remove the extra lines, or rerun without --resume to start over"
+                "once?): remove the extra lines, or rerun with --overwrite (not --resume) to "
+                "start over"
             )
         done[key] = number
     if cut < len(data):  # a partial last line: its row is generated again

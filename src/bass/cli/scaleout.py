@@ -100,6 +100,22 @@ def shards(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(prefix) :]))
 
 
+def check_unused(out: Path) -> None:
+    """Refuse to start over on an ``--output`` that holds rows, its own or its shards'
+    (an earlier run's finished work): ``--resume`` continues it, ``--overwrite`` replaces
+    it."""
+    held = [p for p in [out, *shards(out)] if p.is_file() and p.stat().st_size > 0]
+    if held:
+        lines = sum(p.read_bytes().count(b"\n") for p in held)
+        where = f"{out}" + (
+            f" (and {len(held) - (out in held)} shard file(s))" if held != [out] else ""
+        )
+        raise UsageError(
+            f"--output {where} already holds {lines} line(s) of results: pass --resume to "
+            "continue that run, or --overwrite to replace it (or choose another --output)"
+        )
+
+
 def merge(out: Path) -> None:
     """Rank 0 (or one process resuming): every row of ``--output`` and of its shards, in
     prompt order, written back to ``--output`` (through a temporary file, then renamed);
