@@ -97,7 +97,6 @@ def test_kwargs_drive_the_engine():
     assert 1 <= len(res.sequences[0]) <= 4
 
 
-
 def test_config_policy_options_follow_its_policy():
     """A config's [policy.options] are kept when policy= names its policy again, and left
     out when it names another (as the command line does)."""
