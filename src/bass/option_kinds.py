@@ -29,10 +29,10 @@ class Refused(Exception):
 
 
 def show(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` on one line, cut to about ``limit`` characters; a value whose repr
-    spans lines (a module) by its type."""
+    """``repr(value)`` on one line, cut to about ``limit`` characters; a module (whose
+    repr lists its layers) by its type."""
     text = repr(value)
-    if "\n" in text:
+    if "\n" in text and callable(getattr(value, "named_modules", None)):
         return f"<{type(value).__name__}>"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

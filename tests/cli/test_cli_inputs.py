@@ -89,6 +89,12 @@ def test_humaneval_batch_flags_are_refused_before_any_model_loads(
     assert rc == 2 and expected in one_error_line(err)
 
 
+def test_a_kv_budget_too_small_for_one_row_is_named_as_its_flag(model_dir, capsys):
+    rc, _, err = run(capsys, f"generate --main {model_dir} --kv-budget-gib 1e-6 hello")
+    line = one_error_line(err)
+    assert rc == 2 and line.startswith("bass: error: command line: --kv-budget-gib = 1e-06 is ")
+    assert "expected at least" in line and "needs that much KV cache" in line
+
 def test_compare_with_draft_none_from_the_config(tmp_path, capsys, no_model_load):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[model]\ndraft = "none"\n')

@@ -171,6 +171,18 @@ def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
     assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True
 
 
+
+@pytest.mark.parametrize("spec", ["-1:", "--problems=-1:"])
+def test_a_slice_from_the_end_is_a_value(model_dir, tmp_path, capsys, monkeypatch, spec):
+    """``--problems -1:`` (a value starting with '-') is read as the slice, not a flag."""
+    monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in PROBLEMS})
+    monkeypatch.setattr(humaneval, "make_sampler", lambda *a, **kw: fake_sampler)
+    out_file = tmp_path / "he.jsonl"
+    flag = spec if spec.startswith("--") else f"--problems {spec}"
+    rc, _, err = run(capsys, f"eval humaneval --main {model_dir} {flag} -o {out_file}")
+    assert rc == 0, err
+    assert [r["task_id"] for r in read_jsonl(out_file)] == ["Toy/1"]
+
 @pytest.mark.parametrize(("seed", "batch"), [("--seed 5", "--batch-size 2"), ("", "")])
 def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_path, seed, batch):
     """Both methods sample each problem with one seed (given, or drawn once for the run):

@@ -330,3 +330,11 @@ def test_the_command_line_refuses_in_the_same_words(capsys, flag, value, key):
     allowed = options.OPTIONS[key].kind.allowed({})
     assert rc == 2 and f"bass: error: command line: {flag} = " in err
     assert f"is not allowed; expected {allowed}" in err
+
+
+def test_show_names_a_module_by_its_type_and_puts_other_values_on_one_line():
+    import torch
+
+    assert options.show(torch.nn.Sequential(torch.nn.Linear(2, 2))) == "<Sequential>"
+    assert options.show(torch.zeros(2, 2)) == "tensor([[0., 0.], [0., 0.]])"
+    assert options.show("x" * 100) == repr("x" * 100)[:77] + "..."

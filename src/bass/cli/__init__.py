@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import sys
 import traceback
 
@@ -28,6 +29,16 @@ def _report(line: str, exc: BaseException, debug: bool) -> None:
         print(f"bass: {note}", file=sys.stderr)
 
 
+def _slices_as_values(argv: list[str]) -> list[str]:
+    """``--problems -3:`` as ``--problems=-3:``: argparse reads a value that starts with
+    ``-`` (a slice from the end) as another flag."""
+    out = list(argv)
+    for i in range(len(out) - 2, -1, -1):
+        if out[i] == "--problems" and re.match(r"-\d*:|-\d+$", out[i + 1]):
+            out[i : i + 2] = [f"--problems={out[i + 1]}"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``bass`` command; returns the exit status: 0, 2 for an error the user can
     fix (one ``bass: error:`` line), 130 when interrupted, 1 for a bug in bass (its type
@@ -38,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..models import ModelNotFoundError
 
     parser = build_parser()
+    argv = _slices_as_values(sys.argv[1:] if argv is None else argv)
     try:
         args, extra = parser.parse_known_args(argv)
         if extra and args.command == "generate" and not any(e.startswith("-") for e in extra):

@@ -423,6 +423,8 @@ def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -
         return UsageError(exc.naming(f"the prompt at {prompts[i].where}{sample}"))
     if isinstance(exc, MemoryError):  # the KV budget holds not even one row
         return UsageError(f"{exc} (--kv-budget-gib on the command line)")
+    if getattr(exc, "option", None) == "kv_budget_gib":  # too small for one row: as its flag
+        return flag_error("--kv-budget-gib", exc.value, str(exc).split("expected ", 1)[-1])
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).split("\n")[0]
         return UsageError(f"out of memory: {first}; lower --batch-size or --max-new-tokens")
