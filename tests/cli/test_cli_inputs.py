@@ -95,6 +95,7 @@ def test_a_kv_budget_too_small_for_one_row_is_named_as_its_flag(model_dir, capsy
     assert rc == 2 and line.startswith("bass: error: command line: --kv-budget-gib = 1e-06 is ")
     assert "expected at least" in line and "needs that much KV cache" in line
 
+
 def test_compare_with_draft_none_from_the_config(tmp_path, capsys, no_model_load):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[model]\ndraft = "none"\n')

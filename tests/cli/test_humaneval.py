@@ -171,7 +171,6 @@ def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
     assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True
 
 
-
 @pytest.mark.parametrize("spec", ["-1:", "--problems=-1:"])
 def test_a_slice_from_the_end_is_a_value(model_dir, tmp_path, capsys, monkeypatch, spec):
     """``--problems -1:`` (a value starting with '-') is read as the slice, not a flag."""
@@ -182,6 +181,7 @@ def test_a_slice_from_the_end_is_a_value(model_dir, tmp_path, capsys, monkeypatc
     rc, _, err = run(capsys, f"eval humaneval --main {model_dir} {flag} -o {out_file}")
     assert rc == 0, err
     assert [r["task_id"] for r in read_jsonl(out_file)] == ["Toy/1"]
+
 
 @pytest.mark.parametrize(("seed", "batch"), [("--seed 5", "--batch-size 2"), ("", "")])
 def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_path, seed, batch):
