@@ -198,7 +198,7 @@ class Config:
 
     def generate_kwargs(self) -> dict:
         """Keyword arguments of :meth:`bass.Generator.generate`; ``None`` values (no limit,
-        no seed, the tokenizer's eos) are left out so the callee's defaults apply."""
+        no seed, the default eos) are left out so the callee's defaults apply."""
         return {k: v for k, v in self._kwargs("generate").items() if v is not None}
 
 

@@ -512,11 +512,11 @@ class Generator:
         if chat is None:
             chat = self.chat_default  # the config's [model].chat, if any
         texts, chat = options.text_arguments(texts, tokenizer, chat)
-        from .models import encode_prompt
+        from .models import default_eos, encode_prompt
 
         prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
         if kw.get("eos_token_id") is None and self.generate_defaults.get("eos_token_id") is None:
-            kw["eos_token_id"] = tokenizer.eos_token_id  # after an explicit one, the config's
+            kw["eos_token_id"] = default_eos(tokenizer, self.main)  # after explicit, config
         kw.setdefault("tokenizer", tokenizer)
         res = self.generate(prompts, **kw)
         stops = kw.get("stop_strings")

@@ -12,6 +12,7 @@ import importlib.metadata
 import logging
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -203,19 +204,34 @@ def shared_vocab(main_tokenizer, draft_tokenizer) -> int | None:
     return len(main_tokenizer)
 
 
-def padded_vocab(main_source, draft_source, main_model, draft_model) -> int | None:
+def vocab_agreement(main_tokenizer, draft_tokenizer) -> float:
+    """The share of the main tokenizer's tokens that the draft's gives the same id."""
+    ours, theirs = main_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    return sum(theirs.get(token) == i for token, i in ours.items()) / max(1, len(ours))
+
+
+def padded_vocab(main_source, draft_source, main_model, draft_model, warn=None) -> int | None:
     """The ``shared_vocab`` of two models loaded from ``main_source`` and ``draft_source``:
     ``None`` when their logit counts agree (nothing to reconcile) or their tokenizers
     differ (the :class:`bass.Generator` then refuses the pair), else the tokenizer's
-    length. A tokenizer that cannot be loaded counts as different."""
+    length. A tokenizer that cannot be loaded counts as different. Two models with as many
+    logits whose tokenizers give most tokens other ids are reported to ``warn`` (default: a
+    ``UserWarning``): the output stays exact, but the drafts would rarely be accepted."""
     rows = [m.get_output_embeddings().weight.shape[0] for m in (main_model, draft_model)]
-    if rows[0] == rows[1]:
-        return None
     try:
         tokenizers = [load_tokenizer(src) for src in (main_source, draft_source)]
     except (OSError, ValueError, ModelNotFoundError):
         return None
-    return shared_vocab(*tokenizers)
+    if rows[0] != rows[1]:
+        return shared_vocab(*tokenizers)
+    same = vocab_agreement(*tokenizers)
+    if same < 0.99:
+        (warn or (lambda m: warnings.warn(m, UserWarning, stacklevel=3)))(
+            f"the draft model {draft_source}'s tokenizer gives {1 - same:.0%} of the main "
+            "model's tokens other ids: its drafts will rarely be accepted (the output stays "
+            "exact); choose a draft that shares the main model's tokenizer"
+        )
+    return None
 
 
 def load_tensor_parallel(source, tp: int, *, dtype=None):
@@ -253,6 +269,18 @@ def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
         return main_model, draft, None
     draft_model = load_causal_lm(draft, dtype=dtype, device=device)
     return main_model, draft_model, padded_vocab(main, draft, main_model, draft_model)
+
+
+def default_eos(tokenizer, model) -> int | list[int] | None:
+    """The ids that end a row when none are given: the tokenizer's eos and those of the
+    model's ``generation_config`` (transformers' ``generate`` stops at these: Gemma's
+    ``<end_of_turn>``, Llama 3's ``<|eot_id|>``), the ones within its vocabulary."""
+    found = [tokenizer.eos_token_id]
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    found += extra if isinstance(extra, (list, tuple)) else [extra]
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ids = [i for i in dict.fromkeys(found) if isinstance(i, int) and 0 <= i < vocab]
+    return None if not ids else ids[0] if len(ids) == 1 else ids
 
 
 def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:

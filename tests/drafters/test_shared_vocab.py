@@ -12,7 +12,7 @@ from models import perturbed, tiny_lm
 
 from bass import Generator, testing
 from bass.drafters import make_drafter
-from bass.models import padded_vocab, shared_vocab
+from bass.models import padded_vocab, shared_vocab, vocab_agreement
 
 
 def resized(model, rows: int, seed: int = 3):
@@ -113,9 +113,27 @@ def test_tokenizers_are_compared_by_their_vocabularies(main72, draft64):
     a = _Tok({"a": 0, "b": 1, "c": 2})
     assert shared_vocab(a, _Tok({"a": 0, "b": 1, "c": 2})) == 3
     assert shared_vocab(a, _Tok({"a": 0, "b": 2, "c": 1})) is None
-    assert padded_vocab("x", "y", main72, main72) is None  # same rows: nothing to load
     # sources that cannot be loaded count as different tokenizers
     assert padded_vocab("/nonexistent/main", "/nonexistent/draft", main72, draft64) is None
+
+
+def test_a_draft_tokenizer_that_gives_tokens_other_ids_is_reported(main72, monkeypatch):
+    """Same logit counts, other token ids: exact output, useless drafts: said, not refused."""
+    import bass.models
+
+    toks = {
+        "main": _Tok({"a": 0, "b": 1, "c": 2}),
+        "same": _Tok({"a": 0, "b": 1, "c": 2}),
+        "other": _Tok({"a": 0, "b": 2, "c": 1}),
+    }
+    monkeypatch.setattr(bass.models, "load_tokenizer", toks.__getitem__)
+    said: list[str] = []
+    assert padded_vocab("main", "same", main72, main72, warn=said.append) is None and not said
+    assert padded_vocab("main", "other", main72, main72, warn=said.append) is None
+    assert "the draft model other's tokenizer gives 67% of the main model's tokens" in said[0]
+    with pytest.warns(UserWarning, match="its drafts will rarely be accepted"):
+        padded_vocab("main", "other", main72, main72)
+    assert vocab_agreement(toks["main"], toks["other"]) == pytest.approx(1 / 3)
 
 
 def test_the_draft_hands_the_verifier_distributions_of_the_main_models_width(main72, draft64):

@@ -338,6 +338,31 @@ def test_generate_text_cuts_before_the_stop_string(llama, tok):
     assert got[0] == text(tok, solo[0])[: text(tok, solo[0]).find(stop)]
 
 
+def test_generate_text_ends_rows_at_the_generation_configs_eos_too(llama, tok):
+    """As transformers' generate: the model's generation_config eos ids (Gemma's
+    <end_of_turn>) end rows besides the tokenizer's (bass.models.default_eos)."""
+    from bass.models import default_eos
+
+    prompts = ["ab(", "#  a\nb"]
+    solo = [reference_greedy(llama, tok(p)["input_ids"], 12) for p in prompts]
+    eos = solo[0][4]  # a token the first row reaches
+    config, saved = llama.generation_config, llama.generation_config.eos_token_id
+    config.eos_token_id = [eos, tok.eos_token_id, 10**6]  # one past the vocabulary: left out
+    try:
+        assert default_eos(tok, llama) == [tok.eos_token_id, eos]
+        got = Generator(llama, "ngram").generate_text(prompts, tok, chat=False, max_new_tokens=12)
+    finally:
+        config.eos_token_id = saved
+    for row, out in zip(solo, got):
+        end = row.index(eos) + 1 if eos in row else len(row)
+        assert out == text(tok, row[:end])
+    config.eos_token_id = None
+    try:
+        assert default_eos(tok, llama) == tok.eos_token_id
+    finally:
+        config.eos_token_id = saved
+
+
 def test_stop_string_errors(llama, tok):
     gen = Generator(llama, "ngram")
     with pytest.raises(ValueError, match=r"need a tokenizer.*tokenizer="):

@@ -204,7 +204,7 @@ def check_batch_flags(args) -> None:
 
 def cmd_generate(args) -> int:
     from ..batch_state import PromptError, check_prompts
-    from ..models import encode_prompt
+    from ..models import default_eos, encode_prompt
     from ..sampling import row_key
     from ..stopping import cut_at_stop, decode
 
@@ -266,7 +266,7 @@ def cmd_generate(args) -> int:
             raise UsageError(exc.naming(f"the prompt at {where}")) from exc
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
-    kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    kwargs.setdefault("eos_token_id", default_eos(tokenizer, main))
     stops = kwargs.get("stop_strings")
     if stops:
         kwargs["tokenizer"] = tokenizer

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import humaneval as he
+from ..models import default_eos
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
@@ -88,7 +89,7 @@ def cmd_humaneval(args) -> int:
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
-    kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    kwargs.setdefault("eos_token_id", default_eos(tokenizer, main))
     batch = dict(max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib)
     if kwargs.get("do_sample") and kwargs.get("seed") is None:
         import torch

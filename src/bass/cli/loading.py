@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ..config import Config
-from .errors import UsageError, one_line
+from .errors import UsageError, one_line, say
 
 __all__ = ["load_models", "make_generator", "use_chat"]
 
@@ -85,7 +85,10 @@ def make_generator(main, draft, config: Config):
     kwargs = config.generator_kwargs()
     if isinstance(draft, torch.nn.Module):  # one tokenizer, padded embeddings: reconcile
         source = config.model.main or models.default_model_file()
-        kwargs["shared_vocab"] = models.padded_vocab(source, config.model.draft, main, draft)
+        note = lambda message: say(f"note: {message}")  # noqa: E731
+        kwargs["shared_vocab"] = models.padded_vocab(
+            source, config.model.draft, main, draft, warn=note
+        )
     from ..drafters import DrafterLoadError
 
     try:
