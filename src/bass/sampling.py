@@ -66,14 +66,17 @@ def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         drop_k = x < kth
     # shifted so the largest logit is 0 before dividing: a tiny temperature sends the
     # others to -inf (a one-hot), never the largest to +inf (inf - inf: NaN)
-    x = (x - x.amax(dim=-1, keepdim=True)) / params.temperature
+    # (a temperature below the dtype's smallest normal would round to 0 there: 0 / 0)
+    t = max(params.temperature, torch.finfo(dtype).tiny)
+    x = (x - x.amax(dim=-1, keepdim=True)) / t
     if drop_k is not None:
         x = x.masked_fill(drop_k, -math.inf)
     if params.top_p is not None and params.top_p < 1:
         probs = torch.softmax(x, dim=-1)  # [..., V]
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # [..., V] each
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # [..., V]
-        drop_sorted = mass_before >= params.top_p  # [..., V]; slot 0 is always kept
+        drop_sorted = mass_before >= params.top_p  # [..., V]
+        drop_sorted[..., 0] = False  # the most likely token always stays (top_p ~ 0 too)
         drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # [..., V]
         x = x.masked_fill(drop, -math.inf)
     return torch.softmax(x, dim=-1)

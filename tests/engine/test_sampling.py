@@ -157,6 +157,19 @@ def test_warp_dtypes_shapes_and_noops():
         warp_probs(x, SamplingParams(temperature=0.0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("temperature", "top_p"), [(1e-300, None), (5e-324, None), (1e-46, None), (1.0, 1e-46)]
+)
+def test_warp_values_that_round_to_zero_give_the_one_hot_limit(dtype, temperature, top_p):
+    """A temperature or top_p > 0 that rounds to 0 in the logits' dtype is the limit of
+    the warping (the argmax, one-hot), not 0 / 0 (NaN) nor every token dropped."""
+    x = torch.randn(4, 11, generator=gen(1)).to(dtype)
+    probs = warp_probs(x, SamplingParams(do_sample=True, temperature=temperature, top_p=top_p))
+    one_hot = torch.nn.functional.one_hot(x.float().argmax(-1), 11).to(probs.dtype)
+    torch.testing.assert_close(probs, one_hot)
+
+
 # --------------------------------------------------------------------------- sample
 
 
