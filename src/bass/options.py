@@ -218,7 +218,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("max_rows", Range(int, low=1), "the most rows generating at once: when one "
            "finishes, the next waiting prompt takes its cache slot (continuous batching)",
            RUN, absent=f"as many as the KV budget holds, at most {MAX_ROWS}"),
-    Option("kv_budget_gib", Range(float, low=0, low_open=True, text="a number of GiB > 0"),
+    Option("kv_budget_gib", Range(float, low=0, low_open=True, text="a finite number of GiB > 0"),
            "the most memory the KV caches of the rows at once may take, in GiB", RUN,
            absent="80% of the free GPU memory; half the available memory on a CPU"),
     Option("on_finish", Value(kinds.has(call=True), "a function of one bass.FinishedRow"),

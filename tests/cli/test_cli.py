@@ -128,7 +128,7 @@ def test_regular_decoding_and_sampling(model_dir, tmp_path, capsys):
     rc, _, err = run(
         capsys, f"generate --main {model_dir} hello --temperature 0.5 --max-new-tokens 2"
     )
-    assert rc == 0 and "--temperature only apply with --sample" in err
+    assert rc == 0 and "--temperature only applies with --sample" in err
 
 
 @pytest.mark.parametrize("sample", ["", "--sample --temperature 0.8 --seed 2"])

@@ -266,18 +266,39 @@ def test_resume_checks_the_file_belongs_to_the_run(model_dir, tmp_path, capsys):
     assert rc == 0, err
     out.write_text('{"prompt": "hello", "prompt_index": 0, "sample": 3}\n')
     rc, _, err = run(capsys, f"{command} hello")
-    assert rc == 2 and "a row of sample 3, but --n is 1" in one_error_line(err)
+    assert rc == 2 and "a row of sample 3, but --samples (--n) is 1" in one_error_line(err)
     out.write_text("not json\n")
     rc, _, err = run(capsys, f"{command} hello")
     assert rc == 2 and f"{out}:1: not a row that bass generate wrote" in one_error_line(err)
     # a last line cut short by a kill is dropped and its row generated again
     good = '{"prompt": "hello", "prompt_index": 0, "sample": 0, "completion": "x"}\n'
-    out.write_text(good + '{"prompt": "world", "prompt_in')
-    rc, _, err = run(capsys, f"{command} hello world")
+    for cut in ('{"prompt": "world", "prompt_in', '{"pro'):  # cut anywhere: a full disk
+        out.write_text(good + cut)
+        rc, _, err = run(capsys, f"{command} hello world")
+        assert rc == 0, err
+        rows = read_jsonl(out)
+        assert rows[0]["completion"] == "x" and [r["prompt"] for r in rows] == ["hello", "world"]
+        assert "1 rows in" in err and "carry no settings (written by an older bass)" in err
+
+
+def test_a_refused_resume_leaves_the_output_and_its_shards_as_they_were(
+    model_dir, tmp_path, capsys
+):
+    out = tmp_path / "out.jsonl"
+    good = '{"prompt": "hello", "prompt_index": 0, "sample": 0, "completion": "x"}\n'
+    out.write_text(good)
+    shard = tmp_path / "out.jsonl.rank1"
+    shard.write_text('{"prompt": "other", "prompt_index": 1, "sample": 0}\n')
+    before = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} -o {out} --resume hello world")
+    assert rc == 2 and f"{shard}:1: a row of prompt 1 ('other')" in one_error_line(err)
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before
+    # blank lines are no rows: such a file is no run's work and is replaced
+    out.write_text("\n\n  \n")
+    shard.unlink()
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} -o {out} hello")
     assert rc == 0, err
-    rows = read_jsonl(out)
-    assert rows[0]["completion"] == "x" and [r["prompt"] for r in rows] == ["hello", "world"]
-    assert "1 rows in" in err and "carry no settings (written by an older bass)" in err
+    assert [r["prompt"] for r in read_jsonl(out)] == ["hello"]
 
 
 def test_resume_never_cuts_a_file_that_bass_did_not_write(model_dir, tmp_path, capsys):
@@ -427,3 +448,18 @@ def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_
         return sorted([r[k] for k in key] for r in records)
 
     assert rows_of(resumed) == rows_of(read_jsonl(whole))
+
+
+def test_a_cpu_out_of_memory_is_a_user_error_that_says_what_to_lower():
+    from bass.cli.errors import UsageError
+    from bass.cli.generate import _row_error
+
+    oom = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: can't allocate "
+        "memory: you tried to allocate 1099511627776 bytes. Error code 12"
+    )
+    err = _row_error(oom, [], [], 1)
+    assert isinstance(err, UsageError) and str(err).startswith("out of memory: [enforce")
+    assert str(err).endswith("lower --batch-size, --kv-budget-gib or --max-new-tokens")
+    bug = RuntimeError("shape mismatch")
+    assert _row_error(bug, [], [], 1) is bug  # anything else stays a bug

@@ -79,7 +79,7 @@ def test_flags_are_refused_before_any_model_loads(capsys, no_model_load, flags, 
     ("flags", "expected"),
     [
         ("--batch-size 0", "command line: --batch-size = 0 is not allowed; expected an integer"),
-        ("--kv-budget-gib 0", "--kv-budget-gib = 0.0 is not allowed; expected a number of GiB > 0"),
+        ("--kv-budget-gib 0", "--kv-budget-gib = 0.0 is not allowed; expected a finite number"),
     ],
 )
 def test_humaneval_batch_flags_are_refused_before_any_model_loads(
@@ -94,6 +94,29 @@ def test_a_kv_budget_too_small_for_one_row_is_named_as_its_flag(model_dir, capsy
     line = one_error_line(err)
     assert rc == 2 and line.startswith("bass: error: command line: --kv-budget-gib = 1e-06 is ")
     assert "expected at least" in line and "needs that much KV cache" in line
+
+
+def test_output_flags_that_say_nothing_or_contradict_are_refused(tmp_path, capsys, no_model_load):
+    out = tmp_path / "out.jsonl"
+    cases = {
+        "-o ''": "--output '': pass a file path",
+        "-o -": "--output '-': pass a file path",
+        "--overwrite": "--overwrite needs --output FILE",
+        "--resume": "--resume needs --output FILE",
+        f"-o {out} --resume --overwrite": "pass one of them",
+    }
+    for flags, expected in cases.items():
+        rc, _, err = run(capsys, f"generate {flags} hello")
+        assert rc == 2 and expected in one_error_line(err), (flags, err)
+
+
+def test_an_output_with_a_directory_for_a_shard_is_refused(tmp_path, capsys, no_model_load):
+    out = tmp_path / "out.jsonl"
+    (tmp_path / "out.jsonl.rank0").mkdir()
+    for extra in ("", "--overwrite", "--resume"):
+        rc, _, err = run(capsys, f"generate -o {out} {extra} hello")
+        line = one_error_line(err)
+        assert rc == 2 and f"{out}.rank0 is not a regular file" in line, (extra, err)
 
 
 def test_compare_with_draft_none_from_the_config(tmp_path, capsys, no_model_load):

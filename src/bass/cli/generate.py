@@ -19,7 +19,14 @@ from .filelock import lock_outputs
 from .loading import load_models, make_generator, use_chat
 from .progress import Progress
 from .report import comparison_text, plot_steps, summary_text
-from .results import LineWriter, Prompt, check_not_inputs, check_writable, read_done
+from .results import (
+    LineWriter,
+    Prompt,
+    check_not_inputs,
+    check_output_flags,
+    check_writable,
+    read_done,
+)
 from .settings import note_sampling, resolve_config
 
 __all__ = ["MAX_JOB_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
@@ -139,9 +146,13 @@ def _read_prompts_file(name: str) -> list[Prompt]:
 def _check_paths(args, config) -> Path | None:
     """Every path the command will write, checked before any model loads; returns the
     ``--output`` path."""
+    check_output_flags(args)
     out = check_writable(args.output, "--output", resume=args.resume) if args.output else None
-    if args.resume and out is None:
-        raise UsageError("--resume needs --output FILE: the results file of the run to continue")
+    if args.resume and args.overwrite:
+        raise UsageError(
+            "--resume continues the rows --output holds and --overwrite replaces them: "
+            "pass one of them"
+        )
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -221,6 +232,8 @@ def cmd_generate(args) -> int:
     out_path = _check_paths(args, config)
     # one writer per file: rank 0's
     scale.first(lambda: lock_outputs(args, {"--output": args.output, "--plot": args.plot}))
+    if out_path is not None:
+        scale.first(lambda: scaleout.check_files(out_path))
     if out_path is not None and not (args.resume or args.overwrite):  # finished rows kept
         scale.first(lambda: scaleout.check_unused(out_path))
     settings = row_settings(config)
@@ -229,7 +242,13 @@ def cmd_generate(args) -> int:
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
     done, unchecked = set(), 0
     if args.resume:  # the shards of a stopped data-parallel run join --output first
-        scale.first(lambda: scaleout.merge(out_path))
+
+        def merge() -> None:  # every file checked before any is changed
+            for part in [out_path, *scaleout.shards(out_path)]:
+                read_done(part, prompts, n, settings, truncate=False)
+            scaleout.merge(out_path)
+
+        scale.first(merge)
         done, unchecked = read_done(out_path, prompts, n, settings)
     if unchecked and scale.prints:
         say(
@@ -409,6 +428,11 @@ def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> 
     )
 
 
+def budget_error(exc):
+    """The library's refusal of a KV budget too small for one row, named as its flag."""
+    return flag_error("--kv-budget-gib", exc.value, str(exc).split("expected ", 1)[-1])
+
+
 def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -> BaseException:
     """The error a failed generation reports: for what a user can fix, one that names its
     prompt by where it came from; the error as is otherwise (Ctrl-C, a bug)."""
@@ -424,7 +448,12 @@ def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -
     if isinstance(exc, MemoryError):  # the KV budget holds not even one row
         return UsageError(f"{exc} (--kv-budget-gib on the command line)")
     if getattr(exc, "option", None) == "kv_budget_gib":  # too small for one row: as its flag
-        return flag_error("--kv-budget-gib", exc.value, str(exc).split("expected ", 1)[-1])
+        return budget_error(exc)
+    if isinstance(exc, RuntimeError) and "DefaultCPUAllocator" in str(exc):  # a CPU's OOM
+        first = str(exc).split("\n")[0]
+        return UsageError(
+            f"out of memory: {first}; lower --batch-size, --kv-budget-gib or --max-new-tokens"
+        )
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).split("\n")[0]
         return UsageError(f"out of memory: {first}; lower --batch-size or --max-new-tokens")

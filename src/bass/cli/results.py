@@ -37,6 +37,18 @@ class Prompt(str):
         return self
 
 
+def check_output_flags(args) -> None:
+    """``--output`` a path (not empty, not ``-``), and the flags that need one given it."""
+    if args.output is not None and args.output.strip() in ("", "-"):
+        raise UsageError(
+            f"--output {args.output!r}: pass a file path (the results are printed on "
+            "standard output; --output keeps them as JSON lines)"
+        )
+    for flag in ("resume", "overwrite"):
+        if getattr(args, flag, False) and not args.output:
+            raise UsageError(f"--{flag} needs --output FILE: the results file of a run")
+
+
 def check_writable(path: str, flag: str, *, resume: bool = False) -> Path:
     """Refuse, before any work, a ``path`` that ``flag`` would write and cannot: a
     directory, a missing parent directory, no permission, something that is not a file (a
@@ -132,11 +144,12 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 def read_done(
-    path: Path, prompts: list[str], n: int, settings: dict
+    path: Path, prompts: list[str], n: int, settings: dict, *, truncate: bool = True
 ) -> tuple[set[tuple[int, int]], int]:
     """For ``--resume``: the ``(prompt index, sample)`` rows the results file ``path``
     holds, each checked against this run (``prompts``, ``n``, ``settings``), and how many
-    carry no ``settings`` (an older bass's); a last line cut short is then removed."""
+    carry no ``settings`` (an older bass's); a last line cut short is then removed (with
+    ``truncate``)."""
     if not path.exists():
         return set(), 0
     try:
@@ -163,10 +176,12 @@ def read_done(
         done[key] = number
     if cut < len(data):  # a partial last line: its row is generated again
         # cut from the file only if it starts as every row does (its first key: the prompt)
-        if not data[cut:].startswith(b'{"prompt": '):
+        start, tail = b'{"prompt": ', data[cut:]
+        if not (tail.startswith(start) or start.startswith(tail)):
             raise not_a_row(f"--output {path}:{len(lines) + 1}")
-        with path.open("r+b") as f:
-            f.truncate(cut)
+        if truncate:
+            with path.open("r+b") as f:
+                f.truncate(cut)
     return set(done), unchecked
 
 
@@ -195,8 +210,8 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
         )
     if not (isinstance(s, int) and 0 <= s < n):
         raise UsageError(
-            f"{where}: a row of sample {s}, but --n is {n}; --resume needs the --n of the "
-            "run that wrote the file"
+            f"{where}: a row of sample {s}, but --samples (--n) is {n}; --resume needs the "
+            "--samples of the run that wrote the file"
         )
     theirs = row.get("settings")
     if "settings" in row and theirs != settings:

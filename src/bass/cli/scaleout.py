@@ -100,19 +100,36 @@ def shards(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(prefix) :]))
 
 
-def check_unused(out: Path) -> None:
-    """Refuse to start over on an ``--output`` that holds rows, its own or its shards'
-    (an earlier run's finished work): ``--resume`` continues it, ``--overwrite`` replaces
-    it."""
-    held = [p for p in [out, *shards(out)] if p.is_file() and p.stat().st_size > 0]
-    if held:
-        lines = sum(p.read_bytes().count(b"\n") for p in held)
-        where = f"{out}" + (
-            f" (and {len(held) - (out in held)} shard file(s))" if held != [out] else ""
-        )
+def check_files(out: Path) -> None:
+    """Refuse shards of ``out`` that are not regular files (a directory named
+    ``OUT.rank0``): a run could neither replace nor merge them."""
+    odd = [p for p in shards(out) if not p.is_file()]
+    if odd:
         raise UsageError(
-            f"--output {where} already holds {lines} line(s) of results: pass --resume to "
-            "continue that run, or --overwrite to replace it (or choose another --output)"
+            f"--output {out}: {odd[0]} is not a regular file, but the name of one of its "
+            "shards (written by a data-parallel run): remove it or choose another --output"
+        )
+
+
+def check_unused(out: Path, resume: bool = True) -> None:
+    """Refuse to start over on an ``--output`` that holds rows, its own or its shards'
+    (an earlier run's finished work): ``--resume`` continues it (where the command has
+    it), ``--overwrite`` replaces it. Blank lines are no rows."""
+    held = {}
+    for p in [out, *shards(out)]:
+        if p.is_file():
+            try:
+                held[p] = sum(1 for line in p.read_bytes().splitlines() if line.strip())
+            except OSError as exc:
+                raise UsageError(f"--output {p}: cannot read it: {exc.strerror}") from None
+    lines = sum(held.values())
+    if lines:
+        extra = sum(1 for p, n in held.items() if n and p != out)
+        where = f"{out}" + (f" (and {extra} shard file(s))" if extra else "")
+        how = "pass --resume to continue that run, or --overwrite" if resume else "pass --overwrite"
+        raise UsageError(
+            f"--output {where} already holds {lines} line(s) of results: {how} to replace it "
+            "(or choose another --output)"
         )
 
 

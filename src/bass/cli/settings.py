@@ -80,4 +80,5 @@ def note_sampling(args, config: Config, n: int = 1) -> None:
     given = [f for f in ("temperature", "top_k", "top_p") if getattr(args, f, None) is not None]
     if given and not config.generation.do_sample:
         flags = ", ".join("--" + f.replace("_", "-") for f in given)
-        say(f"note: {flags} only apply with --sample (decoding is greedy)")
+        verb = "applies" if len(given) == 1 else "apply"
+        say(f"note: {flags} only {verb} with --sample (decoding is greedy)")
