@@ -78,7 +78,7 @@ def test_the_file_another_humaneval_run_writes_is_refused_naming_that_run(
 ):
     out = tmp_path / "he.jsonl"
     out.write_text("kept\n")
-    holder = f"eval humaneval -o {out}"
+    holder = f"eval humaneval -o {out} --overwrite"
     proc = hold(holder)
     try:
         refused(capsys, f"eval humaneval -o {out}", "--output", out, proc, holder)

@@ -44,3 +44,28 @@ def test_samples_do_not_depend_on_batches_resume_or_the_drafter(dirs, tmp_path, 
     # coupled drafting: the same samples as plain sampling
     plain = _rows(capsys, tmp_path / "d.jsonl", f"{base} --draft none --n 3 --batch-size 3")
     assert plain == whole
+
+
+def test_sampling_without_a_seed_draws_one_that_resume_continues_with(dirs, tmp_path, capsys):
+    """--sample without --seed: the run draws a seed, says it and records it in every row,
+    and --resume (still without --seed) continues with it: the rows an uninterrupted run
+    draws."""
+    main, _ = dirs
+    base = f"generate --main {main} --cpu-linear torch --dtype float64 --sample --max-new-tokens 8"
+    out = tmp_path / "s.jsonl"
+    rc, _, err = run(capsys, f"{base} --n 2 -o {out}", *PROMPTS)
+    assert rc == 0, err
+    rows = read_jsonl(out)
+    seed = rows[0]["settings"]["seed"]
+    assert isinstance(seed, int) and f"this run's seed is {seed}" in err
+    assert {r["settings"]["seed"] for r in rows} == {seed}
+    out.write_text("".join(line + "\n" for line in out.read_text().splitlines()[:2]))
+    rc, _, err = run(capsys, f"{base} --n 2 -o {out} --resume", *PROMPTS)
+    assert rc == 0, err
+    assert "this run's seed" not in err
+    key = lambda r: (r["prompt_index"], r["sample"], r["completion"], r["settings"])  # noqa: E731
+    assert [key(r) for r in read_jsonl(out)] == [key(r) for r in rows]
+    again = tmp_path / "again.jsonl"
+    rc, _, err = run(capsys, f"{base} --n 2 -o {again} --seed {seed}", *PROMPTS)
+    assert rc == 0, err
+    assert [r["completion"] for r in read_jsonl(again)] == [r["completion"] for r in rows]

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import stat
 import sys
 from pathlib import Path
@@ -236,6 +237,15 @@ def cmd_generate(args) -> int:
         scale.first(lambda: scaleout.check_files(out_path))
     if out_path is not None and not (args.resume or args.overwrite):  # finished rows kept
         scale.first(lambda: scaleout.check_unused(out_path))
+    if config.generation.do_sample and config.generation.seed is None:
+        # one seed for the run, every row's, so --resume draws what the run would have
+        found, seed = scaleout.seed_in(out_path) if args.resume else (False, None)
+        if not found:
+            seed = scale.shared(secrets.randbelow(2**31))
+            if scale.prints:
+                say(f"note: sampling without --seed: this run's seed is {seed} (--seed {seed} "
+                    "draws the same samples; every row in --output records it)")  # fmt: skip
+        config.generation.seed = seed
     settings = row_settings(config)
     if scale.prints:
         note_sampling(args, config, n)

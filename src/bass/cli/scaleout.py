@@ -70,6 +70,10 @@ class Scaleout:
             except OSError as exc:
                 raise UsageError(f"--output {out}: cannot write it: {exc.strerror}") from None
 
+    def shared(self, value):
+        """Rank 0's ``value``, on every rank."""
+        return self._all_gather(value)[0] if self.active else value
+
     def gather(self, value):
         """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere."""
         parts = self._all_gather(value)
@@ -131,6 +135,24 @@ def check_unused(out: Path, resume: bool = True) -> None:
             f"--output {where} already holds {lines} line(s) of results: {how} to replace it "
             "(or choose another --output)"
         )
+
+
+def seed_in(out: Path) -> tuple[bool, int | None]:
+    """``(True, seed)`` from the first row of ``out`` or its shards that records its
+    settings (the seed a sampling run without ``--seed`` drew), else ``(False, None)``."""
+    for path in [out, *shards(out)]:
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("settings"), dict):
+                return True, row["settings"].get("seed")
+    return False, None
 
 
 def merge(out: Path) -> None:
