@@ -225,7 +225,12 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
             raise PromptError("", i, " is empty; every prompt needs at least one token")
         bad = [t for t in p if not 0 <= t < vocab]
         if bad:
-            raise PromptError("", i, f" has token ids outside [0, {vocab}): {bad[:5]}")
+            raise PromptError(
+                "",
+                i,
+                f" has token ids outside [0, {vocab}): {bad[:5]}, the ids the model embeds "
+                "(from text: tokenize it with the model's own tokenizer)",
+            )
     need = max(len(p) for p in prompts) + max_new_tokens
     for k, model in enumerate(models):
         limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)

@@ -276,7 +276,8 @@ class Generator:
         when a step accepted more tokens after it, and keeps the tokens that spell it
         (generate_text cuts the text before it). ``time_budget`` (seconds) stops a row
         where it is once that long has passed since it started (its prefill).
-        ``result.finish_reasons`` says which rows ended how.
+        ``result.finish_reasons`` says which rows ended how. A keyword passed as ``None``
+        counts as not given: the config's value (``Generator(config=...)``) applies.
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
         once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot

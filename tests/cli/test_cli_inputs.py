@@ -320,3 +320,13 @@ def test_a_config_eos_outside_the_vocabulary_names_the_file_and_key(
     assert rc == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"bass: error: {cfg}: [generation].eos_token_id = 1000 is not allowed")
+
+
+@pytest.mark.parametrize("device", ["foo", "mps", "meta"])
+def test_ops_names_a_device_it_cannot_tell_about(capsys, no_model_load, device):
+    rc, out, err = run(capsys, f"ops --device {device}")
+    assert rc == 2 and one_error_line(err) == (
+        f"bass: error: command line: --device = '{device}' is not allowed; expected a device "
+        "type bass runs on: cpu, cuda"
+    )
+    assert out == ""

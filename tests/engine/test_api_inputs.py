@@ -67,6 +67,9 @@ def test_policy_options_take_numpy_numbers(gen):
     assert g.new_policy().k == 2 and type(g.new_policy().k) is int
     with pytest.raises(ValueError, match="option 'k'"):
         Generator(gen.main, "ngram", policy="constant", policy_options={"k": np.float64(2.5)})
+    # an option the policy does not have: an OptionError, as every bad keyword value
+    with pytest.raises(OptionError, match="policy 'constant' has no option 'k_max'; options: k="):
+        Generator(gen.main, "ngram", policy="constant", policy_options={"k_max": 3})
 
 
 def test_row_ids_take_numpy_and_refuse_what_the_keys_cannot_hold(gen):

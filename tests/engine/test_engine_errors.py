@@ -57,7 +57,9 @@ def test_errors_before_any_work(llama):
         short.generate([[1] * 5], max_new_tokens=30)
     with pytest.raises(ValueError, match="temperature"):
         gen.generate([[1]], max_new_tokens=4, do_sample=True, temperature=0.0)
-    with pytest.raises(ValueError, match="outside \\[0, 64\\)"):
+    with pytest.raises(
+        ValueError, match=r"outside \[0, 64\): \[64\], the ids the model embeds \(from"
+    ):
         gen.generate([[1, 64]], max_new_tokens=4)
     with pytest.raises(TypeError, match=r"flat list of ints; for one prompt pass \[ids\]"):
         gen.generate([1, 2, 3], max_new_tokens=4)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from .errors import flag_error
+
 __all__ = ["cmd_bench", "cmd_ops", "cmd_policies"]
 
 
@@ -74,6 +76,16 @@ def cmd_ops(args) -> int:
     from ..ops import PASS_KINDS, plan
 
     wanted = getattr(args, "device", None)
+    if wanted is not None:
+        supported = plan.IMPLEMENTATIONS["reference"].devices
+        try:
+            kind = torch.device(wanted).type
+        except RuntimeError:
+            kind = None
+        if kind not in supported:
+            raise flag_error(
+                "--device", wanted, f"a device type bass runs on: {', '.join(supported)}"
+            )
     devices = [torch.device(wanted)] if wanted else [torch.device("cpu")]
     if not wanted and torch.cuda.is_available():
         devices.append(torch.device("cuda"))

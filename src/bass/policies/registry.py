@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .. import plugins
-from ..errors import PluginLoadError
+from ..errors import OptionError, PluginLoadError
 from ..hooks import Policy
 from .base import is_policy
 
@@ -133,13 +133,17 @@ def load(name: str, **options: Any) -> Policy:
     known = {i.name for i in infos}
     unknown = sorted(set(options) - known)
     if unknown and not var_kw:
-        raise ValueError(
-            f"policy {name!r} has no option {unknown[0]!r}; options: {_options_text(infos)}"
+        raise OptionError(
+            f"policy {name!r} has no option {unknown[0]!r}; options: {_options_text(infos)}",
+            option="policy_options",
+            value=dict(options),
         )
     missing = [i.name for i in infos if i.default is REQUIRED and i.name not in options]
     if missing:
-        raise ValueError(
-            f"policy {name!r} needs option {missing[0]!r}; options: {_options_text(infos)}"
+        raise OptionError(
+            f"policy {name!r} needs option {missing[0]!r}; options: {_options_text(infos)}",
+            option="policy_options",
+            value=dict(options),
         )
     policy = plugins.build("policy", target, name, ep, **options)
     if not is_policy(policy):
