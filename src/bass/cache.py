@@ -15,6 +15,7 @@ import os
 import torch
 
 from .backends import available_memory as _available_memory
+from .errors import CacheAttributeError
 from .ops import kv_append
 
 #: The share of the free memory the KV caches may take by default, by device type (the
@@ -47,7 +48,7 @@ class RaggedKVCache:
         from . import compat
 
         cfg = model.config.get_text_config()
-        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        heads = compat.config_value(cfg, "num_key_value_heads") or cfg.num_attention_heads
         heads = max(1, heads // compat.tp_size(model))
         itemsize = next(model.parameters()).element_size()
         return 2 * cfg.num_hidden_layers * heads * compat.head_dim(cfg) * itemsize
@@ -133,11 +134,10 @@ class RaggedKVCache:
         """Append this pass's keys/values (``[1, Hkv, N, D]`` packed, ``[B, Hkv, T, D]``
         padded) to layer ``layer_idx``; returns its whole ``[B, Hkv, S, D]`` buffers.
         What follows ``layer_idx`` is ignored (:data:`bass.compat.CACHE_UPDATE_EXTRAS`)."""
-        if self.keys[layer_idx] is None:
-            _, H, _, D = key_states.shape
-            shape = (self.batch_size, H, self.max_len, D)
-            self.keys[layer_idx] = key_states.new_zeros(shape)
-            self.values[layer_idx] = value_states.new_zeros(shape)
+        if self.keys[layer_idx] is None:  # values may be narrower (MLA's latents)
+            for store, new in ((self.keys, key_states), (self.values, value_states)):
+                _, H, _, D = new.shape
+                store[layer_idx] = new.new_zeros((self.batch_size, H, self.max_len, D))
         k, v = self.keys[layer_idx], self.values[layer_idx]
         if self.plan is not None:
             self.plan.append(k, v, key_states, value_states)
@@ -148,6 +148,17 @@ class RaggedKVCache:
         else:
             kv_append(k, v, key_states, value_states, self.lens, self.q_lens)
         return k, v
+
+    def __getattr__(self, name: str):
+        # only what normal lookup did not find: a model's forward reaching into transformers'
+        # Cache for something bass's cache does not keep (Dory: .layers, HRM: .is_initialized)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise CacheAttributeError(
+            f"the model's forward reads past_key_values.{name}, a part of transformers' Cache "
+            "that bass's ragged cache (bass.cache.RaggedKVCache) does not have: this model "
+            "cannot run through bass"
+        )
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         # HF uses this for default positions and mask sizes; bass always passes explicit

@@ -39,6 +39,10 @@ The shims:
    of its own with its module guards dropped (:class:`bass.hf.CompiledForward`); torch
    2.11-2.12 lack them: one region for every model, every guard kept. Detected by the
    parameters and the attribute. Remove the fallback when the floor is torch >= 2.13.
+8. **Per-layer config attributes** (:func:`config_value`): heterogeneous configs (Gemma 4,
+   transformers 5.2x) raise ``AmbiguousGlobalPerLayerAttributeError`` (a ``RuntimeError``)
+   when an attribute that differs per layer (``head_dim``) is read globally; bass then reads
+   ``per_layer_config`` and takes the largest. Detected by importing the error class.
 """
 
 from __future__ import annotations
@@ -52,8 +56,10 @@ import torch
 __all__ = [
     "CACHE_UPDATE_EXTRAS",
     "cache_argument",
+    "config_value",
     "forward_cache_kwargs",
     "generation_mode",
+    "head_dim",
     "import_inductor_quietly",
     "tensor_parallel_kwargs",
     "tp_group",
@@ -68,9 +74,32 @@ CACHE_UPDATE_EXTRAS = "positional cache_kwargs (<= 5.23) or keyword kwargs= (>= 
 _CACHE_ARG: dict[type, str] = {}
 
 
+try:  # transformers >= 5.2x: a per-layer attribute (Gemma 4's head_dim) read globally
+    from transformers.integrations.heterogeneity.configuration_utils import (
+        AmbiguousGlobalPerLayerAttributeError as _PerLayerError,
+    )
+except ImportError:
+    _PerLayerError = AttributeError
+
+
+def config_value(cfg, name: str, default=None):
+    """Shim 8: ``cfg.name``, or, where layers differ (heterogeneous configs: Gemma 4), its
+    largest value over the layers (``per_layer_config``)."""
+    try:
+        return getattr(cfg, name, default)
+    except _PerLayerError:
+        layers = cfg.per_layer_config
+        return max(getattr(layers[i], name) for i in range(cfg.num_hidden_layers))
+
+
 def head_dim(cfg) -> int:
-    """A text config's attention head dim (``head_dim``, else hidden size over heads)."""
-    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    """A text config's attention head dim of queries and keys (``qk_head_dim`` for
+    multi-head latent attention, else ``head_dim``, else hidden size over heads); the
+    largest where layers differ (:func:`config_value`)."""
+    for name in ("qk_head_dim", "head_dim"):
+        if found := config_value(cfg, name):
+            return found
+    return cfg.hidden_size // cfg.num_attention_heads
 
 
 def cache_argument(model: torch.nn.Module) -> str:

@@ -34,3 +34,12 @@ class PluginOutputError(PluginError, ValueError, TypeError):
 class PluginLoadError(PluginError, ImportError):
     """A registered plugin could not be imported or built, or is not what its group
     needs (the original exception, if any, is chained)."""
+
+
+class UnsupportedModelError(ValueError):
+    """The model's attention cannot be routed through bass (also ``bass.hf``'s)."""
+
+
+class CacheAttributeError(UnsupportedModelError, AttributeError):
+    """A model's forward read a part of transformers' ``Cache`` that bass's ragged cache
+    lacks (an ``AttributeError`` too, so ``hasattr``/``getattr(..., default)`` still work)."""

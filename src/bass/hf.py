@@ -23,15 +23,12 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
+from .errors import UnsupportedModelError
 from .ops import flex, reference
 from .ops.plan import AUTO_OVERRIDE, Plan, resolve
 from .packing import PackedPass, pack
 
 ATTN_NAME = "bass"
-
-
-class UnsupportedModelError(ValueError):
-    """The model's attention cannot be routed through bass."""
 
 
 # attention arguments of some transformers models (sparse indices, other sinks, biases)
@@ -85,11 +82,13 @@ def bass_attention_forward(
         )
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
     softcap, sinks = softcap or None, kwargs.get("s_aux")  # a cap of 0: none, as flash-attn
-    if softcap is not None or sinks is not None:  # beyond the ops' contract (pass_impl)
+    latent = value.shape[-1] != key.shape[-1]  # MLA: values narrower than keys
+    if softcap is not None or sinks is not None or latent:  # beyond the contract (pass_impl)
         if bass_cu_q_lens is None:
             raise UnsupportedModelError(
-                f"{name} needs logit soft-capping or attention sinks, which bass computes "
-                "in its packed passes only (bass.Generator), not through ragged_attention"
+                f"{name} needs logit soft-capping, attention sinks or values narrower than "
+                "keys, which bass computes in its packed passes only (bass.Generator), not "
+                "through ragged_attention"
             )
         if sinks is None and bass_plan is not None and bass_plan.impl.name == "flex":
             out = flex.run(bass_plan.state, query, key, value, scale, softcap)  # a score_mod
@@ -167,7 +166,7 @@ def check_loaded(model, role: str) -> None:
         )
 
 
-SOFTCAP, SINKS = "logit soft-capping", "attention sinks"
+SOFTCAP, SINKS, LATENT = "logit soft-capping", "attention sinks", "values narrower than keys"
 
 
 class Beyond(NamedTuple):
@@ -202,6 +201,8 @@ def needs(model) -> Beyond | None:
         need = SOFTCAP
     elif any(name.endswith(".sinks") for name, _ in model.named_parameters()):
         need, caps = SINKS, set()
+    elif getattr(cfg, "v_head_dim", None) not in (None, compat.head_dim(cfg)):
+        need = LATENT  # multi-head latent attention (DeepSeek V2/V3, MiniCPM3)
     else:
         return None
     cap = caps.pop() if len(caps) == 1 else None
@@ -220,7 +221,7 @@ def pass_impl(impl: str, beyond: Beyond | None, device_type: str) -> tuple[str, 
         if not impl:
             return "reference", "flex with a cap not yet run on a GPU (attention='flex' asks)"
     if beyond.need != SOFTCAP:
-        return "reference", "flex computes no sinks"
+        return "reference", f"only the reference computes {beyond.need}"
     if impl != "flex":
         return "reference", f"attention={impl!r} computes no cap"
     if not beyond.flex:

@@ -71,3 +71,31 @@ def test_prefill_refuses_slots_that_are_not_one_ascending_slot_per_prompt(slots)
     cache = RaggedKVCache(3, 16, 2, torch.device("cpu"))
     with pytest.raises(ValueError, match="one ascending slot per prompt"):
         hf.prefill(model, cache, [[1, 2], [3]], slots=slots)
+
+
+def test_what_the_cache_lacks_is_named_as_a_model_bass_cannot_run():
+    """A model's forward that reaches into transformers' Cache for what bass's lacks gets
+    an UnsupportedModelError naming it; hasattr and getattr with a default still work."""
+    from bass.errors import CacheAttributeError
+
+    cache = RaggedKVCache(2, 8, 2, torch.device("cpu"))
+    with pytest.raises(hf.UnsupportedModelError, match=r"reads past_key_values\.layers, a part"):
+        cache.layers  # noqa: B018
+    assert not hasattr(cache, "is_initialized") and getattr(cache, "x", 7) == 7
+    assert issubclass(CacheAttributeError, AttributeError)
+    with pytest.raises(AttributeError):
+        cache.__deepcopy_hook__  # noqa: B018  # dunder lookups stay plain
+
+
+def test_values_may_be_narrower_than_keys():
+    """Multi-head latent attention (DeepSeek V2/V3) caches values of another width: each
+    layer's value buffer takes the values' own."""
+    cache = RaggedKVCache(2, 8, 1, torch.device("cpu"))
+    cache.begin(torch.tensor([3, 1], dtype=torch.int32))
+    k, v = torch.randn(2, 1, 3, 16), torch.randn(2, 1, 3, 4)
+    kc, vc = cache.update(k, v, 0)
+    assert kc.shape == (2, 1, 8, 16) and vc.shape == (2, 1, 8, 4)
+    torch.testing.assert_close(vc[0, :, :3], v[0]) and torch.testing.assert_close(
+        vc[1, :, :1], v[1, :, :1]
+    )
+    assert vc[1, :, 1:].abs().sum() == 0

@@ -168,13 +168,17 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
     layouts = {"k_cache": "[B, Hkv, S, D]", "v_cache": "[B, Hkv, S, D]", "k_new": new, "v_new": new}
     tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
     _check_floats(layouts, **tensors)
-    if k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
+    # values may be narrower than keys (multi-head latent attention), each pair must fit
+    if k_cache.shape[:-1] != v_cache.shape[:-1] or k_cache.dtype != v_cache.dtype:
         raise ValueError(
-            f"k_cache and v_cache must match, got {_shape(k_cache)} {k_cache.dtype} and "
-            f"{_shape(v_cache)} {v_cache.dtype}"
+            f"k_cache and v_cache must match (but in D), got {_shape(k_cache)} "
+            f"{k_cache.dtype} and {_shape(v_cache)} {v_cache.dtype}"
         )
-    if k_new.shape != v_new.shape:
-        raise ValueError(f"k_new and v_new must match, got {_shape(k_new)} and {_shape(v_new)}")
+    if k_new.shape[:-1] != v_new.shape[:-1] or v_new.shape[-1] != v_cache.shape[-1]:
+        raise ValueError(
+            f"k_new and v_new must match (but in D, each its cache's), got {_shape(k_new)} "
+            f"and {_shape(v_new)} for caches {_shape(k_cache)} and {_shape(v_cache)}"
+        )
     B, H, S, D = k_cache.shape
     Bn, Hn, T, Dn = k_new.shape
     if (Bn, Hn, Dn) != (1 if packed else B, H, D):

@@ -317,10 +317,10 @@ def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
 def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
     check_no_grad("bass.kv_append", k_new=k_new, v_new=v_new)
-    B, H, T, D = k_new.shape
+    B, H, T, _ = k_new.shape
     _read("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T
-    flat = [t.transpose(0, 1).reshape(1, H, B * T, D) for t in (k_new, v_new)]
+    flat = [t.transpose(0, 1).reshape(1, H, B * T, t.shape[-1]) for t in (k_new, v_new)]
     reference.append(k_cache, v_cache, *flat, starts, new_lens, cache_lens)
 
 

@@ -62,7 +62,8 @@ def attention(
     head) over all ``S`` slots, in chunks of tokens under :data:`GATHER_BUDGET`.
 
     Shapes: q ``[1, Hq, N, D]``; k, v ``[B, Hkv, S, D]``; starts, q_lens, kv_lens int32
-    ``[B]``; returns ``[1, Hq, N, D]`` token-major, q's dtype. ``softcap``: scores become
+    ``[B]``; returns ``[1, Hq, N, D]`` token-major, q's dtype (v's last dim where it differs:
+    multi-head latent attention, also outside the contract). ``softcap``: scores become
     ``softcap * tanh(scores / softcap)`` before the mask (Gemma 2); ``sinks`` ``[Hq]``: one
     logit per query head that joins every softmax and takes its share of the weight
     without a value (gpt-oss). Neither is part of the ops' contract: bass's attention
@@ -70,8 +71,9 @@ def attention(
     """
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
+    Dv = v.shape[-1]  # D, but for models whose values are narrower (MLA: DeepSeek V2/V3)
     G = Hq // Hkv  # HF's repeat_kv order: query head h uses KV head h // G
-    out = token_major(q, zero=True)  # padding tokens stay 0
+    out = token_major(q, zero=True) if Dv == D else q.new_zeros(1, N, Hq, Dv).transpose(1, 2)
     if N == 0 or B == 0 or S == 0:
         return out
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -107,7 +109,7 @@ def attention(
         # a padding token sees no key: softmax gives NaN there; the contract says 0
         probs = torch.where(seen, probs, zero)
         o = torch.matmul(probs, v.index_select(0, rows))  # [n, Hkv, G, D]
-        flat[start:stop] = o.reshape(stop - start, Hq, D).to(q.dtype)
+        flat[start:stop] = o.reshape(stop - start, Hq, Dv).to(q.dtype)
     return out
 
 
