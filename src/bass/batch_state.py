@@ -234,7 +234,7 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
     need = max(len(p) for p in prompts) + max_new_tokens
     for k, model in enumerate(models):
         limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-        if limit is not None and need > limit:
+        if limit is not None and 0 < limit < need:  # XLNet's -1: no limit
             longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
             raise PromptError(
                 "",

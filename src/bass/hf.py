@@ -249,6 +249,17 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{name} does not route attention through transformers' AttentionInterface "
             "(_supports_attention_backend is False), so bass cannot replace it"
         )
+    # attention that sees later tokens (an encoder's, BERT-likes built without is_decoder):
+    # bass's ragged attention is causal, it would silently give other tokens
+    bidirectional = sorted(
+        {type(m).__name__ for m in model.modules() if getattr(m, "is_causal", None) is False}
+    )
+    if bidirectional:
+        raise UnsupportedModelError(
+            f"{name}'s attention is not causal ({', '.join(bidirectional)}.is_causal is False: "
+            "each token also sees later ones); bass's ragged attention is causal: build it "
+            "as a decoder (config is_decoder=True, where the family has one) or use a causal LM"
+        )
     text = config.get_text_config()
     layer_types = getattr(text, "layer_types", None) or []
     if any(t not in ("full_attention", "sliding_attention") for t in layer_types):

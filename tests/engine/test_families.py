@@ -55,6 +55,8 @@ SUPPORTED = {
         dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=8),
     ),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4)),
+    # a BERT-like built as a decoder (causal); without is_decoder it is refused (REFUSED)
+    "roberta_decoder": ("RobertaConfig", "RobertaForCausalLM", dict(is_decoder=True)),
 }
 # attention beyond the ops' contract, computed by bass's attention function (bass.hf): logit
 # soft-capping (Gemma 2, a cap small enough to bend these scores) and sinks (gpt-oss);
@@ -91,6 +93,7 @@ SUPPORTED |= LATENT
 REFUSED = {
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}, "AttentionInterface"),
     "falcon": ("FalconConfig", "FalconForCausalLM", {}, "AttentionInterface"),
+    "roberta": ("RobertaConfig", "RobertaForCausalLM", {}, "attention is not causal"),
 }
 MOE = {
     "qwen3_moe",
