@@ -15,7 +15,6 @@ import os
 import torch
 
 from .backends import available_memory as _available_memory
-from .errors import CacheAttributeError
 from .ops import kv_append
 
 #: The share of the free memory the KV caches may take by default, by device type (the
@@ -148,17 +147,6 @@ class RaggedKVCache:
         else:
             kv_append(k, v, key_states, value_states, self.lens, self.q_lens)
         return k, v
-
-    def __getattr__(self, name: str):
-        # only what normal lookup did not find: a model's forward reaching into transformers'
-        # Cache for something bass's cache does not keep (Dory: .layers, HRM: .is_initialized)
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise CacheAttributeError(
-            f"the model's forward reads past_key_values.{name}, a part of transformers' Cache "
-            "that bass's ragged cache (bass.cache.RaggedKVCache) does not have: this model "
-            "cannot run through bass"
-        )
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         # HF uses this for default positions and mask sizes; bass always passes explicit

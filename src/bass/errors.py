@@ -38,8 +38,3 @@ class PluginLoadError(PluginError, ImportError):
 
 class UnsupportedModelError(ValueError):
     """The model's attention cannot be routed through bass (also ``bass.hf``'s)."""
-
-
-class CacheAttributeError(UnsupportedModelError, AttributeError):
-    """A model's forward read a part of transformers' ``Cache`` that bass's ragged cache
-    lacks (an ``AttributeError`` too, so ``hasattr``/``getattr(..., default)`` still work)."""

@@ -73,20 +73,6 @@ def test_prefill_refuses_slots_that_are_not_one_ascending_slot_per_prompt(slots)
         hf.prefill(model, cache, [[1, 2], [3]], slots=slots)
 
 
-def test_what_the_cache_lacks_is_named_as_a_model_bass_cannot_run():
-    """A model's forward that reaches into transformers' Cache for what bass's lacks gets
-    an UnsupportedModelError naming it; hasattr and getattr with a default still work."""
-    from bass.errors import CacheAttributeError
-
-    cache = RaggedKVCache(2, 8, 2, torch.device("cpu"))
-    with pytest.raises(hf.UnsupportedModelError, match=r"reads past_key_values\.layers, a part"):
-        cache.layers  # noqa: B018
-    assert not hasattr(cache, "is_initialized") and getattr(cache, "x", 7) == 7
-    assert issubclass(CacheAttributeError, AttributeError)
-    with pytest.raises(AttributeError):
-        cache.__deepcopy_hook__  # noqa: B018  # dunder lookups stay plain
-
-
 def test_values_may_be_narrower_than_keys():
     """Multi-head latent attention (DeepSeek V2/V3) caches values of another width: each
     layer's value buffer takes the values' own."""
