@@ -68,4 +68,5 @@ def test_sampling_without_a_seed_draws_one_that_resume_continues_with(dirs, tmp_
     again = tmp_path / "again.jsonl"
     rc, _, err = run(capsys, f"{base} --n 2 -o {again} --seed {seed}", *PROMPTS)
     assert rc == 0, err
-    assert [r["completion"] for r in read_jsonl(again)] == [r["completion"] for r in rows]
+    # rows are written as they finish: the default policy's timings may reorder them
+    assert sorted(map(key, read_jsonl(again))) == sorted(map(key, rows))
