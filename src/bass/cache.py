@@ -43,14 +43,17 @@ class RaggedKVCache:
     @staticmethod
     def bytes_per_token(model) -> int:
         """Bytes of keys and values one position of ``model`` takes in a cache (every
-        layer; a tensor-parallel rank holds its share of the key/value heads)."""
+        layer; a tensor-parallel rank holds its share of the key/value heads). Values as
+        wide as ``v_head_dim`` where the config has one (multi-head latent attention; where
+        the cache holds compressed latents instead, this overestimates)."""
         from . import compat
 
         cfg = model.config.get_text_config()
-        heads = compat.config_value(cfg, "num_key_value_heads") or cfg.num_attention_heads
-        heads = max(1, heads // compat.tp_size(model))
+        heads = max(1, compat.kv_heads(cfg) // compat.tp_size(model))
         itemsize = next(model.parameters()).element_size()
-        return 2 * cfg.num_hidden_layers * heads * compat.head_dim(cfg) * itemsize
+        k_dim = compat.head_dim(cfg)
+        v_dim = compat.config_value(cfg, "v_head_dim") or k_dim
+        return cfg.num_hidden_layers * heads * (k_dim + v_dim) * itemsize
 
     @staticmethod
     def default_budget(device) -> int | None:

@@ -61,6 +61,7 @@ __all__ = [
     "generation_mode",
     "head_dim",
     "import_inductor_quietly",
+    "kv_heads",
     "tensor_parallel_kwargs",
     "tp_group",
     "tp_size",
@@ -92,13 +93,26 @@ def config_value(cfg, name: str, default=None):
         return max(getattr(layers[i], name) for i in range(cfg.num_hidden_layers))
 
 
+def kv_heads(cfg) -> int:
+    """A text config's key/value heads: ``num_key_value_heads`` where its class takes that
+    argument (one set on a family without grouped-query attention is not what its layers
+    read), else its attention heads; the largest where layers differ."""
+    declared = "num_key_value_heads" in inspect.signature(type(cfg).__init__).parameters
+    return (declared and config_value(cfg, "num_key_value_heads")) or cfg.num_attention_heads
+
+
 def head_dim(cfg) -> int:
     """A text config's attention head dim of queries and keys (``qk_head_dim`` for
-    multi-head latent attention, else ``head_dim``, else hidden size over heads); the
-    largest where layers differ (:func:`config_value`)."""
-    for name in ("qk_head_dim", "head_dim"):
-        if found := config_value(cfg, name):
-            return found
+    multi-head latent attention, or its two parts where older configs lack the sum, else
+    ``head_dim``, else hidden size over heads); the largest where layers differ
+    (:func:`config_value`)."""
+    if found := config_value(cfg, "qk_head_dim"):
+        return found
+    parts = [config_value(cfg, f"qk_{p}_head_dim") for p in ("nope", "rope")]
+    if all(parts):
+        return sum(parts)
+    if found := config_value(cfg, "head_dim"):
+        return found
     return cfg.hidden_size // cfg.num_attention_heads
 
 

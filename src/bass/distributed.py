@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from . import compat
+
 __all__ = [
     "Coordinator",
     "DistributedError",
@@ -161,7 +163,7 @@ def check_tp_size(config, tp: int, name: str = "the main model") -> None:
             "transformers can shard (Llama, Mistral, Qwen2/3, Gemma, Phi-3, ...)"
         )
     heads = getattr(text, "num_attention_heads", None)
-    kv = getattr(text, "num_key_value_heads", None) or heads
+    kv = compat.kv_heads(text) if heads is not None else None
     for what, n in (("key/value heads", kv), ("attention heads", heads)):
         if n is not None and n % tp:
             raise DistributedError(
@@ -230,8 +232,6 @@ class Coordinator(Solo):
 def coordinator_for(model: torch.nn.Module) -> Solo:
     """The :class:`Coordinator` of ``model``'s TP group, or a :class:`Solo` one (that
     does nothing) when it is not sharded."""
-    from . import compat
-
     group = compat.tp_group(model) if dist.is_available() and dist.is_initialized() else None
     if group is None:
         return Solo()

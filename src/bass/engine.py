@@ -332,7 +332,7 @@ class Generator:
         the :class:`GenerationResult`."""
         models = self.models
         with locking.exclusive("generate()"):  # one at a time per process (bass.locking)
-            previous = [m.config._attn_implementation for m in models]
+            previous = [hf.attn_implementation(m) for m in models]
             try:
                 for model in models:
                     hf.prepare(model, job.need)  # a window is checked against real positions

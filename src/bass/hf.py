@@ -60,10 +60,11 @@ def bass_attention_forward(
     """
     name = type(module).__name__
     if (bass_q_lens is None and bass_cu_q_lens is None) or bass_kv_lens is None:
-        raise UnsupportedModelError(
+        raise _NoLengthsError(
+            name,
             f"{name} was called with attn_implementation='bass' but without bass's per-row "
             "lengths; run the model through bass.Generator (or pass bass_q_lens and "
-            "bass_kv_lens to its forward)"
+            "bass_kv_lens to its forward)",
         )
     if sliding_window is not None and sliding_window < key.shape[2]:
         raise UnsupportedModelError(
@@ -114,6 +115,15 @@ def bass_attention_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
+class _NoLengthsError(UnsupportedModelError):
+    """An attention module called without bass's lengths (:func:`prefill` tells a model
+    whose layers drop them from a caller who did not pass them)."""
+
+    def __init__(self, module: str, message: str):
+        super().__init__(message)
+        self.module = module
+
+
 def bass_mask(*args, **kwargs) -> None:
     """The ``"bass"`` mask function: no mask; ``ragged_attention`` masks by lengths."""
     return None
@@ -121,6 +131,13 @@ def bass_mask(*args, **kwargs) -> None:
 
 AttentionInterface.register(ATTN_NAME, bass_attention_forward)
 AttentionMaskInterface.register(ATTN_NAME, bass_mask)
+
+
+def attn_implementation(model: PreTrainedModel) -> str | None:
+    """The attention implementation ``model``'s decoder layers run: its text config's (a
+    multimodal model's top config may keep another, e.g. where its vision tower cannot be
+    switched)."""
+    return model.config.get_text_config()._attn_implementation
 
 
 def model_name(model: torch.nn.Module) -> str:
@@ -278,6 +295,11 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
     _BEYOND[model] = needs(model)
     model.set_attn_implementation(ATTN_NAME)
+    if attn_implementation(model) != ATTN_NAME:
+        raise UnsupportedModelError(
+            f"{name} did not switch to attn_implementation='bass' (it stays "
+            f"{attn_implementation(model)!r}), so bass cannot replace its attention"
+        )
     return model
 
 
@@ -297,11 +319,11 @@ def forward_packed(
     head is the largest matmul of a pass and most positions' logits are never read).
     ``plan``: the pass's attention, planned on the host (:mod:`bass.ops.plan`).
     """
-    if model.config._attn_implementation != ATTN_NAME:
+    if attn_implementation(model) != ATTN_NAME:
         # With any other attention the whole (unmasked) cache buffer would be attended to.
         raise RuntimeError(
             f"{model_name(model)} is set to attn_implementation="
-            f"{model.config._attn_implementation!r}, not 'bass'; call bass.hf.prepare(model) "
+            f"{attn_implementation(model)!r}, not 'bass'; call bass.hf.prepare(model) "
             "(models sharing a config object with another model change together)"
         )
     kv_lens = cache.begin_packed(cu_q_lens, lens, plan)
@@ -489,7 +511,7 @@ def prefill(
             done[j] += len(feed[j])
         ids = [t for toks in feed for t in toks]
         batch = passes.pack(model, q_lens, lens, cache.lens.device, ids=ids, logits_at=last)
-        logits = passes.run(model, cache, batch)[: len(ends)]  # [len(ends), V]
+        logits = _first_run(passes, model, cache, batch)[: len(ends)]  # [len(ends), V]
         cache.commit(cache.q_lens)
         n_passes += 1
         if out is None:
@@ -497,3 +519,24 @@ def prefill(
         if ends:
             out[ends[0] : ends[-1] + 1] = logits  # prompts end in order: a contiguous block
     return out, n_passes
+
+
+def _first_run(passes: Passes, model, cache, batch: PackedPass) -> torch.Tensor:
+    """``passes.run`` for a prefill, the first pass a model sees in bass (eager): a model
+    whose forward reads parts of transformers' ``Cache`` bass's cache lacks, or whose
+    layers drop the attention keyword arguments, is refused by name."""
+    try:
+        return passes.run(model, cache, batch)
+    except AttributeError as exc:
+        if type(getattr(exc, "obj", None)) is not type(cache):
+            raise
+        raise UnsupportedModelError(
+            f"{model_name(model)} reads {exc.name!r} of transformers' Cache, which bass's "
+            "ragged KV cache does not provide: this model cannot run through bass"
+        ) from exc
+    except _NoLengthsError as exc:
+        raise UnsupportedModelError(
+            f"{model_name(model)}'s layers do not hand the attention keyword arguments on to "
+            f"{exc.module}'s attention function (bass passes each row's lengths that way): "
+            "this model cannot run through bass"
+        ) from exc

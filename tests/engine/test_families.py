@@ -10,7 +10,8 @@ import torch
 import transformers
 from models import perturbed
 
-from bass import Generator, testing
+from bass import Generator, hf, testing
+from bass.cache import RaggedKVCache
 from bass.hf import UnsupportedModelError
 
 BASE = dict(
@@ -94,6 +95,17 @@ REFUSED = {
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}, "AttentionInterface"),
     "falcon": ("FalconConfig", "FalconForCausalLM", {}, "AttentionInterface"),
     "roberta": ("RobertaConfig", "RobertaForCausalLM", {}, "attention is not causal"),
+    # their forwards read parts of transformers' Cache bass's cache lacks
+    "dory": ("DoryConfig", "DoryForCausalLM", {}, "reads 'layers' of transformers' Cache"),
+    "hrm": ("HrmTextConfig", "HrmTextForCausalLM", {}, "reads 'is_initialized'"),
+    # its decoder layers drop the attention kwargs that carry bass's lengths (5.24; before,
+    # it had no AttentionInterface)
+    "nemotron": (
+        "NemotronConfig",
+        "NemotronForCausalLM",
+        {},
+        "layers do not hand the attention|AttentionInterface",
+    ),
 }
 MOE = {
     "qwen3_moe",
@@ -252,3 +264,54 @@ def test_soft_capping_runs_in_compiled_passes(head_dim, monkeypatch):
     res = testing.assert_greedy_equivalent(Generator(model, "ngram", compile=True), PROMPTS, 10)
     impl = "flex" if head_dim == 32 else "reference"
     assert res.stats.attention["compiled"].startswith(f"{impl}: the model's logit soft-capping")
+
+
+def test_a_multimodal_model_whose_top_config_keeps_its_attention_runs_its_text_model():
+    """GOT-OCR2's vision tower cannot switch attention, so its top config stays as it was
+    while its text model switches: bass runs (and restores) the text model's."""
+    if not hasattr(transformers, "GotOcr2ForConditionalGeneration"):
+        pytest.skip(f"transformers {transformers.__version__} has no GotOcr2")
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=64)
+    vision |= dict(patch_size=16, output_channels=32, mlp_dim=64)
+    config = transformers.GotOcr2Config(
+        text_config=BASE, vision_config=vision, image_token_index=63
+    )
+    torch.manual_seed(0)
+    model = transformers.GotOcr2ForConditionalGeneration(config).eval().double()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(25.0)
+    before = (model.config._attn_implementation, model.config.text_config._attn_implementation)
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), PROMPTS, 12)
+    after = (model.config._attn_implementation, model.config.text_config._attn_implementation)
+    assert after == before
+
+
+def test_a_model_that_does_not_switch_to_bass_attention_is_refused_by_name(monkeypatch):
+    model = gpt2()
+    monkeypatch.setattr(model, "set_attn_implementation", lambda impl: None)
+    with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel did not switch"):
+        Generator(model, "ngram").generate([[1, 2, 3]], max_new_tokens=4)
+
+
+@pytest.mark.parametrize("family", [*SUPPORTED, "gpt2"])
+def test_the_kv_budget_counts_at_least_what_the_cache_holds(family):
+    """The KV budget's bytes per position (``RaggedKVCache.bytes_per_token``) against the
+    buffers a prefill allocates: exact, or an overestimate where the cache holds MLA's
+    compressed latents or layers differ (never fewer bytes: the budget would admit rows
+    memory lacks)."""
+    if family == "gpt2":
+        model = gpt2()
+    else:
+        config_name, model_name, overrides = SUPPORTED[family]
+        model = build(config_name, model_name, overrides, torch.float32)
+    text = model.config.get_text_config()
+    layers = getattr(text, "num_hidden_layers", None) or text.n_layer
+    cache = RaggedKVCache(1, 16, layers, torch.device("cpu"))
+    hf.prepare(model)
+    hf.prefill(model, cache, [[1, 2, 3]])
+    held = sum(t.numel() * t.element_size() for t in cache.buffers()) // 16
+    assert held > 0
+    if family in LATENT or family == "gemma4":  # latents; the largest layer's head dim
+        assert held <= RaggedKVCache.bytes_per_token(model)
+    else:
+        assert held == RaggedKVCache.bytes_per_token(model)

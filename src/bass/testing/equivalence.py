@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..hf import attn_implementation
+
 __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_reference"]
 
 
@@ -15,13 +17,13 @@ __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_refe
 def _own_attention(model):
     """The model with a transformers attention implementation (bass's needs lengths that
     only bass passes); restored afterwards."""
-    previous = model.config._attn_implementation
+    previous = attn_implementation(model)
     if previous == "bass":
         model.set_attn_implementation("sdpa")
     try:
         yield model
     finally:
-        if model.config._attn_implementation != previous:
+        if attn_implementation(model) != previous:
             model.set_attn_implementation(previous)
 
 
