@@ -51,9 +51,11 @@ def test_compiled_passes_trace_flex_and_stay_equivalent(llama):
 
     torch._dynamo.reset()
     counter = CompileCounter()  # Dynamo's graphs, run eagerly: counts them, no Inductor
-    gen = Generator(llama, perturbed(llama), attention="flex", compile=counter)
-    res = gen.generate(PROMPTS, max_new_tokens=10)
-    assert res.sequences == [greedy_reference(llama, p, 10) for p in PROMPTS]
+    # at most 3 tokens a step (a fixed draft length): more steps than graphs
+    policy = dict(policy="constant", policy_options={"k": 2})
+    gen = Generator(llama, perturbed(llama), attention="flex", compile=counter, **policy)
+    res = gen.generate(PROMPTS, max_new_tokens=27)
+    assert res.sequences == [greedy_reference(llama, p, 27) for p in PROMPTS]
     assert 0 < counter.frame_count <= 8 < len(res.stats.steps)
     picks = gen.passes.attention("cpu")
     assert picks["compiled"].startswith("flex") and picks["eager"].startswith("flex")

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import math
 import random
+import types
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bass.policies import DraftContext, StepRecord, load
+from bass.policies import DraftContext, StepRecord, adaptive, load
 from bass.policies.adaptive import AdaptivePolicy, VerifyCost
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch):
+    """The simulations below give each step's verify cost; the policy's host-time estimate
+    (the real clock between two updates, less the step's passes) would add this machine's
+    speed to them: no host time here."""
+    monkeypatch.setattr(adaptive, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
 
 
 def expected(k: int, alpha: float) -> float:
