@@ -11,11 +11,14 @@ __all__ = ["OptionError", "PluginError", "PluginLoadError", "PluginOutputError"]
 class OptionError(TypeError, ValueError):
     """A value an option does not allow (a wrong type or a value out of range: both a
     ``TypeError`` and a ``ValueError``); the message names the option, the value and what
-    is allowed. ``option`` and ``value`` are kept on the exception."""
+    is allowed. ``option``, ``value`` and ``allowed`` (what is, in words, where known)
+    are kept on the exception."""
 
-    def __init__(self, message: str, *, option: str | None = None, value: Any = None):
+    def __init__(
+        self, message: str, *, option: str | None = None, value: Any = None, allowed: str = ""
+    ):
         super().__init__(message)
-        self.option, self.value = option, value
+        self.option, self.value, self.allowed = option, value, allowed
 
 
 class PluginError(RuntimeError):

@@ -247,7 +247,8 @@ def refusal(
     (``option``: the option's name where the keyword differs)."""
     text = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
     text = f"{where}: {text}" if where else text
-    return error(f"{text} is not allowed; expected {allowed}", option=option or name, value=value)
+    message = f"{text} is not allowed; expected {allowed}"
+    return error(message, option=option or name, value=value, allowed=allowed)
 
 
 # --------------------------------------------------------------------------- values

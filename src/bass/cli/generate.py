@@ -440,7 +440,7 @@ def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> 
 
 def budget_error(exc):
     """The library's refusal of a KV budget too small for one row, named as its flag."""
-    return flag_error("--kv-budget-gib", exc.value, str(exc).split("expected ", 1)[-1])
+    return flag_error("--kv-budget-gib", exc.value, exc.allowed)
 
 
 def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -> BaseException:
