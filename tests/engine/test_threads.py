@@ -93,9 +93,9 @@ def test_building_a_generator_waits_for_a_generation_on_its_model(gens):
         started.set()
         time.sleep(0.05)
 
-    def generate():
-        gens["A"].generate(PROMPTS, max_new_tokens=6, on_step=slow_step)
-        order.append("generated")
+    def generate():  # rows are handed over while the generation holds the model
+        rows = dict(on_step=slow_step, on_finish=lambda row: order.append("row"))
+        gens["A"].generate(PROMPTS, max_new_tokens=6, **rows)
 
     t = threading.Thread(target=generate)
     t.start()
@@ -103,7 +103,7 @@ def test_building_a_generator_waits_for_a_generation_on_its_model(gens):
     Generator(main, "ngram", cpu_linear="unpacked")
     order.append("built")
     t.join(60)
-    assert order == ["generated", "built"]
+    assert order == ["row"] * len(PROMPTS) + ["built"]
     Generator(main, "ngram")  # the model's layouts as the other tests' Generators had them
 
 
