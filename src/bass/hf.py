@@ -268,8 +268,10 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
         )
     # attention that sees later tokens (an encoder's, BERT-likes built without is_decoder):
     # bass's ragged attention is causal, it would silently give other tokens
+    # (the text decoder's: a multimodal model's vision tower does not see the text)
+    decoder = _text_decoder(model)
     bidirectional = sorted(
-        {type(m).__name__ for m in model.modules() if getattr(m, "is_causal", None) is False}
+        {type(m).__name__ for m in decoder.modules() if getattr(m, "is_causal", None) is False}
     )
     if bidirectional:
         raise UnsupportedModelError(
@@ -281,8 +283,9 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
     layer_types = getattr(text, "layer_types", None) or []
     if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
         raise UnsupportedModelError(
-            f"{name} has layers of types {sorted(set(layer_types))}; bass supports attention "
-            "layers only (no linear-attention or state-space layers)"
+            f"{name} has layers of types {sorted(set(layer_types))}; bass runs full and "
+            "sliding-window attention layers only (not chunked attention, linear-attention "
+            "or state-space layers)"
         )
     window = sliding_window(model)
     if window is not None and max_len is not None and window < max_len:
@@ -301,6 +304,16 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{attn_implementation(model)!r}), so bass cannot replace its attention"
         )
     return model
+
+
+def _text_decoder(model: PreTrainedModel) -> torch.nn.Module:
+    """The module holding ``model``'s text decoder (``get_decoder()``: a multimodal
+    model's language model), else ``model`` itself."""
+    try:
+        decoder = model.get_decoder()
+    except Exception:  # transformers raises for models without a rule
+        return model
+    return decoder if isinstance(decoder, torch.nn.Module) else model
 
 
 def forward_packed(
@@ -342,6 +355,14 @@ def forward_packed(
     return out.logits
 
 
+# what a failed compile raises: Dynamo's errors (Inductor's are among them) and a guard on
+# a data-dependent value (tolist() on routing counts)
+_COMPILE_ERRORS = (
+    torch._dynamo.exc.TorchDynamoException,
+    torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode,
+)
+
+
 class CompiledForward:
     """:func:`forward_packed` under ``torch.compile(fullgraph=True)``, called like it.
 
@@ -375,10 +396,17 @@ class CompiledForward:
         entry = self._regions.get(id(model))
         if entry is None or entry[0] is not model:
             entry = self._regions[id(model)] = (model, self._compile())
-        if compat.PER_MODEL_COMPILE:
-            return entry[1](model, *args)
-        with torch._dynamo.config.patch(recompile_limit=self.limit):
-            return entry[1](model, *args)
+        try:
+            if compat.PER_MODEL_COMPILE:
+                return entry[1](model, *args)
+            with torch._dynamo.config.patch(recompile_limit=self.limit):
+                return entry[1](model, *args)
+        except _COMPILE_ERRORS as exc:  # e.g. data-dependent shapes (MoE routing by counts)
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise UnsupportedModelError(
+                f"torch.compile (fullgraph) could not compile {model_name(model)}'s forward "
+                f"({type(exc).__name__}: {first}); generate without compile= (eager passes)"
+            ) from exc
 
 
 @dataclass
@@ -536,7 +564,7 @@ def _first_run(passes: Passes, model, cache, batch: PackedPass) -> torch.Tensor:
         ) from exc
     except _NoLengthsError as exc:
         raise UnsupportedModelError(
-            f"{model_name(model)}'s layers do not hand the attention keyword arguments on to "
-            f"{exc.module}'s attention function (bass passes each row's lengths that way): "
-            "this model cannot run through bass"
+            f"{model_name(model)} does not hand the keyword arguments of its forward down to "
+            f"{exc.module}'s attention function (bass passes each row's lengths that way: "
+            "a forward or a layer on the way drops them): this model cannot run through bass"
         ) from exc

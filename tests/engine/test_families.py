@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 from models import perturbed
+from packaging.version import Version
 
 from bass import Generator, hf, testing
 from bass.cache import RaggedKVCache
@@ -98,13 +99,13 @@ REFUSED = {
     # their forwards read parts of transformers' Cache bass's cache lacks
     "dory": ("DoryConfig", "DoryForCausalLM", {}, "reads 'layers' of transformers' Cache"),
     "hrm": ("HrmTextConfig", "HrmTextForCausalLM", {}, "reads 'is_initialized'"),
-    # its decoder layers drop the attention kwargs that carry bass's lengths (5.24; before,
+    # its decoder layers drop the forward's kwargs that carry bass's lengths (5.24; before,
     # it had no AttentionInterface)
     "nemotron": (
         "NemotronConfig",
         "NemotronForCausalLM",
         {},
-        "layers do not hand the attention|AttentionInterface",
+        "does not hand the keyword arguments|AttentionInterface",
     ),
 }
 MOE = {
@@ -266,24 +267,57 @@ def test_soft_capping_runs_in_compiled_passes(head_dim, monkeypatch):
     assert res.stats.attention["compiled"].startswith(f"{impl}: the model's logit soft-capping")
 
 
-def test_a_multimodal_model_whose_top_config_keeps_its_attention_runs_its_text_model():
-    """GOT-OCR2's vision tower cannot switch attention, so its top config stays as it was
-    while its text model switches: bass runs (and restores) the text model's."""
-    if not hasattr(transformers, "GotOcr2ForConditionalGeneration"):
-        pytest.skip(f"transformers {transformers.__version__} has no GotOcr2")
-    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=64)
-    vision |= dict(patch_size=16, output_channels=32, mlp_dim=64)
-    config = transformers.GotOcr2Config(
-        text_config=BASE, vision_config=vision, image_token_index=63
-    )
+def multimodal(name: str):
+    """A tiny multimodal model (its text model as BASE), or a skip where this transformers
+    lacks it."""
+    if not hasattr(transformers, f"{name}ForConditionalGeneration"):
+        pytest.skip(f"transformers {transformers.__version__} has no {name}")
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    if name == "GotOcr2":
+        vision |= dict(image_size=64, patch_size=16, output_channels=32, mlp_dim=64)
+        extra = dict(image_token_index=63)
+    else:  # Gemma3: a SigLIP vision tower (bidirectional attention)
+        vision |= dict(image_size=32, patch_size=16, intermediate_size=32)
+        extra = dict(mm_tokens_per_image=4, image_token_index=63, boi_token_index=61)
+        extra |= dict(eoi_token_index=62)
+    text = BASE | (HEAD8 if name == "Gemma3" else {})
+    config = getattr(transformers, f"{name}Config")(text_config=text, vision_config=vision, **extra)
     torch.manual_seed(0)
-    model = transformers.GotOcr2ForConditionalGeneration(config).eval().double()
+    model = getattr(transformers, f"{name}ForConditionalGeneration")(config).eval().double()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(25.0)
+    return model
+
+
+@pytest.mark.parametrize("name", ["GotOcr2", "Gemma3"])
+def test_a_multimodal_model_runs_its_text_model(name):
+    """GOT-OCR2's vision tower cannot switch attention, so its top config stays as it was
+    while its text model switches: bass runs (and restores) the text model's. Gemma 3's
+    vision tower attends both ways: only the text decoder's attention must be causal."""
+    model = multimodal(name)
     before = (model.config._attn_implementation, model.config.text_config._attn_implementation)
-    testing.assert_greedy_equivalent(Generator(model, "ngram"), PROMPTS, 12)
+    if name == "Gemma3" and Version(transformers.__version__) < Version("5.24"):
+        # transformers 5.3's Gemma 3 reads the Cache's is_initialized: refused by name
+        with pytest.raises(UnsupportedModelError, match="reads 'is_initialized'"):
+            Generator(model, "ngram").generate(PROMPTS, max_new_tokens=12)
+    else:
+        testing.assert_greedy_equivalent(Generator(model, "ngram"), PROMPTS, 12)
     after = (model.config._attn_implementation, model.config.text_config._attn_implementation)
     assert after == before
+
+
+def test_a_model_that_cannot_compile_is_refused_by_name(monkeypatch):
+    """A forward Dynamo cannot trace whole (here: a data-dependent host read, as MoE
+    routing by expert counts) is named with what to do instead."""
+    from torch._dynamo.testing import CompileCounter
+
+    model = gpt2()
+    norm = model.transformer.ln_f
+    real = norm.forward
+    monkeypatch.setattr(norm, "forward", lambda x: real(x) * len(x.sum(-1).tolist()))
+    gen = Generator(model, "ngram", compile=CompileCounter())
+    with pytest.raises(UnsupportedModelError, match="could not compile GPT2LMHeadModel"):
+        gen.generate([[1, 2, 3]], max_new_tokens=4)
 
 
 def test_a_model_that_does_not_switch_to_bass_attention_is_refused_by_name(monkeypatch):
