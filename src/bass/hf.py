@@ -261,6 +261,14 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
         raise UnsupportedModelError(
             f"{name} is an encoder-decoder model; bass needs a decoder-only LM"
         )
+    text = config.get_text_config()  # layer types first: hybrids are named by them
+    layer_types = getattr(text, "layer_types", None) or []
+    if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
+        raise UnsupportedModelError(
+            f"{name} has layers of types {sorted(set(layer_types))}; bass runs full and "
+            "sliding-window attention layers only (not chunked attention, linear-attention "
+            "or state-space layers)"
+        )
     if not type(model).is_backend_compatible():
         raise UnsupportedModelError(
             f"{name} does not route attention through transformers' AttentionInterface "
@@ -278,14 +286,6 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{name}'s attention is not causal ({', '.join(bidirectional)}.is_causal is False: "
             "each token also sees later ones); bass's ragged attention is causal: build it "
             "as a decoder (config is_decoder=True, where the family has one) or use a causal LM"
-        )
-    text = config.get_text_config()
-    layer_types = getattr(text, "layer_types", None) or []
-    if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
-        raise UnsupportedModelError(
-            f"{name} has layers of types {sorted(set(layer_types))}; bass runs full and "
-            "sliding-window attention layers only (not chunked attention, linear-attention "
-            "or state-space layers)"
         )
     window = sliding_window(model)
     if window is not None and max_len is not None and window < max_len:

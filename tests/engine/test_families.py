@@ -96,6 +96,15 @@ REFUSED = {
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}, "AttentionInterface"),
     "falcon": ("FalconConfig", "FalconForCausalLM", {}, "AttentionInterface"),
     "roberta": ("RobertaConfig", "RobertaForCausalLM", {}, "attention is not causal"),
+    # layers that are not attention (hybrids: named by their layer types)
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", dict(layer_types=["conv", "full_attention"]), "conv"),
+    "qwen3_next": (
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        dict(layer_types=["linear_attention", "full_attention"], linear_num_value_heads=4)
+        | dict(linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8),
+        "layers of types",
+    ),
     # their forwards read parts of transformers' Cache bass's cache lacks
     "dory": ("DoryConfig", "DoryForCausalLM", {}, "reads 'layers' of transformers' Cache"),
     "hrm": ("HrmTextConfig", "HrmTextForCausalLM", {}, "reads 'is_initialized'"),
