@@ -43,6 +43,12 @@ The shims:
    transformers 5.2x) raise ``AmbiguousGlobalPerLayerAttributeError`` (a ``RuntimeError``)
    when an attribute that differs per layer (``head_dim``) is read globally; bass then reads
    ``per_layer_config`` and takes the largest. Detected by importing the error class.
+9. **A multimodal model's text part** (:func:`attn_implementation`, :func:`text_decoder`):
+   the attention implementation its decoder layers run is the text config's
+   (``get_text_config()``; GOT-OCR2's top config keeps ``eager`` where its vision tower
+   cannot switch), and its text decoder is ``get_decoder()`` (which earlier releases
+   documented as raising for models without a rule, and which a family may override):
+   where it raises or is missing, the model itself.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ import torch
 
 __all__ = [
     "CACHE_UPDATE_EXTRAS",
+    "attn_implementation",
     "cache_argument",
     "config_value",
     "forward_cache_kwargs",
@@ -63,6 +70,7 @@ __all__ = [
     "import_inductor_quietly",
     "kv_heads",
     "tensor_parallel_kwargs",
+    "text_decoder",
     "tp_group",
     "tp_size",
 ]
@@ -114,6 +122,22 @@ def head_dim(cfg) -> int:
     if found := config_value(cfg, "head_dim"):
         return found
     return cfg.hidden_size // cfg.num_attention_heads
+
+
+def attn_implementation(model: torch.nn.Module) -> str | None:
+    """Shim 9: the attention implementation ``model``'s decoder layers run (its text
+    config's)."""
+    return model.config.get_text_config()._attn_implementation
+
+
+def text_decoder(model: torch.nn.Module) -> torch.nn.Module:
+    """Shim 9: the module holding ``model``'s text decoder (``get_decoder()``), else
+    ``model`` itself."""
+    try:
+        decoder = model.get_decoder()
+    except (AttributeError, NotImplementedError, ValueError):  # no rule for this model
+        return model
+    return decoder if isinstance(decoder, torch.nn.Module) else model
 
 
 def cache_argument(model: torch.nn.Module) -> str:

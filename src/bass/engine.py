@@ -331,8 +331,8 @@ class Generator:
         """The generation of ``job``, as a generator of :class:`FinishedRow` that returns
         the :class:`GenerationResult`."""
         models = self.models
-        with locking.exclusive("generate()"):  # one at a time per process (bass.locking)
-            previous = [hf.attn_implementation(m) for m in models]
+        # one at a time per process (bass.locking); the models handed back as they came
+        with locking.exclusive("generate()"), hf.attention_restored(models):
             try:
                 for model in models:
                     hf.prepare(model, job.need)  # a window is checked against real positions
@@ -349,10 +349,7 @@ class Generator:
                         yield row  # the caller's code runs in its own grad mode
                 finally:
                     work.close()
-            finally:  # hand the models back as they came, and the caches' memory (a
-                for model, attn in zip(models, previous):  # training step may want it)
-                    if attn != hf.ATTN_NAME:
-                        model.set_attn_implementation(attn)
+            finally:  # hand the caches' memory back (a training step may want it)
                 self.cache = None
                 if self._drafting is not None:
                     self._drafting.finish()

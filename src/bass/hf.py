@@ -11,6 +11,7 @@ that a model can be routed through bass and switches it over.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import weakref
@@ -23,6 +24,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
+from .cache import RaggedKVCache
 from .errors import UnsupportedModelError
 from .ops import flex, reference
 from .ops.plan import AUTO_OVERRIDE, Plan, resolve
@@ -133,11 +135,17 @@ AttentionInterface.register(ATTN_NAME, bass_attention_forward)
 AttentionMaskInterface.register(ATTN_NAME, bass_mask)
 
 
-def attn_implementation(model: PreTrainedModel) -> str | None:
-    """The attention implementation ``model``'s decoder layers run: its text config's (a
-    multimodal model's top config may keep another, e.g. where its vision tower cannot be
-    switched)."""
-    return model.config.get_text_config()._attn_implementation
+@contextlib.contextmanager
+def attention_restored(models: Sequence[torch.nn.Module]):
+    """Hands ``models`` back with the attention implementations they came with (each one
+    switched back where it changed inside the block), however the block ends."""
+    previous = [compat.attn_implementation(m) for m in models]
+    try:
+        yield
+    finally:
+        for model, attn in zip(models, previous):
+            if compat.attn_implementation(model) != attn:
+                model.set_attn_implementation(attn)
 
 
 def model_name(model: torch.nn.Module) -> str:
@@ -277,7 +285,7 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
     # attention that sees later tokens (an encoder's, BERT-likes built without is_decoder):
     # bass's ragged attention is causal, it would silently give other tokens
     # (the text decoder's: a multimodal model's vision tower does not see the text)
-    decoder = _text_decoder(model)
+    decoder = compat.text_decoder(model)
     bidirectional = sorted(
         {type(m).__name__ for m in decoder.modules() if getattr(m, "is_causal", None) is False}
     )
@@ -297,23 +305,15 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
     _BEYOND[model] = needs(model)
+    previous = compat.attn_implementation(model)
     model.set_attn_implementation(ATTN_NAME)
-    if attn_implementation(model) != ATTN_NAME:
+    if (now := compat.attn_implementation(model)) != ATTN_NAME:
+        model.set_attn_implementation(previous)  # handed back as it came
         raise UnsupportedModelError(
-            f"{name} did not switch to attn_implementation='bass' (it stays "
-            f"{attn_implementation(model)!r}), so bass cannot replace its attention"
+            f"{name} did not switch to attn_implementation='bass' (it stays {now!r}), so "
+            "bass cannot replace its attention"
         )
     return model
-
-
-def _text_decoder(model: PreTrainedModel) -> torch.nn.Module:
-    """The module holding ``model``'s text decoder (``get_decoder()``: a multimodal
-    model's language model), else ``model`` itself."""
-    try:
-        decoder = model.get_decoder()
-    except Exception:  # transformers raises for models without a rule
-        return model
-    return decoder if isinstance(decoder, torch.nn.Module) else model
 
 
 def forward_packed(
@@ -332,12 +332,16 @@ def forward_packed(
     head is the largest matmul of a pass and most positions' logits are never read).
     ``plan``: the pass's attention, planned on the host (:mod:`bass.ops.plan`).
     """
-    if attn_implementation(model) != ATTN_NAME:
-        # With any other attention the whole (unmasked) cache buffer would be attended to.
+    # With any other attention the whole (unmasked) cache buffer would be attended to.
+    # The top config's is read first (one attribute a pass); a multimodal model's may
+    # keep another where its text config switched (compat shim 9)
+    if model.config._attn_implementation != ATTN_NAME and (
+        (now := compat.attn_implementation(model)) != ATTN_NAME
+    ):
         raise RuntimeError(
-            f"{model_name(model)} is set to attn_implementation="
-            f"{attn_implementation(model)!r}, not 'bass'; call bass.hf.prepare(model) "
-            "(models sharing a config object with another model change together)"
+            f"{model_name(model)} is set to attn_implementation={now!r}, not 'bass'; call "
+            "bass.hf.prepare(model) (models sharing a config object with another model "
+            "change together)"
         )
     kv_lens = cache.begin_packed(cu_q_lens, lens, plan)
     extra = {} if plan is None else {"bass_plan": plan}
@@ -556,7 +560,7 @@ def _first_run(passes: Passes, model, cache, batch: PackedPass) -> torch.Tensor:
     try:
         return passes.run(model, cache, batch)
     except AttributeError as exc:
-        if type(getattr(exc, "obj", None)) is not type(cache):
+        if not isinstance(getattr(exc, "obj", None), RaggedKVCache):
             raise
         raise UnsupportedModelError(
             f"{model_name(model)} reads {exc.name!r} of transformers' Cache, which bass's "

@@ -331,9 +331,14 @@ def test_a_model_that_cannot_compile_is_refused_by_name(monkeypatch):
 
 def test_a_model_that_does_not_switch_to_bass_attention_is_refused_by_name(monkeypatch):
     model = gpt2()
-    monkeypatch.setattr(model, "set_attn_implementation", lambda impl: None)
+    before, calls = model.config._attn_implementation, []
+    monkeypatch.setattr(model, "set_attn_implementation", calls.append)  # switches nothing
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel did not switch"):
         Generator(model, "ngram").generate([[1, 2, 3]], max_new_tokens=4)
+    calls.clear()
+    with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel did not switch"):
+        hf.prepare(model)
+    assert calls == ["bass", before]  # a direct prepare hands it back as it came
 
 
 @pytest.mark.parametrize("family", [*SUPPORTED, "gpt2"])

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..hf import attn_implementation
+from ..compat import attn_implementation
+from ..hf import attention_restored
 
 __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_reference"]
 
@@ -17,14 +18,10 @@ __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_refe
 def _own_attention(model):
     """The model with a transformers attention implementation (bass's needs lengths that
     only bass passes); restored afterwards."""
-    previous = attn_implementation(model)
-    if previous == "bass":
-        model.set_attn_implementation("sdpa")
-    try:
+    with attention_restored([model]):
+        if attn_implementation(model) == "bass":
+            model.set_attn_implementation("sdpa")
         yield model
-    finally:
-        if attn_implementation(model) != previous:
-            model.set_attn_implementation(previous)
 
 
 def _cut(tokens: list[int], eos, stop_sequences, stop_strings, tokenizer) -> list[int]:
