@@ -62,6 +62,10 @@ DEMO_ARGS = [
 ]
 
 
+#: the default suite: what neither needs minutes, a GPU, nvcc, nor runs a benchmark script
+DEFAULT_MARKS = "not slow and not gpu and not cutlass_compile and not bench"
+
+
 def _floor(package: str) -> str:
     """The oldest version of ``package`` that pyproject's dependencies admit (its ``>=``)."""
     for dep in PYPROJECT["project"]["dependencies"]:
@@ -96,9 +100,7 @@ def _default_suite(session: nox.Session, *pins: str, torch: str | None = None) -
         session.install(*pins)
     versions = "import torch, transformers as t; print(torch.__version__, t.__version__)"
     session.run("python", "-c", versions)
-    session.run(
-        "pytest", *(session.posargs or ["-m", "not slow and not gpu and not cutlass_compile"])
-    )
+    session.run("pytest", *(session.posargs or ["-m", DEFAULT_MARKS]))
 
 
 @nox.session
@@ -117,6 +119,14 @@ def tests_floor(session: nox.Session) -> None:
     """The default suite on the oldest transformers pyproject admits: CI runs both ends of
     the range bass claims, so the floor in pyproject is always one that passed."""
     _default_suite(session, f"transformers=={_floor('transformers')}")
+
+
+@nox.session
+def bench_smoke(session: nox.Session) -> None:
+    """Each benchmark script (bench/) run on toy shapes with its tables checked, so none
+    rots (marker ``bench``; about a minute, kept out of the default suite)."""
+    _install(session, groups=("test", "triton"))
+    session.run("pytest", "-m", "bench and not gpu", *session.posargs)
 
 
 @nox.session(default=False)
@@ -169,7 +179,7 @@ def slow(session: nox.Session) -> None:
     session.run(
         "pytest",
         "-m",
-        "not slow and not gpu and not cutlass_compile",
+        DEFAULT_MARKS,
         "tests/engine/test_batch_invariance.py",
         "tests/engine/test_testing.py",
         "tests/ops/test_ops_reference.py",

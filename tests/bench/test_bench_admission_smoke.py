@@ -6,6 +6,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
+
 BENCH = Path(__file__).parents[2] / "bench" / "admission.py"
 
 

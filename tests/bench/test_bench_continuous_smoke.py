@@ -7,6 +7,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
+
 BENCH = Path(__file__).parents[2] / "bench" / "continuous.py"
 
 

@@ -9,6 +9,8 @@ import torch
 
 from bass.sampling import position_keys, sample_keyed
 
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
+
 BENCH = Path(__file__).parents[2] / "bench" / "coupling.py"
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
+
 BENCH = Path(__file__).parents[2] / "bench" / "replay_policies.py"
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_op_overhead.py"
 
 

@@ -5,6 +5,10 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
+
 BENCH = Path(__file__).parents[2] / "bench" / "softcap.py"
 
 

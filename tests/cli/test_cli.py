@@ -107,6 +107,8 @@ def test_flags_override_config(model_dir, tmp_path, capsys):
     )
     assert rc == 0, err
     assert read_jsonl(out_file)[0]["stats"]["draft_length_trace"][0] == 5  # its k0 default
+    assert "--policy hf-heuristic runs with its own defaults: the [policy.options] in" in err
+    assert "(k) are for policy 'constant'" in err
 
 
 def test_regular_decoding_and_sampling(model_dir, tmp_path, capsys):

@@ -6,9 +6,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from bass.ops import plan
+
+pytestmark = pytest.mark.bench  # nox -s bench_smoke (CI runs it), not the default suite
 
 BENCH = Path(__file__).parents[2] / "bench"
 

@@ -51,8 +51,13 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
     policy_raw = layered.get("policy", {})
     file_name = policy_raw.get("name", policies.DEFAULT)
     name = flags.get("policy", {}).get("name", file_name)
-    if name != file_name:  # options in the file belong to another policy
-        layered.get("policy", {}).pop("options", None)
+    if name != file_name and (dropped := layered.get("policy", {}).pop("options", None)):
+        # options in the file belong to another policy: said, not dropped silently
+        say(
+            f"note: --policy {name} runs with its own defaults: the [policy.options] in "
+            f"{args.config} ({', '.join(sorted(dropped))}) are for policy {file_name!r} (set "
+            f"{name}'s with --policy-option)"
+        )
     if args.policy_option:
         installed = list(policies.available())
         if name not in installed:
