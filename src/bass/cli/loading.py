@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -12,11 +13,34 @@ from .errors import UsageError, one_line, say
 __all__ = ["load_models", "make_generator", "use_chat"]
 
 
-def load_models(config: Config, *, log=None, tp: int = 1):
+def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True):
     """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, an installed
     drafter's name or ``None``. ``tp > 1``: the main model sharded over this rank's
-    tensor-parallel group, the draft replicated. Failures a user can fix become
+    tensor-parallel group, the draft replicated. ``bars``: transformers' own progress
+    bars while loading (off with the command's progress: ``--no-progress``, stderr not a
+    terminal, a rank other than the first). Failures a user can fix become
     :class:`UsageError`."""
+    with _loading_bars(bars):
+        return _load_models(config, log, tp)
+
+
+@contextlib.contextmanager
+def _loading_bars(show: bool):
+    """transformers' progress bars (``Loading weights``, downloads) off unless ``show``;
+    its switch is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    hide = not show and hf_logging.is_progress_bar_enabled()
+    if hide:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hide:
+            hf_logging.enable_progress_bar()
+
+
+def _load_models(config: Config, log, tp: int):
     import torch
 
     from .. import drafters, models

@@ -105,7 +105,8 @@ _GENERATION_FLAGS = [
     (("--n", "--samples"), {"type": int, "metavar": "N", "dest": "n", "action": _Samples,
                             "help": "samples per prompt (default 1; under torchrun write "
                             "--samples: torchrun takes --n for its own --nnodes)"}),
-    ("--progress", {**_BOOL, "help": "progress on stderr (default: if stderr is a terminal)"}),
+    ("--progress", {**_BOOL, "help": "progress on stderr, transformers' loading bars "
+                    "included (default: if stderr is a terminal)"}),
     (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
 ]
 _BATCH_FLAGS = [
