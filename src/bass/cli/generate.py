@@ -254,6 +254,8 @@ def cmd_generate(args) -> int:
     if args.resume:  # the shards of a stopped data-parallel run join --output first
 
         def merge() -> None:  # every file checked before any is changed
+            if not scaleout.shards(out_path):
+                return  # nothing to join: --output is checked once, below
             for part in [out_path, *scaleout.shards(out_path)]:
                 read_done(part, prompts, n, settings, truncate=False)
             scaleout.merge(out_path)

@@ -152,33 +152,36 @@ def read_done(
     ``truncate``)."""
     if not path.exists():
         return set(), 0
+    done: dict[tuple[int, int], int] = {}  # row -> its line
+    unchecked = number = cut = 0  # cut: where the complete lines end
+    partial = b""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # line by line: a file of millions of rows stays on disk
+            for number, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):  # a partial last line
+                    partial = line
+                    break
+                cut += len(line)
+                if not line.strip():
+                    continue
+                row = _row(line, f"--output {path}:{number}", prompts, n, settings)
+                unchecked += "settings" not in row
+                key = (row["prompt_index"], row["sample"])
+                if key in done:  # two runs wrote the file at once (an older bass did not)
+                    raise UsageError(
+                        f"--output {path}:{number}: a second row of prompt {key[0]}, sample "
+                        f"{key[1]} (the first is line {done[key]}); the file is corrupt "
+                        "(written by two runs at once?): remove the extra lines, or rerun "
+                        "with --overwrite (not --resume) to start over"
+                    )
+                done[key] = number
     except OSError as exc:
         raise UsageError(f"--output {path}: cannot read it to resume: {exc.strerror}") from None
-    cut = data.rfind(b"\n") + 1  # the complete lines end here
-    done: dict[tuple[int, int], int] = {}  # row -> its line
-    unchecked = 0
-    lines = data[:cut].split(b"\n")[:-1]
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        row = _row(line, f"--output {path}:{number}", prompts, n, settings)
-        unchecked += "settings" not in row
-        key = (row["prompt_index"], row["sample"])
-        if key in done:  # two runs wrote the file at once (an older bass did not stop that)
-            raise UsageError(
-                f"--output {path}:{number}: a second row of prompt {key[0]}, sample {key[1]} "
-                f"(the first is line {done[key]}); the file is corrupt (written by two runs at "
-                "once?): remove the extra lines, or rerun with --overwrite (not --resume) to "
-                "start over"
-            )
-        done[key] = number
-    if cut < len(data):  # a partial last line: its row is generated again
+    if partial:  # its row is generated again
         # cut from the file only if it starts as every row does (its first key: the prompt)
-        start, tail = b'{"prompt": ', data[cut:]
-        if not (tail.startswith(start) or start.startswith(tail)):
-            raise not_a_row(f"--output {path}:{len(lines) + 1}")
+        start = b'{"prompt": '
+        if not (partial.startswith(start) or start.startswith(partial)):
+            raise not_a_row(f"--output {path}:{number}")
         if truncate:
             with path.open("r+b") as f:
                 f.truncate(cut)

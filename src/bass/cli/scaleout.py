@@ -123,7 +123,8 @@ def check_unused(out: Path, resume: bool = True) -> None:
     for p in [out, *shards(out)]:
         if p.is_file():
             try:
-                held[p] = sum(1 for line in p.read_bytes().splitlines() if line.strip())
+                with p.open("rb") as f:  # line by line: bounded memory
+                    held[p] = sum(1 for line in f if line.strip())
             except OSError as exc:
                 raise UsageError(f"--output {p}: cannot read it: {exc.strerror}") from None
     lines = sum(held.values())
@@ -142,16 +143,16 @@ def seed_in(out: Path) -> tuple[bool, int | None]:
     settings (the seed a sampling run without ``--seed`` drew), else ``(False, None)``."""
     for path in [out, *shards(out)]:
         try:
-            lines = path.read_bytes().splitlines()
+            with path.open("rb") as f:  # up to the first row that records its settings
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(row, dict) and isinstance(row.get("settings"), dict):
+                        return True, row["settings"].get("seed")
         except OSError:
             continue
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("settings"), dict):
-                return True, row["settings"].get("seed")
     return False, None
 
 
