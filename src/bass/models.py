@@ -210,16 +210,21 @@ def vocab_agreement(main_tokenizer, draft_tokenizer) -> float:
     return sum(theirs.get(token) == i for token, i in ours.items()) / max(1, len(ours))
 
 
-def padded_vocab(main_source, draft_source, main_model, draft_model, warn=None) -> int | None:
+def padded_vocab(
+    main_source, draft_source, main_model, draft_model, warn=None, main_tokenizer=None
+) -> int | None:
     """The ``shared_vocab`` of two models loaded from ``main_source`` and ``draft_source``:
     ``None`` when their logit counts agree (nothing to reconcile) or their tokenizers
     differ (the :class:`bass.Generator` then refuses the pair), else the tokenizer's
     length. A tokenizer that cannot be loaded counts as different. Two models with as many
     logits whose tokenizers give most tokens other ids are reported to ``warn`` (default: a
-    ``UserWarning``): the output stays exact, but the drafts would rarely be accepted."""
+    ``UserWarning``): the output stays exact, but the drafts would rarely be accepted.
+    ``main_tokenizer``: the main model's, when the caller has it loaded already."""
     rows = [m.get_output_embeddings().weight.shape[0] for m in (main_model, draft_model)]
     try:
-        tokenizers = [load_tokenizer(src) for src in (main_source, draft_source)]
+        if main_tokenizer is None:
+            main_tokenizer = load_tokenizer(main_source)
+        tokenizers = [main_tokenizer, load_tokenizer(draft_source)]
     except (OSError, ValueError, ModelNotFoundError):
         return None
     if rows[0] != rows[1]:

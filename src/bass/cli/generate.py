@@ -286,7 +286,7 @@ def cmd_generate(args) -> int:
     enabled = (sys.stderr.isatty() if args.progress is None else args.progress) and scale.prints
     main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp, bars=enabled)
     chat = use_chat(tokenizer, config)
-    gen = make_generator(main, draft, config)
+    gen = make_generator(main, draft, config, tokenizer)
     plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for i, _ in todo)
     encoded = {i: encode_prompt(tokenizer, prompts[i], chat) for i in needed}

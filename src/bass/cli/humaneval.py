@@ -123,7 +123,8 @@ def cmd_humaneval(args) -> int:
     _check_prompts(problems, tokenizer, chat, kwargs["max_new_tokens"], [main, draft])
     if draft is not None:
         label = "ngram" if draft == "ngram" else config.model.draft
-        methods[f"bass ({label}, {config.policy.name})"] = make_generator(main, draft, config)
+        bass_name = f"bass ({label}, {config.policy.name})"
+        methods[bass_name] = make_generator(main, draft, config, tokenizer)
     else:
         say("note: --draft none: evaluating regular decoding only")
     samplers = {

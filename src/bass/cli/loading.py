@@ -100,7 +100,7 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
         ) from exc
 
 
-def make_generator(main, draft, config: Config):
+def make_generator(main, draft, config: Config, tokenizer=None):
     import torch
 
     from .. import models
@@ -111,7 +111,7 @@ def make_generator(main, draft, config: Config):
         source = config.model.main or models.default_model_file()
         note = lambda message: say(f"note: {message}")  # noqa: E731
         kwargs["shared_vocab"] = models.padded_vocab(
-            source, config.model.draft, main, draft, warn=note
+            source, config.model.draft, main, draft, warn=note, main_tokenizer=tokenizer
         )
     from ..drafters import DrafterLoadError
 
