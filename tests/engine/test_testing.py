@@ -105,6 +105,38 @@ def test_unknown_pattern_is_refused():
         bst.lengths("zigzag")
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.integers(1, 3), st.integers(1, 3))
+def test_small_bounds_are_kept(data, max_rows, max_len):
+    """Every batch keeps its bounds, however small (one row, length 1: only the patterns
+    that fit are drawn)."""
+    lens = data.draw(bst.lengths(max_rows=max_rows, max_len=max_len))
+    assert 1 <= len(lens) <= max_rows and all(1 <= n <= max_len for n in lens)
+    prompts = data.draw(bst.ragged_prompts(5, max_rows=max_rows, max_len=max_len))
+    assert 1 <= len(prompts) <= max_rows and all(1 <= len(p) <= max_len for p in prompts)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: bst.lengths("bimodal", max_len=1), "no length pattern of .'bimodal'. fits"),
+        (lambda: bst.lengths("sorted", max_rows=1), "need max_rows >= 2"),
+        (lambda: bst.lengths(max_rows=0), "max_rows must be an int >= 1, got 0"),
+        (lambda: bst.ragged_prompts(0), "vocab_size must be an int >= 1"),
+        (lambda: bst.attention_inputs(max_t=5, max_s=3), "max_s=3 < max_t=5"),
+        (lambda: bst.kv_append_inputs(max_batch=0), "max_batch must be an int >= 1"),
+    ],
+)
+def test_bounds_a_strategy_cannot_keep_are_named(build, match):
+    @settings(max_examples=1, database=None)
+    @given(st.data())
+    def draw(data):
+        data.draw(build())
+
+    with pytest.raises(ValueError, match=match):
+        draw()
+
+
 # --------------------------------------------------------------------------- greedy
 
 
@@ -218,6 +250,16 @@ def test_distribution_check_fails_a_generator_that_keeps_every_draft(pair):
     )
     with pytest.raises(AssertionError, match=r"chi-square .* degrees of freedom, p = .* < alpha"):
         testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=3000, seed=5)
+
+
+def test_chi_square_test_refuses_samples_too_few_to_fail():
+    """125 equally likely outcomes, 600 samples all on one: every outcome is expected under
+    5 times, so the pooled test would have one cell and could not reject anything."""
+    uniform = {i: 1 / 125 for i in range(125)}
+    with pytest.raises(ValueError, match=r"600 samples are too few .* at least 62\d samples"):
+        testing.chi_square_test({0: 600}, uniform)
+    assert testing.chi_square_test({0: 700}, uniform).p_value == 0.0  # now it can fail
+    assert testing.chi_square_test({"a": 3}, {"a": 1.0, "b": 0.0}).p_value == 1.0
 
 
 def test_chi_square_test_basics():

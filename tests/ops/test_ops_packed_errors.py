@@ -162,6 +162,24 @@ def test_auto_falls_back_to_the_reference_where_its_pick_cannot_run(monkeypatch)
         plan.resolve("auto", torch.device("cpu"))
 
 
+def test_the_override_applies_to_an_op_call_at_lengths_seen_before(monkeypatch):
+    """An op's plan is cached per set of lengths: "auto" is resolved before that cache, so
+    $BASS_AUTO_ATTENTION set later (a suite per implementation) still decides."""
+    q = torch.randn(1, 2, 3, 8)
+    kv = torch.randn(2, 1, 4, 8)
+    cu, lens = torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([3, 4], dtype=torch.int32)
+    torch.ops.bass.ragged_attention_packed(q, kv, kv, cu, lens, 0.5)  # auto's own pick
+    real, picked = plan._host_plan, []
+    monkeypatch.setattr(plan, "_host_plan", lambda impl, *a: picked.append(impl) or real(impl, *a))
+    for name in ("reference", "sdpa"):
+        monkeypatch.setenv(plan.AUTO_OVERRIDE, name)
+        torch.ops.bass.ragged_attention_packed(q, kv, kv, cu, lens, 0.5)
+    assert picked == ["reference", "sdpa"]
+    monkeypatch.setenv(plan.AUTO_OVERRIDE, "nope")
+    with pytest.raises(ValueError, match=r"BASS_AUTO_ATTENTION='nope' names no ragged attention"):
+        torch.ops.bass.ragged_attention_packed(q, kv, kv, cu, lens, 0.5)
+
+
 def test_a_registered_implementation_runs_by_name_and_replacing_it_takes_effect(monkeypatch):
     monkeypatch.setattr(plan, "IMPLEMENTATIONS", dict(plan.IMPLEMENTATIONS))
     calls = []

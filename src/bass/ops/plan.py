@@ -272,12 +272,14 @@ def _read(op, lens, other, N, S, packed: bool, T=None, append=False, host=False)
 def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
     device = lens.device
     B = kv_lens.shape[0]
-    host = device.type == "cpu" or resolve(impl, device, "eager")[0].host_lengths
+    # "auto" resolved every call, not cached with the lengths: $BASS_AUTO_ATTENTION may change
+    found = resolve(impl, device, "eager")[0]
+    host = device.type == "cpu" or found.host_lengths
     read = _read(op, lens, kv_lens, N, S, packed, width, host=host)
     if host:
         raw, q, kv = read
         starts = raw[:-1] if packed else [b * width for b in range(B)]
-        return _host_plan(impl, device, N, S, width, tuple(starts), tuple(q), tuple(kv))
+        return _host_plan(found.name, device, N, S, width, tuple(starts), tuple(q), tuple(kv))
     if packed:
         return Plan(impl, lens[:-1], lens.diff(), kv_lens, N, S, width=width, cu_q_lens=lens)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=device) * width

@@ -76,7 +76,9 @@ def chi_square_test(counts: Mapping, expected: Mapping[object, float]) -> ChiSqu
     """Pearson's chi-square test of observed ``counts`` against the distribution
     ``expected`` (outcome -> probability). Outcomes expected fewer than 5 times are
     pooled into one cell (folded into the smallest other cell if even the pool is
-    expected fewer than 5 times); an observed outcome of probability 0 gives p = 0."""
+    expected fewer than 5 times); an observed outcome of probability 0 gives p = 0.
+    Raises ``ValueError`` when the samples are too few to leave two cells (a test that
+    could not fail), unless ``expected`` has a single possible outcome."""
     n = sum(counts.values())
     if n == 0:
         raise ValueError("no samples to test")
@@ -101,7 +103,17 @@ def chi_square_test(counts: Mapping, expected: Mapping[object, float]) -> ChiSqu
         exp[i] += pool_e
     df = len(obs) - 1
     if df < 1:
-        return ChiSquare(0.0, 0, 1.0)
+        likely = sorted((p / total for p in expected.values() if p > 0), reverse=True)
+        if len(likely) > 1:  # every outcome in one cell: nothing could be rejected
+            share = min(likely[0], 1 - likely[0])  # the smaller of the two cells' shares
+            need = math.ceil(5 / share)
+            need += share * need < 5  # rounding
+            raise ValueError(
+                f"{n} samples are too few to test {len(likely)} possible outcomes: no two "
+                f"cells are expected 5 times each (the test could not fail); draw at least "
+                f"{need} samples (rows), or fewer outcomes (fewer tokens, a smaller top_k)"
+            )
+        return ChiSquare(0.0, 0, 1.0)  # one possible outcome, every sample on it
     stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp))
     p = torch.special.gammaincc(
         torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)

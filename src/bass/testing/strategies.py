@@ -42,22 +42,52 @@ EXAMPLE_LENGTHS: dict[str, list[int]] = {
 LENGTH_PATTERNS = tuple(EXAMPLE_LENGTHS)
 
 
+#: what a pattern needs: (rows, longest length); the others need (2, 1)
+_PATTERN_NEEDS = {"near_equal_unsorted": (2, 2), "bimodal": (2, 2), "single_row": (1, 1)}
+
+
+def _check_sizes(where: str, **sizes) -> None:
+    """Each of ``sizes`` an int >= 1, else a ``ValueError`` naming it."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be an int >= 1, got {value!r}")
+
+
+def _fitting(patterns, max_rows: int, max_len: int, where: str) -> tuple[str, ...]:
+    """The ``patterns`` that ``max_rows`` rows of at most ``max_len`` tokens can follow
+    (all but ``single_row`` need two rows; unsorted and bimodal need two lengths)."""
+    for pattern in patterns:
+        if pattern not in LENGTH_PATTERNS:
+            raise ValueError(
+                f"{where}: unknown length pattern {pattern!r}; known: {LENGTH_PATTERNS}"
+            )
+    needs = {p: _PATTERN_NEEDS.get(p, (2, 1)) for p in patterns}
+    fit = tuple(p for p, (rows, n) in needs.items() if max_rows >= rows and max_len >= n)
+    if not fit:
+        raise ValueError(
+            f"{where}: no length pattern of {list(patterns)} fits max_rows={max_rows}, "
+            f"max_len={max_len} (all but 'single_row' need max_rows >= 2; "
+            "'near_equal_unsorted' and 'bimodal' need max_len >= 2)"
+        )
+    return fit
+
+
 def lengths(pattern: str | None = None, *, max_rows: int = 6, max_len: int = 24):
     """A strategy for a list of prompt lengths following ``pattern`` (any of
-    :data:`LENGTH_PATTERNS` when ``None``), each in ``1..max_len``."""
-    if pattern is not None and pattern not in LENGTH_PATTERNS:
-        raise ValueError(f"unknown length pattern {pattern!r}; known: {LENGTH_PATTERNS}")
-    return _lengths(pattern, max_rows, max_len)
+    :data:`LENGTH_PATTERNS` that fits when ``None``), at most ``max_rows`` of them, each in
+    ``1..max_len``. A pattern the sizes cannot follow raises ``ValueError``."""
+    _check_sizes("lengths()", max_rows=max_rows, max_len=max_len)
+    patterns = LENGTH_PATTERNS if pattern is None else (pattern,)
+    return _lengths(_fitting(patterns, max_rows, max_len, "lengths()"), max_rows, max_len)
 
 
 @st.composite
-def _lengths(draw, pattern: str | None, max_rows: int, max_len: int):
-    if pattern is None:
-        pattern = draw(st.sampled_from(LENGTH_PATTERNS))
+def _lengths(draw, patterns: tuple[str, ...], max_rows: int, max_len: int):
+    pattern = patterns[0] if len(patterns) == 1 else draw(st.sampled_from(patterns))
     if pattern == "single_row":
         return [draw(st.integers(1, max_len))]
     n = draw(st.integers(2, max(2, max_rows)))
-    if pattern == "near_equal_unsorted":
+    if pattern == "near_equal_unsorted":  # max_len >= 2: two lengths to descend between
         base = draw(st.integers(1, max_len))
         out = [min(max_len, max(1, base + draw(st.integers(-3, 3)))) for _ in range(n)]
         if out == sorted(out):  # make it unsorted (a descent somewhere)
@@ -72,7 +102,7 @@ def _lengths(draw, pattern: str | None, max_rows: int, max_len: int):
         short = draw(st.lists(st.integers(1, max(1, max_len // 4)), min_size=n - 1, max_size=n - 1))
         at = draw(st.integers(0, n - 1))
         return [*short[:at], max_len, *short[at:]]
-    if pattern == "bimodal":
+    if pattern == "bimodal":  # max_len >= 2
         lo, hi = max(1, max_len // 6), max(2, max_len - max_len // 6)
         return [
             draw(st.integers(1, lo)) if draw(st.booleans()) else draw(st.integers(hi, max_len))
@@ -92,7 +122,8 @@ def ragged_prompts(
 ):
     """A batch of prompts (lists of token ids in ``0..vocab_size-1``) whose lengths follow
     one of ``patterns``; ``duplicates`` repeats one prompt."""
-    pattern = draw(st.sampled_from(patterns))
+    _check_sizes("ragged_prompts()", vocab_size=vocab_size, max_rows=max_rows, max_len=max_len)
+    pattern = draw(st.sampled_from(_fitting(patterns, max_rows, max_len, "ragged_prompts()")))
     lens = draw(lengths(pattern, max_rows=max_rows, max_len=max_len))
     token = st.integers(0, vocab_size - 1)
     if pattern == "duplicates":
@@ -149,6 +180,15 @@ def _op_lengths(draw, B: int, S: int, T: int):
     return rows
 
 
+def _check_op_sizes(where: str, max_batch, max_t, max_s) -> None:
+    _check_sizes(where, max_batch=max_batch, max_t=max_t, max_s=max_s)
+    if max_s < max_t:
+        raise ValueError(
+            f"{where}: max_s={max_s} < max_t={max_t}: the cache holds at least the T query "
+            "slots (S >= T); raise max_s or lower max_t"
+        )
+
+
 def _heads(draw):
     Hkv = draw(st.sampled_from([1, 2]))
     return Hkv * draw(st.sampled_from([1, 2, 4])), Hkv, draw(st.sampled_from([4, 8, 16]))
@@ -158,6 +198,7 @@ def _heads(draw):
 def attention_inputs(draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=12):
     """``(q, k, v, q_lens, kv_lens, scale)`` for ``ragged_attention``: ``q [B, Hq, T, D]``,
     ``k, v [B, Hkv, S, D]`` with NaN past each row's ``kv_len``, int32 lengths."""
+    _check_op_sizes("attention_inputs()", max_batch, max_t, max_s)
     Hq, Hkv, D = _heads(draw)
     B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
     S = draw(st.integers(T, max_s))
@@ -196,6 +237,7 @@ def packed_attention_inputs(
 @st.composite
 def kv_append_inputs(draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=12):
     """``(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)`` for ``kv_append``."""
+    _check_op_sizes("kv_append_inputs()", max_batch, max_t, max_s)
     Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from([4, 8]))
     B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
     S = draw(st.integers(T, max_s))
