@@ -100,6 +100,51 @@ def test_ragged_prompts_are_token_lists(prompts):
     assert prompts and all(p and all(0 <= t < 16 for t in p) for p in prompts)
 
 
+def _oracle_call(case: str):
+    attend, append = testing.naive_ragged_attention, testing.naive_kv_append
+    q, kv, kv3 = torch.randn(1, 2, 3, 4), torch.randn(1, 1, 5, 4), torch.randn(3, 1, 5, 4)
+    cache = torch.zeros(1, 2, 5, 4)
+    cases = {  # each accepted before (a broadcast, a truncation) or failed deep in torch
+        "batch": lambda: attend(q, kv3, kv3, [1], [2], 1.0),
+        "head dim": lambda: attend(q, kv[..., :2], kv[..., :2], [1], [2], 1.0),
+        "rank": lambda: attend(q[0], kv, kv, [1], [2], 1.0),
+        "float lengths": lambda: attend(q, kv, kv, [1.7], [2], 1.0),
+        "int q": lambda: attend(q.int(), kv, kv, [1], [2], 1.0),
+        "heads": lambda: append(cache, cache, kv[..., :3, :], kv[..., :3, :], [0], [3]),
+    }
+    return cases[case]
+
+
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("batch", r"q \[1, 2, 3, 4\] must be \[B=3"),
+        ("head dim", "with the D of k"),
+        ("rank", "q must be a 4-D float tensor"),
+        ("float lengths", "q_lens must hold integers"),
+        ("int q", "q must be a 4-D float tensor, got torch.int32"),
+        ("heads", "must have the heads of the caches"),
+    ],
+)
+def test_the_oracles_refuse_what_the_ops_refuse(case, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        _oracle_call(case)()
+
+
+def test_the_helpers_name_a_model_passed_for_a_generator_and_bad_prompts():
+    model = tiny_lm("llama")
+    for check in (testing.assert_greedy_equivalent, testing.assert_sampled_equivalent):
+        with pytest.raises(TypeError, match=r"takes a bass.Generator .* got LlamaForCausalLM"):
+            check(model, [[1, 2]], 2)
+    with pytest.raises(TypeError, match=r"takes a bass\.Generator"):
+        testing.assert_distribution_equivalent(model, model, [1, 2], 1, rows=10)
+    with pytest.raises(ValueError, match=r"greedy_reference\(\): the prompt is empty"):
+        testing.greedy_reference(model, [], 3)
+    V = model.config.vocab_size
+    with pytest.raises(ValueError, match=rf"exact_distribution\(\): the prompt holds {V}; "):
+        testing.exact_distribution(model, [1, V], 1)
+
+
 def test_unknown_pattern_is_refused():
     with pytest.raises(ValueError, match="unknown length pattern 'zigzag'"):
         bst.lengths("zigzag")

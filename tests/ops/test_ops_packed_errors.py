@@ -162,6 +162,21 @@ def test_auto_falls_back_to_the_reference_where_its_pick_cannot_run(monkeypatch)
         plan.resolve("auto", torch.device("cpu"))
 
 
+def test_one_tensor_as_both_caches_a_cache_needing_grad_and_head_dim_0_are_named():
+    cache, new = torch.zeros(1, 1, 4, 2), torch.ones(1, 1, 2, 2)
+    lens, cu = torch.tensor([0], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match="k_cache and v_cache are the same tensor"):
+        torch.ops.bass.kv_append_packed(cache, cache, new, new, cu, lens)
+    grad = torch.zeros(1, 1, 4, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"inference-only .* but k_cache require grad"):
+        torch.ops.bass.kv_append_packed(grad, cache.clone(), new, new, cu, lens)
+    empty = torch.zeros(1, 1, 4, 0)
+    with pytest.raises(ValueError, match="the head dim D must be >= 1"):
+        torch.ops.bass.ragged_attention_packed(
+            torch.zeros(1, 1, 2, 0), empty, empty, cu, lens + 2, 1.0, "reference"
+        )
+
+
 def test_the_override_applies_to_an_op_call_at_lengths_seen_before(monkeypatch):
     """An op's plan is cached per set of lengths: "auto" is resolved before that cache, so
     $BASS_AUTO_ATTENTION set later (a suite per implementation) still decides."""

@@ -151,6 +151,8 @@ def check_attention(q, k, v, lens, kv_lens, scale, packed: bool) -> None:
         raise ValueError(f"q has batch {Bq} but k/v have batch {B}")
     if Dk != D:
         raise ValueError(f"q has head dim {D} but k/v have head dim {Dk}")
+    if D == 0:
+        raise ValueError(f"the head dim D must be >= 1, got q {_shape(q)}")
     if Hkv == 0 or Hq == 0 or Hq % Hkv != 0:
         raise ValueError(
             f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv}) "
@@ -168,6 +170,8 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
     layouts = {"k_cache": "[B, Hkv, S, D]", "v_cache": "[B, Hkv, S, D]", "k_new": new, "v_new": new}
     tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
     _check_floats(layouts, **tensors)
+    if k_cache is v_cache:  # the schema declares two caches written in place
+        raise ValueError("k_cache and v_cache are the same tensor; pass two caches")
     # values may be narrower than keys (multi-head latent attention), each pair must fit
     if k_cache.shape[:-1] != v_cache.shape[:-1] or k_cache.dtype != v_cache.dtype:
         raise ValueError(

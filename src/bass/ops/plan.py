@@ -307,7 +307,9 @@ def _attention_padded(q, k, v, q_lens, kv_lens, scale, impl="auto"):
 
 def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True)
-    check_no_grad("bass.kv_append_packed", k_new=k_new, v_new=v_new)
+    check_no_grad(
+        "bass.kv_append_packed", k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new
+    )
     N, S, cpu = k_new.shape[2], k_cache.shape[2], k_cache.device.type == "cpu"
     read = _read("kv_append_packed", cu_q_lens, cache_lens, N, S, True, append=True, host=cpu)
     if cpu:  # one index per set of lengths
@@ -318,7 +320,7 @@ def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
 
 def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
-    check_no_grad("bass.kv_append", k_new=k_new, v_new=v_new)
+    check_no_grad("bass.kv_append", k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new)
     B, H, T, _ = k_new.shape
     _read("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T

@@ -13,7 +13,7 @@ import torch
 
 from .. import options
 from ..sampling import SamplingParams, warp_probs
-from .equivalence import _own_attention
+from .equivalence import _check_generator, _check_prompt, _own_attention
 
 __all__ = [
     "ChiSquare",
@@ -55,6 +55,7 @@ def exact_distribution(
     kw = options.check_keywords(where, temperature=temperature, top_k=top_k, top_p=top_p)
     options.check_sampling(True, kw["temperature"], where)
     params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"])
+    prompt = _check_prompt("exact_distribution()", model, prompt)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
     with _own_attention(model):
@@ -180,6 +181,7 @@ def assert_distribution_equivalent(
     Every row must generate exactly ``max_new_tokens`` tokens (no eos, no stop strings).
     Returns the :class:`ChiSquare` result.
     """
+    _check_generator("assert_distribution_equivalent()", generator, main=False)
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
     for key in ("temperature", "top_k", "top_p"):

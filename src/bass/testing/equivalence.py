@@ -24,6 +24,30 @@ def _own_attention(model):
         yield model
 
 
+def _check_generator(where: str, generator, main: bool = True) -> None:
+    """A bass.Generator (or an object like it: with ``main`` when the check needs it),
+    not a bare model."""
+    if isinstance(generator, torch.nn.Module) or (main and not hasattr(generator, "main")):
+        raise TypeError(
+            f"{where} takes a bass.Generator (an object with generate() and .main), got "
+            f"{type(generator).__name__}: wrap the model, e.g. bass.Generator(model, 'ngram')"
+        )
+
+
+def _check_prompt(where: str, model, prompt) -> list[int]:
+    """``prompt`` as a list of token ids of ``model``'s vocabulary, at least one."""
+    if isinstance(prompt, (str, bytes, torch.Tensor)) or not isinstance(prompt, Sequence):
+        raise TypeError(
+            f"{where}: the prompt must be a list of token ids, got {type(prompt).__name__}"
+        )
+    V = model.get_output_embeddings().weight.shape[0]
+    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < V]
+    if not prompt or bad:
+        what = "is empty" if not prompt else f"holds {bad[0]!r}"
+        raise ValueError(f"{where}: the prompt {what}; give token ids in 0..{V - 1}")
+    return list(prompt)
+
+
 def _cut(tokens: list[int], eos, stop_sequences, stop_strings, tokenizer) -> list[int]:
     end = len(tokens)
     eos = {eos} if isinstance(eos, int) else set(eos or ())
@@ -62,7 +86,7 @@ def greedy_reference(
     bass must stop (docs/reference/testing.md, "Greedy and seeded sampling")."""
     from transformers import GenerationConfig
 
-    ids = torch.tensor([list(prompt)], device=model.device)
+    ids = torch.tensor([_check_prompt("greedy_reference()", model, prompt)], device=model.device)
     # transformers fills every field a GenerationConfig leaves unset from the model's own
     # (eos, repetition_penalty, ...): swap in a blank one so this is plain greedy decoding
     # with no eos (the cut below applies the caller's stopping rules)
@@ -118,6 +142,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
         gen = bass.Generator(main, "ngram", policy=MyPolicy())
         bass.testing.assert_greedy_equivalent(gen, [[1, 2, 3], [4, 5]], 16)
     """
+    _check_generator("assert_greedy_equivalent()", generator)
     if generate_kwargs.get("do_sample"):
         raise ValueError("assert_greedy_equivalent checks greedy decoding: drop do_sample")
     res = generator.generate(prompts, max_new_tokens=max_new_tokens, **generate_kwargs)
@@ -159,6 +184,7 @@ def assert_sampled_equivalent(
     """
     from ..engine import Generator
 
+    _check_generator("assert_sampled_equivalent()", generator)
     drafter = generator.drafter
     coupled = getattr(generator, "coupled", True)
     if drafter is not None and not drafter.deterministic and not coupled:
