@@ -110,10 +110,21 @@ def with_edges(test):
     return test
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@settings(max_examples=examples(12))  # each new shape class compiles (~2 s on 2 cores)
-@with_edges
-@given(case=flex_cases())
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def with_edges_in_each_dtype(test):
+    for case in reversed(EDGES):
+        for dtype in DTYPES:
+            test = example(case=case, dtype=dtype)(test)
+    return test
+
+
+# each drawn example runs in one dtype (drawn too), the edges in both: every new shape class
+# (and dtype) is a ~2 s flex compile on 2 cores; `nox -s slow` draws ten times as many
+@settings(max_examples=examples(16))
+@with_edges_in_each_dtype
+@given(case=flex_cases(), dtype=st.sampled_from(DTYPES))
 def test_flex_by_name_matches_the_oracle_eager(case, dtype):
     args = case.tensors(dtype)
     check(torch.ops.bass.ragged_attention_packed(*args, "flex"), case, args, dtype)
@@ -121,10 +132,9 @@ def test_flex_by_name_matches_the_oracle_eager(case, dtype):
     check(planned(case, cu, kv, "eager").attend(q, k, v, scale), case, args, dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@settings(max_examples=examples(6))  # `nox -s slow` draws ten times as many
-@with_edges
-@given(case=flex_cases())
+@settings(max_examples=examples(8))
+@with_edges_in_each_dtype
+@given(case=flex_cases(), dtype=st.sampled_from(DTYPES))
 def test_flex_matches_the_oracle_traced_into_a_compiled_graph(case, dtype):
     q, k, v, cu, kv, scale = args = case.tensors(dtype)
     p = planned(case, cu, kv, "compiled")
