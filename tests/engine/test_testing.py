@@ -110,7 +110,7 @@ def _oracle_call(case: str):
         "rank": lambda: attend(q[0], kv, kv, [1], [2], 1.0),
         "float lengths": lambda: attend(q, kv, kv, [1.7], [2], 1.0),
         "int q": lambda: attend(q.int(), kv, kv, [1], [2], 1.0),
-        "heads": lambda: append(cache, cache, kv[..., :3, :], kv[..., :3, :], [0], [3]),
+        "heads": lambda: append(cache, cache.clone(), kv[..., :3, :], kv[..., :3, :], [0], [3]),
     }
     return cases[case]
 
@@ -118,12 +118,12 @@ def _oracle_call(case: str):
 @pytest.mark.parametrize(
     "case, match",
     [
-        ("batch", r"q \[1, 2, 3, 4\] must be \[B=3"),
-        ("head dim", "with the D of k"),
-        ("rank", "q must be a 4-D float tensor"),
+        ("batch", "q has batch 1 but k/v have batch 3"),  # the ops' own words
+        ("head dim", "q has head dim 4 but k/v have head dim 2"),
+        ("rank", r"q must be 4-D \[B, Hq, T, D\]"),
         ("float lengths", "q_lens must hold integers"),
-        ("int q", "q must be a 4-D float tensor, got torch.int32"),
-        ("heads", "must have the heads of the caches"),
+        ("int q", "q must be float16, bfloat16, float32 or float64, got torch.int32"),
+        ("heads", r"new keys \[1, 1, 3, 4\] must be \[B=1, Hkv=2, T, D=4\]"),
     ],
 )
 def test_the_oracles_refuse_what_the_ops_refuse(case, match):
@@ -141,7 +141,10 @@ def test_the_helpers_name_a_model_passed_for_a_generator_and_bad_prompts():
     with pytest.raises(ValueError, match=r"greedy_reference\(\): the prompt is empty"):
         testing.greedy_reference(model, [], 3)
     V = model.config.vocab_size
-    with pytest.raises(ValueError, match=rf"exact_distribution\(\): the prompt holds {V}; "):
+    with pytest.raises(
+        ValueError,
+        match=rf"exact_distribution\(\): the prompt has token ids outside \[0, {V}\): \[{V}\]",
+    ):
         testing.exact_distribution(model, [1, V], 1)
 
 

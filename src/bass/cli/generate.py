@@ -254,9 +254,10 @@ def cmd_generate(args) -> int:
     if args.resume:  # the shards of a stopped data-parallel run join --output first
 
         def merge() -> None:  # every file checked before any is changed
-            if not scaleout.shards(out_path):
+            parts = scaleout.shards(out_path)
+            if not parts:
                 return  # nothing to join: --output is checked once, below
-            for part in [out_path, *scaleout.shards(out_path)]:
+            for part in [out_path, *parts]:
                 read_done(part, prompts, n, settings, truncate=False)
             scaleout.merge(out_path)
 

@@ -55,7 +55,7 @@ def exact_distribution(
     kw = options.check_keywords(where, temperature=temperature, top_k=top_k, top_p=top_p)
     options.check_sampling(True, kw["temperature"], where)
     params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"])
-    prompt = _check_prompt("exact_distribution()", model, prompt)
+    prompt = _check_prompt("exact_distribution()", model, prompt, L)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
     with _own_attention(model):

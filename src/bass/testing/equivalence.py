@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..batch_state import PromptError, as_prompts, check_prompts
 from ..compat import attn_implementation
 from ..hf import attention_restored
 
@@ -34,18 +35,17 @@ def _check_generator(where: str, generator, main: bool = True) -> None:
         )
 
 
-def _check_prompt(where: str, model, prompt) -> list[int]:
-    """``prompt`` as a list of token ids of ``model``'s vocabulary, at least one."""
-    if isinstance(prompt, (str, bytes, torch.Tensor)) or not isinstance(prompt, Sequence):
-        raise TypeError(
-            f"{where}: the prompt must be a list of token ids, got {type(prompt).__name__}"
-        )
-    V = model.get_output_embeddings().weight.shape[0]
-    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < V]
-    if not prompt or bad:
-        what = "is empty" if not prompt else f"holds {bad[0]!r}"
-        raise ValueError(f"{where}: the prompt {what}; give token ids in 0..{V - 1}")
-    return list(prompt)
+def _check_prompt(where: str, model, prompt, max_new_tokens: int) -> list[int]:
+    """``prompt`` checked as ``generate()`` checks its prompts (:mod:`bass.batch_state`:
+    token ids, at least one, within the vocabulary and the model's context)."""
+    try:
+        (prompt,) = as_prompts([prompt])
+        check_prompts([prompt], max_new_tokens, [model])
+    except PromptError as exc:
+        raise ValueError(f"{where}: {exc.naming('the prompt')}") from None
+    except TypeError as exc:
+        raise TypeError(f"{where}: {exc}") from None
+    return prompt
 
 
 def _cut(tokens: list[int], eos, stop_sequences, stop_strings, tokenizer) -> list[int]:
@@ -86,7 +86,8 @@ def greedy_reference(
     bass must stop (docs/reference/testing.md, "Greedy and seeded sampling")."""
     from transformers import GenerationConfig
 
-    ids = torch.tensor([_check_prompt("greedy_reference()", model, prompt)], device=model.device)
+    prompt = _check_prompt("greedy_reference()", model, prompt, max_new_tokens)
+    ids = torch.tensor([prompt], device=model.device)
     # transformers fills every field a GenerationConfig leaves unset from the model's own
     # (eos, repetition_penalty, ...): swap in a blank one so this is plain greedy decoding
     # with no eos (the cut below applies the caller's stopping rules)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..ops import contract
+
 __all__ = [
     "naive_kv_append",
     "naive_kv_append_packed",
@@ -20,16 +22,7 @@ Lengths = torch.Tensor | Sequence[int]
 
 
 def _ints(lengths: Lengths, name: str, size: int) -> list[int]:
-    if isinstance(lengths, torch.Tensor) and (lengths.is_floating_point() or lengths.dim() != 1):
-        raise TypeError(f"{name} must be 1-D integers, got {lengths.dtype} {list(lengths.shape)}")
-    try:
-        values = (
-            [operator.index(x) for x in lengths.tolist()]
-            if isinstance(lengths, torch.Tensor)
-            else [operator.index(x) for x in lengths]
-        )
-    except TypeError:
-        raise TypeError(f"{name} must hold integers, got {lengths!r}") from None
+    values = lengths.tolist() if isinstance(lengths, torch.Tensor) else [int(x) for x in lengths]
     if len(values) != size:
         raise ValueError(f"{name} must have {size} entries, got {len(values)}")
     return values
@@ -39,24 +32,24 @@ def _float64(*tensors: torch.Tensor) -> list[torch.Tensor]:
     return [t.detach().cpu().to(torch.float64) for t in tensors]
 
 
-def _check_shapes(packed: bool, q_name: str, **tensors: torch.Tensor) -> None:
-    """4-D float tensors whose batch, heads and head dims fit as the ops' contract says
-    (``q_name``: the queries' or new entries' name; values may be narrower than keys in
-    an append: multi-head latent attention)."""
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a 4-D float tensor, got {got}")
-    names = list(tensors)
-    q, k, v = (tensors[n] for n in names[:3])  # queries (or new keys), key and value caches
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"{names[1]} and {names[2]} must match but in D, got "
-                         f"{list(k.shape)} and {list(v.shape)}")  # fmt: skip
-    batch = 1 if packed else k.shape[0]
-    if q.shape[0] != batch or q.shape[-1] != k.shape[-1]:
-        want = "[1, H, N, D]" if packed else f"[B={batch}, H, T, D]"
-        raise ValueError(f"{q_name} {list(q.shape)} must be {want} with the D of "
-                         f"{names[1]} {list(k.shape)}")  # fmt: skip
+def _lengths(lengths: Lengths, name: str, device) -> torch.Tensor:
+    """``lengths`` (a tensor or a sequence of ints) as the int32 tensor the ops take."""
+    if isinstance(lengths, torch.Tensor):
+        if lengths.is_floating_point() or lengths.is_complex():
+            raise TypeError(f"{name} must hold integers, got {lengths.dtype}")
+        return lengths.to(device=device, dtype=torch.int32)
+    try:
+        return torch.tensor([operator.index(x) for x in lengths], dtype=torch.int32, device=device)
+    except TypeError:
+        raise TypeError(f"{name} must hold integers, got {lengths!r}") from None
+
+
+def _contract(check, tensors: tuple, names: tuple, lens: tuple, packed: bool, *rest) -> None:
+    """The ops' own metadata check (:mod:`bass.ops.contract`) on the oracle's inputs, its
+    lengths made int32 tensors: the oracles refuse what the ops refuse, in their words."""
+    device = getattr(tensors[-1], "device", "cpu")
+    lengths = [_lengths(x, name, device) for x, name in zip(lens, names)]
+    check(*tensors, *lengths, *rest, packed=packed)
 
 
 def _kv_head_group(Hq: int, Hkv: int) -> int:
@@ -109,9 +102,8 @@ def naive_ragged_attention(
     >>> bool((out[0, :, 1] == 0).all())  # slot 1 is padding
     True
     """
-    _check_shapes(False, "q", q=q, k=k, v=v)
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {list(k.shape)}, {list(v.shape)}")
+    _contract(contract.check_attention, (q, k, v), ("q_lens", "kv_lens"), (q_lens, kv_lens),
+              False, scale)  # fmt: skip
     q, k, v = _float64(q, k, v)
     B, Hq, T, D = q.shape
     _, Hkv, S, _ = k.shape
@@ -170,9 +162,8 @@ def naive_ragged_attention_packed(
     >>> out[0, 0].tolist()  # row 1's queries at positions 0 and 1, then padding
     [[8.0, 9.0], [9.0, 10.0], [0.0, 0.0]]
     """
-    _check_shapes(True, "packed q", q=q, k=k, v=v)
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {list(k.shape)}, {list(v.shape)}")
+    _contract(contract.check_attention, (q, k, v), ("cu_q_lens", "kv_lens"),
+              (cu_q_lens, kv_lens), True, scale)  # fmt: skip
     q, k, v = _float64(q, k, v)
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
@@ -189,18 +180,6 @@ def naive_ragged_attention_packed(
         rows = slice(cu[b], cu[b + 1])
         out[0, :, rows] = _attend(q[0, :, rows], k[b], v[b], kv_len, group, scale)
     return out
-
-
-def _check_new(k_cache, v_cache, k_new, v_new) -> None:
-    """New entries with the caches' heads, and values as wide as the value cache."""
-    if not isinstance(v_new, torch.Tensor) or v_new.shape[:-1] != k_new.shape[:-1]:
-        got = list(v_new.shape) if isinstance(v_new, torch.Tensor) else type(v_new).__name__
-        raise ValueError(f"v_new must match k_new {list(k_new.shape)} but in D, got {got}")
-    if k_new.shape[1] != k_cache.shape[1] or v_new.shape[-1] != v_cache.shape[-1]:
-        raise ValueError(
-            f"new entries {list(k_new.shape)}, {list(v_new.shape)} must have the heads of "
-            f"the caches {list(k_cache.shape)} and each its cache's D ({list(v_cache.shape)})"
-        )
 
 
 def naive_kv_append(
@@ -224,8 +203,8 @@ def naive_kv_append(
     Returns:
         ``(k_expected, v_expected)``: new tensors, the caches' dtype and device.
     """
-    _check_shapes(False, "k_new", k_new=k_new, k_cache=k_cache, v_cache=v_cache)
-    _check_new(k_cache, v_cache, k_new, v_new)
+    _contract(contract.check_append, (k_cache, v_cache, k_new, v_new),
+              ("new_lens", "cache_lens"), (new_lens, cache_lens), False)  # fmt: skip
     B, _, S, _ = k_cache.shape
     T = k_new.shape[2]
     cache_lens, new_lens = _ints(cache_lens, "cache_lens", B), _ints(new_lens, "new_lens", B)
@@ -268,12 +247,12 @@ def naive_kv_append_packed(
     >>> import torch
     >>> kc = torch.zeros(2, 1, 4, 1)
     >>> new = torch.tensor([1., 2., 3., 9.]).view(1, 1, 4, 1)  # token 3 is padding
-    >>> k, _ = naive_kv_append_packed(kc, kc, new, new, [0, 2, 3], [1, 0])
+    >>> k, _ = naive_kv_append_packed(kc, kc.clone(), new, new, [0, 2, 3], [1, 0])
     >>> k[:, 0, :, 0].tolist()
     [[0.0, 1.0, 2.0, 0.0], [3.0, 0.0, 0.0, 0.0]]
     """
-    _check_shapes(True, "packed k_new", k_new=k_new, k_cache=k_cache, v_cache=v_cache)
-    _check_new(k_cache, v_cache, k_new, v_new)
+    _contract(contract.check_append, (k_cache, v_cache, k_new, v_new),
+              ("cu_q_lens", "cache_lens"), (cu_q_lens, cache_lens), True)  # fmt: skip
     B, _, S, _ = k_cache.shape
     N = k_new.shape[2]
     cu, cache_lens = _ints(cu_q_lens, "cu_q_lens", B + 1), _ints(cache_lens, "cache_lens", B)
