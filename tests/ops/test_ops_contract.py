@@ -436,6 +436,13 @@ def replace_append(**changes):
             r"k_new must be float16, bfloat16, float32 or float64, got torch.int32",
         ),
         ({"v_cache": APPEND[1].double()}, ValueError, r"k_cache and v_cache must match"),
+        (
+            {"k_new": APPEND[2].half(), "v_new": APPEND[3].half()},
+            TypeError,
+            r"k_new and v_new must have the caches' dtype torch.float32, got torch.float16 "
+            r"and torch.float16; convert them with .to\(torch.float32\) first",
+        ),
+        ({"v_new": APPEND[3].double()}, TypeError, r"got torch.float32 and torch.float64"),
         ({"v_new": APPEND[3][:, :, :1]}, ValueError, r"k_new and v_new must match"),
         (
             {"k_new": APPEND[2][:, :1], "v_new": APPEND[3][:, :1]},
@@ -490,6 +497,8 @@ def replace_append(**changes):
         "k_cache-rank-3",
         "k_new-int32",
         "v_cache-float64",
+        "new-float16",
+        "v_new-float64",
         "v_new-shape",
         "new-heads",
         "T-over-S",

@@ -246,6 +246,11 @@ APPEND_ERRORS = {
         r"packed new keys \[3, 2, 8, 4\] must be \[1, Hkv=2, N, D=4\]",
     ),
     "caches-differ": ({"v_cache": APPEND[1].double()}, ValueError, r"k_cache and v_cache must"),
+    "new-bfloat16": (
+        {"k_new": APPEND[2].bfloat16(), "v_new": APPEND[3].bfloat16()},
+        TypeError,
+        r"k_new and v_new must have the caches' dtype torch.float32, got torch.bfloat16",
+    ),
     "cu-int64": ({"cu_q_lens": APPEND[4].long()}, TypeError, r"cu_q_lens must be int32"),
     "cache_lens-shape": (
         {"cache_lens": APPEND[5][:2]},

@@ -178,6 +178,11 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
             f"k_cache and v_cache must match (but in D), got {_shape(k_cache)} "
             f"{k_cache.dtype} and {_shape(v_cache)} {v_cache.dtype}"
         )
+    if not (k_new.dtype == v_new.dtype == k_cache.dtype):  # no silent cast (1e6 -> inf)
+        raise TypeError(
+            f"k_new and v_new must have the caches' dtype {k_cache.dtype}, got {k_new.dtype} "
+            f"and {v_new.dtype}; convert them with .to({k_cache.dtype}) first"
+        )
     if k_new.shape[:-1] != v_new.shape[:-1] or v_new.shape[-1] != v_cache.shape[-1]:
         raise ValueError(
             f"k_new and v_new must match (but in D, each its cache's), got {_shape(k_new)} "
