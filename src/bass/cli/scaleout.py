@@ -3,6 +3,7 @@ go (docs/guides/scale-out.md). Only rank 0 prints and holds the output's lock.""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -159,18 +160,21 @@ def seed_in(out: Path) -> tuple[bool, int | None]:
 def merge(out: Path) -> None:
     """Rank 0 (or one process resuming): every row of ``--output`` and of its shards, in
     prompt order, written back to ``--output`` (through a temporary file, then renamed);
-    the shards removed."""
+    the shards removed. Memory: a few numbers per row (where each row's line lies), not
+    the rows; each line is copied as it was written."""
     parts = shards(out)
     if not parts:
         return
-    rows = []
-    for path in [out, *parts]:
-        if path.exists():
-            lines = path.read_text(encoding="utf-8").split("\n")
-            # the last piece is "" for a complete file, a row cut short when a rank
-            # died while writing it (that row is generated again)
-            for number, line in enumerate(lines[:-1], 1):
-                if not line.strip():
+    files = [p for p in [out, *parts] if p.exists()]
+    where = []  # (prompt_index, sample, file, offset, length) per row
+    for i, path in enumerate(files):
+        with path.open("rb") as f:
+            offset = 0
+            for number, line in enumerate(f, 1):
+                at, offset = offset, offset + len(line)
+                # a last line without its newline is a row cut short when a rank died
+                # while writing it (that row is generated again)
+                if not line.endswith(b"\n") or not line.strip():
                     continue
                 try:
                     row = json.loads(line)
@@ -179,10 +183,15 @@ def merge(out: Path) -> None:
                 keys = ("prompt_index", "sample")  # the rest is checked by read_done
                 if not (isinstance(row, dict) and all(isinstance(row.get(k), int) for k in keys)):
                     raise not_a_row(f"{path}:{number}")
-                rows.append(row)
-    rows.sort(key=lambda r: (r["prompt_index"], r["sample"]))
+                where.append((row["prompt_index"], row["sample"], i, at, len(line)))
+    where.sort()
     tmp = out.with_name(out.name + ".merging")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with contextlib.ExitStack() as stack:
+        sources = [stack.enter_context(p.open("rb")) for p in files]
+        dest = stack.enter_context(tmp.open("wb"))
+        for *_, i, at, size in where:
+            sources[i].seek(at)
+            dest.write(sources[i].read(size))
     os.replace(tmp, out)
     for path in parts:
         path.unlink(missing_ok=True)
