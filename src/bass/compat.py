@@ -49,10 +49,17 @@ The shims:
    cannot switch), and its text decoder is ``get_decoder()`` (which earlier releases
    documented as raising for models without a rule, and which a family may override):
    where it raises or is missing, the model itself.
+10. **transformers' progress bars while a model loads** (:func:`loading_bars`): its switch
+   (``transformers.utils.logging.disable_progress_bar``) covers downloads and "Loading
+   weights", but the GGUF de-quantization bar (``modeling_gguf_pytorch_utils``, 5.3 to
+   5.24) calls ``tqdm.auto`` itself: that module's ``tqdm`` is swapped for a silent one
+   where it has one. Remove that part when the module follows the switch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 import sys
 import warnings
@@ -69,6 +76,7 @@ __all__ = [
     "head_dim",
     "import_inductor_quietly",
     "kv_heads",
+    "loading_bars",
     "tensor_parallel_kwargs",
     "text_decoder",
     "tp_group",
@@ -225,3 +233,32 @@ def import_inductor_quietly() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import torch.utils.mkldnn  # noqa: F401
+
+
+@contextlib.contextmanager
+def loading_bars(show: bool):
+    """Shim 10: transformers' progress bars off while the block loads models, unless
+    ``show``; its switch and the GGUF module's ``tqdm`` restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    hide = not show and hf_logging.is_progress_bar_enabled()
+    gguf = None
+    if not show:
+        try:
+            from transformers import modeling_gguf_pytorch_utils as gguf
+        except ImportError:  # the module moved or its imports fail: nothing to silence
+            gguf = None
+        bar = getattr(gguf, "tqdm", None)
+        if callable(bar):
+            gguf.tqdm = functools.partial(bar, disable=True)
+        else:
+            gguf = None
+    if hide:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hide:
+            hf_logging.enable_progress_bar()
+        if gguf is not None:
+            gguf.tqdm = bar

@@ -147,3 +147,19 @@ def test_inductors_first_import_warns_nothing_through_bass():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "quiet" in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("show", [False, True])
+def test_loading_bars_silence_the_gguf_conversion_bar_too(show):
+    """Shim 10: with bars off, transformers' switch is off and the GGUF module's own
+    ``tqdm`` (it ignores the switch) makes silent bars; both restored afterwards."""
+    from transformers import modeling_gguf_pytorch_utils as gguf
+    from transformers.utils import logging as hf_logging
+
+    before = gguf.tqdm
+    with compat.loading_bars(show):
+        assert hf_logging.is_progress_bar_enabled() is show
+        bar = gguf.tqdm(range(3), desc="converting")
+        assert bar.disable is not show
+        bar.close()
+    assert gguf.tqdm is before and hf_logging.is_progress_bar_enabled()

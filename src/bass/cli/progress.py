@@ -9,7 +9,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "shown"]
+
+
+def shown(flag: bool | None) -> bool:
+    """Whether a command shows progress: ``--progress`` / ``--no-progress``, else when
+    stderr is a terminal (a log file gets none)."""
+    return sys.stderr.isatty() if flag is None else flag
 
 
 class Progress:
