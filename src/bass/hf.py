@@ -277,6 +277,12 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             "sliding-window attention layers only (not chunked attention, linear-attention "
             "or state-space layers)"
         )
+    if getattr(type(model), "_is_stateful", False):  # transformers' mark: no layer types
+        raise UnsupportedModelError(  # to name (RWKV, older configs of Mamba-likes)
+            f"{name} keeps a recurrent state (state-space or linear-attention layers) that "
+            "cannot be rolled back to the tokens a verify pass accepts; bass runs full and "
+            "sliding-window attention layers only"
+        )
     if not type(model).is_backend_compatible():
         raise UnsupportedModelError(
             f"{name} does not route attention through transformers' AttentionInterface "

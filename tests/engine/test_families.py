@@ -105,6 +105,21 @@ REFUSED = {
         | dict(linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8),
         "layers of types",
     ),
+    # a recurrent state, named by transformers' stateful mark where no layer types say it
+    "rwkv": (
+        "RwkvConfig",
+        "RwkvForCausalLM",
+        dict(attention_hidden_size=32, context_length=64),
+        "keeps a recurrent state",
+    ),
+    "mamba": ("MambaConfig", "MambaForCausalLM", dict(state_size=4), "recurrent state|types"),
+    "jamba": (
+        "JambaConfig",
+        "JambaForCausalLM",
+        dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, num_experts=2)
+        | dict(mamba_d_state=4),
+        "recurrent state|types",
+    ),
     # their forwards read parts of transformers' Cache bass's cache lacks
     "dory": ("DoryConfig", "DoryForCausalLM", {}, "reads 'layers' of transformers' Cache"),
     "hrm": ("HrmTextConfig", "HrmTextForCausalLM", {}, "reads 'is_initialized'"),
