@@ -85,7 +85,7 @@ def naive_ragged_attention(
     query head ``h`` uses KV head ``h // (Hq // Hkv)``. Slots ``i >= q_lens[b]`` are 0.
 
     Args:
-        q: ``[B, Hq, T, D]`` any float dtype, any device, any strides.
+        q: ``[B, Hq, T, D]`` any float dtype, any strides; q, k, v on one device.
         k, v: ``[B, Hkv, S, D]``; ``Hq`` a multiple of ``Hkv``.
         q_lens, kv_lens: int ``[B]`` (tensors or sequences),
             ``0 <= q_lens[b] <= min(T, kv_lens[b])``, ``kv_lens[b] <= S``.
