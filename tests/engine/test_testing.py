@@ -111,6 +111,9 @@ def _oracle_call(case: str):
         "float lengths": lambda: attend(q, kv, kv, [1.7], [2], 1.0),
         "int q": lambda: attend(q.int(), kv, kv, [1], [2], 1.0),
         "heads": lambda: append(cache, cache.clone(), kv[..., :3, :], kv[..., :3, :], [0], [3]),
+        "kv past S": lambda: attend(q, kv, kv, [1], [6], 1.0),
+        "append past S": lambda: append(cache, cache.clone(), q[:, :, :2], q[:, :, :2], [4], [2]),
+        "cu not from 0": lambda: testing.naive_ragged_attention_packed(q, kv, kv, [1, 2], [2], 1.0),
     }
     return cases[case]
 
@@ -124,6 +127,9 @@ def _oracle_call(case: str):
         ("float lengths", "q_lens must hold integers"),
         ("int q", "q must be float16, bfloat16, float32 or float64, got torch.int32"),
         ("heads", r"new keys \[1, 1, 3, 4\] must be \[B=1, Hkv=2, T, D=4\]"),
+        ("kv past S", r"naive_ragged_attention: row 0 has q_lens=1, kv_lens=6; expected kv_lens"),
+        ("append past S", r"row 0 has new_lens=2, cache_lens=4; expected .* the cache is full"),
+        ("cu not from 0", r"naive_ragged_attention_packed: cu_q_lens\[0\] must be 0"),
     ],
 )
 def test_the_oracles_refuse_what_the_ops_refuse(case, match):

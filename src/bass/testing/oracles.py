@@ -3,7 +3,6 @@ they judge: docs/reference/testing.md ("The oracles")."""
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Sequence
 
@@ -19,13 +18,6 @@ __all__ = [
 ]
 
 Lengths = torch.Tensor | Sequence[int]
-
-
-def _ints(lengths: Lengths, name: str, size: int) -> list[int]:
-    values = lengths.tolist() if isinstance(lengths, torch.Tensor) else [int(x) for x in lengths]
-    if len(values) != size:
-        raise ValueError(f"{name} must have {size} entries, got {len(values)}")
-    return values
 
 
 def _float64(*tensors: torch.Tensor) -> list[torch.Tensor]:
@@ -44,18 +36,27 @@ def _lengths(lengths: Lengths, name: str, device) -> torch.Tensor:
         raise TypeError(f"{name} must hold integers, got {lengths!r}") from None
 
 
-def _contract(check, tensors: tuple, names: tuple, lens: tuple, packed: bool, *rest) -> None:
-    """The ops' own metadata check (:mod:`bass.ops.contract`) on the oracle's inputs, its
-    lengths made int32 tensors: the oracles refuse what the ops refuse, in their words."""
+def _contract(op: str, tensors: tuple, lens: tuple, packed: bool, *rest):
+    """The ops' own checks (:mod:`bass.ops.contract`) on the oracle's inputs, its lengths
+    made int32 tensors: the metadata, then every row's lengths (always: ``length_checks``
+    does not apply), so the oracles refuse what the ops refuse, in their words. Returns
+    ``(raw, q, other)`` host lists: the first lengths as given (``cu_q_lens`` when
+    ``packed``), each row's new-token count, the ``[B]`` lengths."""
+    append = op.startswith("naive_kv_append")
+    names = ("cu_q_lens" if packed else "new_lens" if append else "q_lens",
+             "cache_lens" if append else "kv_lens")  # fmt: skip
     device = getattr(tensors[-1], "device", "cpu")
-    lengths = [_lengths(x, name, device) for x, name in zip(lens, names)]
-    check(*tensors, *lengths, *rest, packed=packed)
-
-
-def _kv_head_group(Hq: int, Hkv: int) -> int:
-    if Hkv <= 0 or Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a positive multiple of KV heads ({Hkv})")
-    return Hq // Hkv
+    first, other = (_lengths(x, name, device) for x, name in zip(lens, names))
+    check = contract.check_append if append else contract.check_attention
+    check(*tensors, first, other, *rest, packed=packed)
+    raw, rest_lens = first.tolist(), other.tolist()
+    N = tensors[2 if append else 0].shape[2]  # the new entries' or queries' tokens
+    S = tensors[0 if append else 1].shape[2]  # the caches' slots
+    n_name = "k_new.shape[2]" if append else "q.shape[2]"
+    q = contract.q_lens_of_cu(op, raw, N, n_name) if packed else raw
+    T = None if packed else N
+    contract.check_rows(op, q, rest_lens, S, T=T, append=append, cu=raw if packed else None)
+    return raw, q, rest_lens
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_len: int, group: int, scale):
@@ -102,30 +103,17 @@ def naive_ragged_attention(
     >>> bool((out[0, :, 1] == 0).all())  # slot 1 is padding
     True
     """
-    _contract(contract.check_attention, (q, k, v), ("q_lens", "kv_lens"), (q_lens, kv_lens),
-              False, scale)  # fmt: skip
+    _, q_lens, kv_lens = _contract(
+        "naive_ragged_attention", (q, k, v), (q_lens, kv_lens), False, scale
+    )
     q, k, v = _float64(q, k, v)
     B, Hq, T, D = q.shape
-    _, Hkv, S, _ = k.shape
-    group = _kv_head_group(Hq, Hkv)
-    q_lens, kv_lens = _ints(q_lens, "q_lens", B), _ints(kv_lens, "kv_lens", B)
+    group = Hq // k.shape[1]
     out = torch.zeros(B, Hq, T, D, dtype=torch.float64)
     for b in range(B):
         q_len, kv_len = q_lens[b], kv_lens[b]
-        if not (0 <= q_len <= min(T, kv_len) and kv_len <= S):
-            raise ValueError(
-                f"row {b}: need 0 <= q_len <= min(T, kv_len) and kv_len <= S, got "
-                f"q_len={q_len}, kv_len={kv_len}, T={T}, S={S}"
-            )
         out[b, :, :q_len] = _attend(q[b, :, :q_len], k[b], v[b], kv_len, group, scale)
     return out
-
-
-def _check_cu(cu: list[int], N: int) -> None:
-    if not cu or cu[0] != 0 or any(a > b for a, b in itertools.pairwise(cu)) or cu[-1] > N:
-        raise ValueError(
-            f"cu_q_lens must start at 0, be non-decreasing and end at <= N={N}, got {cu}"
-        )
 
 
 def naive_ragged_attention_packed(
@@ -162,23 +150,20 @@ def naive_ragged_attention_packed(
     >>> out[0, 0].tolist()  # row 1's queries at positions 0 and 1, then padding
     [[8.0, 9.0], [9.0, 10.0], [0.0, 0.0]]
     """
-    _contract(contract.check_attention, (q, k, v), ("cu_q_lens", "kv_lens"),
-              (cu_q_lens, kv_lens), True, scale)  # fmt: skip
+    cu, _, kv_lens = _contract(
+        "naive_ragged_attention_packed",
+        (q, k, v),
+        (cu_q_lens, kv_lens),
+        True,
+        scale,
+    )
     q, k, v = _float64(q, k, v)
     _, Hq, N, D = q.shape
-    B, Hkv, S, _ = k.shape
-    group = _kv_head_group(Hq, Hkv)
-    cu, kv_lens = _ints(cu_q_lens, "cu_q_lens", B + 1), _ints(kv_lens, "kv_lens", B)
-    _check_cu(cu, N)
+    group = Hq // k.shape[1]
     out = torch.zeros(1, Hq, N, D, dtype=torch.float64)
-    for b in range(B):
-        q_len, kv_len = cu[b + 1] - cu[b], kv_lens[b]
-        if not q_len <= kv_len <= S:
-            raise ValueError(
-                f"row {b}: need q_len <= kv_len <= S, got q_len={q_len}, kv_len={kv_len}, S={S}"
-            )
+    for b in range(k.shape[0]):
         rows = slice(cu[b], cu[b + 1])
-        out[0, :, rows] = _attend(q[0, :, rows], k[b], v[b], kv_len, group, scale)
+        out[0, :, rows] = _attend(q[0, :, rows], k[b], v[b], kv_lens[b], group, scale)
     return out
 
 
@@ -203,19 +188,15 @@ def naive_kv_append(
     Returns:
         ``(k_expected, v_expected)``: new tensors, the caches' dtype and device.
     """
-    _contract(contract.check_append, (k_cache, v_cache, k_new, v_new),
-              ("new_lens", "cache_lens"), (new_lens, cache_lens), False)  # fmt: skip
-    B, _, S, _ = k_cache.shape
-    T = k_new.shape[2]
-    cache_lens, new_lens = _ints(cache_lens, "cache_lens", B), _ints(new_lens, "new_lens", B)
+    _, new_lens, cache_lens = _contract(
+        "naive_kv_append",
+        (k_cache, v_cache, k_new, v_new),
+        (new_lens, cache_lens),
+        False,
+    )
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
-    for b in range(B):
+    for b in range(k_cache.shape[0]):
         start, n = cache_lens[b], new_lens[b]
-        if not (0 <= n <= T and start >= 0 and start + n <= S):
-            raise ValueError(
-                f"row {b}: need new_len <= T and cache_len + new_len <= S, got "
-                f"cache_len={start}, new_len={n}, T={T}, S={S}"
-            )
         k_expected[b, :, start : start + n] = k_new[b, :, :n]
         v_expected[b, :, start : start + n] = v_new[b, :, :n]
     return k_expected, v_expected
@@ -251,19 +232,15 @@ def naive_kv_append_packed(
     >>> k[:, 0, :, 0].tolist()
     [[0.0, 1.0, 2.0, 0.0], [3.0, 0.0, 0.0, 0.0]]
     """
-    _contract(contract.check_append, (k_cache, v_cache, k_new, v_new),
-              ("cu_q_lens", "cache_lens"), (cu_q_lens, cache_lens), True)  # fmt: skip
-    B, _, S, _ = k_cache.shape
-    N = k_new.shape[2]
-    cu, cache_lens = _ints(cu_q_lens, "cu_q_lens", B + 1), _ints(cache_lens, "cache_lens", B)
-    _check_cu(cu, N)
+    cu, q_lens, cache_lens = _contract(
+        "naive_kv_append_packed",
+        (k_cache, v_cache, k_new, v_new),
+        (cu_q_lens, cache_lens),
+        True,
+    )
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
-    for b in range(B):
-        start, n = cache_lens[b], cu[b + 1] - cu[b]
-        if not (start >= 0 and start + n <= S):
-            raise ValueError(
-                f"row {b}: need cache_len + q_len <= S, got cache_len={start}, q_len={n}, S={S}"
-            )
+    for b in range(k_cache.shape[0]):
+        start, n = cache_lens[b], q_lens[b]
         k_expected[b, :, start : start + n] = k_new[0, :, cu[b] : cu[b + 1]]
         v_expected[b, :, start : start + n] = v_new[0, :, cu[b] : cu[b + 1]]
     return k_expected, v_expected
