@@ -242,17 +242,13 @@ def loading_bars(show: bool):
     from transformers.utils import logging as hf_logging
 
     hide = not show and hf_logging.is_progress_bar_enabled()
-    gguf = None
+    gguf = bar = None
     if not show:
-        try:
+        with contextlib.suppress(ImportError):  # the module moved: nothing to silence
             from transformers import modeling_gguf_pytorch_utils as gguf
-        except ImportError:  # the module moved or its imports fail: nothing to silence
-            gguf = None
         bar = getattr(gguf, "tqdm", None)
         if callable(bar):
             gguf.tqdm = functools.partial(bar, disable=True)
-        else:
-            gguf = None
     if hide:
         hf_logging.disable_progress_bar()
     try:
@@ -260,5 +256,5 @@ def loading_bars(show: bool):
     finally:
         if hide:
             hf_logging.enable_progress_bar()
-        if gguf is not None:
+        if callable(bar):
             gguf.tqdm = bar
