@@ -255,10 +255,11 @@ def _host_index(q_lens: tuple, cache_lens: tuple) -> tuple:
     return reference.append_index(q_lens, cache_lens, "cpu")
 
 
-def _read(op, lens, other, N, S, packed: bool, T=None, append=False, host=False):
+def read_lengths(op, lens, other, N, S, packed: bool, T=None, append=False, host=False, check=None):
     """The one host read of an op's lengths (``cu_q_lens`` when ``packed``) where ``host``
-    asks for them or checks are on (then checked): ``(raw, q_lens, other)`` lists, or None."""
-    checking = contract.checking_lengths(lens, other)
+    asks for them or checks are on (then checked; ``check`` overrides the ops' switch):
+    ``(raw, q_lens, other)`` lists, or None."""
+    checking = contract.checking_lengths(lens, other) if check is None else check
     if not (host or checking):
         return None
     raw, rest = lens.tolist(), other.tolist()
@@ -275,7 +276,7 @@ def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
     # "auto" resolved every call, not cached with the lengths: $BASS_AUTO_ATTENTION may change
     found = resolve(impl, device, "eager")[0]
     host = device.type == "cpu" or found.host_lengths
-    read = _read(op, lens, kv_lens, N, S, packed, width, host=host)
+    read = read_lengths(op, lens, kv_lens, N, S, packed, width, host=host)
     if host:
         raw, q, kv = read
         starts = raw[:-1] if packed else [b * width for b in range(B)]
@@ -311,7 +312,9 @@ def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
         "bass.kv_append_packed", k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new
     )
     N, S, cpu = k_new.shape[2], k_cache.shape[2], k_cache.device.type == "cpu"
-    read = _read("kv_append_packed", cu_q_lens, cache_lens, N, S, True, append=True, host=cpu)
+    read = read_lengths(
+        "kv_append_packed", cu_q_lens, cache_lens, N, S, True, append=True, host=cpu
+    )
     if cpu:  # one index per set of lengths
         index = _host_index(tuple(read[1]), tuple(read[2]))
         return reference.append_at(k_cache, v_cache, k_new, v_new, index)
@@ -322,7 +325,7 @@ def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
     check_no_grad("bass.kv_append", k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new)
     B, H, T, _ = k_new.shape
-    _read("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
+    read_lengths("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T
     flat = [t.transpose(0, 1).reshape(1, H, B * T, t.shape[-1]) for t in (k_new, v_new)]
     reference.append(k_cache, v_cache, *flat, starts, new_lens, cache_lens)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from ..ops import contract
+from ..ops.plan import read_lengths
 
 __all__ = [
     "naive_kv_append",
@@ -49,14 +50,10 @@ def _contract(op: str, tensors: tuple, lens: tuple, packed: bool, *rest):
     first, other = (_lengths(x, name, device) for x, name in zip(lens, names))
     check = contract.check_append if append else contract.check_attention
     check(*tensors, first, other, *rest, packed=packed)
-    raw, rest_lens = first.tolist(), other.tolist()
     N = tensors[2 if append else 0].shape[2]  # the new entries' or queries' tokens
     S = tensors[0 if append else 1].shape[2]  # the caches' slots
-    n_name = "k_new.shape[2]" if append else "q.shape[2]"
-    q = contract.q_lens_of_cu(op, raw, N, n_name) if packed else raw
     T = None if packed else N
-    contract.check_rows(op, q, rest_lens, S, T=T, append=append, cu=raw if packed else None)
-    return raw, q, rest_lens
+    return read_lengths(op, first, other, N, S, packed, T, append, host=True, check=True)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_len: int, group: int, scale):
