@@ -131,17 +131,12 @@ def load(name: str, **options: Any) -> Policy:
     target, ep = _target(name)
     infos, var_kw = _options(target)
     known = {i.name for i in infos}
-    unknown = sorted(set(options) - known)
-    if unknown and not var_kw:
-        raise OptionError(
-            f"policy {name!r} has no option {unknown[0]!r}; options: {_options_text(infos)}",
-            option="policy_options",
-            value=dict(options),
-        )
+    unknown = [] if var_kw else sorted(set(options) - known)
     missing = [i.name for i in infos if i.default is REQUIRED and i.name not in options]
-    if missing:
+    if unknown or missing:
+        what = f"has no option {unknown[0]!r}" if unknown else f"needs option {missing[0]!r}"
         raise OptionError(
-            f"policy {name!r} needs option {missing[0]!r}; options: {_options_text(infos)}",
+            f"policy {name!r} {what}; options: {_options_text(infos)}",
             option="policy_options",
             value=dict(options),
         )

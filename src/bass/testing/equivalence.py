@@ -35,6 +35,13 @@ def _check_generator(where: str, generator, main: bool = True) -> None:
         )
 
 
+def _check_row_count(res, prompts) -> None:
+    if len(res.sequences) != len(prompts):
+        raise AssertionError(
+            f"the generator returned {len(res.sequences)} rows for {len(prompts)} prompts"
+        )
+
+
 def _check_prompt(where: str, model, prompt, max_new_tokens: int) -> list[int]:
     """``prompt`` checked as ``generate()`` checks its prompts (:mod:`bass.batch_state`:
     token ids, at least one, within the vocabulary and the model's context)."""
@@ -147,10 +154,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
     if generate_kwargs.get("do_sample"):
         raise ValueError("assert_greedy_equivalent checks greedy decoding: drop do_sample")
     res = generator.generate(prompts, max_new_tokens=max_new_tokens, **generate_kwargs)
-    if len(res.sequences) != len(prompts):
-        raise AssertionError(
-            f"the generator returned {len(res.sequences)} rows for {len(prompts)} prompts"
-        )
+    _check_row_count(res, prompts)
     # what the generator will apply: explicit arguments, else its config file's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
     keys = ("eos_token_id", "stop_sequences", "stop_strings", "tokenizer")
@@ -202,10 +206,7 @@ def assert_sampled_equivalent(
     plain = Generator(generator.main, None, attention=generator.attention)
     plain.generate_defaults = dict(getattr(generator, "generate_defaults", None) or {})
     want = plain.generate(prompts, max_new_tokens=max_new_tokens, **kw).sequences
-    if len(res.sequences) != len(prompts):
-        raise AssertionError(
-            f"the generator returned {len(res.sequences)} rows for {len(prompts)} prompts"
-        )
+    _check_row_count(res, prompts)
     for i, (got, ref) in enumerate(zip(res.sequences, want)):
         if list(got) != list(ref):
             diff = _first_difference(list(got), list(ref), "plain sampled decoding")
