@@ -165,8 +165,18 @@ def test_auto_falls_back_to_the_reference_where_its_pick_cannot_run(monkeypatch)
 def test_one_tensor_as_both_caches_a_cache_needing_grad_and_head_dim_0_are_named():
     cache, new = torch.zeros(1, 1, 4, 2), torch.ones(1, 1, 2, 2)
     lens, cu = torch.tensor([0], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32)
-    with pytest.raises(ValueError, match="k_cache and v_cache are the same tensor"):
-        torch.ops.bass.kv_append_packed(cache, cache, new, new, cu, lens)
+    for other in (cache, cache.view(1, 1, 4, 2)):  # one tensor, or a view from its start
+        with pytest.raises(ValueError, match="k_cache and v_cache are the same memory"):
+            torch.ops.bass.kv_append_packed(cache, other, new, new, cu, lens)
+    expanded = torch.zeros(1, 1, 4, 2).expand(2, 1, 4, 2)  # row 1 is row 0's memory
+    cu2 = torch.tensor([0, 1, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"v_cache has stride 0 .* \(an expanded tensor\)"):
+        torch.ops.bass.kv_append_packed(
+            torch.zeros(2, 1, 4, 2), expanded, new, new, cu2, lens.repeat(2)
+        )
+    fused = torch.zeros(1, 1, 4, 4)  # keys and values side by side in one tensor: allowed
+    torch.ops.bass.kv_append_packed(fused[..., :2], fused[..., 2:], new, 2 * new, cu, lens)
+    assert fused[0, 0, :2].tolist() == [[1.0, 1.0, 2.0, 2.0]] * 2
     grad = torch.zeros(1, 1, 4, 2, requires_grad=True)
     with pytest.raises(RuntimeError, match=r"inference-only .* but k_cache require grad"):
         torch.ops.bass.kv_append_packed(grad, cache.clone(), new, new, cu, lens)
@@ -314,3 +324,28 @@ def test_docstrings_reach_torch_ops():
     for phrase in ("kv_lens[b] - q_len_b + i", "output 0", "[1, Hq, N, D]", "token-major"):
         assert phrase in doc
     assert "cache_lens[b] + j -" in torch.ops.bass.kv_append_packed.__doc__
+
+
+@pytest.mark.parametrize("op", ["attention", "append"])
+def test_a_compiled_call_is_inference_only_too(op):
+    """``torch.compile`` traces the ops on fake tensors and runs the graph with grad off
+    (``aot_eager`` here, as inductor), so the device kernels' check never sees grad: the ops'
+    Autograd kernel refuses inputs that require grad while tracing, as in eager calls, and a
+    cache that requires grad is left as it was."""
+    torch._dynamo.reset()
+    if op == "attention":
+        args = replace(q=ARGS[0].detach().clone().requires_grad_())
+        fn = torch.ops.bass.ragged_attention_packed
+        name = "bass.ragged_attention_packed is inference-only .* but q require grad"
+    else:
+        args = list(replace_append())
+        args[0] = args[0].clone().requires_grad_()
+        fn = torch.ops.bass.kv_append_packed
+        name = "bass.kv_append_packed is inference-only .* but k_cache require grad"
+    before = args[0].detach().clone()
+    compiled = torch.compile(lambda *a: fn(*a), fullgraph=True, backend="aot_eager")
+    with pytest.raises(RuntimeError, match=name):
+        compiled(*args)
+    assert torch.equal(args[0].detach(), before)
+    with torch.no_grad():
+        compiled(*args)  # and runs where grad is off

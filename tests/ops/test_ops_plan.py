@@ -131,8 +131,10 @@ def test_plans_build_everything_on_the_pass_device(q_lens, lens, impl):
     kv = [a + b for a, b in zip(q_lens, lens)]
     q, k = torch.empty(1, 4, N, 8, device=meta), torch.empty(B, 2, 10, 8, device=meta)
     cut, kvt = (torch.tensor(x, dtype=torch.int32, device=meta) for x in (cu, kv))
-    if impl == "sdpa":
-        out = sdpa.SdpaPlan(cu[:-1], q_lens, kv, N, meta, check_finite=False).run(q, k, k, 0.3)
+    if impl == "sdpa":  # a scale <= 0 too: a causal row's mask is built then
+        sdpa_plan = sdpa.SdpaPlan(cu[:-1], q_lens, kv, N, meta, check_finite=False)
+        assert sdpa_plan.run(q, k, k, -0.3).device == meta
+        out = sdpa_plan.run(q, k, k, 0.3)
     elif impl == "reference":
         out = reference.attention(q, k, k, cut[:-1], cut.diff(), kvt, 0.3)
     else:  # the tensor work of flex's prepare, and its gather and scatter

@@ -47,9 +47,10 @@ def ragged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: 
             bfloat16, float32 or float64.
         k: ``[B, Hkv, S, D]`` per-row key cache, same dtype; ``Hq`` is a multiple of
             ``Hkv`` (GQA/MQA: query head ``h`` uses KV head ``h // (Hq // Hkv)``).
-        v: ``[B, Hkv, S, D]`` per-row value cache. ``flex`` and ``pad`` (and ``auto``
-            where it picks them: CUDA, compiled passes) need its slots past ``kv_lens[b]``
-            finite (0 * NaN is NaN): allocate caches with ``torch.zeros``, as bass does.
+        v: ``[B, Hkv, S, D]`` per-row value cache. ``flex``, ``pad`` and ``sdpa`` on
+            CUDA (and ``auto`` where it picks them: compiled passes) need its slots past
+            ``kv_lens[b]`` finite (0 * NaN is NaN): allocate caches with ``torch.zeros``,
+            as bass does.
         q_lens: int32 ``[B]``, ``0 <= q_lens[b] <= min(T, kv_lens[b])``.
         kv_lens: int32 ``[B]``, ``kv_lens[b] <= S``; the new keys are already in the cache.
         scale: softmax scale, usually ``D ** -0.5``.
@@ -94,7 +95,7 @@ def ragged_attention_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         k: ``[B, Hkv, S, D]`` per-row key cache, q's dtype; ``Hq % Hkv == 0`` (query head
             ``h`` uses KV head ``h // (Hq // Hkv)``).
         v: ``[B, Hkv, S, D]`` per-row value cache; finite past ``kv_lens[b]`` for
-            ``flex`` and ``pad`` (see :func:`ragged_attention`).
+            ``flex``, ``pad`` and ``sdpa`` on CUDA (see :func:`ragged_attention`).
         cu_q_lens: int32 ``[B+1]``: ``0 = cu_q_lens[0] <= ... <= cu_q_lens[B] <= N``.
         kv_lens: int32 ``[B]``, ``q_len_b <= kv_lens[b] <= S`` (the new keys are in the
             cache already).

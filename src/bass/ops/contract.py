@@ -111,7 +111,7 @@ def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **ten
 def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
     if not torch.is_grad_enabled():
         return
-    needing = [n for n, t in tensors.items() if t.requires_grad]
+    needing = [n for n, t in tensors.items() if getattr(t, "requires_grad", False)]
     if needing:
         raise RuntimeError(
             f"{op} is inference-only and has no backward, but {', '.join(needing)} "
@@ -163,6 +163,13 @@ def check_attention(q, k, v, lens, kv_lens, scale, packed: bool) -> None:
         raise ValueError(f"scale must be a finite float, got {scale!r}")
 
 
+def check_caches_apart(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """The device kernels' check (fake tensors have no memory to compare): two views of one
+    memory from the same element are one cache."""
+    if k_cache.data_ptr() == v_cache.data_ptr() != 0 and k_cache.device == v_cache.device:
+        raise ValueError("k_cache and v_cache are the same memory; pass two caches")
+
+
 def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool) -> None:
     """The metadata checks of ``kv_append`` (``lens``: ``new_lens``; ``cache_lens`` is
     ``cache_lens``) or, with ``packed``, ``kv_append_packed`` (``lens``: ``cu_q_lens``)."""
@@ -171,7 +178,14 @@ def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool)
     tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
     _check_floats(layouts, **tensors)
     if k_cache is v_cache:  # the schema declares two caches written in place
-        raise ValueError("k_cache and v_cache are the same tensor; pass two caches")
+        raise ValueError("k_cache and v_cache are the same memory; pass two caches")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if any(s == 0 and n > 1 for s, n in zip(cache.stride(), cache.shape)):
+            raise ValueError(
+                f"{name} has stride 0 along a dimension of size > 1 (an expanded tensor): a "
+                "row's append would write the others' too; pass a cache of its own memory "
+                "(.contiguous() or torch.zeros)"
+            )
     # values may be narrower than keys (multi-head latent attention), each pair must fit
     if k_cache.shape[:-1] != v_cache.shape[:-1] or k_cache.dtype != v_cache.dtype:
         raise ValueError(

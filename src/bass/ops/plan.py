@@ -289,7 +289,6 @@ def _plan_call(op, impl, lens, kv_lens, N, S, packed: bool, width=None) -> Plan:
 
 def _attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
     contract.check_attention(q, k, v, cu_q_lens, kv_lens, scale, packed=True)
-    check_no_grad("bass.ragged_attention_packed", q=q, k=k, v=v)
     plan = _plan_call(
         "ragged_attention_packed", impl, cu_q_lens, kv_lens, q.shape[2], k.shape[2], True
     )
@@ -298,7 +297,6 @@ def _attention_packed(q, k, v, cu_q_lens, kv_lens, scale, impl="auto"):
 
 def _attention_padded(q, k, v, q_lens, kv_lens, scale, impl="auto"):
     contract.check_attention(q, k, v, q_lens, kv_lens, scale, packed=False)
-    check_no_grad("bass.ragged_attention", q=q, k=k, v=v)
     B, Hq, T, D = q.shape
     plan = _plan_call("ragged_attention", impl, q_lens, kv_lens, B * T, k.shape[2], False, T)
     flat = q.transpose(0, 1).reshape(1, Hq, B * T, D)  # row after row: starts[b] = b * T
@@ -308,9 +306,7 @@ def _attention_padded(q, k, v, q_lens, kv_lens, scale, impl="auto"):
 
 def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True)
-    check_no_grad(
-        "bass.kv_append_packed", k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new
-    )
+    contract.check_caches_apart(k_cache, v_cache)
     N, S, cpu = k_new.shape[2], k_cache.shape[2], k_cache.device.type == "cpu"
     read = read_lengths(
         "kv_append_packed", cu_q_lens, cache_lens, N, S, True, append=True, host=cpu
@@ -323,7 +319,7 @@ def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
 
 def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
     contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
-    check_no_grad("bass.kv_append", k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new)
+    contract.check_caches_apart(k_cache, v_cache)
     B, H, T, _ = k_new.shape
     read_lengths("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T
@@ -331,11 +327,31 @@ def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
     reference.append(k_cache, v_cache, *flat, starts, new_lens, cache_lens)
 
 
-for _key in ("CPU", "CUDA"):
-    lib.impl("ragged_attention", _attention_padded, _key)
-    lib.impl("ragged_attention_packed", _attention_packed, _key)
-    lib.impl("kv_append", _append_padded, _key)
-    lib.impl("kv_append_packed", _append_packed, _key)
+def _inference_only(name: str, float_args: tuple[str, ...]) -> None:
+    """The op's Autograd kernel: inputs that require grad raise (:func:`check_no_grad`),
+    in eager calls and when ``torch.compile`` traces one alike (the ops have no backward);
+    the rest goes on to the device's kernel. Not reached under ``torch.inference_mode``."""
+    op = getattr(torch.ops.bass, name).default
+    names = [a.name for a in op._schema.arguments]
+
+    def kernel(keyset, *args, **kwargs):
+        given = {**dict(zip(names, args)), **kwargs}
+        check_no_grad(f"bass.{name}", **{n: given[n] for n in float_args})
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
+
+    lib.impl(name, kernel, "Autograd", with_keyset=True)
+
+
+for _name, _kernel, _floats in (
+    ("ragged_attention", _attention_padded, ("q", "k", "v")),
+    ("ragged_attention_packed", _attention_packed, ("q", "k", "v")),
+    ("kv_append", _append_padded, ("k_cache", "v_cache", "k_new", "v_new")),
+    ("kv_append_packed", _append_packed, ("k_cache", "v_cache", "k_new", "v_new")),
+):
+    for _key in ("CPU", "CUDA"):
+        lib.impl(_name, _kernel, _key)
+    _inference_only(_name, _floats)
 
 
 # --------------------------------------------------------------------------- registry

@@ -80,7 +80,8 @@ def _sdpa(q, k, v, mask, causal: bool, scale: float, gqa: bool) -> torch.Tensor:
     if q.dtype in (torch.float16, torch.bfloat16):  # float32 math, rounded once
         q, k, v = q.float(), k.float(), v.float()
     if causal and scale <= 0.0:  # torch 2.13's CPU kernel: is_causal, scale <= 0 gives NaN
-        mask, causal = torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).tril(), False
+        mask = torch.ones(q.shape[2], q.shape[2], dtype=torch.bool, device=q.device).tril()
+        causal = False
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa
     )
