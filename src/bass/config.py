@@ -48,8 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from . import options, policies
+from .errors import ConfigError
 from .option_kinds import Option
-from .options import OPTIONS, OptionError
+from .options import OPTIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -68,11 +69,6 @@ __all__ = [
     "load_config",
     "read_toml",
 ]
-
-
-class ConfigError(OptionError):
-    """A configuration value that is not allowed; the message says where and what to do
-    (a ``ValueError``; a wrong type is also a ``TypeError``, as :class:`OptionError`)."""
 
 
 # --------------------------------------------------------------------------- the tables

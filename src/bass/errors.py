@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OptionError", "PluginError", "PluginLoadError", "PluginOutputError"]
+__all__ = ["ConfigError", "OptionError", "PluginError", "PluginLoadError", "PluginOutputError"]
 
 
 class OptionError(TypeError, ValueError):
@@ -19,6 +19,11 @@ class OptionError(TypeError, ValueError):
     ):
         super().__init__(message)
         self.option, self.value, self.allowed = option, value, allowed
+
+
+class ConfigError(OptionError):
+    """A configuration value that is not allowed; the message says where and what to do
+    (a ``ValueError``; a wrong type is also a ``TypeError``, as :class:`OptionError`)."""
 
 
 class PluginError(RuntimeError):

@@ -34,8 +34,10 @@ def exclusive(what: str) -> Iterator[None]:
     if _OWNER[0] == me:  # only this thread can have set it to its own id
         raise ReentrantGenerationError(
             f"{what} was called from inside a running generation on the same thread (from "
-            "an on_step callback or a policy?); bass runs one generation at a "
-            "time per process, so it would wait for itself: call it after generate() returns"
+            "an on_step callback or a policy, or beside a stream() not read to its end?); "
+            "bass runs one generation at a time per process, so it would wait for itself: "
+            "call it after generate() returns, or after the stream ends or is closed "
+            "(stream.close())"
         )
     _LOCK.acquire()
     _OWNER[0] = me

@@ -14,7 +14,7 @@ import numpy as np
 from . import option_kinds as kinds
 from . import policies
 from .cpu_linear import MODES as CPU_LINEAR_MODES
-from .errors import OptionError
+from .errors import ConfigError, OptionError
 from .ops import implementations
 from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, show
 
@@ -355,7 +355,8 @@ def generator_defaults(config, main) -> tuple[dict, dict, bool | None]:
         return {}, {}, None
     cfg = _read_config(config)
     defaults = cfg.generate_kwargs()
-    check_config_eos(defaults, main, "Generator(config=...)")
+    file = isinstance(config, (str, os.PathLike))
+    check_config_eos(defaults, main, os.fspath(config) if file else "Generator(config=...)")
     return cfg.generator_kwargs(), defaults, cfg.model.chat
 
 
@@ -365,7 +366,7 @@ def check_config_eos(generate_kwargs: Mapping[str, Any], main, where: str) -> No
     if generate_kwargs.get("eos_token_id") is not None:
         vocab = main.get_output_embeddings().weight.shape[0]
         check("eos_token_id", generate_kwargs["eos_token_id"], where=where,
-              label="[generation].eos_token_id", vocab=vocab)  # fmt: skip
+              label="[generation].eos_token_id", vocab=vocab, error=ConfigError)  # fmt: skip
 
 
 def pretrained_arguments(main, draft, dtype, device, config) -> tuple:

@@ -88,7 +88,8 @@ def rows_at_once(job: Job, models, device, share, stats) -> int:
     if rows >= 1:
         stats.max_rows, stats.kv_budget_bytes, stats.kv_bytes_per_row = rows, budget or 0, per_row
         return rows
-    one = f"one row of {job.max_len} positions (the longest prompt plus max_new_tokens)"
+    rounded = ", rounded up to a multiple of 8" if job.max_len != job.need else ""
+    one = f"one row of {job.max_len} positions (the longest prompt plus max_new_tokens{rounded})"
     gib = f"{per_row / 2**30:.3g} GiB"
     if given is not None:
         why = f"at least {gib}: {one} needs that much KV cache; raise it or lower max_new_tokens"

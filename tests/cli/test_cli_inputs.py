@@ -330,3 +330,23 @@ def test_ops_names_a_device_it_cannot_tell_about(capsys, no_model_load, device):
         "type bass runs on: cpu, cuda"
     )
     assert out == ""
+
+
+def test_a_model_bass_refuses_is_a_user_error(tmp_path, capsys):
+    """A refused model (here: a sliding window shorter than the generation, found once the
+    job's lengths are known) is one ``bass: error:`` line with status 2: not reported as a
+    bug of bass, and without advice to ``--resume`` (no rerun would generate)."""
+    from cli_support import WORDS, word_tokenizer
+    from models import tiny_lm
+
+    model = tiny_lm("mistral")
+    model.config.sliding_window = 8
+    model.save_pretrained(tmp_path / "m")
+    word_tokenizer(WORDS).save_pretrained(tmp_path / "m")
+    out = tmp_path / "out.jsonl"
+    cmd = f"generate --main {tmp_path / 'm'} {FAST} --no-chat --max-new-tokens 20 -o {out}"
+    rc, _, err = run(capsys, cmd, "hello world")
+    assert rc == 2
+    line = one_error_line(err)
+    assert "uses a sliding window of 8 tokens but this generation needs 22" in line
+    assert "bug" not in err and "--resume" not in err

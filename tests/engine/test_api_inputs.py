@@ -4,6 +4,8 @@ tests/config/test_options.py's hypothesis sweep)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from models import tiny_lm
 from transformers import AutoTokenizer
 
 from bass import Generator
+from bass.errors import ConfigError
 from bass.options import OptionError
 from bass.policies.builtin import ConstantPolicy
 from bass.sampling import SamplingParams, warp_probs
@@ -138,6 +141,15 @@ def test_the_configs_model_dtype_and_chat_apply_to_the_python_api(model_dir, tmp
 def test_a_config_eos_past_the_vocabulary_is_refused_when_the_generator_is_built(gen):
     with pytest.raises(OptionError, match=r"\[generation\]\.eos_token_id = 99 .* \[0, 64\)"):
         Generator(gen.main, config={"generation": {"eos_token_id": 99}})
+
+
+def test_a_config_files_eos_past_the_vocabulary_names_the_file(gen, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[generation]\neos_token_id = 99\n")
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(path))}: \[generation\]\.eos_token_id = 99"
+    ):
+        Generator(gen.main, config=path)
 
 
 def test_no_texts_and_a_default_that_breaks_a_bound_say_so(gen, model_dir):

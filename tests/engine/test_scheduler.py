@@ -223,8 +223,12 @@ def test_the_kv_budget_sizes_the_rows_at_once(llama):
     assert per_row > 0 and whole.stats.kv_budget_bytes > 0  # the host's available memory
     res = gen.generate(prompts, max_new_tokens=MAX_NEW, kv_budget_gib=2.5 * per_row / 2**30)
     assert res.stats.max_rows == 2 and res.sequences == whole.sequences
-    with pytest.raises(OptionError, match=r"kv_budget_gib=.* one row of 16 positions"):
+    rounded = r"one row of 16 positions \(the longest prompt plus max_new_tokens, rounded up to"
+    with pytest.raises(OptionError, match=r"kv_budget_gib=.* " + rounded):  # 4 + 10 = 14
         gen.generate(prompts, max_new_tokens=MAX_NEW, kv_budget_gib=0.5 * per_row / 2**30)
+    exact = r"one row of 16 positions \(the longest prompt plus max_new_tokens\)"
+    with pytest.raises(OptionError, match=exact):  # 4 + 12 = 16
+        gen.generate(prompts, max_new_tokens=12, kv_budget_gib=0.5 * per_row / 2**30)
 
 
 def test_a_tensor_parallel_rank_holds_its_share_of_the_kv_heads(llama, monkeypatch):

@@ -119,6 +119,16 @@ def test_a_generation_from_inside_a_generation_is_refused_not_deadlocked(gens):
     assert len(gen.generate(PROMPTS, max_new_tokens=3).sequences) == len(PROMPTS)
 
 
+def test_a_generation_beside_an_open_stream_names_the_stream(gens):
+    gen = gens["A"]
+    stream = gen.stream(PROMPTS, max_new_tokens=3, max_rows=1)
+    next(stream)
+    with pytest.raises(locking.ReentrantGenerationError, match=r"stream\(\) not read to its end"):
+        gen.generate([[1, 2]], max_new_tokens=2)
+    stream.close()  # released: the next call runs
+    assert len(gen.generate([[1, 2]], max_new_tokens=2).sequences) == 1
+
+
 def test_bad_arguments_fail_at_once_while_another_thread_generates(gens):
     """Argument checks come before the wait for the lock."""
     started, release = threading.Event(), threading.Event()

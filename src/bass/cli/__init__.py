@@ -11,6 +11,7 @@ import sys
 import traceback
 
 from ..config import ConfigError
+from ..errors import UnsupportedModelError
 from .errors import UsageError, one_line
 from .filelock import command_line
 from .generate import cmd_generate
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         PluginError,  # a policy's or a drafter's of another package, named with it
         HumanEvalError,
         NonFiniteLogitsError,
+        UnsupportedModelError,  # a model bass refuses, saying why
     )
     try:
         with contextlib.ExitStack() as args.held:  # the outputs' locks, until the command ends

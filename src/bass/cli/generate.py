@@ -12,6 +12,7 @@ import stat
 import sys
 from pathlib import Path
 
+from ..errors import UnsupportedModelError
 from ..options import OPTIONS, check, check_config_eos
 from ..stats import GenerationStats
 from . import scaleout
@@ -360,7 +361,8 @@ def cmd_generate(args) -> int:
         error = _row_error(exc, todo, prompts, n)
         # the file's count: a Ctrl-C held back while a row was written lands after it
         kept_rows = written if results is None else results.lines
-        add_note(error, _kept(kept_rows, len(rows), done, out_path, scale))
+        if not isinstance(error, UnsupportedModelError):  # no rerun makes it generate
+            add_note(error, _kept(kept_rows, len(rows), done, out_path, scale))
         if error is exc:
             raise
         raise error from exc
