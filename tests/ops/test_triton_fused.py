@@ -276,6 +276,20 @@ def test_cpu_tensors_without_the_interpreter_are_refused():
         fused_padded(*args)
 
 
+def test_triton_3_6s_interpreter_error_under_numpy_2_4_is_explained():
+    """The interpreter's own error names neither Triton's bug nor NumPy (the tests patch
+    Triton, a user's process does not); other errors pass through as they are."""
+    pytest.importorskip("triton")
+    bug = "TypeError('only 0-dimensional arrays can be converted to Python scalars')"
+    hint = r"install 'numpy<2.4', or a Triton with the fix"
+    with pytest.raises(RuntimeError, match=hint) as info, fused._numpy_2_4_hint(True):
+        raise TypeError(bug)
+    assert str(info.value.__cause__) == bug
+    for interpret, message in ((False, bug), (True, "another error")):
+        with pytest.raises(TypeError, match=re.escape(message)), fused._numpy_2_4_hint(interpret):
+            raise TypeError(message)
+
+
 @pytest.mark.skipif(INTERPRETED, reason="this is the interpreter run")
 def test_kernels_in_triton_interpreter():
     """Run this file's interpreter tests in a fresh process with TRITON_INTERPRET=1."""

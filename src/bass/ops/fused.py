@@ -4,6 +4,9 @@ it on CPU tensors. Design: docs/reference/ops.md, "fused"."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch.library import wrap_triton
 
@@ -263,6 +266,25 @@ def _launch(kernel):
         return kernel
 
 
+@contextlib.contextmanager
+def _numpy_2_4_hint(interpret: bool) -> Iterator[None]:
+    """Triton 3.6's interpreter fails on NumPy >= 2.4 (triton-lang/triton#9171, fixed after
+    3.6) with an error that names neither: explained."""
+    try:
+        yield
+    except Exception as exc:
+        if not (interpret and "only 0-dimensional arrays" in str(exc)):
+            raise
+        import numpy
+
+        raise RuntimeError(
+            f"Triton {triton.__version__}'s interpreter (TRITON_INTERPRET=1) cannot run the "
+            f"'fused' kernels with NumPy {numpy.__version__}: it converts a 1-element array "
+            "to an int, which NumPy >= 2.4 refuses (triton-lang/triton#9171); install "
+            "'numpy<2.4', or a Triton with the fix, to run them on a CPU"
+        ) from exc
+
+
 def fused_attention(
     q, k, v, starts, q_lens, kv_lens, scale: float, *, split=None, block_m=None, block_n=None
 ) -> torch.Tensor:
@@ -321,20 +343,21 @@ def fused_attention(
     f32 = dict(dtype=torch.float32, device=q.device)
     part_out = torch.zeros((splits, Hq, N, D) if use_split else 0, **f32)
     part_lse = torch.full((splits, Hq, N) if use_split else (0,), float("-inf"), **f32)
-    _launch(_ragged_attention_fwd)[(blocks, Hkv, splits if use_split else 1)](
-        q, k, v, starts, q_lens, kv_lens, out, part_out, part_lse,
-        scale * LOG2E, B, N, D,
-        *q.stride()[1:], *k.stride(), *v.stride(), *out.stride()[1:3],
-        G=G, BLOCK_B=_next_pow2(B), SPLIT=use_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
-        UPCAST_DOT=interpret and q.dtype == torch.bfloat16, IEEE_FP32=fp32,
-        num_warps=num_warps, num_stages=num_stages,
-    )  # fmt: skip
-    if use_split:
-        block_t = min(16, _next_pow2(N))
-        _launch(_ragged_attention_combine)[(Hq, triton.cdiv(N, block_t), 1)](
-            part_out, part_lse, out, Hq, N, D, splits, *out.stride()[1:3],
-            BLOCK_T=block_t, BLOCK_D=bd, num_warps=4,
+    with _numpy_2_4_hint(interpret):  # the kernels, on the device or in the interpreter
+        _launch(_ragged_attention_fwd)[(blocks, Hkv, splits if use_split else 1)](
+            q, k, v, starts, q_lens, kv_lens, out, part_out, part_lse,
+            scale * LOG2E, B, N, D,
+            *q.stride()[1:], *k.stride(), *v.stride(), *out.stride()[1:3],
+            G=G, BLOCK_B=_next_pow2(B), SPLIT=use_split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
+            UPCAST_DOT=interpret and q.dtype == torch.bfloat16, IEEE_FP32=fp32,
+            num_warps=num_warps, num_stages=num_stages,
         )  # fmt: skip
+        if use_split:
+            block_t = min(16, _next_pow2(N))
+            _launch(_ragged_attention_combine)[(Hq, triton.cdiv(N, block_t), 1)](
+                part_out, part_lse, out, Hq, N, D, splits, *out.stride()[1:3],
+                BLOCK_T=block_t, BLOCK_D=bd, num_warps=4,
+            )  # fmt: skip
     return out
 
 
