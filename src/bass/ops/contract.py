@@ -111,7 +111,7 @@ def _check_length_tensors(packed: bool, B: int, rows: tuple, other: tuple, **ten
 def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
     if not torch.is_grad_enabled():
         return
-    needing = [n for n, t in tensors.items() if getattr(t, "requires_grad", False)]
+    needing = [n for n, t in tensors.items() if t.requires_grad]
     if needing:
         raise RuntimeError(
             f"{op} is inference-only and has no backward, but {', '.join(needing)} "
@@ -163,21 +163,23 @@ def check_attention(q, k, v, lens, kv_lens, scale, packed: bool) -> None:
         raise ValueError(f"scale must be a finite float, got {scale!r}")
 
 
-def check_caches_apart(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    """The device kernels' check (fake tensors have no memory to compare): two views of one
-    memory from the same element are one cache."""
-    if k_cache.data_ptr() == v_cache.data_ptr() != 0 and k_cache.device == v_cache.device:
-        raise ValueError("k_cache and v_cache are the same memory; pass two caches")
-
-
-def check_append(k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool) -> None:
+def check_append(
+    k_cache, v_cache, k_new, v_new, lens, cache_lens, packed: bool, memory: bool = False
+) -> None:
     """The metadata checks of ``kv_append`` (``lens``: ``new_lens``; ``cache_lens`` is
-    ``cache_lens``) or, with ``packed``, ``kv_append_packed`` (``lens``: ``cu_q_lens``)."""
+    ``cache_lens``) or, with ``packed``, ``kv_append_packed`` (``lens``: ``cu_q_lens``).
+    ``memory``: the device kernels' (fake tensors have none to compare): two views of one
+    memory from the same element are one cache too."""
     new = "[1, Hkv, N, D] (packed)" if packed else "[B, Hkv, T, D]"
     layouts = {"k_cache": "[B, Hkv, S, D]", "v_cache": "[B, Hkv, S, D]", "k_new": new, "v_new": new}
     tensors = {"k_cache": k_cache, "v_cache": v_cache, "k_new": k_new, "v_new": v_new}
     _check_floats(layouts, **tensors)
-    if k_cache is v_cache:  # the schema declares two caches written in place
+    same = k_cache is v_cache or (  # the schema declares two caches written in place
+        memory
+        and k_cache.data_ptr() == v_cache.data_ptr() != 0
+        and k_cache.device == v_cache.device
+    )
+    if same:
         raise ValueError("k_cache and v_cache are the same memory; pass two caches")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         if any(s == 0 and n > 1 for s, n in zip(cache.stride(), cache.shape)):

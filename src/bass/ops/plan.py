@@ -305,8 +305,9 @@ def _attention_padded(q, k, v, q_lens, kv_lens, scale, impl="auto"):
 
 
 def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
-    contract.check_append(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True)
-    contract.check_caches_apart(k_cache, v_cache)
+    contract.check_append(
+        k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens, packed=True, memory=True
+    )
     N, S, cpu = k_new.shape[2], k_cache.shape[2], k_cache.device.type == "cpu"
     read = read_lengths(
         "kv_append_packed", cu_q_lens, cache_lens, N, S, True, append=True, host=cpu
@@ -318,8 +319,9 @@ def _append_packed(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens):
 
 
 def _append_padded(k_cache, v_cache, k_new, v_new, cache_lens, new_lens):
-    contract.check_append(k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False)
-    contract.check_caches_apart(k_cache, v_cache)
+    contract.check_append(
+        k_cache, v_cache, k_new, v_new, new_lens, cache_lens, packed=False, memory=True
+    )
     B, H, T, _ = k_new.shape
     read_lengths("kv_append", new_lens, cache_lens, B * T, k_cache.shape[2], False, T, append=True)
     starts = torch.arange(B, dtype=LENGTH_DTYPE, device=k_new.device) * T
