@@ -332,7 +332,17 @@ _PACKS: dict[int, list] = {}
 _HANDLES = itertools.count()
 _HANDLE = "_bass_cpu_linear_pack"  # a routed layer's handle (-1: none) and plan code
 _CODE = "_bass_cpu_linear_code"
-_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # element size -> same-size int
+# element size -> the integers its bit patterns are read as (a float64 as two int32)
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int32}
+# fingerprint: each block of _BLOCK elements (in memory order) is summed with four vectors of
+# seeded pseudo-random multipliers in [1, 2**12). A bit pattern is at most 2**31 in size, so
+# every partial sum stays below 2**10 * 2**31 * 2**12 = 2**53: float64 (BLAS) sums them
+# exactly, in any order.
+_BLOCK = 1024
+_MULTIPLIERS = (
+    np.random.default_rng(0x0BA55).integers(1, 2**12, size=(_BLOCK, 4)).astype(np.float64)
+)
+_TILE = 128  # blocks converted to float64 at a time (1 MiB: stays in cache)
 
 
 def _version(t: torch.Tensor) -> int:
@@ -342,18 +352,34 @@ def _version(t: torch.Tensor) -> int:
         return -1
 
 
-def fingerprint(weight: torch.Tensor) -> tuple[bytes, bytes]:
-    """What :func:`refresh` compares: the exclusive-or of ``weight``'s bit patterns
-    (``[out, in]``, any float dtype) along each row and along each column (exact:
-    docs/guides/performance.md, "Weight changes")."""
+def fingerprint(weight: torch.Tensor) -> tuple:
+    """What :func:`refresh` compares: ``weight``'s shape and dtype, and four sums over each
+    block of 1024 of its elements (in memory order) of their bit patterns as integers, each
+    times a seeded pseudo-random multiplier in [1, 4096), computed exactly. It costs about
+    one read of the weight.
+
+    Not exact: a change to the weight's bits is missed if it leaves all four sums of every
+    block equal. A change with a block in which exactly one element changed (a single
+    element, a swap of two elements of different blocks) is always found. Any other change
+    (sign flips, scalings, permutations, small perturbations), made without regard to the
+    fixed multipliers, is missed with probability at most ``4095**-4`` (about ``2**-48``);
+    one computed from the multipliers can pass (docs/guides/performance.md, "Weight
+    changes")."""
     w = weight.detach()
     if not w.is_contiguous():
         w = w.contiguous()
-    bits = w.view(_BITS[w.element_size()]).numpy()
-    return (
-        np.bitwise_xor.reduce(bits, axis=1).tobytes(),
-        np.bitwise_xor.reduce(bits, axis=0).tobytes(),
-    )
+    x = w.view(_BITS[w.element_size()]).numpy().reshape(-1)
+    full, rest = divmod(x.size, _BLOCK)
+    sums = np.empty((full + (rest > 0), _MULTIPLIERS.shape[1]), np.float64)
+    blocks = x[: full * _BLOCK].reshape(full, _BLOCK)
+    tile = np.empty((min(_TILE, full), _BLOCK), np.float64)
+    for start in range(0, full, _TILE):  # in tiles: no float64 copy of the whole weight
+        t = tile[: min(_TILE, full - start)]
+        np.copyto(t, blocks[start : start + _TILE])
+        np.matmul(t, _MULTIPLIERS, out=sums[start : start + len(t)])
+    if rest:
+        sums[full] = x[full * _BLOCK :].astype(np.float64) @ _MULTIPLIERS[:rest]
+    return tuple(w.shape), w.dtype, sums.tobytes()
 
 
 def _repack(entry: list, weight: torch.Tensor) -> None:

@@ -258,6 +258,74 @@ def test_packed_copies_follow_their_weights_and_are_freed():
     assert not handles & set(cpu_linear._PACKS)
 
 
+# in-place changes through ``.data`` (no version-counter bump) to a [6, 8] weight, the first
+# three as docs/guides/performance.md ("Weight changes") names them: most flip the same bits
+# in an even number of elements of every row and column they touch, or move values around
+_SILENT_CHANGES = {
+    "negation": lambda d: d.neg_(),  # every sign bit: 8 per row, 6 per column
+    "swap": lambda d: d.view(-1).__setitem__([3, 12], d.view(-1)[[12, 3]].clone()),
+    "sign_flip_2x2": lambda d: d[2:4, 5:7].neg_(),
+    "times_4": lambda d: d.mul_(4.0),  # the exponent bits only
+    "row_swap": lambda d: d.copy_(d[[1, 0, 2, 3, 4, 5]]),
+    "one_ulp": lambda d: d.view(torch.int32)[4, 3].add_(1),
+}
+
+
+@needs_packing
+@pytest.mark.parametrize("change", list(_SILENT_CHANGES))
+def test_refresh_finds_in_place_changes_that_keep_the_version_counter(change):
+    layer = torch.nn.Linear(8, 6)
+    model = torch.nn.Sequential(layer)
+    install(model, _plan(model, range(1, 17), "packed"))
+    x = torch.randn(4, 8)
+    assert cpu_linear.refresh(model) == 0
+    version = layer.weight._version
+    with torch.no_grad():
+        _SILENT_CHANGES[change](layer.weight.data)
+    assert layer.weight._version == version  # only refresh's fingerprint can see it
+    assert cpu_linear.refresh(model) == 1
+    assert cpu_linear.refresh(model) == 0
+    with torch.inference_mode(), cpu_linear.active():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+    uninstall(model)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_fingerprint_follows_the_bits_exactly(dtype):
+    w = torch.randn(37, 61).to(dtype)  # 2257 elements: two full blocks and a partial one
+    fp = cpu_linear.fingerprint(w)
+    assert cpu_linear.fingerprint(w.clone()) == fp  # same bits, same fingerprint
+    assert cpu_linear.fingerprint(w.T.contiguous().T) == fp  # not contiguous: same bits
+    assert cpu_linear.fingerprint(w.reshape(61, 37)) != fp  # the shape counts
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[w.element_size()]
+    for index in (0, 1500, w.numel() - 1):  # a single element's lowest or sign bit: always seen
+        for flip in (1, torch.iinfo(ints).min):
+            changed = w.clone()
+            changed.view(ints).view(-1)[index] ^= flip
+            assert cpu_linear.fingerprint(changed) != fp, (index, flip)
+    block = w[:6, :8].clone()
+    for name, change in _SILENT_CHANGES.items():
+        changed = block.clone()
+        change(changed)
+        assert cpu_linear.fingerprint(changed) != cpu_linear.fingerprint(block), name
+
+
+@needs_packing
+def test_generation_follows_a_weight_negated_in_place():
+    main = tiny_lm(dtype=torch.float32)
+    install(main, _plan(main, range(1, 17), "packed", above="packed"))
+    gen = Generator(main, "ngram")
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7]]
+    before = assert_greedy_equivalent(gen, prompts, max_new_tokens=10).sequences
+    assert main.lm_head.weight.shape == (64, 32)  # even: every bit flips evenly per row, column
+    with torch.no_grad():
+        main.lm_head.weight.data.neg_()
+    res = assert_greedy_equivalent(gen, prompts, max_new_tokens=10)  # the new weights' tokens
+    assert res.sequences != before
+    assert res.stats.backend["repacked"] == 1
+    uninstall(main)
+
+
 def test_install_skips_subclasses_with_their_own_forward_and_restores_instance_forwards():
     class Scaled(torch.nn.Linear):
         def forward(self, x):
