@@ -371,7 +371,7 @@ class _Guarded(Drafter):
     (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...)."""
 
     def __init__(self, inner: Drafter, who: str):
-        self.inner = inner
+        self.inner, self.who = inner, who
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
         for hook in ("start", "admit", "offer", "propose", "commit", "compact"):
@@ -404,7 +404,8 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
             return draft
         if type(draft).propose is Drafter.propose:  # refused when built, not at a step
             raise NotImplementedError(f"{type(draft).__name__} must implement propose()")
-        return _Guarded(draft, plugins.describe("drafter", draft, draft.name))  # named fails
+        named = draft.name if draft.name != Drafter.name else None  # not the default's
+        return _Guarded(draft, plugins.describe("drafter", draft, named))  # named fails
     if isinstance(draft, str):  # "none" as in the config file and the command line
         name = draft.strip()
         return None if name == "none" else load(name)

@@ -39,7 +39,7 @@ from .packing import TOKEN_BUCKETS
 from .sampling import generator_seed
 from .stats import FinishedRow, GenerationResult, GenerationStats, StepRecord
 from .stopping import decode_rows
-from .verify import accept, check_proposal, draft_keys, read_step, verify_pass
+from .verify import accept, check_offer, check_proposal, draft_keys, read_step, verify_pass
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
 
@@ -152,7 +152,6 @@ class Generator:
         self.draft_sampling, self.coupled = draft_sampling, draft_sampling == "coupled"
         self.backend = backends.select_backend(main.device, cpu_linear, backend)
         self.main, self.forced_acceptance = main, forced_acceptance
-        self.vocab = main.get_input_embeddings().weight.shape[0]  # ids a pass may take
         self.attention = setting("attention", attention)
         if self.attention != "auto":  # it must run on the main model's device
             resolve(self.attention, main.device)  # raises saying why not
@@ -337,6 +336,9 @@ class Generator:
                 for model in models:
                     hf.prepare(model, job.need)  # a window is checked against real positions
                 self.backend.refresh(models)  # weights may have changed since, in any way
+                # ids a pass may take, and the logits' width (read again: resized too)
+                self.vocab = self.main.get_input_embeddings().weight.shape[0]
+                self.width = self.main.get_output_embeddings().weight.shape[0]
                 self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
                 work = self._generate(job)
                 try:  # grad mode, no host-side length checks (valid by construction: tests
@@ -430,8 +432,7 @@ class Generator:
         lengths, ctx = [0] * len(slots), None
         if drafter is not None:
             view.offer = offer = drafter.offer(view)
-            found = [len(t) for t in offer.tokens] if offer is not None else None
-            match = offer.match_len if offer is not None else None
+            found, match = check_offer(drafter, offer, len(slots)) or (None, None)
             ctx = DraftContext(prompts, caps, drafter.name, found, match, step, waiting)
             lengths = hooks.draft_lengths(ctx)  # capped; an n-gram proposes what it found
         lengths = self.coord.share(lengths)  # a TP group: its leader's
@@ -442,7 +443,7 @@ class Generator:
             view.stop = hooks.early_stop(ctx)
             view.keys = draft_keys(state, slots, max(lengths), seed, self.main) if coupled else None
             prop = drafter.propose(view, lengths)
-            check_proposal(self.drafter, prop, lengths, params, self.vocab, coupled)
+            prop = check_proposal(drafter, prop, lengths, params, (self.vocab, self.width), coupled)
         t_verify = time.perf_counter()
         # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass
         keyed = sampled and (coupled or prop.probs is None)  # else rejection sampling

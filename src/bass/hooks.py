@@ -150,6 +150,9 @@ class StepView:
 
     ``agree``: a per-row decision (bool ``[R']``) as the whole tensor-parallel group
     takes it (its first rank's); the identity in one process.
+
+    The view and what it holds (``state`` above all) are the engine's: read them, never
+    change them (a drafter keeps its own state); a changed row is wrong output.
     """
 
     slots: list[int]
@@ -169,13 +172,16 @@ class Proposal:
     """What a drafter proposes for the active rows of a step (``R`` rows, ``K`` the most
     any row drafted).
 
-    ``drafted`` (host ``list[int]``): tokens per row, ``0 <= drafted[r] <= lengths[r]``.
-    The tokens either on the device, ``tokens`` int64 ``[R, K]`` (past a row's count:
-    padding), or on the host, ``host_tokens`` (``list[list[int]]``). ``probs``
-    ``[R, K, V]``: the distributions sampled tokens were drawn from, for rejection
-    sampling (``None`` for deterministic or coupled drafts). ``bad`` bool ``[R]``: rows
-    whose draft logits were not finite; ``confidence`` ``[R, K]``: the drafted tokens'
-    top-1 probabilities (with an early stop); both read with the step's one host read.
+    ``drafted`` (host ``list[int]``, or any integers): tokens per row,
+    ``0 <= drafted[r] <= lengths[r]``. The tokens either on the device, ``tokens`` an
+    integer tensor ``[R, >= K]`` (past a row's count: padding), or on the host,
+    ``host_tokens`` (``list[list[int]]``); ids within the main model's vocabulary. ``probs``
+    ``[R, >= K, V]`` over the main model's ``V`` logits: the distributions sampled tokens
+    were drawn from, for rejection sampling (weights as :func:`bass.sampling.sample` takes
+    them, normalised by the verifier; ``None`` for deterministic or coupled drafts).
+    ``bad`` bool ``[R]``: rows whose draft logits were not finite; ``confidence``
+    ``[R, K]``: the drafted tokens' top-1 probabilities (with an early stop); both read
+    with the step's one host read.
     ``slots``: the active slots it was made for (:meth:`Drafter.commit` reads them).
     ``passes``, ``pass_tokens``, ``forward_seconds``: the draft model's passes, the
     tokens each computed, and their time.

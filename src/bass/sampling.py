@@ -277,7 +277,8 @@ def speculative_accept(
     Args:
         draft_tokens: int64 ``[B, K]``, ``draft_tokens[b, i]`` sampled from
             ``draft_probs[b, i]`` for ``i < draft_lens[b]``; other slots are padding.
-        draft_probs: ``[B, K, V]`` the warped draft distributions ``q``.
+        draft_probs: ``[B, K, V]`` the warped draft distributions ``q``: weights as
+            :func:`sample` takes them (negative ones read as 0), normalised here.
         target_probs: ``[B, K+1, V]`` the warped main-model distributions ``p`` at the
             positions fed ``[last, d_1 .. d_K]``.
         draft_lens: int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= K`` (not checked).
@@ -307,6 +308,8 @@ def speculative_accept(
     dtype = torch.promote_types(draft_probs.dtype, target_probs.dtype)
     dtype = dtype if dtype == torch.float64 else torch.float32
     p, q = target_probs.to(dtype), draft_probs.to(dtype)  # [B, K+1, V], [B, K, V]
+    q = q.clamp_min(0)  # weights as sample() takes them: normalised (a sum of 0 or NaN:
+    q = q / q.sum(dim=-1, keepdim=True)  # NaN, every draft rejected, the token drawn from p)
     device = p.device
 
     in_draft = torch.arange(k, device=device) < draft_lens[:, None]  # [B, K]

@@ -6,16 +6,20 @@ in its step's phases 2-4; the terms are docs/concepts/engine.md's.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import numbers
+import operator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from . import plugins
 from .batch_state import raise_if_nonfinite
 from .drafters import nonfinite
 from .errors import PluginOutputError
-from .hooks import Proposal
+from .hooks import Offer, Proposal
 from .packing import Extra, PackedPass
 from .sampling import (
     Acceptance,
@@ -29,6 +33,7 @@ from .sampling import (
 __all__ = [
     "VerifyPass",
     "accept",
+    "check_offer",
     "check_proposal",
     "draft_keys",
     "read_step",
@@ -46,7 +51,8 @@ class VerifyPass:
     key of each verify token of the pass (the position it may emit; keyed draws), else
     ``None``. ``filled``: the rows just admitted whose prefill rides in this pass (their
     logits follow the verify tokens': rows ``n .. n + filled - 1``), ``n`` the verify
-    tokens."""
+    tokens. ``outside`` bool ``[R, K]``: device drafts outside the vocabulary (``drafts``
+    holds them clamped), else ``None``."""
 
     batch: PackedPass
     index: torch.Tensor
@@ -55,6 +61,7 @@ class VerifyPass:
     keys: torch.Tensor | None
     n: int = 0
     filled: int = 0
+    outside: torch.Tensor | None = None
 
 
 def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill) -> VerifyPass:
@@ -118,15 +125,21 @@ def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill)
         gen.main, q_lens, lens, gen.cache.lens.device, ids=ids, logits_at=logits_at, extra=extra
     )
     e = batch.extra
+    outside = None
     if ids is None:
         drafts = prop.tokens[:, :K]
+        if not plugins.is_builtin(gen.drafter):  # another's ids outside the vocabulary:
+            drafted = torch.arange(K, device=drafts.device) < e["drafted"][:, None]  # clamped
+            outside = ((drafts < 0) | (drafts >= gen.vocab)) & drafted  # for the pass, and
+            drafts = drafts.clamp(0, gen.vocab - 1)  # the step's host read raises (read_step)
         table = torch.cat([e["last"], drafts], dim=1).view(-1)  # [R*(K+1)]: what rows feed
         if fill:
             table = torch.cat([table, e["prompts"]])
         batch.set_input_ids(table[e["gather"]])
     else:
         drafts = e["drafts"]
-    return VerifyPass(batch, e["index"], e["drafted"], drafts, e.get("keys"), start, len(fill))
+    keys = e.get("keys")
+    return VerifyPass(batch, e["index"], e["drafted"], drafts, keys, start, len(fill), outside)
 
 
 def accept(
@@ -156,45 +169,112 @@ def accept(
     return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, generator)
 
 
+def who(drafter) -> str:
+    """How errors name ``drafter`` (the engine's: another package's is guarded, with its
+    entry point's name and package): ``drafter 'mine' (Mine, from my-pkg 1.0)``."""
+    return getattr(drafter, "who", None) or plugins.describe(
+        "drafter", drafter, getattr(drafter, "name", None)
+    )
+
+
+def _fail(drafter, hook: str, message: str) -> PluginOutputError:
+    name = who(drafter)
+    return PluginOutputError(f"{name}{message}", plugin=name, hook=hook)
+
+
+def _counts(drafter, hook: str, got, rows: int, what: str) -> list[int]:
+    """``got`` (a sequence of ``rows`` non-negative integers: Python's, numpy's, a
+    tensor's) as a list of ints; anything else is the drafter's error."""
+    try:
+        if isinstance(got, torch.Tensor):
+            got = got.tolist()
+        if isinstance(got, (str, bytes)) or len(got) != rows:
+            raise TypeError
+        out = []
+        for n in got:
+            if isinstance(n, (bool, np.bool_)):
+                raise TypeError
+            out.append(operator.index(n))
+    except TypeError:
+        raise _fail(
+            drafter,
+            hook,
+            f" returned {what} = {got!r}: expected {rows} integers, one per active row",
+        ) from None
+    return out
+
+
+def check_offer(drafter, offer, rows: int) -> tuple[list[int], list[int]] | None:
+    """A drafter's :meth:`~bass.hooks.Drafter.offer` must be ``None`` or an
+    :class:`~bass.hooks.Offer` with one continuation and one match length (an int >= 0)
+    per active row; anything else is a
+    :class:`~bass.errors.PluginOutputError` naming the drafter (host lists only). Returns
+    what the policy sees: the continuations' lengths and the match lengths, or ``None``."""
+    if offer is None:
+        return None
+    if not isinstance(offer, Offer):
+        what = f": offer() returned {type(offer).__name__}, expected a bass.hooks.Offer or None"
+        raise _fail(drafter, "offer", what)
+    R, tokens = rows, offer.tokens
+    try:
+        found = [len(t) for t in tokens] if not isinstance(tokens, (str, bytes)) else None
+    except TypeError:
+        found = None
+    if found is None or len(found) != R:
+        what = f": Offer.tokens = {tokens!r}: expected one list of token ids per active row ({R})"
+        raise _fail(drafter, "offer", what)
+    match = _counts(drafter, "offer", offer.match_len, R, "Offer.match_len")
+    if min(match, default=0) < 0:
+        raise _fail(drafter, "offer", f": Offer.match_len = {match}: each must be >= 0")
+    return found, match
+
+
 def check_proposal(
-    drafter, prop: Proposal, lengths: list[int], params, vocab: int, coupled: bool
-) -> None:
+    drafter, prop: Proposal, lengths: list[int], params, vocab: tuple[int, int], coupled: bool
+) -> Proposal:
     """A drafter's proposal must fit the lengths it was given, its host tokens be ids in
-    ``[0, vocab)`` and its device tokens an integer tensor of the right shape (host lists
-    and metadata only: no sync). A stochastic drafter must say what it drew from when
-    sampling. Anything else is a :class:`~bass.errors.PluginOutputError` (a ``ValueError``
-    and a ``TypeError``) naming the drafter."""
-    name = type(drafter).__name__  # the drafter itself (Generator.drafter), not its guard
+    ``[0, vocab[0])`` (the ids the main model takes), its device tokens an integer tensor
+    of the right shape (their range is checked in the step's one host read,
+    :func:`read_step`) and its ``probs`` one distribution over the main model's
+    ``vocab[1]`` logits per drafted token (host lists and metadata only: no sync). A
+    stochastic drafter must say what it drew from when sampling. Anything else is a
+    :class:`~bass.errors.PluginOutputError` (a ``ValueError`` and a ``TypeError``) naming
+    the drafter. Returns ``prop`` with ``drafted`` as a list of ints."""
+    vocab, width = vocab
     if not isinstance(prop, Proposal):
-        raise PluginOutputError(
-            f"drafter {name}: propose() returned {type(prop).__name__}, expected a "
-            "bass.hooks.Proposal"
+        raise _fail(
+            drafter,
+            "propose",
+            f": propose() returned {type(prop).__name__}, expected a bass.hooks.Proposal",
         )
-    drafted = prop.drafted
-    if len(drafted) != len(lengths) or any(
-        not 0 <= d <= k for d, k in zip(drafted, lengths, strict=True)
-    ):
-        raise PluginOutputError(
-            f"drafter {name} proposed {drafted} tokens for rows allowed {lengths}: each "
-            "row's count must be within 0..its length"
+    drafted = _counts(drafter, "propose", prop.drafted, len(lengths), "Proposal.drafted")
+    if any(not 0 <= d <= k for d, k in zip(drafted, lengths, strict=True)):
+        raise _fail(
+            drafter,
+            "propose",
+            f" proposed {drafted} tokens for rows allowed {lengths}: each "
+            "row's count must be within 0..its length",
         )
     if prop.host_tokens is None and prop.tokens is None:
-        raise PluginOutputError(
-            f"drafter {name} returned a Proposal with neither tokens nor host_tokens"
-        )
+        raise _fail(drafter, "propose", " returned a Proposal with neither tokens nor host_tokens")
     if prop.host_tokens is not None:
         if [len(t) for t in prop.host_tokens] != drafted:
-            raise PluginOutputError(
-                f"drafter {name}: host_tokens have {[len(t) for t in prop.host_tokens]} tokens "
-                f"per row but drafted says {drafted}"
+            raise _fail(
+                drafter,
+                "propose",
+                f": host_tokens have {[len(t) for t in prop.host_tokens]} "
+                f"tokens per row but drafted says {drafted}",
             )
         for t in itertools.chain.from_iterable(prop.host_tokens):
             if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-                raise PluginOutputError(f"drafter {name} proposed {t!r}: token ids are ints")
+                raise _fail(drafter, "propose", f" proposed {t!r}: token ids are ints")
             if not 0 <= t < vocab:
-                raise PluginOutputError(
-                    f"drafter {name} proposed token id {t}, outside the vocabulary [0, {vocab})"
+                raise _fail(
+                    drafter,
+                    "propose",
+                    f" proposed token id {t}, outside the vocabulary [0, {vocab})",
                 )
+    K = max(drafted, default=0)
     if prop.tokens is not None:
         t = prop.tokens
         if (
@@ -204,18 +284,47 @@ def check_proposal(
             or t.dtype == torch.bool
             or t.dim() != 2
             or t.shape[0] != len(lengths)
-            or t.shape[1] < max(drafted, default=0)
+            or t.shape[1] < K
         ):
-            raise PluginOutputError(
-                f"drafter {name}: tokens must be an integer tensor [rows={len(lengths)}, "
-                f">= {max(drafted, default=0)}], got "
-                + (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t))
+            raise _fail(
+                drafter,
+                "propose",
+                f": tokens must be an integer tensor [rows={len(lengths)}, "
+                f">= {K}], got "
+                + (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)),
             )
-    if params.do_sample and not coupled and not drafter.deterministic and prop.probs is None:
-        raise PluginOutputError(
-            f"drafter {name} samples its drafts (deterministic = False) but returned no probs: "
-            "rejection sampling needs the distributions the drafts were drawn from"
+    sampled = params.do_sample and not coupled
+    if sampled and not drafter.deterministic and prop.probs is None:
+        raise _fail(
+            drafter,
+            "propose",
+            " samples its drafts (deterministic = False) but returned no "
+            "probs: rejection sampling needs the distributions the drafts were drawn from",
         )
+    q = prop.probs
+    if (
+        sampled
+        and q is not None
+        and K
+        and (
+            not isinstance(q, torch.Tensor)
+            or not q.is_floating_point()
+            or q.dim() != 3
+            or q.shape[0] != len(lengths)
+            or q.shape[1] < K
+            or q.shape[2] != width
+        )
+    ):
+        raise _fail(
+            drafter,
+            "propose",
+            f": probs must be a float tensor [rows={len(lengths)}, >= {K}, {width}] (over the "
+            "main model's logits), the distribution each draft token was drawn from, got "
+            + (f"{q.dtype} {list(q.shape)}" if isinstance(q, torch.Tensor) else repr(q)),
+        )
+    if type(prop.drafted) is not list or drafted != prop.drafted:
+        prop = dataclasses.replace(prop, drafted=drafted)
+    return prop
 
 
 def draft_keys(state, slots: list[int], K: int, seed: int, main) -> torch.Tensor:
@@ -235,9 +344,10 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     R, K = len(prompts), v.drafts.shape[1]
     read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
     device_drafts = prop.host_tokens is None
-    if device_drafts:
+    if device_drafts:  # their non-finite flags, then as proposed (ids outside: negative)
         bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
-        read += [bad.long(), v.drafts.reshape(-1)]
+        drafts = v.drafts if v.outside is None else torch.where(v.outside, -1, v.drafts)
+        read += [bad.long(), drafts.reshape(-1)]
     n_tail = 0 if tail is None else tail.shape[0]
     host = torch.cat([*read, *([] if tail is None else [tail])]).tolist()  # the one sync
     host, tail_host = host[: len(host) - n_tail], host[len(host) - n_tail :]
@@ -247,6 +357,14 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     if device_drafts:
         raise_if_nonfinite(host[3 * R : 4 * R], gen.drafter.model, "draft", prompts, where)
         flat = host[4 * R :]
+        if min(flat, default=0) < 0:
+            r = flat.index(-1) // K
+            raise _fail(
+                gen._drafting,
+                "propose",
+                f" proposed token ids outside the vocabulary [0, {gen.vocab}) for the row "
+                f"of prompt {prompts[r]} ({where}): {prop.tokens[r, : prop.drafted[r]].tolist()}",
+            )
         drafts = [flat[r * K : r * K + a] for r, a in enumerate(accepted)]
     rows = [[*d[:a], t] for d, a, t in zip(drafts, accepted, host[R : 2 * R])]
     confidence = None

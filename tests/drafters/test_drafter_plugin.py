@@ -104,7 +104,9 @@ def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
             )
 
     gen = bass.Generator(tiny_lm(), Greedy(), policy="constant", policy_options={"k": 2})
-    with pytest.raises(ValueError, match=r"drafter Greedy proposed .* within 0..its length"):
+    with pytest.raises(
+        ValueError, match=r"drafter .*Greedy, from module .* proposed .* within 0..its length"
+    ):
         gen.generate(PROMPTS, max_new_tokens=4)
 
     class NoProbs(UniformDrafter):

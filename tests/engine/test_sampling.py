@@ -495,14 +495,31 @@ def test_sure_accepts_and_sure_rejects():
 
 def test_residual_rounded_to_zero_falls_back_to_p():
     # q >= p everywhere (as rounding can leave it): the residual is empty, use p.
-    q = torch.tensor([[0.6, 0.6]]).expand(N, 1, 2)
-    p = torch.tensor([[0.5, 0.5], [1.0, 0.0]]).expand(N, 2, 2)
+    q = torch.tensor([[0.5, 0.5]]).expand(N, 1, 2)
+    p = torch.tensor([[0.42, 0.42], [1.0, 0.0]]).expand(N, 2, 2)
     acc = speculative_accept(
         torch.zeros(N, 1, dtype=torch.long), q, p, torch.ones(N, dtype=torch.long), gen(6)
     )
     rejected = acc.accepted == 0
-    assert 0.1 < rejected.float().mean() < 0.25  # 1 - 0.5 / 0.6
+    assert 0.1 < rejected.float().mean() < 0.25  # 1 - 0.42 / 0.5
     assert_fits(torch.bincount(acc.next_tokens[rejected], minlength=2).numpy(), np.array([1, 1]))
+
+
+def test_draft_weights_are_normalised_as_sample_takes_them():
+    # a drafter that draws with sample(w) and returns w (unnormalised, negative entries
+    # read as 0) gets the verdict of the distribution it drew from; no weight at all:
+    # every draft rejected, the token drawn from p
+    q = torch.tensor([[0.5, 0.25, 0.25, 0.0]]).expand(N, 1, 4)
+    p = torch.tensor([[0.2, 0.3, 0.4, 0.1], [0.6, 0.2, 0.1, 0.1]]).expand(N, 2, 4)
+    drafts, lens = torch.zeros(N, 1, dtype=torch.long), torch.ones(N, dtype=torch.long)
+    want = speculative_accept(drafts, q, p, lens, gen(7))
+    for w in ([1.5, 0.75, 0.75, 0.0], [0.5, 0.25, 0.25, -1.0]):
+        got = speculative_accept(drafts, torch.tensor([[w]]).expand(N, 1, 4), p, lens, gen(7))
+        assert torch.equal(got.accepted, want.accepted)
+        assert torch.equal(got.next_tokens, want.next_tokens)
+    none = speculative_accept(drafts, torch.zeros(N, 1, 4), p, lens, gen(8))
+    assert (none.accepted == 0).all()
+    assert_fits(torch.bincount(none.next_tokens, minlength=4).numpy(), np.array([2, 3, 4, 1]))
 
 
 def random_batch(seed: int, b: int = 512, k: int = 4, v: int = 50):

@@ -126,7 +126,7 @@ def test_a_drafter_instance_that_returns_nonsense_is_a_plugin_output_error():
             )
 
     gen = bass.Generator(tiny_lm(), Odd(), policy="constant")
-    with pytest.raises(PluginOutputError, match="drafter Odd proposed"):
+    with pytest.raises(PluginOutputError, match=r"drafter \(.*Odd, from module .*\) proposed"):
         gen.generate(PROMPTS, max_new_tokens=4)
 
 

@@ -28,33 +28,39 @@ __all__ = [
 ]
 
 
-def _checked_lengths(name: str, per_row, single, ctx: DraftContext) -> list[int]:
+def _checked_lengths(name: str, who: str, per_row, single, ctx: DraftContext) -> list[int]:
     """One draft length per row from ``per_row(ctx)``, else ``single()`` for every row,
-    capped at ``ctx.caps``; a bad one is a :class:`~bass.errors.PluginOutputError`."""
+    capped at ``ctx.caps``; a bad one is a :class:`~bass.errors.PluginOutputError` (``name``
+    in its message, ``who`` its ``plugin``)."""
     if per_row is None:
         k = single()
         if type(k) is not int or k < 0:
-            k = _length(k, f"{name}.draft_length() returned")
+            k = _length(k, f"{name}.draft_length() returned", who, "draft_length")
         return [min(k, c) for c in ctx.caps]
     got = per_row(ctx)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
         raise PluginOutputError(
             f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
-            f"{ctx.num_rows} draft lengths (integers >= 0), one per active row"
+            f"{ctx.num_rows} draft lengths (integers >= 0), one per active row",
+            plugin=who,
+            hook="draft_lengths",
         )
     ks = list(got)
     if len(ks) != ctx.num_rows:
         raise PluginOutputError(
-            f"policy {name}.draft_lengths returned {len(ks)} lengths for {ctx.num_rows} active rows"
+            f"policy {name}.draft_lengths returned {len(ks)} lengths for {ctx.num_rows} "
+            "active rows",
+            plugin=who,
+            hook="draft_lengths",
         )
     for r, k in enumerate(ks):
         if type(k) is not int or k < 0:
-            said = f"{name}.draft_lengths returned, for row {r} (prompt "
-            ks[r] = _length(k, said + f"{ctx.prompts[r]}),")
+            said = f"{name}.draft_lengths returned, for row {r} (prompt {ctx.prompts[r]}),"
+            ks[r] = _length(k, said, who, "draft_lengths")
     return [min(k, c) for k, c in zip(ks, ctx.caps)]
 
 
-def _length(k: Any, said: str) -> int:
+def _length(k: Any, said: str, who: str, hook: str) -> int:
     """``k`` as an int (Python's, numpy's or a one-element integer tensor), ``>= 0``."""
     bad_type = isinstance(k, (bool, np.bool_))
     if isinstance(k, torch.Tensor) and (k.dtype == torch.bool or k.is_floating_point()):
@@ -66,7 +72,9 @@ def _length(k: Any, said: str) -> int:
     if n is None or n < 0:
         raise PluginOutputError(
             f"policy {said} {k!r}; a draft length must be an integer >= 0 (0: no drafting "
-            "this step); lengths above what a row may still draft are capped"
+            "this step); lengths above what a row may still draft are capped",
+            plugin=who,
+            hook=hook,
         )
     return n
 
@@ -174,8 +182,8 @@ def bind(policy: Any) -> PolicyHooks:
     stop = getattr(policy, "early_stop", None)
     if not callable(stop):
         stop = None
+    who = plugins.describe("policy", policy, registered or None)
     if not plugins.is_builtin(policy):  # what another package's policy raises is its own
-        who = plugins.describe("policy", policy, registered or None)
         if per_row is not None:
             per_row = plugins.guard(who, "draft_lengths", per_row)
         else:
@@ -189,14 +197,18 @@ def bind(policy: Any) -> PolicyHooks:
         if got is not None and not isinstance(got, EarlyStop):
             raise PluginOutputError(
                 f"policy {name}.early_stop returned {got!r}; expected a bass.hooks.EarlyStop "
-                "or None"
+                "or None",
+                plugin=who,
+                hook="early_stop",
             )
         if got is not None and got.floors is not None and len(got.floors) != ctx.num_rows:
             raise PluginOutputError(
                 f"policy {name}.early_stop returned {len(got.floors)} floors for "
-                f"{ctx.num_rows} active rows"
+                f"{ctx.num_rows} active rows",
+                plugin=who,
+                hook="early_stop",
             )
         return got
 
-    lengths = functools.partial(_checked_lengths, name, per_row, single)
+    lengths = functools.partial(_checked_lengths, name, who, per_row, single)
     return PolicyHooks(policy, lengths, early_stop, update)

@@ -1,0 +1,143 @@
+"""What a drafter returns is checked before it is used, and a bad value is a
+:class:`bass.errors.PluginOutputError` naming the drafter (``plugin``, ``hook``), never a
+bare error from deep inside a pass nor silently wrong output: device tokens outside the
+vocabulary (read in the step's one host read), counts of any integer type, the offer, the
+probabilities' shape. A vocabulary resized between generations is read again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from models import reference_greedy, tiny_lm
+
+import bass
+from bass.drafters import Drafter, Offer, Proposal
+from bass.errors import PluginOutputError
+
+PROMPTS = [[1, 2, 3, 4], [5, 6]]
+
+
+def _greedy(model, n=6):
+    return [reference_greedy(model, p, n) for p in PROMPTS]
+
+
+class DeviceTokens(Drafter):
+    """Proposes ``token`` on the device at every drafted position (``drafted`` as
+    ``kind`` makes it); padding past each row's count is ``pad``."""
+
+    name = "device-tokens"
+
+    def __init__(self, token=None, kind=list, pad=-7):
+        self.token, self.kind, self.pad = token, kind, pad
+
+    def propose(self, view, lengths):
+        K = max(lengths)
+        last = [view.state.seqs[s][-1] for s in view.slots]
+        tokens = torch.full((len(lengths), K + 2), self.pad, dtype=torch.int32)
+        for r, n in enumerate(lengths):
+            tokens[r, :n] = last[r] if self.token is None else self.token
+        return Proposal(drafted=self.kind(lengths), tokens=tokens)
+
+
+@pytest.mark.parametrize("token", [64, -1, 10**6])
+def test_device_tokens_outside_the_vocabulary_name_the_drafter(token):
+    gen = bass.Generator(tiny_lm(), DeviceTokens(token), policy="constant")
+    with pytest.raises(PluginOutputError, match=r"outside the vocabulary \[0, 64\)") as err:
+        gen.generate(PROMPTS, max_new_tokens=4)
+    assert err.value.plugin.startswith("drafter 'device-tokens' (DeviceTokens")
+    assert err.value.hook == "propose"
+    assert f"[{token}, {token}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kind", [list, tuple, np.array, torch.tensor, lambda ls: [np.int64(n) for n in ls]]
+)
+def test_counts_of_any_integer_type_are_taken(kind):
+    model = tiny_lm()
+    gen = bass.Generator(model, DeviceTokens(kind=kind), policy="constant")
+    assert gen.generate(PROMPTS, max_new_tokens=6).sequences == _greedy(model)
+
+
+@pytest.mark.parametrize("counts", [[1.0, 1.0], [True, True], None, [1]])
+def test_counts_that_are_not_one_int_per_row_are_refused(counts):
+    gen = bass.Generator(tiny_lm(), DeviceTokens(kind=lambda ls: counts), policy="constant")
+    with pytest.raises(PluginOutputError, match=r"Proposal.drafted = .*one per active row"):
+        gen.generate(PROMPTS, max_new_tokens=4)
+
+
+class Offering(Drafter):
+    name = "offering"
+
+    def __init__(self, offer):
+        self.made = offer
+
+    def offer(self, view):
+        return self.made(len(view.slots))
+
+    def propose(self, view, lengths):
+        return Proposal.none(view.slots)
+
+
+@pytest.mark.parametrize(
+    "offer, message",
+    [
+        (lambda R: [[1]] * R, "offer\\(\\) returned list"),
+        (lambda R: Offer([[1]] * (R + 1), [1] * R), "one list of token ids per active row"),
+        (lambda R: Offer([[1]] * R, None), "Offer.match_len = None"),
+        (lambda R: Offer([[1]] * R, [-1] * R), "each must be >= 0"),
+    ],
+)
+def test_a_bad_offer_is_the_drafters_error_not_the_policys(offer, message):
+    gen = bass.Generator(tiny_lm(), Offering(offer))  # the default policy reads the offer
+    with pytest.raises(PluginOutputError, match=message) as err:
+        gen.generate(PROMPTS, max_new_tokens=4)
+    assert err.value.plugin.startswith("drafter 'offering'") and err.value.hook == "offer"
+
+
+class Sampling(Drafter):
+    """Draws from the uniform distribution and reports ``probs`` of ``shape``."""
+
+    name = "sampling"
+    deterministic = False
+
+    def __init__(self, width):
+        self.width = width
+
+    def propose(self, view, lengths):
+        R, K = len(lengths), max(lengths)
+        tokens = torch.randint(0, 64, (R, K), generator=view.generator)
+        return Proposal(drafted=list(lengths), tokens=tokens, probs=torch.ones(R, K, self.width))
+
+
+@pytest.mark.parametrize("width", [63, 65])
+def test_probs_over_another_vocabulary_are_refused(width):
+    gen = bass.Generator(tiny_lm(), Sampling(width), policy="constant", draft_sampling="rejection")
+    with pytest.raises(
+        PluginOutputError, match=r"probs must be a float tensor \[rows=2, >= \d, 64\]"
+    ):
+        gen.generate(PROMPTS, max_new_tokens=4, do_sample=True, seed=0)
+
+
+def test_policy_output_errors_name_the_policy_and_hook():
+    class Negative(bass.policies.Policy):
+        def draft_length(self):
+            return -1
+
+        def update(self, record):
+            pass
+
+    gen = bass.Generator(tiny_lm(), "ngram", policy=Negative())
+    with pytest.raises(PluginOutputError, match="a draft length must be an integer") as err:
+        gen.generate(PROMPTS, max_new_tokens=4)
+    assert err.value.plugin.startswith("policy (") and "Negative" in err.value.plugin
+    assert err.value.hook == "draft_length"
+
+
+def test_a_vocabulary_resized_after_the_generator_was_built_is_read_again():
+    model = tiny_lm()
+    gen = bass.Generator(model, "ngram")
+    model.resize_token_embeddings(80)
+    prompts = [[70, 71, 72, 70, 71, 72, 70], [5, 75, 6, 75, 5]]  # new ids, repeated: drafted
+    want = [reference_greedy(model, p, 8) for p in prompts]
+    assert gen.generate(prompts, max_new_tokens=8).sequences == want
