@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from . import options, policies
-from .errors import ConfigError
+from .errors import ConfigError, PluginError, PluginLoadError
 from .option_kinds import Option
 from .options import OPTIONS
 
@@ -135,19 +135,47 @@ def _table(d: dict, table: str, cls: type, source: str, labels: dict[str, str]):
     section = cls(**{k: check(k, v) for k, v in raw.items() if v is not None})
     if table == "policy":
         check("name", section.name)  # the default too: it must be installed
-        try:  # the policy checks its own options
-            policies.load(section.name, **section.options)
-        except (ValueError, TypeError, ImportError) as exc:
-            raise ConfigError(
-                f"{source}: {label('options')} for policy {section.name!r}: "
-                f"{exc} (`bass policies` lists every option with its default)"
-            ) from exc
+        _build_policy(section, source, label)
     elif table == "generation":
         how = label("temperature")  # as the user typed it
         options.check_sampling(
             section.do_sample, section.temperature, source, label=how, error=ConfigError
         )
     return section
+
+
+def _build_policy(section, source: str, label) -> None:
+    """Build ``[policy]``'s policy once, so that what is wrong with it is reported here,
+    named with ``source`` and the key at fault: ``[policy].name`` (``--policy``) for a
+    policy that cannot be loaded, ``[policy].options`` for options it refuses."""
+    name, options = section.name, section.options
+    try:  # the policy checks its own options
+        policies.load(name, **options)
+    except PluginLoadError as exc:  # does not import, or is no policy: the name's fault
+        raise ConfigError(
+            f"{source}: {label('name')} = {name!r} cannot be used: {exc} (`bass policies` "
+            "lists the installed policies and why any of them does not load)",
+            option="policy",
+            value=name,
+        ) from exc
+    except PluginError as exc:  # another package's policy raised while being built
+        given = f" with {label('options')} = {options!r}" if options else ""
+        raise _located(exc, f"{source}: {label('name')} = {name!r}{given}: ") from exc.__cause__
+    except (ValueError, TypeError, ImportError) as exc:
+        raise ConfigError(
+            f"{source}: {label('options')} for policy {name!r}: "
+            f"{exc} (`bass policies` lists every option with its default)",
+            option="policy_options",
+            value=options,
+        ) from exc
+
+
+def _located(exc: PluginError, where: str) -> PluginError:
+    """``exc`` (a plugin's error) again, its message after ``where`` (the file, the key)."""
+    try:
+        return type(exc)(where + str(exc), plugin=exc.plugin, hook=exc.hook)
+    except TypeError:  # a subclass built differently
+        return PluginError(where + str(exc), plugin=exc.plugin, hook=exc.hook)
 
 
 @dataclass

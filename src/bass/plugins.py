@@ -1,18 +1,26 @@
 """Plugins (policies, drafters) from entry-point groups ``bass.policies`` and
 ``bass.drafters``: finding and naming them, and reporting another package's exceptions,
 at build or in any hook, as a :class:`bass.errors.PluginError` naming it and the hook.
+
+A name means one plugin, whatever else is installed (:func:`available`): bass's own
+always win (another package's entry point with one of their names is ignored, with a
+warning), and a name two other packages register selects neither (an error naming both).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import re
+import sys
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import OptionError, PluginError, PluginLoadError
 
 __all__ = [
+    "AmbiguousEntryPoint",
     "available",
     "build",
     "describe",
@@ -42,17 +50,119 @@ def entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
     return importlib.metadata.entry_points(group=group)
 
 
+#: The distribution that registers bass's own plugins (pyproject.toml's ``name``).
+DISTRIBUTION = "bass-decoding"
+
+#: What each group's plugins are called in messages.
+KINDS = {"bass.policies": "policy", "bass.drafters": "drafter"}
+
+_warned: set[tuple[str, str, str]] = set()  # (group, name, value): each shadow warned once
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503, as pip compares names
+
+
+def _is_own(ep, group: str) -> bool:
+    """Whether entry point ``ep`` is bass's own: registered by bass's distribution, or
+    (an entry point that knows no distribution: a source tree, a test's) one of
+    :data:`BUILTIN` as it is."""
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        return _canonical(dist.metadata["Name"] or "") == DISTRIBUTION
+    return BUILTIN.get(group, {}).get(ep.name) == ep.value
+
+
+def _origin(ep) -> str:
+    """The package that registered ``ep``, in words: ``my-pkg 1.0`` (``module X`` when
+    no distribution owns it)."""
+    return _from(ep, ep.value.partition(":")[0].strip()).removeprefix(", from ") or (
+        "an unknown package"
+    )
+
+
+class AmbiguousEntryPoint:
+    """What :func:`available` lists for a name that two or more other packages register
+    (different objects): bass cannot tell which one is meant, so selecting the name
+    (:meth:`load`, :func:`load_target`) raises a :class:`~bass.errors.PluginLoadError`
+    naming every package; ``entry_points`` holds theirs."""
+
+    dist = None
+
+    def __init__(self, kind: str, name: str, group: str, eps: list) -> None:
+        self.kind, self.name, self.group, self.entry_points = kind, name, group, tuple(eps)
+        self.value = " or ".join(ep.value for ep in eps)  # as listings show an entry point
+
+    def message(self) -> str:
+        """Why the name cannot be selected, and what to do."""
+        who = [f"{_origin(ep)} ({ep.value!r})" for ep in self.entry_points]
+        listed = ", ".join(who[:-1]) + f" and {who[-1]}"
+        return (
+            f"{self.kind} {self.name!r} is registered by {len(who)} packages: {listed}; bass "
+            "cannot tell which one is meant: uninstall all but one of them, or ask their "
+            "authors to register distinct names"
+        )
+
+    def load(self):
+        raise PluginLoadError(self.message(), plugin=self.name)
+
+    def __repr__(self) -> str:
+        return f"AmbiguousEntryPoint({self.name!r}, {self.value!r}, {self.group!r})"
+
+
+def _is_bass_module(name: str) -> bool:
+    return name == "bass" or name.startswith("bass.")
+
+
+def _warn_shadow(kind: str, name: str, ep) -> None:
+    """Another package's entry point ``ep`` named as bass's own ``kind`` ``name``: ignored,
+    with a warning (once per process)."""
+    key = (ep.group, name, ep.value)
+    if key in _warned:
+        return
+    _warned.add(key)
+    level, frame = 2, sys._getframe(1)  # point at the first caller outside bass
+    while frame.f_back is not None and _is_bass_module(frame.f_globals.get("__name__", "")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"bass ignores the {kind} {name!r} that {_origin(ep)} registers (entry point "
+        f"{ep.value!r}): {name!r} is bass's own {kind}, and bass's own always win; that "
+        f"{kind} cannot be selected under this name (ask its authors to rename it)",
+        UserWarning,
+        stacklevel=level,
+    )
+
+
 def available(group: str, found: Iterable) -> dict[str, Any]:
     """The plugins of ``group``, ``found`` (its installed entry points, from the group's own
-    seam) and bass's own (:data:`BUILTIN`), name -> entry point, sorted by name (of two
-    packages registering one name, the first on ``sys.path`` wins)."""
-    out: dict[str, Any] = {}
+    seam) and bass's own (:data:`BUILTIN`), name -> entry point, sorted by name.
+
+    Names are resolved so that installing a package never silently changes what a name
+    means: bass's own always win (another package's entry point with one of their names is
+    ignored, with a :class:`UserWarning` naming it, once); a name that two or more other
+    packages register (for different objects) is listed as an :class:`AmbiguousEntryPoint`,
+    which refuses to load, naming them all."""
+    kind = KINDS.get(group, group)
+    builtin = BUILTIN.get(group, {})
+    own: dict[str, Any] = {}
+    others: dict[str, dict[str, Any]] = {}  # name -> value -> entry point (first of each)
     for ep in found:
-        out.setdefault(ep.name, ep)
-    values = {ep.value for ep in out.values()}
-    for name, value in BUILTIN.get(group, {}).items():  # bass's own, metadata or not
-        if value not in values:
-            out.setdefault(name, importlib.metadata.EntryPoint(name, value, group))
+        if _is_own(ep, group):
+            own.setdefault(ep.name, ep)
+        else:
+            others.setdefault(ep.name, {}).setdefault(ep.value, ep)
+    for name, value in builtin.items():  # bass's own, metadata or not
+        if name not in own or own[name].value != value:  # stale metadata: the code's own
+            own[name] = importlib.metadata.EntryPoint(name, value, group)
+    out = dict(own)
+    for name, by_value in others.items():
+        if name in own:
+            for ep in by_value.values():
+                if ep.value != own[name].value:  # the very same object is no shadow
+                    _warn_shadow(kind, name, ep)
+            continue
+        eps = list(by_value.values())
+        out[name] = eps[0] if len(eps) == 1 else AmbiguousEntryPoint(kind, name, group, eps)
     return dict(sorted(out.items()))
 
 
@@ -88,7 +198,10 @@ def is_builtin(obj: Any) -> bool:
 
 def load_target(kind: str, name: str, ep, error: type[PluginLoadError]) -> Callable[..., Any]:
     """What entry point ``ep`` (registered as ``name``) names, imported; a failure is
-    ``error`` (the kind's :class:`~bass.errors.PluginLoadError`) naming it and its package."""
+    ``error`` (the kind's :class:`~bass.errors.PluginLoadError`) naming it and its package,
+    or, for an :class:`AmbiguousEntryPoint`, every package that registers the name."""
+    if isinstance(ep, AmbiguousEntryPoint):  # two packages' name: neither is chosen
+        raise error(ep.message(), plugin=name)
     try:
         target = ep.load()
     except Exception as exc:  # any import-time failure of a plugin, SyntaxError included

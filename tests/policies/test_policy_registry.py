@@ -155,12 +155,14 @@ def test_builtins_are_there_without_installed_metadata(monkeypatch):
     assert isinstance(load("bass"), BassPolicy)
 
 
-def test_available_sorted_first_wins(monkeypatch):
+def test_available_sorted_and_a_shared_name_is_ambiguous(monkeypatch):
     eps = _eps({"zeta": "a:B", "alpha": "c:D"}) + _eps({"zeta": "other:E"})
     monkeypatch.setattr(registry, "entry_points", lambda: eps)
     found = available()
     assert list(found) == sorted(found) and {"alpha", "zeta", "constant"} <= set(found)
-    assert found["zeta"].value == "a:B"
+    assert found["zeta"].value == "a:B or other:E"
+    with pytest.raises(PolicyLoadError, match="'zeta' is registered by 2 packages"):
+        load("zeta")
 
 
 def test_load_unknown_name_lists_installed(builtin_eps):

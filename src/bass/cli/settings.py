@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import Config, ConfigError, read_toml
+from ..errors import PluginLoadError
 from ..options import OPTIONS
 from .errors import say
 from .parser import flag_label
@@ -53,10 +54,15 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
     name = flags.get("policy", {}).get("name", file_name)
     if name != file_name and (dropped := layered.get("policy", {}).pop("options", None)):
         # options in the file belong to another policy: said, not dropped silently
+        keys = ", ".join(sorted(dropped))
+        if args.policy_option:  # the flags' options, the policy's defaults for the rest
+            runs = f"--policy-option {' '.join(args.policy_option)} (its own defaults for the rest)"
+            then = ", and left out"
+        else:
+            runs, then = "its own defaults", f" (set {name}'s with --policy-option)"
         say(
-            f"note: --policy {name} runs with its own defaults: the [policy.options] in "
-            f"{args.config} ({', '.join(sorted(dropped))}) are for policy {file_name!r} (set "
-            f"{name}'s with --policy-option)"
+            f"note: --policy {name} runs with {runs}: the [policy.options] in {args.config} "
+            f"({keys}) are for policy {file_name!r}{then}"
         )
     if args.policy_option:
         installed = list(policies.available())
@@ -66,6 +72,8 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
             )
         try:
             options = policies.parse_options(name, args.policy_option)
+        except PluginLoadError:  # the policy does not load: reported below, as --policy's
+            options = {}
         except ValueError as exc:
             raise ConfigError(f"command line: --policy-option: {exc}") from exc
         file_options = dict(layered.get("policy", {}).get("options", {}))

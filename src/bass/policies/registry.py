@@ -59,8 +59,8 @@ def entry_points() -> Iterable[importlib.metadata.EntryPoint]:
 
 
 def available() -> dict[str, importlib.metadata.EntryPoint]:
-    """Installed policies, name -> entry point, sorted by name (of two distributions
-    registering one name, the first on ``sys.path`` wins)."""
+    """Installed policies, name -> entry point, sorted by name (bass's own names are
+    bass's; a name two other packages register is ambiguous: :func:`bass.plugins.available`)."""
     return plugins.available(GROUP, entry_points())
 
 
