@@ -77,6 +77,7 @@ __all__ = [
     "import_inductor_quietly",
     "kv_heads",
     "loading_bars",
+    "rope_switch",
     "tensor_parallel_kwargs",
     "text_decoder",
     "tp_group",
@@ -130,6 +131,28 @@ def head_dim(cfg) -> int:
     if found := config_value(cfg, "head_dim"):
         return found
     return cfg.hidden_size // cfg.num_attention_heads
+
+
+def rope_switch(cfg) -> int | None:
+    """The positions past which a text config's rotary embedding (``longrope``, Phi-3's)
+    takes its long factors (``original_max_position_embeddings``), or ``None`` where it
+    has no such switch. transformers switches a whole forward pass by its largest position
+    (and its own decoding re-prefills a sequence that crosses it); bass packs rows of
+    different lengths into one pass, so it stays below the switch
+    (:func:`bass.hf.prepare`). ``rope_parameters`` from transformers 5 (one dict, or one
+    per layer type), ``rope_scaling`` before."""
+    params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None)
+    if not isinstance(params, dict):
+        return None
+    single = "rope_type" in params or "type" in params
+    limits = [
+        p.get("original_max_position_embeddings")
+        or getattr(cfg, "original_max_position_embeddings", None)
+        for p in ([params] if single else params.values())
+        if isinstance(p, dict) and (p.get("rope_type") or p.get("type")) == "longrope"
+    ]
+    limits = [int(n) for n in limits if n]
+    return min(limits) if limits else None
 
 
 def attn_implementation(model: torch.nn.Module) -> str | None:

@@ -259,7 +259,9 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
 
     Raises :class:`UnsupportedModelError` naming the model when its attention does not go
     through transformers' attention interface, it is not a decoder-only causal LM, or its
-    sliding window is shorter than ``max_len``.
+    sliding window or its rotary embedding's switch (:func:`bass.compat.rope_switch`) is
+    shorter than
+    ``max_len``.
     """
     name = model_name(model)
     if not isinstance(model, PreTrainedModel):
@@ -308,6 +310,15 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{max_len} (the longest prompt plus max_new_tokens); bass's ragged attention is "
             f"full causal and would attend past the window: keep the longest prompt plus "
             f"max_new_tokens within {window} tokens"
+        )
+    switch = compat.rope_switch(text)
+    if switch is not None and max_len is not None and switch < max_len:
+        raise UnsupportedModelError(
+            f"{name}'s rotary embedding (longrope) takes its long factors past {switch} "
+            f"positions (original_max_position_embeddings) for every token of a forward pass "
+            f"at once, but this generation needs {max_len} (the longest prompt plus "
+            "max_new_tokens); bass packs rows of different lengths into one pass and would "
+            f"mix the two: keep the longest prompt plus max_new_tokens within {switch} tokens"
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
     _BEYOND[model] = needs(model)

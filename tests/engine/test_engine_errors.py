@@ -124,6 +124,33 @@ def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refus
         Generator(model, "ngram").generate(prompts, max_new_tokens=9)
 
 
+def test_longrope_generations_stay_below_its_switch_to_the_long_factors():
+    """Phi-3's longrope takes its long factors once a pass's largest position passes
+    original_max_position_embeddings, for the whole pass: packed rows of different
+    lengths would mix them. Within the switch, equal to transformers' own decoding; past
+    it, refused by name."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    torch.manual_seed(0)
+    factors = {"short_factor": [1.0] * 4, "long_factor": [4.0, 8.0, 16.0, 32.0]}
+    rope = {"rope_type": "longrope", "original_max_position_embeddings": 16, **factors}
+    config = Phi3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        original_max_position_embeddings=16, tie_word_embeddings=False, pad_token_id=0,
+        rope_scaling=rope,
+    )  # fmt: skip
+    model = Phi3ForCausalLM(config).eval().double()
+    with torch.no_grad():  # sharp logits and attention: the frequencies matter
+        model.lm_head.weight.mul_(25.0)
+        for layer in model.model.layers:
+            layer.self_attn.qkv_proj.weight.mul_(30.0)
+    prompts = [[5, 9, 2, 33, 7], [11, 4, 60]]
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 11)  # 16 positions
+    with pytest.raises(UnsupportedModelError, match=r"longrope.*past 16 .*needs 17"):
+        Generator(model, "ngram").generate(prompts, max_new_tokens=12)
+
+
 def test_model_is_handed_back_unchanged(llama):
     before = llama.config._attn_implementation
     Generator(llama, "ngram").generate([[1, 2]], max_new_tokens=3)
