@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 600.0  # seconds a collective may wait for another rank
+# a job's end, where a group that finished its share waits for the slowest: as long as
+# that one runs (a rank that fails closes its gloo connections, and torchrun ends the rest)
+FINISH_TIMEOUT = 7 * 24 * 3600.0
 
 
 class DistributedError(RuntimeError):
@@ -79,7 +82,7 @@ def launched() -> bool:
 
 
 _TOPOLOGY: Topology | None = None
-_CONTROL: dict[tuple[int, ...], object] = {}  # ranks -> their gloo group
+_CONTROL: dict[tuple[int, ...] | str, object] = {}  # ranks (or "finish") -> a gloo group
 
 
 def init(tp: int = 1, *, timeout: float = DEFAULT_TIMEOUT) -> Topology:
@@ -136,13 +139,18 @@ def _control_groups(tp: int, timeout: float = DEFAULT_TIMEOUT) -> None:
         if ranks not in _CONTROL:
             t = datetime.timedelta(seconds=timeout)
             _CONTROL[ranks] = dist.new_group(list(ranks), backend="gloo", timeout=t)
+    if "finish" not in _CONTROL:
+        t = datetime.timedelta(seconds=max(timeout, FINISH_TIMEOUT))
+        _CONTROL["finish"] = dist.new_group(list(range(world)), backend="gloo", timeout=t)
 
 
-def control_group(ranks: Sequence[int]):
-    """bass's gloo group over ``ranks`` (a TP group, or the whole world)."""
-    key = tuple(ranks)
+def control_group(ranks: Sequence[int] | str):
+    """bass's gloo group over ``ranks`` (a TP group, or the whole world), or ``"finish"``:
+    the world's, for a job's end (:data:`FINISH_TIMEOUT`: groups finish at their own
+    pace)."""
+    key = ranks if isinstance(ranks, str) else tuple(ranks)
     if key not in _CONTROL:
-        tp = len(key) if len(key) < dist.get_world_size() else topology().tp
+        tp = len(key) if len(key) < dist.get_world_size() and key != "finish" else topology().tp
         _control_groups(tp)
     return _CONTROL[key]
 
@@ -260,7 +268,7 @@ def gather(local: list, indices: Sequence[int], n: int, topo: Topology | None = 
         return list(local)
     mine = list(zip(indices, local)) if topo.tp_rank == 0 else []
     parts: list = [None] * topo.world
-    dist.all_gather_object(parts, mine, group=control_group(range(topo.world)))
+    dist.all_gather_object(parts, mine, group=control_group("finish"))  # at each's pace
     if not topo.is_main:
         return None
     out: list = [None] * n

@@ -392,7 +392,14 @@ def test_internal_errors_and_debug(model_dir, capsys, monkeypatch):
 # ------------------------------------------------------------------- Ctrl-C (a real process)
 
 
-def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "signum, status, said",
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_sigint_keeps_finished_rows_and_resume_completes_the_run(
+    model_dir, tmp_path, capsys, signum, status, said
+):
+    """Ctrl-C, and SIGTERM (a batch scheduler's, a container's), the same way."""
     prompts = tmp_path / "p.txt"
     # rows may end at eos after a token or two: enough of them that the run outlasts the signal
     n = 48
@@ -420,16 +427,16 @@ def test_sigint_keeps_finished_rows_and_resume_completes_the_run(model_dir, tmp_
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no row was written"
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == status, stderr
     rows = read_jsonl(out)  # every line whole
     assert 1 <= len(rows) < n
     assert [r["prompt_index"] for r in rows] == list(range(len(rows)))  # one at a time
     last = stderr.rstrip().splitlines()[-2:]
-    assert last[0] == "bass: interrupted" and "Traceback" not in stderr
+    assert last[0] == f"bass: {said}" and "Traceback" not in stderr
     assert last[1] == (
         f"bass: {len(rows)} of {n} rows are in {out}; rerun the same command with --resume "
         "to generate the rest"

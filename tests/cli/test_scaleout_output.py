@@ -75,6 +75,10 @@ def test_a_data_parallel_run_replaces_the_output_and_a_held_one_is_refused_on_ev
     assert rc == 0, err
     key = lambda r: (r["prompt_index"], r["sample"], r["completion"])  # noqa: E731
     assert [key(r) for r in rows] == sorted(map(key, read_jsonl(one)))  # written as finished
+    again = torchrun(model_dir, out, "--resume")  # every row done: no rank loads a model
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing to generate: all 6 rows are in" in again.stdout
+    assert "loading main model" not in again.stderr and read_jsonl(out) == rows
 
 
 def test_one_process_resumes_from_the_shards_a_stopped_run_left_and_replaces_them(
@@ -120,3 +124,29 @@ def test_one_process_resumes_from_the_shards_a_stopped_run_left_and_replaces_the
     assert rc == 0, err
     assert sorted(rows_of(out)) == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+def test_a_merge_stopped_before_the_shards_were_removed_resumes(model_dir, tmp_path, capsys):
+    """A merge killed between writing --output and removing the shards leaves rows in
+    both: --resume keeps one copy of each (the same line), and refuses, changing nothing,
+    where the two copies differ."""
+    out = tmp_path / "out.jsonl"
+    args = f"generate --main {model_dir} {FLAGS} --no-progress -o {out}"
+    rc, _, err = run(capsys, args, *PROMPTS)
+    assert rc == 0, err
+    whole, expected = out.read_text(), rows_of(out)
+    shard = out.with_name("out.jsonl.rank1")
+    shard.write_text("".join(whole.splitlines(keepends=True)[3:]))  # rows already merged
+    rc, _, err = run(capsys, f"{args} --resume", *PROMPTS)
+    assert rc == 0, err
+    assert rows_of(out) == expected and not shard.exists()
+
+    row = json.loads(whole.splitlines()[3])
+    shard.write_text(json.dumps({**row, "completion": "something else"}) + "\n")
+    before = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    rc, _, err = run(capsys, f"{args} --resume", *PROMPTS)
+    assert rc == 2, err
+    line = one_error_line(err)
+    assert f"prompt {row['prompt_index']}, sample {row['sample']} has two different rows" in line
+    assert f"{shard}:1" in line
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before  # nothing touched

@@ -4,14 +4,16 @@
 SPEC OUT``:
 SPEC is a JSON file ``{"mode": "tp"|"dp", "tp": int, "main": dir, "draft": dir|null,
 "timeout": seconds, "cases": [{"name", "draft", "policy", "generate": {...}, "fail_rank",
-"prompts_by_rank"}]}``; every rank writes its results to ``OUT/rank<r>.json``
-(``{case name: {"sequences", "reasons"} or {"error": message}}``).
+"prompts_by_rank", "slow_rank": [rank, seconds a step] (policy "slow")}]}``; every rank
+writes its results to ``OUT/rank<r>.json`` (``{case name: {"sequences", "reasons"} or
+{"error": message}}``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -36,6 +38,18 @@ class FailingPolicy(Policy):
         return 2
 
 
+class SlowPolicy(Policy):
+    """Drafts 2 tokens a step, pausing ``pause`` seconds at each decision on rank ``rank``."""
+
+    def __init__(self, rank: int, pause: float):
+        self.rank, self.pause = rank, pause
+
+    def draft_length(self) -> int:
+        if distributed.topology().rank == self.rank:
+            time.sleep(self.pause)
+        return 2
+
+
 def main(spec_path: str, out_dir: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     topo = distributed.init(tp=spec["tp"], timeout=spec.get("timeout", 60))
@@ -51,6 +65,8 @@ def main(spec_path: str, out_dir: str) -> int:
         policy = case.get("policy", "constant")
         if policy == "failing":
             policy = FailingPolicy(case["fail_rank"])
+        if policy == "slow":  # a group that finishes its share later than the others
+            policy = SlowPolicy(*case["slow_rank"])
         gen = bass.Generator(main_model, draft, policy=policy, cpu_linear="torch")
         prompts = case.get("prompts_by_rank", {}).get(str(topo.rank), case.get("prompts"))
         kw = dict(case.get("generate", {}))

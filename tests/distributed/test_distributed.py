@@ -105,6 +105,20 @@ def launch(tmp_path, spec: dict, nproc: int = 2, timeout: float = 240):
     return proc.returncode, proc.stdout + proc.stderr, results
 
 
+def test_data_parallel_groups_finish_at_their_own_pace(dirs, tmp_path):
+    """A group that finishes its share long before another (here: past the collectives'
+    2-second timeout) waits for it at the job's end instead of timing out there."""
+    case = dict(name="skewed", draft="ngram", policy="slow", prompts=PROMPTS,
+                slow_rank=[1, 0.5], generate=dict(max_new_tokens=10))  # fmt: skip
+    spec = dict(mode="dp", tp=1, main=str(dirs / "main"), draft=None, cases=[case], timeout=2)
+    rc, output, results = launch(tmp_path, spec)
+    assert rc == 0, output[-3000:]
+    want = one_process(
+        dirs, dict(name="skewed-reference", draft="ngram", generate=case["generate"])
+    )
+    assert results[0]["skewed"]["sequences"] == want.sequences, results[0]
+
+
 @pytest.mark.parametrize("mode", ["tp", "dp"])
 def test_two_ranks_equal_one_process(dirs, tmp_path, mode):
     """Every case on 2 ranks (TP: the main model sharded, the draft replicated; DP: the

@@ -17,6 +17,7 @@ from .filelock import command_line
 from .generate import cmd_generate
 from .info import cmd_bench, cmd_ops, cmd_policies
 from .parser import Parser, build_parser
+from .results import Terminated, terminated_as_interrupt
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -85,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         with contextlib.ExitStack() as args.held:  # the outputs' locks, until the command ends
+            args.held.enter_context(terminated_as_interrupt())
             return commands[args.command](args)
     except user_errors as exc:
         _report(f"bass: error: {one_line(exc)}", exc, debug)
         return 2
+    except Terminated as exc:  # SIGTERM (a scheduler's, torchrun's): as Ctrl-C, status 143
+        _report("bass: terminated", exc, debug)
+        return 143
     except KeyboardInterrupt as exc:
         _report("bass: interrupted", exc, debug)
         return 130

@@ -280,7 +280,7 @@ def cmd_generate(args) -> int:
         )
     if args.compare and scale.active:
         raise UsageError("--compare runs in one process; run it without torchrun")
-    if not todo and not scale.sharded:
+    if not any(scale.every(len(todo)) if scale.sharded else [todo]):  # no group has work
         if scale.prints:
             print(f"bass: nothing to generate: all {len(rows)} rows are in {out_path}")
         return 0

@@ -123,24 +123,54 @@ def check_not_inputs(outputs: dict[str, str | None], args, config) -> None:
             raise UsageError(f"{second} {b} is also the {first} file; choose another path")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch scheduler's, a container's, torchrun's), inside a ``bass`` command:
+    handled as Ctrl-C (:func:`terminated_as_interrupt`), reported as terminated."""
+
+
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM inside raises :class:`Terminated`, so that it ends a command as Ctrl-C
+    does (finished rows said, a results line never cut short: :func:`deferred_interrupts`),
+    where its handler is the default one and this is the main thread."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def deferred_interrupts() -> Iterator[None]:
-    """Ctrl-C (SIGINT) inside waits until the block ends (a results line is never cut
-    short), then interrupts as usual. Only the main thread can set signal handlers;
-    elsewhere this does nothing."""
+    """Ctrl-C (SIGINT) and SIGTERM inside wait until the block ends (a results line is
+    never cut short), then interrupt as usual. Only the main thread can set signal
+    handlers; elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[tuple] = []
-    previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {n: signal.signal(n, lambda *a: caught.append(a)) for n in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
-        if caught and callable(previous):
-            previous(*caught[0])  # Python's default handler raises KeyboardInterrupt
-        elif caught and previous == signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGINT)
+        for n in signals:
+            signal.signal(n, signal.SIG_DFL if previous[n] is None else previous[n])
+        if caught:
+            signum = caught[0][0]
+            handler = previous[signum]
+            if callable(handler):
+                handler(*caught[0])  # Python's SIGINT handler raises KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 def read_done(
@@ -192,7 +222,8 @@ def not_a_row(where: str) -> UsageError:
     """The error for a line of ``--output`` (or of a shard) that is no results row."""
     return UsageError(
         f"{where}: not a row that bass generate wrote (a JSON object with prompt, "
-        "prompt_index and sample); --resume continues such a file: check the path"
+        "prompt_index and sample): another file (--resume continues bass generate's "
+        "--output: check the path), or a damaged line (remove it: its row is generated again)"
     )
 
 

@@ -71,27 +71,33 @@ class Scaleout:
             except OSError as exc:
                 raise UsageError(f"--output {out}: cannot write it: {exc.strerror}") from None
 
+    def every(self, value) -> list:
+        """Every rank's ``value``, on every rank (a list in rank order)."""
+        return self._all_gather(value) if self.active else [value]
+
     def shared(self, value):
         """Rank 0's ``value``, on every rank."""
         return self._all_gather(value)[0] if self.active else value
 
     def gather(self, value):
-        """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere."""
-        parts = self._all_gather(value)
+        """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere: at
+        the job's end, each group arriving when its share is done (no timeout for the
+        slowest: ``bass.distributed.FINISH_TIMEOUT``)."""
+        parts = self._all_gather(value, "finish")
         if not self.topo.is_main:
             return None
         return [p for r, p in enumerate(parts) if r % self.topo.tp == 0]
 
-    def _all_gather(self, value) -> list:
-        """Every rank's ``value``, on every rank (a list in rank order)."""
+    def _all_gather(self, value, group=None) -> list:
+        """Every rank's ``value``, on every rank (a list in rank order), over the world's
+        control group (or ``group``: ``"finish"``)."""
         import torch.distributed as dist
 
         from .. import distributed
 
         parts: list = [None] * self.topo.world
-        dist.all_gather_object(
-            parts, value, group=distributed.control_group(range(self.topo.world))
-        )
+        ranks = group or range(self.topo.world)
+        dist.all_gather_object(parts, value, group=distributed.control_group(ranks))
         return parts
 
 
@@ -161,7 +167,9 @@ def merge(out: Path) -> None:
     """Rank 0 (or one process resuming): every row of ``--output`` and of its shards, in
     prompt order, written back to ``--output`` (through a temporary file, then renamed);
     the shards removed. Memory: a few numbers per row (where each row's line lies), not
-    the rows; each line is copied as it was written."""
+    the rows; each line is copied as it was written. A row in two files (a merge stopped
+    between writing ``--output`` and removing the shards) is kept once where both lines
+    are the same, and refused, before any file changes, where they differ."""
     parts = shards(out)
     if not parts:
         return
@@ -183,15 +191,29 @@ def merge(out: Path) -> None:
                 keys = ("prompt_index", "sample")  # the rest is checked by read_done
                 if not (isinstance(row, dict) and all(isinstance(row.get(k), int) for k in keys)):
                     raise not_a_row(f"{path}:{number}")
-                where.append((row["prompt_index"], row["sample"], i, at, len(line)))
+                where.append((row["prompt_index"], row["sample"], i, at, len(line), number))
     where.sort()
     tmp = out.with_name(out.name + ".merging")
     with contextlib.ExitStack() as stack:
         sources = [stack.enter_context(p.open("rb")) for p in files]
+
+        def line(entry) -> bytes:
+            sources[entry[2]].seek(entry[3])
+            return sources[entry[2]].read(entry[4])
+
+        kept = [where[0]] if where else []
+        for entry in where[1:]:
+            if entry[:2] != kept[-1][:2]:
+                kept.append(entry)
+            elif line(entry).rstrip() != line(kept[-1]).rstrip():
+                a, b = (f"{files[e[2]]}:{e[5]}" for e in (kept[-1], entry))
+                raise UsageError(
+                    f"prompt {entry[0]}, sample {entry[1]} has two different rows, at {a} and "
+                    f"{b}: remove one of them, then rerun with --resume"
+                )
         dest = stack.enter_context(tmp.open("wb"))
-        for *_, i, at, size in where:
-            sources[i].seek(at)
-            dest.write(sources[i].read(size))
+        for entry in kept:
+            dest.write(line(entry))
     os.replace(tmp, out)
     for path in parts:
         path.unlink(missing_ok=True)
