@@ -29,6 +29,34 @@ def test_naive_oracle_matches_the_reference_op(args):
     torch.testing.assert_close(out, testing.naive_ragged_attention(*args).to(out.dtype))
 
 
+def test_op_strategies_draw_what_catches_wrong_kernels():
+    """Over 120 draws: other scales than D**-0.5, views in memory (transposed, strided),
+    NaN in q's padding, several rows with queries, rows longer than a 16-key tile, and
+    values narrower than keys for the appends."""
+    seen: Counter = Counter()
+
+    @settings(max_examples=120, deadline=None, database=None)
+    @given(bst.attention_inputs(), bst.packed_attention_inputs(), bst.kv_append_inputs())
+    def draw(padded, packed, append):
+        q, k, _, q_lens, kv_lens, scale = padded
+        D = q.shape[-1]
+        seen["other scale"] += scale != D**-0.5
+        seen["strided k"] += not k.is_contiguous()
+        seen["transposed q"] += q.stride(1) < q.stride(2)
+        seen["nan q padding"] += bool((q_lens < q.shape[2]).any()) and bool(q.isnan().any())
+        seen["long row"] += int(kv_lens.max()) > 16
+        seen["rows with queries"] += int((q_lens > 0).sum()) >= 2
+        pq, _, _, cu, _, _ = packed
+        seen["nan packed padding"] += pq.shape[2] > int(cu[-1]) and bool(pq.isnan().any())
+        seen["narrow values"] += append[1].shape[-1] < append[0].shape[-1]
+
+    draw()
+    assert all(seen[k] >= 5 for k in [
+        "other scale", "strided k", "transposed q", "nan q padding", "long row",
+        "rows with queries", "nan packed padding", "narrow values",
+    ]), seen  # fmt: skip
+
+
 @settings(max_examples=30, deadline=None)
 @given(bst.packed_attention_inputs())
 def test_packed_oracle_is_the_padded_one_on_the_rows(args):

@@ -149,21 +149,38 @@ def example_batches(vocab_size: int, seed: int = 0) -> dict[str, list[list[int]]
 # --------------------------------------------------------------------------- op inputs
 
 
-def _tensor(draw, shape, dtype, device, nan_past=None):
+HEAD_DIMS = (4, 8, 16)  # the op strategies' default head dims (``head_dims=`` for others)
+
+
+def _tensor(draw, shape, dtype, device, nan_past=None, magnitude=1.0, layout=None):
+    """Random values of ``shape`` (times ``magnitude``), NaN in slots past each row's
+    length ``nan_past`` (dimension 2), stored as drawn (``layout``: ``"contiguous"``,
+    ``"transposed"``: dims 1 and 2 swapped in memory, as transformers hands q over, or
+    ``"strided"``: rows of a wider buffer), or as given."""
     seed = draw(st.integers(0, 2**16))
     g = torch.Generator().manual_seed(seed)
-    t = torch.randn(*shape, generator=g, dtype=torch.float64)
+    t = torch.randn(*shape, generator=g, dtype=torch.float64) * magnitude
     if nan_past is not None:  # NaN in cache slots past each row's length: must never leak
         for b, n in enumerate(nan_past):
             t[b, :, n:] = float("nan")
-    return t.to(dtype).to(device)
+    t = t.to(dtype).to(device)
+    layout = layout or draw(st.sampled_from(["contiguous", "transposed", "strided"]))
+    if layout == "transposed":
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "strided":  # each row of the last dim inside a wider one (garbage past it)
+        wide = torch.full((*t.shape[:-1], t.shape[-1] + 3), float("nan"), dtype=dtype)
+        wide = wide.to(device)
+        wide[..., : t.shape[-1]] = t
+        return wide[..., : t.shape[-1]]
+    return t
 
 
 @st.composite
 def _op_lengths(draw, B: int, S: int, T: int):
     """Per row (q_len, kv_len) with q_len <= min(T, kv_len) <= S, covering zero-length
-    rows, q_len == kv_len and full caches."""
-    kind = draw(st.sampled_from(["random", "zero_rows", "q_eq_kv", "empty", "full"]))
+    rows, q_len == kv_len and full caches (most draws: random lengths)."""
+    kinds = ["random", "random", "random", "zero_rows", "q_eq_kv", "empty", "full"]
+    kind = draw(st.sampled_from(kinds))
     rows = []
     for _ in range(B):
         kv = draw(st.integers(0, S))
@@ -180,89 +197,147 @@ def _op_lengths(draw, B: int, S: int, T: int):
     return rows
 
 
-def _check_op_sizes(where: str, max_batch, max_t, max_s) -> None:
-    _check_sizes(where, max_batch=max_batch, max_t=max_t, max_s=max_s)
-    if max_s < max_t:
+def _check_op_sizes(where: str, head_dims=HEAD_DIMS, max_pad=0, **sizes) -> None:
+    """``sizes`` ints >= 1 (``max_s >= max_t`` for the padded forms), ``max_pad`` >= 0,
+    ``head_dims`` ints >= 1; else a ``ValueError`` naming the argument."""
+    _check_sizes(where, **sizes)
+    if "max_t" in sizes and sizes["max_s"] < sizes["max_t"]:
         raise ValueError(
-            f"{where}: max_s={max_s} < max_t={max_t}: the cache holds at least the T query "
-            "slots (S >= T); raise max_s or lower max_t"
+            f"{where}: max_s={sizes['max_s']} < max_t={sizes['max_t']}: the cache holds at "
+            "least the T query slots (S >= T); raise max_s or lower max_t"
         )
+    if isinstance(max_pad, bool) or not isinstance(max_pad, int) or max_pad < 0:
+        raise ValueError(f"{where}: max_pad must be an int >= 0, got {max_pad!r}")
+    dims = list(head_dims) if not isinstance(head_dims, (str, bytes)) else []
+    if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise ValueError(f"{where}: head_dims must be ints >= 1, got {head_dims!r}")
 
 
-def _heads(draw):
+def _heads(draw, head_dims):
     Hkv = draw(st.sampled_from([1, 2]))
-    return Hkv * draw(st.sampled_from([1, 2, 4])), Hkv, draw(st.sampled_from([4, 8, 16]))
+    return Hkv * draw(st.sampled_from([1, 2, 4])), Hkv, draw(st.sampled_from(list(head_dims)))
+
+
+def _scale(draw, D: int) -> tuple[float, float]:
+    """The softmax scale (``D**-0.5`` or another) and the queries' magnitude: with
+    ``D**-0.5``, sometimes 8 (logits of a few tens, where a softmax without its max
+    subtracted overflows in float16 and bfloat16; larger ones would put a correct float32
+    kernel's rounding past ``assert_close``'s float32 tolerance)."""
+    scale = draw(st.sampled_from([D**-0.5, D**-0.5, 1.0, 0.1]))
+    return scale, draw(st.sampled_from([1.0, 1.0, 8.0])) if scale == D**-0.5 else 1.0
 
 
 @st.composite
-def attention_inputs(draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=12):
+def attention_inputs(
+    draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=40, head_dims=HEAD_DIMS
+):
     """``(q, k, v, q_lens, kv_lens, scale)`` for ``ragged_attention``: ``q [B, Hq, T, D]``,
-    ``k, v [B, Hkv, S, D]`` with NaN past each row's ``kv_len``, int32 lengths."""
-    _check_op_sizes("attention_inputs()", max_batch, max_t, max_s)
-    Hq, Hkv, D = _heads(draw)
+    ``k, v [B, Hkv, S, D]`` with NaN past each row's ``kv_len`` (and NaN in q's padding
+    slots), int32 lengths; any of them in memory transposed or as rows of a wider buffer;
+    ``scale`` ``D**-0.5`` or another, queries sometimes large."""
+    _check_op_sizes("attention_inputs()", head_dims, max_batch=max_batch, max_t=max_t, max_s=max_s)
+    Hq, Hkv, D = _heads(draw, head_dims)
     B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
     S = draw(st.integers(T, max_s))
     rows = draw(_op_lengths(B, S, T))
-    kv = [r[1] for r in rows]
-    q = _tensor(draw, (B, Hq, T, D), dtype, device)
+    scale, big = _scale(draw, D)
+    q_lens, kv = [r[0] for r in rows], [r[1] for r in rows]
+    q = _tensor(draw, (B, Hq, T, D), dtype, device, nan_past=q_lens, magnitude=big)
     k = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
     v = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
-    lens = [torch.tensor(x, dtype=torch.int32, device=device) for x in zip(*rows)]
-    return q, k, v, lens[0], lens[1], D**-0.5
+    lens = [torch.tensor(x, dtype=torch.int32, device=device) for x in (q_lens, kv)]
+    return q, k, v, lens[0], lens[1], scale
 
 
 @st.composite
 def packed_attention_inputs(
-    draw, dtype=torch.float64, device="cpu", max_batch=4, max_q=5, max_s=12, max_pad=3
+    draw,
+    dtype=torch.float64,
+    device="cpu",
+    max_batch=4,
+    max_q=5,
+    max_s=40,
+    max_pad=3,
+    head_dims=HEAD_DIMS,
 ):
     """``(q, k, v, cu_q_lens, kv_lens, scale)`` for ``ragged_attention_packed``: packed
     ``q [1, Hq, N, D]`` (a transposed view, as a decoder hands it over, with up to
-    ``max_pad`` padding tokens past ``cu_q_lens[B]``), ``k, v [B, Hkv, S, D]`` with NaN
-    past each row's ``kv_len``."""
-    Hq, Hkv, D = _heads(draw)
+    ``max_pad`` padding tokens past ``cu_q_lens[B]``, NaN), ``k, v [B, Hkv, S, D]`` with
+    NaN past each row's ``kv_len`` (any of their layouts); ``scale`` as
+    :func:`attention_inputs`'."""
+    where = "packed_attention_inputs()"
+    _check_op_sizes(where, head_dims, max_pad, max_batch=max_batch, max_q=max_q, max_s=max_s)
+    Hq, Hkv, D = _heads(draw, head_dims)
     B = draw(st.integers(1, max_batch))
     S = draw(st.integers(1, max_s))
     rows = draw(_op_lengths(B, S, max_q))
+    scale, big = _scale(draw, D)
     cu = [0, *itertools.accumulate(q_len for q_len, _ in rows)]
     N = cu[-1] + draw(st.integers(0, max_pad))
     kv = [r[1] for r in rows]
-    q = _tensor(draw, (1, N, Hq, D), dtype, device).transpose(1, 2)
+    q = _tensor(draw, (1, N, Hq, D), dtype, device, magnitude=big, layout="contiguous")
+    q[:, cu[-1] :] = float("nan")  # tokens of no row (CUDA-graph bucket padding)
+    q = q.transpose(1, 2)
     k = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
     v = _tensor(draw, (B, Hkv, S, D), dtype, device, nan_past=kv)
     cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
     kv_t = torch.tensor(kv, dtype=torch.int32, device=device)
-    return q, k, v, cu_t, kv_t, D**-0.5
+    return q, k, v, cu_t, kv_t, scale
+
+
+def _value_dim(draw, D: int) -> int:
+    """Values as wide as keys, or narrower (multi-head latent attention)."""
+    return draw(st.sampled_from([D, D, max(1, D // 2)]))
 
 
 @st.composite
-def kv_append_inputs(draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=12):
-    """``(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)`` for ``kv_append``."""
-    _check_op_sizes("kv_append_inputs()", max_batch, max_t, max_s)
-    Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from([4, 8]))
+def kv_append_inputs(
+    draw, dtype=torch.float64, device="cpu", max_batch=4, max_t=5, max_s=24, head_dims=(4, 8)
+):
+    """``(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)`` for ``kv_append`` (values
+    sometimes narrower than keys; any layouts). Run the oracle on clones of the caches,
+    or before the op: both write in place."""
+    _check_op_sizes("kv_append_inputs()", head_dims, max_batch=max_batch, max_t=max_t, max_s=max_s)
+    Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from(list(head_dims)))
+    Dv = _value_dim(draw, D)
     B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
     S = draw(st.integers(T, max_s))
     new = [draw(st.integers(0, T)) for _ in range(B)]
     start = [draw(st.integers(0, S - n)) for n in new]
-    kc, vc = (_tensor(draw, (B, Hkv, S, D), dtype, device) for _ in range(2))
-    kn, vn = (_tensor(draw, (B, Hkv, T, D), dtype, device) for _ in range(2))
+    kc, vc = (_tensor(draw, (B, Hkv, S, d), dtype, device) for d in (D, Dv))
+    kn, vn = (_tensor(draw, (B, Hkv, T, d), dtype, device) for d in (D, Dv))
     lens = [torch.tensor(x, dtype=torch.int32, device=device) for x in (start, new)]
     return kc, vc, kn, vn, lens[0], lens[1]
 
 
 @st.composite
 def packed_kv_append_inputs(
-    draw, dtype=torch.float64, device="cpu", max_batch=4, max_q=5, max_s=12, max_pad=3
+    draw,
+    dtype=torch.float64,
+    device="cpu",
+    max_batch=4,
+    max_q=5,
+    max_s=24,
+    max_pad=3,
+    head_dims=(4, 8),
 ):
     """``(k_cache, v_cache, k_new, v_new, cu_q_lens, cache_lens)`` for
     ``kv_append_packed``: packed ``k_new [1, Hkv, N, D]`` (transposed views) with up to
-    ``max_pad`` padding tokens."""
-    Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from([4, 8]))
+    ``max_pad`` padding tokens (values sometimes narrower than keys). Run the oracle on
+    clones of the caches, or before the op: both write in place."""
+    where = "packed_kv_append_inputs()"
+    _check_op_sizes(where, head_dims, max_pad, max_batch=max_batch, max_q=max_q, max_s=max_s)
+    Hkv, D = draw(st.sampled_from([1, 2])), draw(st.sampled_from(list(head_dims)))
+    Dv = _value_dim(draw, D)
     B, S = draw(st.integers(1, max_batch)), draw(st.integers(1, max_s))
     q_lens = [draw(st.integers(0, min(max_q, S))) for _ in range(B)]
     start = [draw(st.integers(0, S - n)) for n in q_lens]
     cu = [0, *itertools.accumulate(q_lens)]
     N = cu[-1] + draw(st.integers(0, max_pad))
-    kc, vc = (_tensor(draw, (B, Hkv, S, D), dtype, device) for _ in range(2))
-    kn, vn = (_tensor(draw, (1, N, Hkv, D), dtype, device).transpose(1, 2) for _ in range(2))
+    kc, vc = (_tensor(draw, (B, Hkv, S, d), dtype, device) for d in (D, Dv))
+    kn, vn = (
+        _tensor(draw, (1, N, Hkv, d), dtype, device, layout="contiguous").transpose(1, 2)
+        for d in (D, Dv)
+    )
     cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
     return kc, vc, kn, vn, cu_t, torch.tensor(start, dtype=torch.int32, device=device)
