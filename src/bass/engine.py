@@ -341,9 +341,10 @@ class Generator:
                 self.width = self.main.get_output_embeddings().weight.shape[0]
                 self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
                 work = self._generate(job)
+                mode = compat.generation_mode(models)  # (reads every module: once)
                 try:  # grad mode, no host-side length checks (valid by construction: tests
                     while True:  # check the invariant every step): the work's, not the caller's
-                        with length_checks(False), compat.generation_mode(models):
+                        with length_checks(False), mode:
                             try:
                                 row = next(work)
                             except StopIteration as done:

@@ -521,3 +521,23 @@ def test_with_prompts_waiting_every_rows_token_is_worth_the_same():
     p.draft_lengths(ctx(5))
     c0, c1 = p.ends(list(range(R)), [61] + [11] * (R - 1), waiting=5)[3:]
     assert p.values == pytest.approx([c0 / R + c1] * R)
+
+
+def test_state_is_kept_for_the_rows_running_not_every_row_of_the_job():
+    """A job of any size: 16 rows at once, one replaced by the next prompt every step,
+    5000 prompts; the per-row state stays a few times the rows running."""
+    policy, rng = AdaptivePolicy(), random.Random(0)
+    running, nxt = list(range(16)), 16
+    for step in range(5000):
+        ctx = DraftContext(list(running), [8] * 16, "ngram", [rng.randrange(4) for _ in running],
+                           [rng.randrange(3) for _ in running], step, 1)  # fmt: skip
+        ks = policy.draft_lengths(ctx)
+        accepted = [min(k, rng.randrange(3)) for k in ks]
+        record = StepRecord(max(ks), accepted, ks, verify_seconds=1e-3, prompts=list(running),
+                            verify_tokens=16 + sum(ks))  # fmt: skip
+        policy.update(record)
+        running[rng.randrange(16)], nxt = nxt, nxt + 1
+    per_row = [policy.idle, policy.shallow, policy.reach, policy.pace, policy.spread]
+    assert max(map(len, per_row)) <= 2 * 16 + 64, [len(d) for d in per_row]
+    assert len(policy.rows) <= 4 * (2 * 16 + 64) and len(policy.own) <= 4 * (2 * 16 + 64)
+    assert policy.steps == 5000 and any(ks)  # it kept deciding (and drafting)

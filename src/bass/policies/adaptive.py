@@ -511,3 +511,15 @@ class AdaptivePolicy(OptionsMixin, Policy):
             self.spread[row] = running_mean(self.spread.get(row), (1.0 + x - pace) ** 2, w)
             self.pace[row] = running_mean(pace, 1.0 + x, w)
         self.steps += 1
+        live = set(rows)  # every active row is in every step: one missing has finished
+        if max(len(self.idle), len(self.pace)) > 2 * len(live) + 64:  # now and then: O(1)
+            self._forget(live)
+
+    def _forget(self, live: set) -> None:
+        """Drop the per-row state of rows not in ``live`` (finished: a job of any size keeps
+        the state of the rows running, not of every row it ran)."""
+        for d in (self.idle, self.shallow, self.reach, self.pace, self.spread):
+            for row in [r for r in d if r not in live]:
+                del d[row]
+        self.rows = {k: v for k, v in self.rows.items() if k[1] in live}  # ("first", row, sig)
+        self.own = {k: v for k, v in self.own.items() if k[1] in live}  # (shared key, row)
