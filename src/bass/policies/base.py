@@ -28,10 +28,10 @@ __all__ = [
 ]
 
 
-def _checked_lengths(name: str, who: str, per_row, single, ctx: DraftContext) -> list[int]:
+def _checked_lengths(name: str, who, per_row, single, ctx: DraftContext) -> list[int]:
     """One draft length per row from ``per_row(ctx)``, else ``single()`` for every row,
     capped at ``ctx.caps``; a bad one is a :class:`~bass.errors.PluginOutputError` (``name``
-    in its message, ``who`` its ``plugin``)."""
+    in its message, ``who()`` its ``plugin``: looked up on failure only)."""
     if per_row is None:
         k = single()
         if type(k) is not int or k < 0:
@@ -42,7 +42,7 @@ def _checked_lengths(name: str, who: str, per_row, single, ctx: DraftContext) ->
         raise PluginOutputError(
             f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
             f"{ctx.num_rows} draft lengths (integers >= 0), one per active row",
-            plugin=who,
+            plugin=who(),
             hook="draft_lengths",
         )
     ks = list(got)
@@ -50,7 +50,7 @@ def _checked_lengths(name: str, who: str, per_row, single, ctx: DraftContext) ->
         raise PluginOutputError(
             f"policy {name}.draft_lengths returned {len(ks)} lengths for {ctx.num_rows} "
             "active rows",
-            plugin=who,
+            plugin=who(),
             hook="draft_lengths",
         )
     for r, k in enumerate(ks):
@@ -60,7 +60,7 @@ def _checked_lengths(name: str, who: str, per_row, single, ctx: DraftContext) ->
     return [min(k, c) for k, c in zip(ks, ctx.caps)]
 
 
-def _length(k: Any, said: str, who: str, hook: str) -> int:
+def _length(k: Any, said: str, who, hook: str) -> int:
     """``k`` as an int (Python's, numpy's or a one-element integer tensor), ``>= 0``."""
     bad_type = isinstance(k, (bool, np.bool_))
     if isinstance(k, torch.Tensor) and (k.dtype == torch.bool or k.is_floating_point()):
@@ -73,7 +73,7 @@ def _length(k: Any, said: str, who: str, hook: str) -> int:
         raise PluginOutputError(
             f"policy {said} {k!r}; a draft length must be an integer >= 0 (0: no drafting "
             "this step); lengths above what a row may still draft are capped",
-            plugin=who,
+            plugin=who(),
             hook=hook,
         )
     return n
@@ -182,15 +182,17 @@ def bind(policy: Any) -> PolicyHooks:
     stop = getattr(policy, "early_stop", None)
     if not callable(stop):
         stop = None
-    who = plugins.describe("policy", policy, registered or None)
+    # its name with its package, for errors: looked up (importlib.metadata, tens of ms)
+    # when one is raised, not once per generation
+    who = functools.cache(functools.partial(plugins.describe, "policy", policy, registered or None))
     if not plugins.is_builtin(policy):  # what another package's policy raises is its own
         if per_row is not None:
-            per_row = plugins.guard(who, "draft_lengths", per_row)
+            per_row = plugins.guard(who(), "draft_lengths", per_row)
         else:
-            single = plugins.guard(who, "draft_length", single)
-        update = plugins.guard(who, "update", update)
+            single = plugins.guard(who(), "draft_length", single)
+        update = plugins.guard(who(), "update", update)
         if stop is not None:
-            stop = plugins.guard(who, "early_stop", stop)
+            stop = plugins.guard(who(), "early_stop", stop)
 
     def early_stop(ctx: DraftContext) -> EarlyStop | None:
         got = stop(ctx) if stop is not None else None
@@ -198,14 +200,14 @@ def bind(policy: Any) -> PolicyHooks:
             raise PluginOutputError(
                 f"policy {name}.early_stop returned {got!r}; expected a bass.hooks.EarlyStop "
                 "or None",
-                plugin=who,
+                plugin=who(),
                 hook="early_stop",
             )
         if got is not None and got.floors is not None and len(got.floors) != ctx.num_rows:
             raise PluginOutputError(
                 f"policy {name}.early_stop returned {len(got.floors)} floors for "
                 f"{ctx.num_rows} active rows",
-                plugin=who,
+                plugin=who(),
                 hook="early_stop",
             )
         return got
