@@ -20,6 +20,11 @@ from cli_support import (
     subprocess_env,
 )
 
+from bass.cli import scaleout
+from bass.cli.errors import UsageError
+from bass.cli.generate import _print_new
+from bass.distributed import Topology
+
 FLAGS = "--dtype float64 --cpu-linear torch --samples 2 --sample --seed 3 --max-new-tokens 4"
 PROMPTS = ["hello world", "the sea is blue", "a cat"]
 
@@ -150,3 +155,50 @@ def test_a_merge_stopped_before_the_shards_were_removed_resumes(model_dir, tmp_p
     assert f"prompt {row['prompt_index']}, sample {row['sample']} has two different rows" in line
     assert f"{shard}:1" in line
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before  # nothing touched
+
+
+class _TwoMachines(scaleout.Scaleout):
+    """Rank ``rank`` of a 2-rank world whose collectives are played here: rank 1 lives on
+    another machine, so it never sees the files rank 0 writes (``seen``: what it reports)."""
+
+    def __init__(self, rank: int, seen: bool):
+        super().__init__(Topology(2, rank, 1))
+        self.seen, self.calls = seen, 0
+
+    def _all_gather(self, value, group=None) -> list:
+        self.calls += 1
+        if self.calls == 1:  # shared((token, probe)): rank 0's, read from its directory
+            return [value, (None, None)] if self.topo.is_main else [self.rank0, value]
+        return [value, self.seen] if self.topo.is_main else [True, value]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ranks_that_do_not_see_rank_0s_directory_are_refused_on_every_rank(tmp_path, rank):
+    """Ranks on several machines with --output in a directory local to each: rank 0 merges
+    the shards it can see and every rank reads --output for --resume, so rows would be lost
+    or generated twice; every rank refuses before any model loads, naming the blind ranks."""
+    out = tmp_path / "out.jsonl"
+    elsewhere = tmp_path / "other-machine"
+    elsewhere.mkdir()
+    if rank == 0:
+        scale = _TwoMachines(0, seen=False)
+    else:  # rank 1: rank 0's probe file is named in a directory it does not have
+        scale = _TwoMachines(1, seen=False)
+        scale.rank0 = ("token", elsewhere / "missing" / "out.jsonl.bass-check")
+    with pytest.raises(UsageError, match=r"rank\(s\) 1 do not see the files rank 0 writes"):
+        scale.check_shared(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-machine"]  # probe removed
+    seeing = _TwoMachines(0, seen=True)
+    seeing.check_shared(out)  # one directory for all: no error, nothing left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-machine"]
+
+
+def test_a_merge_that_misses_a_groups_rows_is_an_error_not_a_shorter_file(tmp_path, capsys):
+    """After a data-parallel run, rank 0 prints the rows from the merged --output; fewer
+    rows than the groups said they wrote (a shard it could not read) is refused, saying
+    where the missing rows are."""
+    out = tmp_path / "out.jsonl"
+    out.write_text(stale_row(0) + "\n" + stale_row(2) + "\n")
+    with pytest.raises(UsageError, match=r"wrote 3 rows, but only 1 were in the shards"):
+        _print_new(out, done={(0, 0)}, n=1, expected=3)
+    assert capsys.readouterr().out.count(">>> stale") == 1  # the row it has, printed

@@ -236,6 +236,7 @@ def cmd_generate(args) -> int:
     # one writer per file: rank 0's
     scale.first(lambda: lock_outputs(args, {"--output": args.output, "--plot": args.plot}))
     if out_path is not None:
+        scale.check_shared(out_path)  # ranks on several machines: one directory for all
         scale.first(lambda: scaleout.check_files(out_path))
     if out_path is not None and not (args.resume or args.overwrite):  # finished rows kept
         scale.first(lambda: scaleout.check_unused(out_path))
@@ -346,8 +347,9 @@ def cmd_generate(args) -> int:
                         "settings": settings,
                     }
                     progress.row_done(len(row.tokens))
-                    if scale.sharded:
-                        kept.append(record)  # printed by rank 0 once every group is done
+                    if scale.sharded:  # rank 0 prints every group's rows at the end
+                        if out_path is None:  # (with --output: from the merged file)
+                            kept.append(record)
                     elif scale.prints:  # first: on screen even if the write fails
                         with progress.paused():
                             _print([record], n)
@@ -372,16 +374,18 @@ def cmd_generate(args) -> int:
             results.close()
 
     run_stats = [gen.stats] if todo else []
-    if scale.sharded:  # every group's rows and statistics to rank 0
-        parts = scale.gather((kept, run_stats, reasons))
+    if scale.sharded:  # every group's statistics (and rows, without --output) to rank 0
+        parts = scale.gather((kept, run_stats, reasons, written))
         if parts is None:
             return 0
-        if out_path is not None:
+        if out_path is not None:  # the rows stay on disk: merged, then printed from the file
             scaleout.merge(out_path)
-        every = sorted(
-            (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
-        )
-        _print(every, n)
+            _print_new(out_path, done, n, sum(p[3] for p in parts))
+        else:
+            every = sorted(
+                (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
+            )
+            _print(every, n)
         run_stats = [st for p in parts for st in p[1]]
         reasons = [why for p in parts for why in p[2]]
     if not scale.prints:  # progress, completions and the summary: rank 0's
@@ -422,6 +426,26 @@ def _print(records: list[dict], n: int) -> None:
         first, _, rest = r["prompt"].strip().partition("\n")
         head = first + (" [...]" if rest.strip() else "")
         print(f">>> {head}{tag}\n{r['completion']}\n", flush=True)
+
+
+def _print_new(out: Path, done: set, n: int, expected: int) -> None:
+    """Rank 0, after a data-parallel run merged its shards: this run's rows (those not in
+    ``done``), printed from ``out`` a line at a time; fewer than the groups wrote is an
+    error (a shard rank 0 could not read), never a silently shorter file."""
+    printed = 0
+    with out.open("rb") as f:
+        for line in f:
+            row = json.loads(line)
+            if (row["prompt_index"], row["sample"]) not in done:
+                _print([row], n)
+                printed += 1
+    if printed < expected:
+        raise UsageError(
+            f"--output {out}: the data-parallel groups wrote {expected} rows, but only "
+            f"{printed} were in the shards rank 0 merged; the others' shards "
+            f"({out.name}.rank<r>) are where their ranks wrote them: put them beside {out} "
+            "and rerun with --resume"
+        )
 
 
 def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> str:

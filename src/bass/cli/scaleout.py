@@ -7,6 +7,7 @@ import contextlib
 import glob
 import json
 import os
+import secrets
 from pathlib import Path
 
 from .errors import UsageError, flag_error
@@ -71,6 +72,39 @@ class Scaleout:
             except OSError as exc:
                 raise UsageError(f"--output {out}: cannot write it: {exc.strerror}") from None
 
+    def check_shared(self, out: Path) -> None:
+        """Refuse, on every rank, a world whose ranks do not all see the files rank 0
+        writes beside ``out``: each rank reads ``--output`` for ``--resume`` and rank 0
+        merges the groups' shards, so a directory local to one node (ranks on several
+        nodes) would lose rows or generate them twice. A file named at random, written by
+        rank 0 and read back by every rank (no file system caches a name never looked up)."""
+        if not self.active:
+            return
+        probe = out.with_name(f"{out.name}.bass-check-{secrets.token_hex(6)}")
+        token = None
+        if self.topo.is_main:
+            token = secrets.token_hex(8)
+            try:
+                probe.write_text(token)
+            except OSError:
+                token = None  # rank 0 cannot write there: refused below, on every rank
+        token, probe = self.shared((token, probe))  # written before any rank reads it
+        try:
+            seen = token is not None and probe.read_text() == token
+        except OSError:
+            seen = False
+        blind = [r for r, ok in enumerate(self.every(seen)) if not ok]
+        if self.topo.is_main:
+            probe.unlink(missing_ok=True)
+        if token is None:
+            raise UsageError(f"--output {out}: rank 0 cannot write beside it")
+        if blind:
+            raise UsageError(
+                f"--output {out}: rank(s) {', '.join(map(str, blind))} do not see the files "
+                "rank 0 writes in its directory (ranks on several machines, a directory "
+                "local to one): put --output on a file system every machine shares"
+            )
+
     def every(self, value) -> list:
         """Every rank's ``value``, on every rank (a list in rank order)."""
         return self._all_gather(value) if self.active else [value]
@@ -83,8 +117,13 @@ class Scaleout:
         """Every group's ``value`` on rank 0 (a list in rank order), ``None`` elsewhere: at
         the job's end, each group arriving when its share is done (no timeout for the
         slowest: ``bass.distributed.FINISH_TIMEOUT``)."""
-        parts = self._all_gather(value, "finish")
-        if not self.topo.is_main:
+        import torch.distributed as dist
+
+        from .. import distributed
+
+        parts: list | None = [None] * self.topo.world if self.topo.is_main else None
+        dist.gather_object(value, parts, dst=0, group=distributed.control_group("finish"))
+        if parts is None:  # only rank 0 receives them
             return None
         return [p for r, p in enumerate(parts) if r % self.topo.tp == 0]
 
