@@ -267,9 +267,10 @@ def gather(local: list, indices: Sequence[int], n: int, topo: Topology | None = 
     if topo.world == 1:
         return list(local)
     mine = list(zip(indices, local)) if topo.tp_rank == 0 else []
-    parts: list = [None] * topo.world
-    dist.all_gather_object(parts, mine, group=control_group("finish"))  # at each's pace
-    if not topo.is_main:
+    parts: list | None = [None] * topo.world if topo.is_main else None
+    # to rank 0 only (the other ranks need not hold the whole job), each at its own pace
+    dist.gather_object(mine, parts, dst=0, group=control_group("finish"))
+    if parts is None:
         return None
     out: list = [None] * n
     for part in parts:
