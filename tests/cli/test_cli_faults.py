@@ -471,3 +471,18 @@ def test_a_cpu_out_of_memory_is_a_user_error_that_says_what_to_lower():
     assert str(err).endswith("lower --batch-size, --kv-budget-gib or --max-new-tokens")
     bug = RuntimeError("shape mismatch")
     assert _row_error(bug, [], [], 1) is bug  # anything else stays a bug
+
+
+def test_resume_takes_the_embedded_default_named_by_its_file_as_the_default():
+    """Rows written with the embedded default (``main: null``) resume with ``--main``
+    naming its GGUF file, and the other way round: the same model, one setting."""
+    from bass.cli.generate import row_settings
+    from bass.config import Config
+    from bass.models import default_model_file
+
+    config = Config()
+    assert row_settings(config)["main"] is None
+    config.model.main = str(default_model_file())
+    assert row_settings(config)["main"] is None
+    config.model.main = str(default_model_file().parent)  # another path: resolved, kept
+    assert row_settings(config)["main"] == str(default_model_file().parent.resolve())

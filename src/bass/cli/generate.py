@@ -187,10 +187,15 @@ def n_of(args) -> int:
 def row_settings(config) -> dict:
     """The settings that change what a results row should be, as every row stores them
     (``--resume`` refuses a file made with others; which: docs/guides/config-and-cli.md)."""
+    from ..models import ModelNotFoundError, default_model_file
+
     m, g = config.model, config.generation
     main = m.main
     if main is not None and Path(main).exists():
         main = str(Path(main).resolve())
+        with contextlib.suppress(ModelNotFoundError):  # the embedded default, named: as null
+            if main == str(default_model_file().resolve()):
+                main = None
     sampling = ("temperature", "top_k", "top_p", "seed")  # none of them when greedy
     settings = {
         "main": main,
