@@ -365,6 +365,44 @@ def test_attention_is_inference_only(names):
     assert torch.equal(out_inference, expected)
 
 
+def test_attention_refuses_forward_mode_tangents_it_would_drop():
+    """Forward-mode AD carries no requires_grad: ``torch.func.jvp`` and dual tensors ran
+    the op below autograd and lost the tangent (zero or None), a silently wrong derivative.
+    Inside a dual level, inputs without tangents still run."""
+    import torch.autograd.forward_ad as fwAD
+
+    args = attention_args(dtype=torch.float64)
+    q0, rest = args[0], args[1:]
+    with pytest.raises(RuntimeError, match="no forward-mode derivative"):
+        torch.func.jvp(lambda q: attention(q, *rest), (q0,), (torch.ones_like(q0),))
+    with fwAD.dual_level():
+        with pytest.raises(RuntimeError, match="no forward-mode derivative"):
+            attention(fwAD.make_dual(q0, torch.ones_like(q0)), *rest)
+        assert torch.equal(attention(*args), attention(*attention_args(dtype=torch.float64)))
+    k_cache, v_cache, k_new, v_new, cache_lens, new_lens = append_args()
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match="bass.kv_append is inference"):
+        bass.ops.kv_append(
+            k_cache, v_cache, fwAD.make_dual(k_new, k_new), v_new, cache_lens, new_lens
+        )
+
+
+def test_lengths_held_in_parameters_are_range_checked():
+    """Lengths kept as module state (``nn.Parameter``/``nn.Buffer`` subclasses hold data)
+    get the eager range checks plain tensors get: they were skipped as if fake, and an
+    append past the cache silently overwrote its last slot."""
+    k_cache, v_cache, k_new, v_new, _, _ = append_args()
+    full = torch.nn.Parameter(lens((S - 1, 0, 0)), requires_grad=False)
+    new = torch.nn.Parameter(lens((2, 0, 0)), requires_grad=False)
+    before = k_cache.clone()
+    with pytest.raises(ValueError, match="the cache is full"):
+        bass.ops.kv_append(k_cache, v_cache, k_new, v_new, full, new)
+    assert torch.equal(k_cache, before)
+    q, k, v, q_lens, _, scale = attention_args()
+    short = torch.nn.Parameter(lens((1, 0, 0)), requires_grad=False)  # q_len 2 > kv_len 1
+    with pytest.raises(ValueError, match="q_lens"):
+        attention(q, k, v, q_lens, short, scale)
+
+
 def test_unknown_impl_lists_registered_names():
     with pytest.raises(ValueError, match=r"unknown ragged attention implementation 'nope'") as info:
         attention(*ARGS, impl="nope")

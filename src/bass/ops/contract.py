@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 # every length tensor (q_lens, kv_lens, cu_q_lens, cache_lens): a tensor, since Python
 # lists would recompile a compiled caller on every new value
@@ -66,13 +67,18 @@ def length_checks(enabled: bool) -> Iterator[None]:
         _CHECK_LENGTHS[0] = old
 
 
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__  # a subclass that dispatches as a tensor
+
+
 def checking_lengths(*tensors: torch.Tensor) -> bool:
     """Whether range checks run on these tensors: checks on, and every tensor a plain
     eager tensor holding data (not fake, meta, functional or traced)."""
     if not _CHECK_LENGTHS[0] or torch.compiler.is_compiling():
         return False
     for t in tensors:
-        if type(t) is not torch.Tensor or t.device.type == "meta":
+        # fake, functional and other wrapper subclasses hold no data to read; plain-data
+        # subclasses (nn.Parameter, nn.Buffer) do and are checked
+        if t.device.type == "meta" or type(t).__torch_dispatch__ is not _PLAIN_DISPATCH:
             return False
         if torch._C._functorch.is_functorch_wrapped_tensor(t) or torch._is_functional_tensor(t):
             return False
@@ -117,6 +123,23 @@ def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
             f"{op} is inference-only and has no backward, but {', '.join(needing)} "
             "require grad; call it under torch.no_grad() / torch.inference_mode() "
             "or pass detached tensors"
+        )
+
+
+def check_no_tangent(op: str, **tensors: torch.Tensor) -> None:
+    """Forward-mode AD (``torch.func.jvp``, ``torch.autograd.forward_ad`` dual tensors)
+    has no ``requires_grad`` to refuse: without this the op would run below it and drop
+    the tangent, a silently wrong derivative."""
+    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+    top = peek() if peek is not None else None
+    forward = top is not None and top.key() == torch._C._functorch.TransformType.Jvp
+    if not forward and fwAD._current_level >= 0:  # inside a dual_level()
+        forward = any(fwAD.unpack_dual(t).tangent is not None for t in tensors.values())
+    if forward:
+        raise RuntimeError(
+            f"{op} is inference-only and has no forward-mode derivative (torch.func.jvp, "
+            "forward-AD dual tensors): its tangent would be lost; call it on tensors "
+            "without tangents (outside jvp) or differentiate a pure-PyTorch attention"
         )
 
 

@@ -15,7 +15,14 @@ from typing import Any, NamedTuple
 import torch
 
 from . import contract, cutlass, flex, fused, reference, sdpa
-from .contract import LENGTH_DTYPE, bucket_query_len, check_no_grad, check_rows, lib
+from .contract import (
+    LENGTH_DTYPE,
+    bucket_query_len,
+    check_no_grad,
+    check_no_tangent,
+    check_rows,
+    lib,
+)
 
 __all__ = [
     "PASS_KINDS",
@@ -338,7 +345,9 @@ def _inference_only(name: str, float_args: tuple[str, ...]) -> None:
 
     def kernel(keyset, *args, **kwargs):
         given = {**dict(zip(names, args)), **kwargs}
-        check_no_grad(f"bass.{name}", **{n: given[n] for n in float_args})
+        floats = {n: given[n] for n in float_args}
+        check_no_grad(f"bass.{name}", **floats)
+        check_no_tangent(f"bass.{name}", **floats)
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
 
