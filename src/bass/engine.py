@@ -521,4 +521,4 @@ class Generator:
         res = self.generate(prompts, **kw)
         stops = kw.get("stop_strings")
         stops = self.generate_defaults.get("stop_strings") if stops is None else stops
-        return decode_rows(tokenizer, res, stops)
+        return decode_rows(tokenizer, res, stops, prompts)

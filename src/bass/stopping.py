@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["StopStrings", "cut_at_stop", "decode", "decode_rows"]
+__all__ = ["StopStrings", "cut_at_stop", "decode", "decode_after", "decode_rows"]
 
 
 def _as_list(stop_strings: str | Sequence[str]) -> list[str]:
@@ -92,15 +92,36 @@ class StopStrings:
         return None
 
 
-def decode_rows(tokenizer, result, stop_strings) -> list[str]:
+def decode_rows(tokenizer, result, stop_strings, prompts=None) -> list[str]:
     """Each row of ``result`` (a :class:`bass.GenerationResult`) as text: its new tokens
-    decoded (special tokens skipped) and, for a row a stop string ended, cut right before
-    the stop string (as vLLM's default)."""
+    decoded after its prompt (:func:`decode_after`; ``prompts``: each row's prompt ids,
+    ``None``: the tokens alone), special tokens skipped, and, for a row a stop string
+    ended, cut right before the stop string (as vLLM's default)."""
     out = []
-    for seq, why in zip(result.sequences, result.finish_reasons, strict=True):
-        text = decode(tokenizer, seq)
+    prompts = [()] * len(result.sequences) if prompts is None else prompts
+    for seq, why, prompt in zip(result.sequences, result.finish_reasons, prompts, strict=True):
+        text = decode_after(tokenizer, prompt, seq)
         out.append(cut_at_stop(text, stop_strings) if stop_strings and why == "stop" else text)
     return out
+
+
+#: Prompt tokens decoded before the new ones (:func:`decode_after`).
+CONTEXT_TOKENS = 8
+
+
+def decode_after(tokenizer, prompt: Sequence[int], ids: Sequence[int]) -> str:
+    """The text ``ids`` add to ``prompt``'s: the new tokens decoded after the prompt's last
+    few and that prefix's text removed, as transformers' pipelines and vLLM give it.
+    Decoded alone, a text loses what its first token means only after others: SentencePiece
+    tokenizers (Llama, Mistral, Phi-3) drop its leading space, the indentation of a code
+    body's first line. Where the prefix's text does not start the whole (a character cut
+    between prompt and new tokens), the new tokens alone."""
+    if not prompt:
+        return decode(tokenizer, list(ids))
+    head = list(prompt[-CONTEXT_TOKENS:])
+    before = decode(tokenizer, head)
+    both = decode(tokenizer, head + list(ids))
+    return both[len(before) :] if both.startswith(before) else decode(tokenizer, list(ids))
 
 
 def decode(tokenizer, ids: list[int]) -> str:

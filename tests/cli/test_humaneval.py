@@ -122,6 +122,28 @@ def test_samples_cut_at_stop_sequences():
     assert humaneval.truncate("x\n#y\nprint(1)") == ("x", 3)
 
 
+def test_a_completion_keeps_its_first_indent_with_sentencepiece_tokenizers():
+    """Llama-family tokenizers drop a text's leading space when it is decoded alone: a
+    completion decoded without its prompt lost one space of the body's first line (an
+    IndentationError for nearly every correct sample). Decoded after the prompt, it keeps
+    it, and the token count to the stop sequence stays right."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = ["<unk>", "<s>", "</s>", ":\n", "\u2581\u2581\u2581\u2581", "return", "\u25811",
+              "\n", "def", "\u2581g():"]  # fmt: skip
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(pieces)}, "<unk>"))
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>")
+    prompt = [8, 9, 3]  # "def g():\n"
+    ids = [4, 5, 6, 7, 7, 8, 9]  # "    return 1\n\ndef g():"
+    assert tok.decode(ids).startswith("   return")  # alone: one space short
+    s = humaneval._to_sample(tok, ids, eos={2}, prompt=prompt)
+    assert s == Sample("    return 1\n", 7, True)  # "\ndef " completes at " g():"
+
+
 def test_select_problems_errors():
     problems = {p["task_id"]: p for p in PROBLEMS}
     with pytest.raises(humaneval.HumanEvalError, match="no problem 'Toy/7'; there are 2"):

@@ -6,6 +6,8 @@ stopped data-parallel run left), and a file another run writes is refused on eve
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -202,3 +204,19 @@ def test_a_merge_that_misses_a_groups_rows_is_an_error_not_a_shorter_file(tmp_pa
     with pytest.raises(UsageError, match=r"wrote 3 rows, but only 1 were in the shards"):
         _print_new(out, done={(0, 0)}, n=1, expected=3)
     assert capsys.readouterr().out.count(">>> stale") == 1  # the row it has, printed
+
+
+def test_a_data_parallel_run_writing_to_a_character_device_leaves_it_one(model_dir, tmp_path):
+    """``-o /dev/null`` under torchrun: the merge of the shards replaced the device with a
+    regular file (/dev/null itself, as root). A null device of the test's own stands in."""
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        pytest.skip("creating a character device needs root")
+    proc = torchrun(model_dir, null)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert stat.S_ISCHR(null.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]  # no shard, no lock
+    assert proc.stdout.count(">>> hello world (sample 1/2)") == 1
+    assert f"results             {null}" in proc.stdout

@@ -18,7 +18,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from bass import Generator
-from bass.stopping import StopStrings, cut_at_stop
+from bass.stats import GenerationResult, GenerationStats
+from bass.stopping import StopStrings, cut_at_stop, decode_after, decode_rows
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 3], [5], [6, 6, 6, 2]]
 ALPHABET = "ab\n #("
@@ -402,3 +403,27 @@ def test_humaneval_rows_stop_at_the_stop_sequences(llama, tok):
     assert sorted(done) == [0, 1, 2] and done[-1] == 2  # the longest finishes last
     with pytest.raises(humaneval.HumanEvalError, match="'T/0' is given twice"):
         sample(problems[:1] * 2, 1)
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+def test_new_tokens_are_decoded_after_their_prompt(name):
+    """A row's text is what its tokens add to its prompt's text (as transformers'
+    pipelines and vLLM give it): decoded alone, a SentencePiece-like tokenizer drops the
+    first token's leading space (a code body's first indent)."""
+    tok = TOKENIZERS[name]()
+    rng = random.Random(0)
+    compared = 0
+    for _ in range(300):
+        prompt = [rng.randrange(3, len(tok)) for _ in range(rng.randint(1, 12))]
+        ids = [rng.randrange(3, len(tok)) for _ in range(rng.randint(0, 8))]
+        whole, before = text(tok, prompt + ids), text(tok, prompt)
+        if whole.startswith(before):  # else: a character cut between the two
+            assert decode_after(tok, prompt, ids) == whole[len(before) :]
+            compared += 1
+    assert compared > 200
+    if name == "metaspace":
+        spaced = next(i for i in range(3, len(tok)) if tok.convert_ids_to_tokens(i)[0] == "\u2581")
+        assert decode_after(tok, [spaced], [spaced]).startswith(" ")
+        assert not text(tok, [spaced]).startswith(" ")  # what decoding it alone gave
+        res = GenerationResult([[spaced]], GenerationStats(), ["length"])
+        assert decode_rows(tok, res, None, [[spaced]])[0].startswith(" ")

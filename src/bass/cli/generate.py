@@ -225,7 +225,7 @@ def cmd_generate(args) -> int:
     from ..batch_state import PromptError, check_prompts
     from ..models import default_eos, encode_prompt
     from ..sampling import row_key
-    from ..stopping import cut_at_stop, decode
+    from ..stopping import cut_at_stop, decode_after
 
     n = n_of(args)
     check_batch_flags(args)
@@ -238,6 +238,11 @@ def cmd_generate(args) -> int:
             "(drafting off): choose a drafter (--draft ngram or a draft model) or drop --compare"
         )
     out_path = _check_paths(args, config)
+    device = None  # --output a character device (/dev/null) of a data-parallel run
+    if scale.sharded and out_path is not None and out_path.exists() and not out_path.is_file():
+        # no shards beside it (nor a merge, which would replace it with a file): the rows
+        # travel to rank 0, which writes them there at the end
+        device, out_path = out_path, None
     # one writer per file: rank 0's
     scale.first(lambda: lock_outputs(args, {"--output": args.output, "--plot": args.plot}))
     if out_path is not None:
@@ -336,7 +341,7 @@ def cmd_generate(args) -> int:
             with contextlib.closing(stream):  # a failed write ends the generation
                 for row in stream:
                     i, s = todo[row.prompt]
-                    text = decode(tokenizer, row.tokens)
+                    text = decode_after(tokenizer, encoded[i], row.tokens)
                     if stops and row.finish_reason == "stop":  # as generate_text: no stop string
                         text = cut_at_stop(text, stops)
                     record = {
@@ -391,6 +396,9 @@ def cmd_generate(args) -> int:
                 (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
             )
             _print(every, n)
+            if device is not None:
+                with contextlib.closing(LineWriter(device, "--output")) as dest:
+                    dest.write("".join(json.dumps(r) + "\n" for r in every))
         run_stats = [st for p in parts for st in p[1]]
         reasons = [why for p in parts for why in p[2]]
     if not scale.prints:  # progress, completions and the summary: rank 0's
@@ -412,8 +420,8 @@ def cmd_generate(args) -> int:
         )
     if done:
         print(f"  resumed             {len(done)} rows were already in {out_path}")
-    if out_path is not None:
-        print(f"  results             {out_path}")
+    if out_path is not None or device is not None:
+        print(f"  results             {out_path or device}")
     if args.plot:
         try:
             plot_steps(args.plot, run_stats)

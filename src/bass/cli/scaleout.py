@@ -78,8 +78,8 @@ class Scaleout:
         merges the groups' shards, so a directory local to one node (ranks on several
         nodes) would lose rows or generate them twice. A file named at random, written by
         rank 0 and read back by every rank (no file system caches a name never looked up)."""
-        if not self.active:
-            return
+        if not self.active or (out.exists() and not out.is_file()):  # /dev/null: nothing
+            return  # is written beside it
         probe = out.with_name(f"{out.name}.bass-check-{secrets.token_hex(6)}")
         token = None
         if self.topo.is_main:

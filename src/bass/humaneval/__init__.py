@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from ..models import encode_prompt
 from ..sampling import SAMPLE_BITS, row_key
+from ..stopping import decode_after
 from .execution import DEFAULT_TIMEOUT, CheckResult, run_check
 
 __all__ = [
@@ -222,7 +223,7 @@ def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs)
 
         def finished(row) -> None:  # a problem's samples side by side: row i * n + j
             i, j = divmod(row.prompt, n)
-            got[i][j] = _to_sample(tokenizer, row.tokens, eos, stops)
+            got[i][j] = _to_sample(tokenizer, row.tokens, eos, stops, prompts[row.prompt])
             left[i] -= 1
             if not left[i] and on_problem is not None:
                 on_problem(i, got[i])
@@ -241,9 +242,15 @@ def make_sampler(generator, tokenizer, *, chat: bool = False, **generate_kwargs)
 
 
 def _to_sample(
-    tokenizer, ids: list[int], eos: set[int], stops: Sequence[str] = STOP_SEQUENCES
+    tokenizer,
+    ids: list[int],
+    eos: set[int],
+    stops: Sequence[str] = STOP_SEQUENCES,
+    prompt: Sequence[int] = (),
 ) -> Sample:
-    full = tokenizer.decode(ids, skip_special_tokens=True)
+    """A row's completion: its tokens decoded after its ``prompt`` (decoded alone, a
+    SentencePiece tokenizer drops the body's first indent), cut at the stop sequences."""
+    full = decode_after(tokenizer, prompt, ids)
     completion, end = truncate(full, stops)
     if end is None:
         return Sample(completion, len(ids), bool(ids) and ids[-1] in eos)
@@ -251,7 +258,7 @@ def _to_sample(
     # last token, unless the generator ran past stop sequences)
     decoded = range(1, len(ids))
     at = bisect.bisect_left(
-        decoded, end, key=lambda m: len(tokenizer.decode(ids[:m], skip_special_tokens=True))
+        decoded, end, key=lambda m: len(decode_after(tokenizer, prompt, ids[:m]))
     )
     return Sample(completion, 1 + at, True)
 
