@@ -234,14 +234,16 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
     need = max(len(p) for p in prompts) + max_new_tokens
     for k, model in enumerate(models):
         limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-        if limit is not None and 0 < limit < need:  # XLNet's -1: no limit
+        # the positions fed: need - 1 (a row's last new token is never fed back)
+        if limit is not None and 0 < limit < need - 1:  # XLNet's -1: no limit
             longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
             raise PromptError(
                 "",
                 longest,
                 f" ({len(prompts[longest])} tokens) + max_new_tokens ({max_new_tokens}) = "
                 f"{need} exceeds the {'draft' if k else 'main'} model {hf.model_name(model)}'s "
-                f"context of {limit} positions; shorten the prompt or lower max_new_tokens"
+                f"context of {limit} positions (plus the last new token, which is never fed "
+                "back); shorten the prompt or lower max_new_tokens"
                 + (" (or use a draft model with a longer context)" if k else ""),
             )
     return need

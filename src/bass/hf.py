@@ -260,8 +260,8 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
     Raises :class:`UnsupportedModelError` naming the model when its attention does not go
     through transformers' attention interface, it is not a decoder-only causal LM, or its
     sliding window or its rotary embedding's switch (:func:`bass.compat.rope_switch`) is
-    shorter than
-    ``max_len``.
+    shorter than the positions a generation feeds: ``max_len`` (the longest prompt plus
+    ``max_new_tokens``) less one.
     """
     name = model_name(model)
     if not isinstance(model, PreTrainedModel):
@@ -303,22 +303,26 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             "each token also sees later ones); bass's ragged attention is causal: build it "
             "as a decoder (config is_decoder=True, where the family has one) or use a causal LM"
         )
+    # the positions a generation feeds: the longest prompt plus max_new_tokens, less one
+    # (a row's last new token is never fed back)
+    fed = None if max_len is None else max_len - 1
     window = sliding_window(model)
-    if window is not None and max_len is not None and window < max_len:
+    if window is not None and fed is not None and window < fed:
         raise UnsupportedModelError(
-            f"{name} uses a sliding window of {window} tokens but this generation needs "
-            f"{max_len} (the longest prompt plus max_new_tokens); bass's ragged attention is "
-            f"full causal and would attend past the window: keep the longest prompt plus "
-            f"max_new_tokens within {window} tokens"
+            f"{name} uses a sliding window of {window} tokens but this generation feeds "
+            f"{fed} positions (the longest prompt plus max_new_tokens, less the last new "
+            "token); bass's ragged attention is full causal and would attend past the "
+            f"window: keep the longest prompt plus max_new_tokens within {window + 1} tokens"
         )
     switch = compat.rope_switch(text)
-    if switch is not None and max_len is not None and switch < max_len:
+    if switch is not None and fed is not None and switch < fed:
         raise UnsupportedModelError(
             f"{name}'s rotary embedding (longrope) takes its long factors past {switch} "
             f"positions (original_max_position_embeddings) for every token of a forward pass "
-            f"at once, but this generation needs {max_len} (the longest prompt plus "
-            "max_new_tokens); bass packs rows of different lengths into one pass and would "
-            f"mix the two: keep the longest prompt plus max_new_tokens within {switch} tokens"
+            f"at once, but this generation feeds {fed} (the longest prompt plus "
+            "max_new_tokens, less the last new token); bass packs rows of different lengths "
+            "into one pass and would mix the two: keep the longest prompt plus "
+            f"max_new_tokens within {switch + 1} tokens"
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
     _BEYOND[model] = needs(model)

@@ -69,7 +69,8 @@ class Job(NamedTuple):
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
         if windows and min(windows) < max_len:  # no rounding past a window (prepare checks
-            max_len = need  # that the generation itself fits in it)
+            max_len = need - 1  # that the positions fed fit in it: a row's last new token
+            # is never fed back, so its cache holds one token less than prompt + new ones)
         stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
         return cls(prompts, kw, params, stops, ids, need, max_len)
 

@@ -348,5 +348,5 @@ def test_a_model_bass_refuses_is_a_user_error(tmp_path, capsys):
     rc, _, err = run(capsys, cmd, "hello world")
     assert rc == 2
     line = one_error_line(err)
-    assert "uses a sliding window of 8 tokens but this generation needs 22" in line
+    assert "uses a sliding window of 8 tokens but this generation feeds 21 positions" in line
     assert "bug" not in err and "--resume" not in err

@@ -103,6 +103,23 @@ def test_unroutable_model_is_named():
         Generator(model, "ngram").generate([[1, 2]], max_new_tokens=2)
 
 
+def test_a_prompt_filling_the_context_gets_its_one_new_token():
+    """A row's last new token is never fed back: prompt + max_new_tokens may be one more
+    than the context (transformers' own generate gives that token), and two more are
+    refused. GPT-2's learned positions would fail on a position past its table."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    model = GPT2LMHeadModel(config).eval().double()
+    full = [list(range(1, 17)), [3, 4]]  # 16 tokens: the whole context
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), full, 1)
+    testing.assert_greedy_equivalent(Generator(model, model), [[5, 6, 7]], 14)  # draft model
+    with pytest.raises(ValueError, match=r"16 tokens\) \+ max_new_tokens \(2\) = 18 exceeds"):
+        Generator(model, "ngram").generate(full, max_new_tokens=2)
+
+
 def test_sliding_window_shorter_than_context_is_refused():
     from bass import hf
 
@@ -113,15 +130,17 @@ def test_sliding_window_shorter_than_context_is_refused():
 
 
 def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refused():
-    """The window is checked against the positions the generation really uses (the
-    longest prompt plus max_new_tokens), not the cache's rounded-up length: 13 tokens in
-    a 13-token window equal transformers' own greedy decoding, 14 are refused."""
+    """The window is checked against the positions the generation really feeds (the
+    longest prompt plus max_new_tokens, less the last new token, never fed back), not the
+    cache's rounded-up length: 14 tokens (13 fed) in a 13-token window equal transformers'
+    own greedy decoding, 15 are refused."""
     model = tiny_lm("mistral")
     model.config.sliding_window = 13
     prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
-    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 8)
-    with pytest.raises(UnsupportedModelError, match=r"needs 14 .*within 13 tokens"):
-        Generator(model, "ngram").generate(prompts, max_new_tokens=9)
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 9)
+    testing.assert_greedy_equivalent(Generator(model, model), prompts, 9)  # a draft model
+    with pytest.raises(UnsupportedModelError, match=r"feeds 14 .*within 14 tokens"):
+        Generator(model, "ngram").generate(prompts, max_new_tokens=10)
 
 
 def test_longrope_generations_stay_below_its_switch_to_the_long_factors():
@@ -146,9 +165,9 @@ def test_longrope_generations_stay_below_its_switch_to_the_long_factors():
         for layer in model.model.layers:
             layer.self_attn.qkv_proj.weight.mul_(30.0)
     prompts = [[5, 9, 2, 33, 7], [11, 4, 60]]
-    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 11)  # 16 positions
-    with pytest.raises(UnsupportedModelError, match=r"longrope.*past 16 .*needs 17"):
-        Generator(model, "ngram").generate(prompts, max_new_tokens=12)
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 12)  # 16 fed
+    with pytest.raises(UnsupportedModelError, match=r"longrope.*past 16 .*feeds 17"):
+        Generator(model, "ngram").generate(prompts, max_new_tokens=13)
 
 
 def test_model_is_handed_back_unchanged(llama):
