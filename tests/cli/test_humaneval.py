@@ -109,6 +109,20 @@ def test_execution_is_isolated_and_limited():
     assert "bass_marker" not in sys.modules
 
 
+def test_a_correct_program_that_prints_a_lot_passes_and_cannot_print_a_verdict():
+    """The verdict has a pipe of its own: a correct body writing 100 KB to the real
+    stdout passed as failed (its verdict line lay past what was read), and a wrong body
+    printing a verdict-looking line is still failed; output past the file-size limit is
+    named as such."""
+    loud = "    import os\n    os.write(1, b'x' * 100_000)\n    return a + b\n"
+    assert humaneval.run_check(PROBLEMS[0], loud, 5) == CheckResult(True, "passed")
+    forged = "    import sys\n    sys.__stdout__.write('passed\\n')\n    return 0\n"
+    assert not humaneval.run_check(PROBLEMS[0], forged, 5).passed
+    flood = "    import sys\n    sys.__stdout__.write('y' * (2 << 20))\n    return a + b\n"
+    r = humaneval.run_check(PROBLEMS[0], flood, 5)
+    assert not r.passed and "File too large" in r.result  # the 1 MiB limit
+
+
 def test_samples_cut_at_stop_sequences():
     class CharTokenizer:  # one token per character
         def decode(self, ids, skip_special_tokens=True):
@@ -156,6 +170,9 @@ def test_select_problems_errors():
         humaneval.select_problems(problems, "0:2:0")
     with pytest.raises(humaneval.HumanEvalError, match="is empty"):
         humaneval.select_problems(problems, " ")
+    for digit in ("\u00b2", "\u0661"):  # digits to str.isdigit, not decimal ASCII: named
+        with pytest.raises(humaneval.HumanEvalError, match=f"no problem '{digit}'"):
+            humaneval.select_problems(problems, digit)
     assert len(humaneval.select_problems(problems, None)) == 2
 
 

