@@ -321,10 +321,35 @@ def generation_kwargs(
             "as stop_sequences",
             option="tokenizer",
         )
+    check_stops_shown(kw.get("stop_strings"), kw.get("tokenizer"))
     eos = kw.get("eos_token_id")
     kw["eos_token_id"] = set() if eos is None else set(eos if isinstance(eos, list) else [eos])
     kw["stop_sequences"] = kw.get("stop_sequences") or []
     return kw
+
+
+def check_stops_shown(
+    stops, tokenizer, where: str = "generate()", label: str = "stop_strings"
+) -> None:
+    """Refuse a stop string holding a special token's text (``<|im_end|>``, ``</s>``): the
+    text is decoded with special tokens skipped, so it would never match."""
+    if not stops or tokenizer is None:
+        return
+    special = [
+        t for t in getattr(tokenizer, "all_special_tokens", None) or ()
+        if isinstance(t, str) and len(t.strip()) >= 3
+    ]  # fmt: skip
+    for stop in [stops] if isinstance(stops, str) else stops:
+        hit = next((t for t in special if t in stop), None)
+        if hit is not None:
+            ids = tokenizer.convert_tokens_to_ids(hit)
+            raise OptionError(
+                f"{where}: {label} {stop!r} holds the special token {hit!r}, which the "
+                "decoded text never shows (special tokens are skipped), so it would never "
+                f"match: stop on its id ({ids}) instead, with eos_token_id or stop_sequences "
+                "(for bass generate: eos_token_id in the config's [generation] table)",
+                option="stop_strings",
+            )
 
 
 def row_ids(value, n: int) -> list[int]:

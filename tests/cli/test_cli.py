@@ -195,6 +195,8 @@ def test_stop_ends_rows_and_is_cut_from_the_text(model_dir, tmp_path, capsys):
     assert rec["completion"] == want and out.startswith(f">>> hello world hello world\n{want}\n")
     assert rec["finish_reason"] == "stop" and rec["completion_tokens"] == ends <= 4
     assert "rows ended by       1 stop" in out
+    rc, _, err = run(capsys, f"generate --main {model_dir} --stop 'x</s>' hello")
+    assert rc == 2 and "--stop (or [generation] stop_strings): the stop 'x</s>' holds" in err
     rc, _, err = run(capsys, f"generate --main {model_dir} --stop '' hello")
     assert rc == 2 and "--stop = [''] is not allowed" in err
 

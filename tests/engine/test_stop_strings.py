@@ -18,6 +18,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from bass import Generator
+from bass.errors import OptionError
 from bass.stats import GenerationResult, GenerationStats
 from bass.stopping import StopStrings, cut_at_stop, decode_after, decode_rows
 
@@ -427,3 +428,14 @@ def test_new_tokens_are_decoded_after_their_prompt(name):
         assert not text(tok, [spaced]).startswith(" ")  # what decoding it alone gave
         res = GenerationResult([[spaced]], GenerationStats(), ["length"])
         assert decode_rows(tok, res, None, [[spaced]])[0].startswith(" ")
+
+
+def test_a_stop_string_holding_a_special_token_is_refused(llama, tok):
+    """Text is decoded with special tokens skipped, so ``</s>`` (or ``<|im_end|>``) in a
+    stop string could never match: refused, naming the token and its id to stop on."""
+    gen = Generator(llama, "ngram")
+    for stop in ("</s>", "x</s>"):
+        with pytest.raises(OptionError, match=r"stop_strings '.*</s>' holds the special token "
+                           r"'</s>'.*stop on its id \(2\)"):  # fmt: skip
+            gen.generate([[5, 6]], max_new_tokens=2, stop_strings=[stop], tokenizer=tok)
+    gen.generate([[5, 6]], max_new_tokens=2, stop_strings=["s>"], tokenizer=tok)  # plain text

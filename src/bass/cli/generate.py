@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UnsupportedModelError
-from ..options import OPTIONS, check, check_config_eos
+from ..options import OPTIONS, OptionError, check, check_config_eos, check_stops_shown
 from ..stats import GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error, say
@@ -32,7 +32,14 @@ from .results import (
 )
 from .settings import note_sampling, resolve_config
 
-__all__ = ["MAX_JOB_ROWS", "check_batch_flags", "cmd_generate", "read_prompts", "row_settings"]
+__all__ = [
+    "MAX_JOB_ROWS",
+    "check_batch_flags",
+    "check_stop_flag",
+    "cmd_generate",
+    "read_prompts",
+    "row_settings",
+]
 
 #: The most rows (prompts x ``--n``) one ``bass generate`` run takes (their bookkeeping,
 #: about 1.5 GB at the bound, is built before any model loads).
@@ -210,6 +217,15 @@ def row_settings(config) -> dict:
     return json.loads(json.dumps(settings))  # as a results file holds them
 
 
+def check_stop_flag(stops, tokenizer) -> None:
+    """Refuse, before the first row, a ``--stop`` that could never match (it holds a
+    special token's text), named as its flag."""
+    try:
+        check_stops_shown(stops, tokenizer, "--stop (or [generation] stop_strings)", "the stop")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def check_batch_flags(args) -> None:
     """``--batch-size`` and ``--kv-budget-gib`` (``bass generate``, ``bass eval
     humaneval``), checked before anything loads."""
@@ -316,6 +332,7 @@ def cmd_generate(args) -> int:
     stops = kwargs.get("stop_strings")
     if stops:
         kwargs["tokenizer"] = tokenizer
+        check_stop_flag(stops, tokenizer)
     progress = Progress(len(todo), enabled)
     results = None
     if out_path is not None and scale.writes:

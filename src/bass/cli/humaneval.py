@@ -11,7 +11,7 @@ from ..models import default_eos, encode_prompt
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
-from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags
+from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag
 from .loading import load_models, make_generator, use_chat
 from .progress import shown as progress_shown
 from .results import LineWriter, check_not_inputs, check_output_flags, check_writable
@@ -112,6 +112,7 @@ def cmd_humaneval(args) -> int:
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", default_eos(tokenizer, main))
+    check_stop_flag(kwargs.get("stop_strings"), tokenizer)
     batch = dict(max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib)
     if kwargs.get("do_sample") and kwargs.get("seed") is None:
         import torch
