@@ -3,6 +3,7 @@ isolated execution, stop sequences, the command end to end on a tiny random mode
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -242,7 +243,7 @@ def test_eval_keeps_an_output_that_holds_results_and_checks_every_prompt_first(
     out_file.write_text('{"task_id": "Toy/0"}\n')
     command = f"eval humaneval --main {model_dir} --max-new-tokens 4 -o {out_file}"
     rc, _, err = run(capsys, command)
-    assert rc == 2 and "already holds 1 line(s) of results: pass --overwrite" in err
+    assert rc == 2 and "already holds 1 line(s) of results: pass --resume to continue" in err
     rc, _, err = run(capsys, f"{command} --overwrite")
     line = next(x for x in err.splitlines() if x.startswith("bass: error:"))
     assert rc == 2 and "the prompt of Toy/long (300 tokens) + max_new_tokens (4)" in line
@@ -275,6 +276,46 @@ def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_p
         assert regular == bass_ and len(set(regular)) > 1
     rows = [humaneval.row_id(t, j) for t in ("Toy/0", "Toy/1") for j in range(3)]
     assert len(set(rows)) == 6 and humaneval.row_id("Toy/1", 2) == rows[-1]
+
+
+def test_a_stopped_evaluation_resumes_where_it_stopped(model_dir, capsys, monkeypatch, tmp_path):
+    """--resume skips the problems --output holds (a line cut short is evaluated again),
+    draws with the seed the stopped run drew, and ends with the file an uninterrupted run
+    writes; the table counts every problem. A file from other settings, problems or
+    methods is refused before any model loads, naming what differs."""
+    problems = [*PROBLEMS, {**PROBLEMS[0], "task_id": "Toy/2"}]
+    monkeypatch.setattr(humaneval, "load_problems", lambda: {p["task_id"]: p for p in problems})
+    out_file = tmp_path / "he.jsonl"
+    command = (f"eval humaneval --main {model_dir} --n 2 --sample --max-new-tokens 6 "
+               f"-o {out_file} --batch-size 1")  # fmt: skip
+    rc, whole_out, err = run(capsys, command)  # no --seed: one is drawn and stored
+    assert rc == 0, err
+    whole = out_file.read_text()
+    lines = whole.splitlines(keepends=True)
+    assert len(lines) == 3 and json.loads(lines[0])["settings"]["seed"] is not None
+    out_file.write_text(lines[0] + lines[1][:30])  # stopped while writing the second line
+    rc, out, err = run(capsys, f"{command} --resume")
+    assert rc == 0, err
+    assert "--resume: 1 problems are already in" in err and "evaluating the other 2" in err
+    assert out_file.read_text() == whole  # as if it had never stopped
+    table = [ln.split()[:4] for ln in out.splitlines() if ln.startswith("regular")]
+    assert table == [["regular", "3", *whole_out.split("regular")[1].split()[1:3]]]
+    assert "resumed: 1 problems were already in" in out
+    rc, out, err = run(capsys, f"{command} --resume")  # all done: nothing loads
+    assert rc == 0 and "nothing to evaluate: all 3 problems are in" in out, err
+    for flags, said in {
+        "--resume --n 3": "n: 2 there, 3 now",
+        "--resume --max-new-tokens 7": "max_new_tokens: 6 there, 7 now",
+        "--resume --draft none": 'methods: ["regular", "bass (ngram, adaptive)"] there',
+        "--resume --timeout 9": "timeout: 3.0 there, 9.0 now",
+        "--resume --problems 1:3": "a line of Toy/0, which --problems does not select",
+        "--resume --overwrite": "pass one of them",
+    }.items():
+        rc, _, err = run(capsys, f"{command} {flags}")
+        assert rc == 2 and said in err, (flags, err)
+    assert out_file.read_text() == whole
+    rc, _, err = run(capsys, command.replace(f"-o {out_file}", "--resume"))
+    assert rc == 2 and "--resume needs --output FILE" in err
 
 
 def test_real_humaneval_data():

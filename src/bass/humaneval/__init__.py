@@ -338,12 +338,14 @@ def evaluate(
     output: TextIO | None = None,
     progress: Callable[[str], None] | None = None,
     chunk: int | None = None,
+    settings: dict | None = None,
 ) -> list[MethodReport]:
     """Generate and score ``n`` samples per problem with every method: each method in turn
     generates a chunk of ``chunk`` problems (default: all) in one call, chunk by chunk, so
     a drift in machine speed hits all methods alike. ``output`` gets one JSON line per
-    problem once every method has done its chunk; ``progress`` a line as each problem's
-    samples are generated and as each is scored."""
+    problem once every method has done its chunk (with ``settings``, when given: what a
+    resumed run checks); ``progress`` a line as each problem's samples are generated and
+    as each is scored."""
     if n < 1:
         raise HumanEvalError(f"--n must be >= 1 samples per problem, got {n}")
     if chunk is not None and chunk < 1:
@@ -353,6 +355,9 @@ def evaluate(
     for start in range(0, len(problems), step):
         part = problems[start : start + step]
         lines: list[dict[str, Any]] = [{"task_id": p["task_id"], "methods": {}} for p in part]
+        if settings is not None:
+            for line in lines:
+                line["settings"] = settings
         for name, fn in methods.items():
 
             def generated(i: int, samples, name=name, start=start, part=part) -> None:
