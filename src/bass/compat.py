@@ -161,6 +161,21 @@ def attn_implementation(model: torch.nn.Module) -> str | None:
     return model.config.get_text_config()._attn_implementation
 
 
+def attn_implementations(model: torch.nn.Module) -> str | dict | None:
+    """Shim 9: every config's attention implementation, as ``set_attn_implementation``
+    takes them back: a model without sub-configs, its one name; a multimodal model, a dict
+    (``""``: its own config, then each sub-config's, nested), so a vision tower that runs
+    another implementation than the text model gets its own back."""
+
+    def snapshot(config):
+        subs = [k for k in getattr(config, "sub_configs", None) or {} if getattr(config, k, None)]
+        if not subs:
+            return config._attn_implementation
+        return {"": config._attn_implementation} | {k: snapshot(getattr(config, k)) for k in subs}
+
+    return snapshot(model.config)
+
+
 def text_decoder(model: torch.nn.Module) -> torch.nn.Module:
     """Shim 9: the module holding ``model``'s text decoder (``get_decoder()``), else
     ``model`` itself."""

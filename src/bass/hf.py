@@ -139,12 +139,12 @@ AttentionMaskInterface.register(ATTN_NAME, bass_mask)
 def attention_restored(models: Sequence[torch.nn.Module]):
     """Hands ``models`` back with the attention implementations they came with (each one
     switched back where it changed inside the block), however the block ends."""
-    previous = [compat.attn_implementation(m) for m in models]
+    previous = [compat.attn_implementations(m) for m in models]
     try:
         yield
     finally:
         for model, attn in zip(models, previous):
-            if compat.attn_implementation(model) != attn:
+            if compat.attn_implementations(model) != attn:
                 model.set_attn_implementation(attn)
 
 
@@ -159,8 +159,10 @@ def sliding_window(model) -> int | None:
     config = model.config
     text = config.get_text_config()
     window = getattr(text, "sliding_window", None)
-    layer_types = getattr(text, "layer_types", None) or []
-    if "sliding_attention" in layer_types or getattr(text, "use_sliding_window", True):
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types:  # per layer: a window only where a layer slides (Qwen2 with every
+        return window if "sliding_attention" in layer_types else None  # layer full: none)
+    if getattr(text, "use_sliding_window", True):
         return window
     return None
 
@@ -326,7 +328,7 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
     _BEYOND[model] = needs(model)
-    previous = compat.attn_implementation(model)
+    previous = compat.attn_implementations(model)
     model.set_attn_implementation(ATTN_NAME)
     if (now := compat.attn_implementation(model)) != ATTN_NAME:
         model.set_attn_implementation(previous)  # handed back as it came

@@ -143,6 +143,20 @@ def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refus
         Generator(model, "ngram").generate(prompts, max_new_tokens=10)
 
 
+def test_a_window_no_layer_uses_is_no_limit():
+    """Qwen2 with use_sliding_window but every layer full attention (max_window_layers =
+    its layers: layer_types all full_attention) has no window: not refused past it, and
+    equal to transformers' own greedy decoding."""
+    model = tiny_lm("qwen2")
+    config = model.config
+    model = type(model)(
+        type(config)(**{**config.to_dict(), "use_sliding_window": True, "sliding_window": 8,
+                        "max_window_layers": config.num_hidden_layers, "layer_types": None})
+    ).eval().double()  # fmt: skip
+    assert set(model.config.layer_types) == {"full_attention"}
+    testing.assert_greedy_equivalent(Generator(model, "ngram"), [[1, 2, 3, 4, 5], [6, 7]], 12)
+
+
 def test_longrope_generations_stay_below_its_switch_to_the_long_factors():
     """Phi-3's longrope takes its long factors once a pass's largest position passes
     original_max_position_embeddings, for the whole pass: packed rows of different

@@ -492,6 +492,8 @@ def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> 
             "keep rows in a file (and --resume to continue a stopped run)"
         )
     before = f" ({len(done)} of them before this run)" if done else ""
+    if not out_path.is_file():  # /dev/null, /dev/full: nothing to resume from
+        return f"{written} of {total} rows were written to {out_path}"
     return (
         f"{written + len(done)} of {total} rows are in {out_path}{before}; rerun the same "
         "command with --resume to generate the rest"

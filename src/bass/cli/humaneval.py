@@ -182,8 +182,8 @@ def cmd_humaneval(args) -> int:
             exc = budget_error(exc)
         if out is not None:  # say what is kept
             kept = f"{out.lines + len(old)} of {len(problems) + len(old)} problems' results are"
-            add_note(exc, f"{kept} in {out.path}; rerun the same command with --resume to "
-                     "evaluate the rest")  # fmt: skip
+            more = "; rerun the same command with --resume to evaluate the rest"
+            add_note(exc, f"{kept} in {out.path}" + (more if out.path.is_file() else ""))
         raise exc
     finally:
         if out is not None:
