@@ -41,6 +41,7 @@ the options of :data:`bass.options.OPTIONS` that name a ``table``.
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import sys
 from dataclasses import asdict, dataclass, field, fields, make_dataclass
@@ -105,9 +106,21 @@ ModelConfig = _section("model", "ModelConfig", "``[model]``: the models and how 
 
 
 def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> ConfigError:
-    shown = ", ".join(repr(n) for n in sorted(names))
+    shown = ", ".join(repr(n) for n in sorted(names, key=repr))  # a dict's keys: any type
+    hints = []  # where a key belongs, or the allowed name it is a letter or two from
+    for name in (n for n in names if isinstance(n, str)):
+        home = [t for t, keys in TABLES.items() if name in keys and f"[{t}]" not in what]
+        if home:
+            hints.append(f"{name!r} belongs in [{home[0]}]")
+        elif close := difflib.get_close_matches(
+            name.lower(), [a.strip("[]") for a in allowed], n=1
+        ):
+            hints.append(f"did you mean {close[0]!r}?")
+        elif what == "key in [policy]":
+            hints.append(f"a policy's options, {name!r} too, go in [policy.options]")
+    hint = f" ({'; '.join(hints)})" if hints else ""
     return ConfigError(
-        f"{source}: unknown {what} {shown}; allowed: {', '.join(allowed)} "
+        f"{source}: unknown {what} {shown}{hint}; allowed: {', '.join(allowed)} "
         "(check the spelling; see the example in `python -m pydoc bass.config`)"
     )
 

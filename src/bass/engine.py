@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -42,6 +43,49 @@ from .stopping import decode_rows
 from .verify import accept, check_offer, check_proposal, draft_keys, read_step, verify_pass
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
+
+
+def _policy_spec(policy, policy_options, cfg_gen: dict) -> tuple:
+    """``(policy, its options)``: the arguments over the config's (``cfg_gen``). The
+    file's ``[policy.options]`` are its policy's: merged under the options given when the
+    policy is the file's (as the CLI's ``--policy-option``), dropped, with a warning, for
+    another policy."""
+    file_policy = cfg_gen.get("policy", policies.DEFAULT)
+    file_options = cfg_gen.get("policy_options") or {}
+    if policy is None:
+        policy = file_policy
+    if isinstance(policy, str) and policy == file_policy:
+        return policy, {**file_options, **(policy_options or {})}
+    if file_options:
+        theirs = ", ".join(sorted(file_options))
+        warnings.warn(
+            f"Generator(): the config's [policy.options] ({theirs}) are for the policy "
+            f"{file_policy!r}, not {policy!r}: not used",
+            UserWarning,
+            stacklevel=3,
+        )
+    return policy, dict(policy_options or {})
+
+
+def _check_before_loading(cls, kw: dict) -> None:
+    """``Generator.from_pretrained``'s keywords for the Generator checked before any model
+    loads (a hub model: minutes, gigabytes): unknown names, each value, the config file,
+    the policy with its options."""
+    known = set(inspect.signature(cls.__init__).parameters) - {"self", "main", "draft"}
+    unknown = sorted(set(kw) - known)
+    if unknown:
+        raise TypeError(f"Generator.from_pretrained() got unexpected keyword arguments: {unknown}")
+    where = "Generator.from_pretrained()"
+    checked = options.check_keywords(
+        where, **{k: v for k, v in kw.items() if k in options.OPTIONS and k != "config"}
+    )
+    cfg_gen = {}
+    if kw.get("config") is not None:
+        cfg_gen = options.read_config(kw["config"]).generator_kwargs()
+    with warnings.catch_warnings():  # said once, by the Generator itself
+        warnings.simplefilter("ignore")
+        spec = _policy_spec(checked.get("policy"), checked.get("policy_options"), cfg_gen)
+    policies.make(*spec)  # a policy that cannot be built: refused before loading
 
 
 class Generator:
@@ -138,11 +182,7 @@ class Generator:
         prefill_chunk_tokens = checked["prefill_chunk_tokens"]
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
         cfg_gen, self.generate_defaults, self.chat_default = generator_defaults(config, main)
-        file_policy = cfg_gen.get("policy", policies.DEFAULT)
-        if policy is None:
-            policy = file_policy
-        if policy_options is None and policy == file_policy:  # the file's are its policy's
-            policy_options = cfg_gen.get("policy_options")
+        policy, policy_options = _policy_spec(policy, policy_options, cfg_gen)
 
         def setting(name, given):  # given > the config file's > the declared default
             return given if given is not None else cfg_gen.get(name, options.OPTIONS[name].default)
@@ -231,6 +271,7 @@ class Generator:
         main, draft, dtype, device = options.pretrained_arguments(
             main, draft, dtype, device, kw.get("config")
         )
+        _check_before_loading(cls, kw)
         main_model, draft_model, padded = load_pair(main, draft, dtype, device, tp_size)
         if kw.get("shared_vocab") is None:
             kw["shared_vocab"] = padded

@@ -7,6 +7,7 @@ embedded default model").
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import importlib.metadata
 import logging
@@ -57,22 +58,42 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
 
     path = Path(name_or_path)
     kwargs = {"dtype": dtype or torch.float32, **extra}
+    local = check_source(name_or_path)
     if path.suffix == ".gguf":
         model = _from_gguf(AutoModelForCausalLM, path, kwargs, f"model-{kwargs['dtype']}")
-    elif path.exists() or str(name_or_path).startswith((".", "/", "~")):
-        if not path.exists():
-            raise ModelNotFoundError(f"model path {path} does not exist; check the path")
-        if not path.is_dir():
-            raise ModelNotFoundError(
-                f"model path {path} is a file, not a model directory or a .gguf file; pass the "
-                "directory that holds its config.json, or a .gguf file"
-            )
+    elif local:
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     else:
         model = _from_hub(AutoModelForCausalLM, str(name_or_path), kwargs)
     if device is not None:
         model = model.to(device)
     return model.eval()
+
+
+def check_source(name_or_path, drafter_names: tuple[str, ...] = ()) -> bool:
+    """Whether ``name_or_path`` is a local model (a directory or a .gguf file), refusing
+    before anything loads a path that does not exist or is another file, and, with
+    ``drafter_names`` (a draft's source), a name a letter or two from one of them or
+    ``none`` (``ngramm``, ``None``) rather than trying the hub for it."""
+    path = Path(name_or_path)
+    if path.suffix == ".gguf" or path.exists() or str(name_or_path).startswith((".", "/", "~")):
+        if not path.exists():
+            raise ModelNotFoundError(f"model path {path} does not exist; check the path")
+        if path.suffix != ".gguf" and not path.is_dir():
+            raise ModelNotFoundError(
+                f"model path {path} is a file, not a model directory or a .gguf file; pass the "
+                "directory that holds its config.json, or a .gguf file"
+            )
+        return True
+    names = [*drafter_names, "none"] if drafter_names else []
+    close = difflib.get_close_matches(str(name_or_path).lower(), names, n=1, cutoff=0.75)
+    if close and "/" not in str(name_or_path):
+        raise ModelNotFoundError(
+            f"draft {str(name_or_path)!r} is neither an installed drafter "
+            f"({', '.join(drafter_names)}), 'none', nor a local model: did you mean "
+            f"{close[0]!r}? (a Hugging Face model is named owner/name)"
+        )
+    return False
 
 
 def gguf_cache_entry(path: Path, what: str) -> Path | None:
@@ -263,6 +284,9 @@ def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
     rank's tensor-parallel group (:mod:`bass.distributed`), the draft replicated."""
     from . import drafters
 
+    check_source(main)  # both before either loads
+    if draft is not None and draft not in drafters.available():
+        check_source(draft, tuple(drafters.available()))
     if tp_size != 1:
         from . import distributed
 

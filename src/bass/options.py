@@ -335,10 +335,10 @@ def check_stops_shown(
     text is decoded with special tokens skipped, so it would never match."""
     if not stops or tokenizer is None:
         return
-    special = [
-        t for t in getattr(tokenizer, "all_special_tokens", None) or ()
-        if isinstance(t, str) and len(t.strip()) >= 3
-    ]  # fmt: skip
+    tokens = getattr(tokenizer, "all_special_tokens", None)  # a transformers tokenizer's
+    if not isinstance(tokens, (list, tuple)):
+        return
+    special = [t for t in tokens if isinstance(t, str) and len(t.strip()) >= 3]
     for stop in [stops] if isinstance(stops, str) else stops:
         hit = next((t for t in special if t in stop), None)
         if hit is not None:
@@ -361,6 +361,12 @@ def row_ids(value, n: int) -> list[int]:
 # --------------------------------------------------------------------------- config=
 
 _read_config: Callable[[Any], Any] | None = None
+
+
+def read_config(config):
+    """A :class:`bass.config.Config` from a ``config=`` argument (a path, a dict, a
+    Config), checked (its errors name the file and key)."""
+    return _read_config(config)
 
 
 def use_config_reader(read: Callable[[Any], Any]) -> None:
@@ -411,8 +417,11 @@ def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
         dtype = _read_config(config).model.dtype
     if isinstance(dtype, str):
         dtype = getattr(torch, check("dtype", dtype, where=where))
-    elif dtype is not None and not isinstance(dtype, torch.dtype):
-        raise fail("dtype", dtype, f"a torch dtype or one of {', '.join(DTYPES)}", where=where)
+    elif dtype is not None and not (
+        isinstance(dtype, torch.dtype) and str(dtype).removeprefix("torch.") in DTYPES
+    ):  # a model's weights: a floating dtype (int8 failed inside transformers, after a download)
+        allowed = f"a floating torch dtype, one of {', '.join(DTYPES)} (or its name)"
+        raise fail("dtype", dtype, allowed, where=where)
     if device is not None:
         check("device", device, where=where)
     return main, draft, dtype, device

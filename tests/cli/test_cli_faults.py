@@ -35,6 +35,36 @@ def model_dir(tmp_path_factory):
 # ------------------------------------------------------------------ paths, before any work
 
 
+def test_a_blank_path_is_refused_not_ignored(capsys, no_model_load):
+    """``--config "$CONFIG"`` with the variable unset ran with the defaults (the flag
+    taken as not given); so did --plot and --prompts-file beside PROMPT arguments."""
+    for flag, said in {
+        "--config": "--config '': pass the path of a TOML file",
+        "--plot": "--plot '': pass a file path",
+        "--prompts-file": "--prompts-file '': pass a file path",
+    }.items():
+        rc, _, err = run(capsys, f"generate {flag} '' hello")
+        assert rc == 2 and said in one_error_line(err), (flag, err)
+
+
+def test_a_draft_that_cannot_load_is_refused_before_the_main_model_loads(
+    model_dir, tmp_path, capsys, no_model_load
+):
+    """A draft path that does not exist, a file that is no model, and a drafter's name
+    mistyped (tried on the hub after the main model loaded) are refused first."""
+    (tmp_path / "notes.txt").write_text("x")
+    for draft, said in {
+        "/nonexistent/draft": "model path /nonexistent/draft does not exist",
+        str(tmp_path / "notes.txt"): "is a file, not a model directory",
+        "ngramm": "did you mean 'ngram'?",
+        "None": "did you mean 'none'?",
+    }.items():
+        rc, _, err = run(capsys, f"generate --main {model_dir} --draft {draft} hello")
+        assert rc == 2 and said in one_error_line(err), (draft, err)
+    rc, _, err = run(capsys, "generate --main /nonexistent/main hello")
+    assert rc == 2 and "model path /nonexistent/main does not exist" in err
+
+
 def test_paths_the_command_writes_are_checked_before_any_model_loads(
     model_dir, tmp_path, capsys, no_model_load
 ):

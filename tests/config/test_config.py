@@ -108,10 +108,69 @@ def test_config_policy_options_follow_its_policy():
     main = tiny_lm()
     same = Generator(main, "ngram", policy="constant", config=config)
     assert same.policy_spec == ("constant", {"k": 2})
-    other = Generator(main, "ngram", policy="adaptive", config=config)
+    with pytest.warns(UserWarning, match=r"\[policy.options\] \(k\) are for the policy 'constant'"):
+        other = Generator(main, "ngram", policy="adaptive", config=config)
     assert other.policy_spec == ("adaptive", {})
     explicit = Generator(main, "ngram", policy="constant", policy_options={"k": 3}, config=config)
     assert explicit.policy_spec == ("constant", {"k": 3})
+    # options given for the file's policy merge over the file's, as --policy-option does
+    two = {"policy": {"name": "bass", "options": {"l_limit": 8, "l0": 3}}}
+    merged = Generator(main, "ngram", policy_options={"l_incre": 3}, config=two)
+    assert merged.policy_spec == ("bass", {"l_limit": 8, "l0": 3, "l_incre": 3})
+
+
+def test_from_pretrained_checks_its_arguments_before_loading_a_model(monkeypatch, tmp_path):
+    """Unknown keywords, bad values, a bad config file, a policy that cannot be built and
+    a dtype no model can take are refused before any model loads (a hub model: minutes)."""
+    import torch
+
+    from bass import Generator, models
+    from bass.errors import ConfigError, OptionError
+
+    def load_pair(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_pair", load_pair)
+    typo = tmp_path / "typo.toml"
+    typo.write_text("[generation]\nmax_new_token = 4\n")
+    cases = [
+        (dict(foo=1), TypeError, r"unexpected keyword arguments: \['foo'\]"),
+        (dict(attention="nope"), OptionError, "attention='nope' is not allowed"),
+        (dict(policy_options={"zz": 1}), OptionError, "has no option 'zz'"),
+        (dict(dtype="float32", config=str(typo)), ConfigError, "max_new_token"),
+        (dict(dtype=torch.int8), OptionError, "a floating torch dtype"),
+    ]
+    for kw, error, said in cases:
+        with pytest.raises(error, match=said):
+            Generator.from_pretrained(str(tmp_path), **kw)
+
+
+def test_a_config_dict_with_keys_of_any_type_is_a_config_error():
+    """Keys that are not strings (a dict built in code) are named, not a TypeError."""
+    from bass.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match=r"unknown key in \[generation\] 'x', 5"):
+        Config.from_dict({"generation": {"x": 1, 5: 2}})
+
+
+def test_unknown_keys_say_where_they_belong_or_what_they_are_close_to():
+    """A key of another table names its table; a typo names the key it is close to; a
+    policy option put in [policy] points to [policy.options]; a policy option mistyped
+    names the close one."""
+    from bass import policies
+    from bass.config import Config, ConfigError
+    from bass.errors import OptionError
+
+    for doc, said in [
+        ({"model": {"max_new_tokens": 3}}, "'max_new_tokens' belongs in [generation]"),
+        ({"generation": {"max_new_token": 3}}, "did you mean 'max_new_tokens'?"),
+        ({"Generaton": {}}, "did you mean 'generation'?"),
+        ({"policy": {"k_max": 3}}, "'k_max' too, go in [policy.options]"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            Config.from_dict(doc)
+    with pytest.raises(OptionError, match=re.escape("no option 'K0' (did you mean 'k0'?)")):
+        policies.load("adaptive", K0=3)
 
 
 BAD_VALUES = [
@@ -189,7 +248,9 @@ def test_policy_options_are_validated_by_the_policy():
     assert msg.startswith("f.toml: [policy].options for policy 'bass'")
     assert "l0" in msg and "got 0" in msg and "bass policies" in msg
     assert isinstance(info.value.__cause__, ValueError)
-    with pytest.raises(ConfigError, match="has no option 'k'; options: k_max=32"):
+    with pytest.raises(
+        ConfigError, match=r"has no option 'k' \(did you mean 'k0'\?\); options: k_max=32"
+    ):
         Config.from_dict({"policy": {"options": {"k": 3}}})
 
 

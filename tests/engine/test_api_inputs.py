@@ -103,7 +103,7 @@ def test_none_names_no_drafter_as_in_the_config_file_and_the_cli(gen, model_dir)
         ((3,), {}, r"main=3 is not allowed; expected a model name"),
         (("M",), {"draft": 5}, r"draft=5 is not allowed"),
         (("M",), {"dtype": "int8"}, r"dtype='int8' is not allowed; expected one of float32"),
-        (("M",), {"dtype": 5}, r"dtype=5 is not allowed; expected a torch dtype"),
+        (("M",), {"dtype": 5}, r"dtype=5 is not allowed; expected a floating torch dtype"),
         (("M",), {"device": "nope"}, r"device='nope' is not allowed; expected a torch device"),
     ],
 )

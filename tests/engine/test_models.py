@@ -132,3 +132,21 @@ def test_gguf_cache_that_cannot_be_written_still_loads(gguf, monkeypatch, caplog
     monkeypatch.setenv("BASS_GGUF_CACHE", str(blocker / "cache"))  # under a file
     assert same_weights(load(gguf), load(gguf)) and gguf[1].dequantized == 2
     assert "cannot write the cache entry" in caplog.text and "BASS_GGUF_CACHE" in caplog.text
+
+
+def test_a_draft_source_is_checked_before_any_model_loads(tmp_path, monkeypatch):
+    """from_pretrained checks the draft's source with the main one's, before either loads:
+    a missing path, and a drafter's name mistyped (it would be tried on the hub)."""
+    from bass import Generator, models
+
+    def load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_causal_lm", load)
+    for draft, said in {
+        "/nonexistent/d": "does not exist",
+        "ngramm": "did you mean 'ngram'",
+    }.items():
+        with pytest.raises(models.ModelNotFoundError, match=said):
+            Generator.from_pretrained(str(tmp_path), draft)
+    assert models.check_source(str(tmp_path)) and not models.check_source("owner/model")

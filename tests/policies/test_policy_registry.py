@@ -234,7 +234,9 @@ def test_third_party_policy_through_fake_entry_point(builtin_eps, plugin_dir):
     p.update(StepRecord(draft_length=2, accepted=[1, 2], drafted=None))
     assert p.seen == [2]
     assert describe("mine") == [("k", 3, "tokens per step"), ("scale", 1.0, "")]
-    with pytest.raises(ValueError, match=re.escape("no option 'kk'; options: k=3, scale=1.0")):
+    with pytest.raises(
+        ValueError, match=re.escape("no option 'kk' (did you mean 'k'?); options: k=3, scale=1.0")
+    ):
         load("mine", kk=1)
     # A **options factory: names are the factory's business.
     assert load("factory", k=6).draft_length() == 6

@@ -18,7 +18,7 @@ from ..stats import GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
-from .loading import load_models, make_generator, use_chat
+from .loading import check_sources, load_models, make_generator, use_chat
 from .progress import Progress
 from .progress import shown as progress_shown
 from .report import comparison_text, plot_steps, summary_text
@@ -50,6 +50,8 @@ def read_prompts(args) -> list[Prompt]:
     """The PROMPT arguments, then the lines of ``--prompts-file``: strings that know where
     they came from (``Prompt.where``)."""
     prompts = [Prompt(p, f"PROMPT argument {k}") for k, p in enumerate(args.prompts, 1)]
+    if args.prompts_file is not None and not args.prompts_file.strip():
+        raise UsageError(f"--prompts-file {args.prompts_file!r}: pass a file path (or - for stdin)")
     if args.prompts_file:
         prompts += _read_prompts_file(args.prompts_file)
     if not prompts and args.prompts_file:
@@ -163,6 +165,8 @@ def _check_paths(args, config) -> Path | None:
             "--resume continues the rows --output holds and --overwrite replaces them: "
             "pass one of them"
         )
+    if args.plot is not None and not args.plot.strip():
+        raise UsageError(f"--plot {args.plot!r}: pass a file path such as steps.png")
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -314,6 +318,7 @@ def cmd_generate(args) -> int:
 
     log = say if scale.prints else None
     enabled = progress_shown(args.progress) and scale.prints
+    check_sources(config)  # the main model's and the draft's, before either loads
     main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp, bars=enabled)
     chat = use_chat(tokenizer, config)
     gen = make_generator(main, draft, config, tokenizer)

@@ -14,7 +14,7 @@ from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
-from .loading import load_models, make_generator, use_chat
+from .loading import check_sources, load_models, make_generator, use_chat
 from .progress import shown as progress_shown
 from .results import LineWriter, check_not_inputs, check_output_flags, check_writable
 from .scaleout import check_unused
@@ -100,8 +100,6 @@ def cmd_humaneval(args) -> int:
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
     check_output_flags(args)
-    if args.resume and not args.output:
-        raise UsageError("--resume needs --output FILE: the results of the evaluation to continue")
     if args.resume and args.overwrite:
         raise UsageError(
             "--resume continues the results --output holds and --overwrite replaces them: "
@@ -135,6 +133,7 @@ def cmd_humaneval(args) -> int:
         print(f"bass: nothing to evaluate: all {len(old)} problems are in {args.output}")
         print(he.format_table(reports))
         return 0
+    check_sources(config)  # the main model's and the draft's, before either loads
     main, tokenizer, draft = load_models(config, log=say, bars=show)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()

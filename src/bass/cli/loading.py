@@ -9,7 +9,7 @@ from typing import Any
 from ..config import Config
 from .errors import UsageError, one_line, say
 
-__all__ = ["load_models", "make_generator", "use_chat"]
+__all__ = ["check_sources", "load_models", "make_generator", "use_chat"]
 
 
 def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True):
@@ -25,6 +25,18 @@ def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True):
         return _load_models(config, log, tp)
 
 
+def check_sources(config: Config) -> None:
+    """The main model's and the draft's sources, checked before either loads: a local path
+    that does not exist or is no model, a drafter's name mistyped
+    (:func:`bass.models.check_source`)."""
+    from .. import drafters, models
+
+    if config.model.main is not None:
+        models.check_source(config.model.main)
+    if config.model.draft not in ("none", *drafters.available()):
+        models.check_source(config.model.draft, tuple(drafters.available()))
+
+
 def _load_models(config: Config, log, tp: int):
     import torch
 
@@ -33,6 +45,7 @@ def _load_models(config: Config, log, tp: int):
     log = log or (lambda msg: None)
     dtype = getattr(torch, config.model.dtype)
     source = config.model.main or models.default_model_file()  # ModelNotFoundError
+    check_sources(config)  # both before either loads
     t0 = time.perf_counter()
     log(
         f"loading main model {source} ..."

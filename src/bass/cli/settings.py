@@ -7,7 +7,7 @@ import argparse
 from ..config import Config, ConfigError, read_toml
 from ..errors import PluginLoadError
 from ..options import OPTIONS
-from .errors import say
+from .errors import UsageError, say
 from .parser import flag_label
 
 __all__ = ["FLAG_KEYS", "note_sampling", "resolve_config"]
@@ -37,6 +37,8 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
     from .. import policies
 
     raw: dict = {}
+    if args.config is not None and not args.config.strip():  # an unset $CONFIG: not ignored
+        raise UsageError(f"--config {args.config!r}: pass the path of a TOML file")
     if args.config:
         raw = read_toml(args.config)
         Config.from_dict(raw, source=args.config)  # report file errors by the file's name

@@ -5,6 +5,7 @@ factory that takes the options as keywords (:func:`entry_points`: the test seam)
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata
 import inspect
 from collections.abc import Callable, Iterable, Mapping
@@ -135,6 +136,9 @@ def load(name: str, **options: Any) -> Policy:
     missing = [i.name for i in infos if i.default is REQUIRED and i.name not in options]
     if unknown or missing:
         what = f"has no option {unknown[0]!r}" if unknown else f"needs option {missing[0]!r}"
+        lower = {k.lower(): k for k in sorted(known)}
+        close = difflib.get_close_matches(unknown[0].lower(), lower, n=1) if unknown else []
+        what += f" (did you mean {lower[close[0]]!r}?)" if close else ""
         raise OptionError(
             f"policy {name!r} {what}; options: {_options_text(infos)}",
             option="policy_options",
