@@ -61,6 +61,11 @@ def _run():
                  "_exit", "execv", "execve", "spawnv", "spawnve", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
             setattr(os, name, None)
+    import posix  # the same functions under their C module's name (posix._exit, .fork)
+    for name in ("_exit", "fork", "forkpty", "setsid", "setpgid", "kill", "killpg", "system",
+                 "execv", "execve", "posix_spawn", "posix_spawnp"):
+        if hasattr(posix, name):
+            setattr(posix, name, None)
     shutil.rmtree = shutil.move = shutil.chown = None
     subprocess.Popen = None
     builtins.exit = builtins.quit = builtins.help = None
