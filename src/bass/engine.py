@@ -432,7 +432,7 @@ class Generator:
         # 2) steps until every row has finished: waiting prompts take the slots of finished
         #    rows (their prefill first), rows past their time budget stop where they are
         while True:
-            yield from scheduler.hand_over(state, job.keep)  # first: before a prefill fails
+            yield from self._hand_over(state, job.keep, queue)  # first: before a prefill fails
             first = stats.admissions == 0
             # admitted rows: prefilled now, or riding in this step's verify pass (fill)
             fill = scheduler.admit_waiting(self, state, queue, sampling, stats)
@@ -442,7 +442,7 @@ class Generator:
                         torch._dynamo.mark_static_address(buf)  # prefill's must not move
             running = [s for s in state.active() if s not in fill]
             slots = queue.expire(state, running, time_budget, self.coord.share)
-            yield from scheduler.hand_over(state, job.keep)  # ended by a first token, the time
+            yield from self._hand_over(state, job.keep, queue)  # ended by a first token, time
             if not slots:
                 if fill:  # no verify pass to ride in after all: a prefill pass of their own
                     scheduler.prefill(self, state, fill, sampling, stats, admitted=True)
@@ -453,11 +453,21 @@ class Generator:
             if not queue:  # a slot no prompt will take again: compaction may drop it
                 self._compact(state)
             if on_step is not None:
+                t = time.perf_counter()
                 on_step(self, state)
+                queue.paused += time.perf_counter() - t
         stats.stopped_by_time_budget = "time" in state.reasons
         stats.wall_seconds = time.perf_counter() - t0
         stats.tokens_generated = state.tokens  # counted as rows were handed over
         return GenerationResult(state.outputs if job.keep else [], stats, list(state.reasons))
+
+    @staticmethod
+    def _hand_over(state, keep: bool, queue):
+        """The finished rows to the caller; the time its code takes with them (a stream's
+        loop body, ``on_finish``) is no running row's time budget (``queue.paused``)."""
+        t = time.perf_counter()
+        yield from scheduler.hand_over(state, keep)
+        queue.paused += time.perf_counter() - t
 
     def _step(self, state, hooks, sampling, stats, slots, waiting: int, fill=()) -> None:
         """One speculative step for the active rows ``slots`` (``waiting`` prompts wait

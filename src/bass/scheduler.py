@@ -104,11 +104,17 @@ def rows_at_once(job: Job, models, device, share, stats) -> int:
 
 class Queue:
     """The prompts waiting for a slot, in the caller's order, and when each row started
-    (its time budget's origin)."""
+    (its time budget's origin), on the generation's own clock: wall time less ``paused``,
+    the seconds it waited for its caller (a stream's loop body, ``on_finish``,
+    ``on_step``), which no row's budget counts."""
 
     def __init__(self, n: int):
         self.waiting = collections.deque(range(n))
         self.started = [0.0] * n
+        self.paused = 0.0
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.paused
 
     def __bool__(self) -> bool:
         return bool(self.waiting)
@@ -119,7 +125,7 @@ class Queue:
         prompts."""
         free = state.free()
         new = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
-        now = time.perf_counter()
+        now = self.clock()
         for s, p in zip(free, new):
             state.admit(s, p)
             self.started[p] = now
@@ -130,7 +136,7 @@ class Queue:
         returns the others. ``share``: a TP group's agreement (its leader's clock)."""
         if budget is None or not slots:
             return slots
-        now = time.perf_counter()
+        now = self.clock()
         late = share([int(now - self.started[state.prompt_of[s]] > budget) for s in slots])
         for s, over in zip(slots, late):
             if over:

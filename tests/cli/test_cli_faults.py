@@ -502,16 +502,19 @@ def test_a_cpu_out_of_memory_is_a_user_error_that_says_what_to_lower():
     assert _row_error(bug, [], [], 1) is bug  # anything else stays a bug
 
 
-def test_resume_takes_the_embedded_default_named_by_its_file_as_the_default():
+def test_resume_takes_the_embedded_default_named_by_its_file_as_the_default(tmp_path, monkeypatch):
     """Rows written with the embedded default (``main: null``) resume with ``--main``
     naming its GGUF file, and the other way round: the same model, one setting."""
+    from bass import models
     from bass.cli.generate import row_settings
     from bass.config import Config
-    from bass.models import default_model_file
 
+    default = tmp_path / "default.gguf"  # wherever the package put it
+    default.write_bytes(b"")
+    monkeypatch.setattr(models, "default_model_file", lambda: default)
     config = Config()
     assert row_settings(config)["main"] is None
-    config.model.main = str(default_model_file())
+    config.model.main = str(default)
     assert row_settings(config)["main"] is None
-    config.model.main = str(default_model_file().parent)  # another path: resolved, kept
-    assert row_settings(config)["main"] == str(default_model_file().parent.resolve())
+    config.model.main = str(tmp_path)  # another path: resolved, kept
+    assert row_settings(config)["main"] == str(tmp_path.resolve())

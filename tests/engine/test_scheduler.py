@@ -4,6 +4,8 @@ it was admitted or who shared its steps."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -262,6 +264,30 @@ def test_time_budget_counts_from_each_rows_start(llama):
     assert [len(s) for s in res.sequences] == [1, 1, 1]
     assert res.finish_reasons == ["time"] * 3 and res.stats.stopped_by_time_budget
     assert res.stats.admissions == 3
+
+
+def test_time_the_caller_takes_counts_against_no_rows_budget(llama):
+    """While a stream's loop body (or on_finish, or on_step) runs, the generation waits:
+    a slow consumer ended the other rows with "time" although nothing was generated
+    meanwhile. Row 0 ends first (a stop sequence); row 1 ends as without the waits."""
+    prompts = [[1, 2, 3], [4, 5]]
+    first = greedy_reference(llama, prompts[0], 2)
+    kw = dict(max_new_tokens=MAX_NEW, time_budget=2.0, stop_sequences=[first])
+    want = Generator(llama, "ngram").generate(prompts, **kw).finish_reasons
+    assert want[0] == "stop" and "time" not in want  # with no one to wait for
+    for run in ("stream", "on_finish", "on_step"):
+        gen = Generator(llama, "ngram")
+        if run == "stream":
+            reasons = {}
+            for row in gen.stream(prompts, **kw):
+                reasons[row.prompt] = row.finish_reason
+                time.sleep(2.4)  # the consumer writes the row somewhere slow
+            reasons = [reasons[i] for i in range(len(prompts))]
+        else:
+            pause = 2.4 if run == "on_finish" else 0.3  # on_step: ten steps, 3 s
+            slow = {run: lambda *a, pause=pause: time.sleep(pause)}
+            reasons = gen.generate(prompts, **kw, **slow).finish_reasons
+        assert reasons == want, run
 
 
 def state_of(prompts, slots):
