@@ -246,7 +246,13 @@ def run_bass(main, prompts, job, method: str, warmup: bool) -> dict:
 
 def worker(methods: list[str], job_path: Path, result_path: Path) -> int:
     """Run ``methods`` (in this process) on the job; write what each measured."""
-    from bass.stopping import decode
+    try:  # the text the CLI writes: the new tokens decoded after their prompt
+        from bass.stopping import decode_after
+    except ImportError:  # an older bass (compare_commits.py): they were decoded alone
+        from bass.stopping import decode
+
+        def decode_after(tok, prompt, ids):
+            return decode(tok, ids)
 
     job = json.loads(job_path.read_text())
     t0 = time.perf_counter()
@@ -269,7 +275,7 @@ def worker(methods: list[str], job_path: Path, result_path: Path) -> int:
         else:
             r = run_bass(main, prompts, job, m, job["warmup"])
         r["load_s"], load_s = load_s, None  # loaded once per process: the first method's
-        r["texts"] = [decode(tok, s) for s in r["sequences"]]
+        r["texts"] = [decode_after(tok, p, s) for p, s in zip(prompts, r["sequences"])]
         r["prompt_tokens"] = [len(p) for p in prompts]
         r["rss_self_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         out[m] = r
