@@ -3,7 +3,6 @@ looked up when the command runs: replacing one there replaces it here)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -23,7 +22,7 @@ from .results import (
     check_writable,
     differences,
 )
-from .scaleout import check_unused
+from .scaleout import check_unused, seed_in
 from .settings import note_sampling, resolve_config
 
 __all__ = ["cmd_humaneval"]
@@ -122,7 +121,7 @@ def cmd_humaneval(args) -> int:
         names.append(f"bass ({config.model.draft}, {config.policy.name})")
     gen = config.generation
     if args.resume and gen.do_sample and gen.seed is None:  # the stopped run's drawn seed
-        gen.seed = _seed_in(Path(args.output))
+        gen.seed = seed_in(Path(args.output))[1]
     old, settings = {}, None
     if args.resume:
         settings = eval_settings(config, args, n, names)
@@ -224,18 +223,6 @@ def eval_settings(config, args, n: int, names: list[str]) -> dict:
         "timeout": args.timeout,
         "executor": args.executor,
     }
-
-
-def _seed_in(path: Path) -> int | None:
-    """The seed a sampling evaluation without ``--seed`` drew, from its first line that
-    records settings (``None``: no such line)."""
-    with contextlib.suppress(OSError), path.open("rb") as f:
-        for line in f:
-            with contextlib.suppress(ValueError):
-                row = json.loads(line)
-                if isinstance(row, dict) and isinstance(row.get("settings"), dict):
-                    return row["settings"].get("seed")
-    return None
 
 
 def _read_done(path: Path, problems, names: list[str], n: int, settings: dict) -> dict:
