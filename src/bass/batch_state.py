@@ -8,7 +8,7 @@ from numbers import Integral
 
 from . import hf
 from .sampling import position_keys
-from .stopping import StopStrings
+from .stopping import CONTEXT_TOKENS, StopStrings
 
 __all__ = [
     "BatchState",
@@ -145,7 +145,9 @@ class BatchState:
                     reason = "eos" if t in self.eos else "stop"
                     break
             if self.texts is not None:
-                keep = self.texts.check(p, out, len(out) - before)
+                n = len(self.seqs[s]) - len(out)  # the prompt's length; its tail decodes first
+                head = self.seqs[s][max(0, n - CONTEXT_TOKENS) : n]
+                keep = self.texts.check(p, out, len(out) - before, head)
                 if keep is not None:  # a stop string: drop what the step accepted after it
                     drop = len(out) - before - keep
                     if drop:

@@ -64,30 +64,37 @@ class StopStrings:
         """Does a stop string end in ``text`` after its first ``old`` characters?"""
         return any(text.find(s, max(0, old - len(s) + 1)) >= 0 for s in self.stops)
 
-    def check(self, key: int, out: list[int], n_new: int) -> int | None:
+    def check(self, key: int, out: list[int], n_new: int, prompt: Sequence[int] = ()) -> int | None:
         """Row ``key``'s new tokens are ``out``, the last ``n_new`` of them appended since
-        its previous check. Returns how many of those ``n_new`` to keep when one of them
-        completes a stop string (the row ends with that token), else ``None``."""
+        its previous check (``prompt``: the row's prompt ids, or its last few: the first
+        window is decoded after them, :func:`decode_after`, as the row's text is). Returns
+        how many of those ``n_new`` to keep when one of them completes a stop string (the
+        row ends with that token), else ``None``."""
         if n_new <= 0:
             return None
         old_end = len(out) - n_new
         start, prev = self.rows.get(key, (0, ""))  # prev: the text of out[start:old_end]
-        text = decode(self.tokenizer, out[start:])
+
+        def window(end: int | None = None) -> str:  # out[start:end]'s text
+            head = prompt[-CONTEXT_TOKENS:] if start == 0 else ()
+            return decode_after(self.tokenizer, head, out[start:end])
+
+        text = window()
         old = len(prev)  # text before `old` is not new
         if not text.startswith(prev):  # prev's tail decodes differently now: their common part
             old = next((i for i, (a, b) in enumerate(zip(prev, text)) if a != b), len(text))
         if self._hit(text, old):
             self.rows.pop(key, None)
             for j in range(1, n_new):  # the first token whose text completes a stop
-                if self._hit(decode(self.tokenizer, out[start : old_end + j]), old):
+                if self._hit(window(old_end + j), old):
                     return j
             return n_new
         if len(out) - start > 2 * self.context:  # slide the window forward
             start = len(out) - self.context
-            text = decode(self.tokenizer, out[start:])
+            text = window()
             while start > 0 and len(text) < self.min_chars:  # tokens of little text
                 start = max(0, start - self.context)
-                text = decode(self.tokenizer, out[start:])
+                text = window()
         self.rows[key] = (start, text)
         return None
 

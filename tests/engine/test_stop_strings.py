@@ -102,10 +102,11 @@ def text(tokenizer, ids) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def first_stop(tokenizer, ids, stops) -> int | None:
-    """How many tokens of ``ids`` a row keeps: up to the first that completes a stop."""
+def first_stop(tokenizer, ids, stops, prompt=()) -> int | None:
+    """How many tokens of ``ids`` a row keeps: up to the first that completes a stop in
+    the row's text (decoded after ``prompt``, as the row's text is given)."""
     for j in range(1, len(ids) + 1):
-        t = text(tokenizer, ids[:j])
+        t = decode_after(tokenizer, prompt, ids[:j])
         if any(s in t for s in stops):
             return j
     return None
@@ -137,7 +138,7 @@ def cut_mid_step(res, row: int, max_new: int) -> bool:
 # ----------------------------------------------------------------------------- matcher
 
 
-def simulate(matcher, ids, chunks) -> int | None:
+def simulate(matcher, ids, chunks, prompt=()) -> int | None:
     """Feed ``ids`` to ``matcher`` in steps of ``chunks`` tokens, as the engine appends
     a step's accepted tokens; the kept length where a stop string ended it."""
     out, c = [], 0
@@ -146,7 +147,7 @@ def simulate(matcher, ids, chunks) -> int | None:
         n = min(chunks[c % len(chunks)], len(ids) - before)
         c += 1
         out.extend(ids[before : before + n])
-        keep = matcher.check(0, out, n)
+        keep = matcher.check(0, out, n, prompt)
         if keep is not None:
             return before + keep
     return None
@@ -162,7 +163,8 @@ def test_matcher_agrees_with_decoding_every_prefix(kind, data, chunks):
     tokenizer = _TOK.setdefault(kind, TOKENIZERS[kind]())
     vocab = len(tokenizer.get_vocab())
     ids = data.draw(st.lists(st.integers(1, vocab - 1), min_size=1, max_size=90))
-    full = text(tokenizer, ids)
+    prompt = data.draw(st.lists(st.integers(1, vocab - 1), max_size=12))
+    full = decode_after(tokenizer, prompt, ids)
     stops = data.draw(
         st.lists(
             st.one_of(
@@ -175,8 +177,8 @@ def test_matcher_agrees_with_decoding_every_prefix(kind, data, chunks):
             max_size=3,
         )
     )
-    got = simulate(StopStrings(stops, tokenizer), ids, chunks)
-    assert got == first_stop(tokenizer, ids, stops)
+    got = simulate(StopStrings(stops, tokenizer), ids, chunks, prompt)
+    assert got == first_stop(tokenizer, ids, stops, prompt)
 
 
 _TOK: dict = {}
@@ -439,3 +441,23 @@ def test_a_stop_string_holding_a_special_token_is_refused(llama, tok):
                            r"'</s>'.*stop on its id \(2\)"):  # fmt: skip
             gen.generate([[5, 6]], max_new_tokens=2, stop_strings=[stop], tokenizer=tok)
     gen.generate([[5, 6]], max_new_tokens=2, stop_strings=["s>"], tokenizer=tok)  # plain text
+
+
+def test_a_stop_string_at_a_rows_first_token_sees_its_prompt(llama):
+    """A SentencePiece-like tokenizer drops a text's leading space when it decodes alone:
+    a stop string starting with the space a row's first new token brings (after the
+    prompt) ends the row at that token, as in the row's text."""
+    tok = _TOK.setdefault("metaspace", metaspace_tokenizer())
+    prompts = [[i, 3 + (7 * i) % 60] for i in range(3, 40)]
+    solo = {tuple(p): reference_greedy(llama, p, 6) for p in prompts}
+    hits = [
+        (p, first[:2])
+        for p in prompts
+        if (first := decode_after(tok, p, solo[tuple(p)][:1])).startswith(" ") and len(first) > 1
+    ][:4]
+    assert hits, "no prompt whose first new token brings a space"
+    gen = Generator(llama, "ngram")
+    for prompt, stop in hits:
+        assert not text(tok, solo[tuple(prompt)]).startswith(stop)  # decoded alone: no space
+        res = gen.generate([prompt], max_new_tokens=6, stop_strings=[stop], tokenizer=tok)
+        assert res.sequences[0] == solo[tuple(prompt)][:1] and res.finish_reasons == ["stop"]
