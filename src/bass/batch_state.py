@@ -220,8 +220,9 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int, models) -> int:
         raise ValueError("prompts is empty: pass at least one token-id list")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    # every model embeds the prompts (a draft with a padded vocabulary may have fewer rows)
-    vocab = min(m.get_input_embeddings().weight.shape[0] for m in models)
+    # the main model embeds the prompts (a draft with fewer rows, a padded vocabulary's,
+    # is fed 0 for the ids it has no row for, as for such ids the main model generates)
+    vocab = models[0].get_input_embeddings().weight.shape[0]
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise PromptError("", i, " is empty; every prompt needs at least one token")

@@ -82,6 +82,8 @@ class ModelDrafter(Drafter):
     def admit(self, state, slots: list[int]) -> int:
         """Prefill the draft model with the prompts just placed in ``slots``."""
         prompts = [state.seqs[s] for s in slots]
+        if self.in_vocab < self.out_vocab:  # main-model ids the draft cannot embed: fed as 0
+            prompts = [[t if t < self.in_vocab else 0 for t in p] for p in prompts]
         _, n = self.passes.prefill(self.model, self.cache, prompts, slots)
         for s, p in zip(slots, prompts):
             state.draft_lens[s] = len(p)

@@ -374,8 +374,8 @@ class Generator:
         # one at a time per process (bass.locking); the models handed back as they came
         with locking.exclusive("generate()"), hf.attention_restored(models):
             try:
-                for model in models:
-                    hf.prepare(model, job.need)  # a window is checked against real positions
+                for model, role in zip(models, ("main", "draft")):  # a window is checked
+                    hf.prepare(model, job.need, role)  # against the real positions
                 self.backend.refresh(models)  # weights may have changed since, in any way
                 # ids a pass may take, and the logits' width (read again: resized too)
                 self.vocab = self.main.get_input_embeddings().weight.shape[0]

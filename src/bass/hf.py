@@ -256,16 +256,19 @@ def pass_impl(impl: str, beyond: Beyond | None, device_type: str) -> tuple[str, 
     return "flex", "as a score_mod"
 
 
-def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedModel:
+def prepare(
+    model: PreTrainedModel, max_len: int | None = None, role: str | None = None
+) -> PreTrainedModel:
     """Check ``model`` can be routed through bass and set ``attn_implementation="bass"``.
 
     Raises :class:`UnsupportedModelError` naming the model when its attention does not go
     through transformers' attention interface, it is not a decoder-only causal LM, or its
     sliding window or its rotary embedding's switch (:func:`bass.compat.rope_switch`) is
     shorter than the positions a generation feeds: ``max_len`` (the longest prompt plus
-    ``max_new_tokens``) less one.
+    ``max_new_tokens``) less one. ``role`` (``"main"``, ``"draft"``) names the model's
+    part in the errors.
     """
-    name = model_name(model)
+    name = model_name(model) if role is None else f"the {role} model {model_name(model)}"
     if not isinstance(model, PreTrainedModel):
         raise UnsupportedModelError(f"{name} is not a transformers PreTrainedModel")
     config = model.config
@@ -315,6 +318,11 @@ def prepare(model: PreTrainedModel, max_len: int | None = None) -> PreTrainedMod
             f"{fed} positions (the longest prompt plus max_new_tokens, less the last new "
             "token); bass's ragged attention is full causal and would attend past the "
             f"window: keep the longest prompt plus max_new_tokens within {window + 1} tokens"
+            + (
+                " (or use another draft: a model without a window, 'ngram')"
+                if role == "draft"
+                else ""
+            )
         )
     switch = compat.rope_switch(text)
     if switch is not None and fed is not None and switch < fed:

@@ -235,11 +235,12 @@ def padded_vocab(
     main_source, draft_source, main_model, draft_model, warn=None, main_tokenizer=None
 ) -> int | None:
     """The ``shared_vocab`` of two models loaded from ``main_source`` and ``draft_source``:
-    ``None`` when their logit counts agree (nothing to reconcile) or their tokenizers
-    differ (the :class:`bass.Generator` then refuses the pair), else the tokenizer's
-    length. A tokenizer that cannot be loaded counts as different. Two models with as many
-    logits whose tokenizers give most tokens other ids are reported to ``warn`` (default: a
-    ``UserWarning``): the output stays exact, but the drafts would rarely be accepted.
+    ``None`` when their logit counts agree (nothing to reconcile) or a tokenizer cannot be
+    loaded (the :class:`bass.Generator` then refuses the pair), else the tokenizer's
+    length; two logit counts with different tokenizers are refused (``ValueError``). Two
+    models with as many logits whose tokenizers give most tokens other ids are reported to
+    ``warn`` (default: a ``UserWarning``): the output stays exact, but the drafts would
+    rarely be accepted.
     ``main_tokenizer``: the main model's, when the caller has it loaded already."""
     rows = [m.get_output_embeddings().weight.shape[0] for m in (main_model, draft_model)]
     try:
@@ -248,9 +249,18 @@ def padded_vocab(
         tokenizers = [main_tokenizer, load_tokenizer(draft_source)]
     except (OSError, ValueError, ModelNotFoundError):
         return None
-    if rows[0] != rows[1]:
-        return shared_vocab(*tokenizers)
     same = vocab_agreement(*tokenizers)
+    if rows[0] != rows[1]:
+        found = shared_vocab(*tokenizers)
+        if found is None:
+            raise ValueError(
+                f"the draft model {draft_source} ({rows[1]} logits) does not share the main "
+                f"model {main_source}'s tokenizer ({rows[0]} logits; the draft's gives "
+                f"{1 - same:.0%} of the main model's tokens other ids or none): speculative "
+                "decoding needs a draft with the main model's tokenizer; choose one (a smaller "
+                "model of the same family), or draft with 'ngram'"
+            )
+        return found
     if same < 0.99:
         (warn or (lambda m: warnings.warn(m, UserWarning, stacklevel=3)))(
             f"the draft model {draft_source}'s tokenizer gives {1 - same:.0%} of the main "

@@ -418,12 +418,12 @@ def test_a_draft_with_a_padded_vocabulary(model_dir, tmp_path, capsys):
     rc, _, err = run(
         capsys, f"generate --main {model_dir} --draft {other} --max-new-tokens 6", "hi"
     )
-    assert rc == 2 and "the draft model" in err and "has 72 logits" in err
-    assert "shared_vocab=len(tokenizer)" in err and "Traceback" not in err
+    assert rc == 2 and "the draft model" in err and "(72 logits) does not share" in err
+    assert "shared_vocab" not in err and "Traceback" not in err  # not padding: say so
     from bass import Generator  # the Python API's loader compares them the same way
 
     assert Generator.from_pretrained(model_dir, str(same)).drafter.tokens == 64
-    with pytest.raises(ValueError, match="vocabularies differ"):
+    with pytest.raises(ValueError, match=r"\(72 logits\) does not share the main model"):
         Generator.from_pretrained(model_dir, str(other))
 
 

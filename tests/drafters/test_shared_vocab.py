@@ -71,6 +71,9 @@ def test_a_smaller_draft_vocabulary_is_exact_and_sees_main_tokens_it_cannot_embe
     res = testing.assert_greedy_equivalent(gen, prompts, 24)
     assert any(t >= 64 for seq in res.sequences for t in seq)  # the fed-as-0 path ran
     assert res.stats.mean_accepted > 0.5  # and drafts were accepted
+    # prompts holding such ids too: the main model embeds them, the draft is fed 0
+    res = testing.assert_greedy_equivalent(gen, [[1, 70, 2, 3], [64, 65, 71], [71]], 12)
+    assert res.stats.mean_accepted > 0
 
 
 def test_a_larger_draft_vocabulary_never_proposes_ids_past_the_shared_ones(main72):
@@ -117,7 +120,7 @@ def test_tokenizers_are_compared_by_their_vocabularies(main72, draft64):
     assert padded_vocab("/nonexistent/main", "/nonexistent/draft", main72, draft64) is None
 
 
-def test_a_draft_tokenizer_that_gives_tokens_other_ids_is_reported(main72, monkeypatch):
+def test_a_draft_tokenizer_that_gives_tokens_other_ids_is_reported(main72, draft64, monkeypatch):
     """Same logit counts, other token ids: exact output, useless drafts: said, not refused."""
     import bass.models
 
@@ -134,6 +137,12 @@ def test_a_draft_tokenizer_that_gives_tokens_other_ids_is_reported(main72, monke
     with pytest.warns(UserWarning, match="its drafts will rarely be accepted"):
         padded_vocab("main", "other", main72, main72)
     assert vocab_agreement(toks["main"], toks["other"]) == pytest.approx(1 / 3)
+    # other logit counts: one tokenizer is reconciled, another refused as what it is (not
+    # with the advice to pass shared_vocab, which fits padded embeddings of one tokenizer)
+    assert padded_vocab("main", "same", main72, draft64) == 3
+    refused = r"^the draft model other \(64 logits\) does not share the main model main's "
+    with pytest.raises(ValueError, match=refused + r"tokenizer \(72 logits; .* 67% .*'ngram'$"):
+        padded_vocab("main", "other", main72, draft64)
 
 
 def test_the_draft_hands_the_verifier_distributions_of_the_main_models_width(main72, draft64):

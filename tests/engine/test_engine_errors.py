@@ -139,8 +139,16 @@ def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refus
     prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
     testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 9)
     testing.assert_greedy_equivalent(Generator(model, model), prompts, 9)  # a draft model
-    with pytest.raises(UnsupportedModelError, match=r"feeds 14 .*within 14 tokens"):
+    with pytest.raises(
+        UnsupportedModelError, match=r"^the main model Mistral.*feeds 14 .*within 14 tokens$"
+    ):
         Generator(model, "ngram").generate(prompts, max_new_tokens=10)
+    # a draft's window: the error says it is the draft's, and what else to draft with
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"^the draft model Mistral.*within 14 tokens \(or use another draft",
+    ):
+        Generator(tiny_lm("mistral"), model).generate(prompts, max_new_tokens=10)
 
 
 def test_a_window_no_layer_uses_is_no_limit():

@@ -102,18 +102,17 @@ def make_generator(main, draft, config: Config, tokenizer=None):
     import torch
 
     from .. import models
+    from ..drafters import DrafterLoadError
     from ..engine import Generator
 
     kwargs = config.generator_kwargs()
-    if isinstance(draft, torch.nn.Module):  # one tokenizer, padded embeddings: reconcile
-        source = config.model.main or models.default_model_file()
-        note = lambda message: say(f"note: {message}")  # noqa: E731
-        kwargs["shared_vocab"] = models.padded_vocab(
-            source, config.model.draft, main, draft, warn=note, main_tokenizer=tokenizer
-        )
-    from ..drafters import DrafterLoadError
-
     try:
+        if isinstance(draft, torch.nn.Module):  # one tokenizer, padded embeddings: reconcile
+            source = config.model.main or models.default_model_file()
+            note = lambda message: say(f"note: {message}")  # noqa: E731
+            kwargs["shared_vocab"] = models.padded_vocab(
+                source, config.model.draft, main, draft, warn=note, main_tokenizer=tokenizer
+            )
         return Generator(main, draft, **kwargs)
     except (ValueError, DrafterLoadError) as exc:  # vocabularies, policy options, a plugin
         raise UsageError(str(exc)) from exc
