@@ -48,7 +48,8 @@ def raise_if_nonfinite(flags: list[int], model, which: str, prompts: list[int], 
     bad = [prompts[r] for r, f in enumerate(flags) if f]
     if bad:
         raise NonFiniteLogitsError(
-            f"the {which} model ({hf.model_name(model)}) produced non-finite logits (NaN or "
+            f"the {which} model ({model if isinstance(model, str) else hf.model_name(model)}) "
+            "produced non-finite logits (NaN or "
             "Inf) for ",
             bad[0],
             (f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else "")

@@ -40,7 +40,15 @@ from .packing import TOKEN_BUCKETS
 from .sampling import generator_seed
 from .stats import FinishedRow, GenerationResult, GenerationStats, StepRecord
 from .stopping import decode_rows
-from .verify import accept, check_offer, check_proposal, draft_keys, read_step, verify_pass
+from .verify import (
+    accept,
+    check_offer,
+    check_passes,
+    check_proposal,
+    draft_keys,
+    read_step,
+    verify_pass,
+)
 
 __all__ = ["Generator", "NonFiniteLogitsError"]
 
@@ -426,7 +434,8 @@ class Generator:
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(slots, job.max_len, n_layers, device)
         if self.drafter is not None:
-            stats.draft_passes += self._drafting.start(state, self.passes, job.max_len, device)
+            n = self._drafting.start(state, self.passes, job.max_len, device)
+            stats.draft_passes += check_passes(self._drafting, "start", n)
         queue, sampling = scheduler.Queue(len(prompts)), (job.params, gen, seed)
 
         # 2) steps until every row has finished: waiting prompts take the slots of finished

@@ -14,7 +14,7 @@ import importlib.metadata
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import OptionError, PluginError, PluginLoadError
@@ -166,6 +166,11 @@ def available(group: str, found: Iterable) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:  # reads every installed package: ~0.1 s
+    return importlib.metadata.packages_distributions()
+
+
 def _from(ep, module: str | None) -> str:
     """``", from NAME VERSION"``: the distribution that installed ``ep`` (or owns
     ``module``); ``", from module X"`` for a module no distribution owns; ``""`` when
@@ -174,7 +179,7 @@ def _from(ep, module: str | None) -> str:
     if dist is not None:
         return f", from {dist.metadata['Name']} {dist.version}"
     top = (module or "").partition(".")[0]
-    names = importlib.metadata.packages_distributions().get(top, []) if top else []
+    names = _distributions().get(top, []) if top else []
     if names:
         try:
             return f", from {names[0]} {importlib.metadata.version(names[0])}"
@@ -219,9 +224,10 @@ def load_target(kind: str, name: str, ep, error: type[PluginLoadError]) -> Calla
     return target
 
 
-def guard(who: str, hook: str, fn: Callable) -> Callable:
+def guard(who: str | Callable[[], str], hook: str, fn: Callable) -> Callable:
     """``fn`` (a plugin's hook), raising :class:`~bass.errors.PluginError` naming ``who``
-    and ``hook`` for anything it raises. Resolved once when a generation starts, never per step."""
+    (or what it returns, called only then: naming a package reads its metadata) and
+    ``hook`` for anything it raises. Resolved once when a generation starts, never per step."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -232,8 +238,9 @@ def guard(who: str, hook: str, fn: Callable) -> Callable:
             # hook) and a bad option value
             if isinstance(exc, (PluginError, OptionError)):
                 raise
+            name = who() if callable(who) else who
             raise PluginError(
-                f"{who} raised in {hook}(): {type(exc).__name__}: {exc}", plugin=who, hook=hook
+                f"{name} raised in {hook}(): {type(exc).__name__}: {exc}", plugin=name, hook=hook
             ) from exc
 
     return call
@@ -244,4 +251,4 @@ def build(kind: str, target: Callable, name: str, ep, **options) -> Any:
     point ``ep``): bass's own as is, another package's with its failures named as its own."""
     if is_builtin(target):
         return target(**options)
-    return guard(describe(kind, target, name, ep), "__init__", target)(**options)
+    return guard(lambda: describe(kind, target, name, ep), "__init__", target)(**options)

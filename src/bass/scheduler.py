@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import hf, options
+from . import hf, options, verify
 from .batch_state import as_prompts, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import nonfinite
@@ -186,7 +186,8 @@ def admit_rows(gen, state, slots: list[int], stats) -> None:
     stats.prefill_tokens += sum(len(state.seqs[s]) for s in slots)
     stats.admissions += 1
     if gen.drafter is not None:
-        stats.draft_passes += gen._drafting.admit(state, slots)
+        n = gen._drafting.admit(state, slots)
+        stats.draft_passes += verify.check_passes(gen._drafting, "admit", n)
 
 
 def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:

@@ -204,6 +204,19 @@ def _counts(drafter, hook: str, got, rows: int, what: str) -> list[int]:
     return out
 
 
+def check_passes(drafter, hook: str, n) -> int:
+    """What a drafter's ``start`` or ``admit`` returned: the forward passes it ran, an int
+    >= 0 (counted in the statistics); anything else is the drafter's error."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 0:
+        raise _fail(
+            drafter,
+            hook,
+            f": {hook}() returned {n!r}: expected the number of forward passes it ran, an "
+            "int >= 0 (return 0 when it ran none)",
+        )
+    return int(n)
+
+
 def check_offer(drafter, offer, rows: int) -> tuple[list[int], list[int]] | None:
     """A drafter's :meth:`~bass.hooks.Drafter.offer` must be ``None`` or an
     :class:`~bass.hooks.Offer` with one continuation and one match length (an int >= 0)
@@ -322,6 +335,25 @@ def check_proposal(
             "main model's logits), the distribution each draft token was drawn from, got "
             + (f"{q.dtype} {list(q.shape)}" if isinstance(q, torch.Tensor) else repr(q)),
         )
+    R = len(lengths)
+    for name, t, shape, ok in (
+        ("bad", prop.bad, f"a bool tensor [rows={R}]", lambda t: t.dim() == 1 and len(t) == R),
+        (
+            "confidence",
+            prop.confidence,
+            f"a float tensor [rows={R}, >= {K}]",
+            lambda t: (
+                t.is_floating_point() and t.dim() == 2 and t.shape[0] == R and t.shape[1] >= K
+            ),
+        ),
+    ):  # read in the step's one host read, at fixed offsets: a wrong shape would shift it
+        if t is not None and not (isinstance(t, torch.Tensor) and not t.is_complex() and ok(t)):
+            raise _fail(
+                drafter,
+                "propose",
+                f": Proposal.{name} must be None or {shape}, got "
+                + (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)),
+            )
     if type(prop.drafted) is not list or drafted != prop.drafted:
         prop = dataclasses.replace(prop, drafted=drafted)
     return prop
@@ -355,7 +387,10 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     raise_if_nonfinite(host[2 * R : 3 * R], gen.main, "main", prompts, where)
     drafts = prop.host_tokens
     if device_drafts:
-        raise_if_nonfinite(host[3 * R : 4 * R], gen.drafter.model, "draft", prompts, where)
+        model = getattr(gen.drafter, "model", None)  # a drafter of its own: named as one
+        raise_if_nonfinite(
+            host[3 * R : 4 * R], model or who(gen._drafting), "draft", prompts, where
+        )
         flat = host[4 * R :]
         if min(flat, default=0) < 0:
             r = flat.index(-1) // K

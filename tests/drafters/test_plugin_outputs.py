@@ -141,3 +141,78 @@ def test_a_vocabulary_resized_after_the_generator_was_built_is_read_again():
     prompts = [[70, 71, 72, 70, 71, 72, 70], [5, 75, 6, 75, 5]]  # new ids, repeated: drafted
     want = [reference_greedy(model, p, 8) for p in prompts]
     assert gen.generate(prompts, max_new_tokens=8).sequences == want
+
+
+class Flagging(DeviceTokens):
+    """Device drafts of the row's last token, with ``bad`` / ``confidence`` as made by
+    ``extra(R, K)``."""
+
+    name = "flagging"
+
+    def __init__(self, extra):
+        super().__init__()
+        self.extra = extra
+
+    def propose(self, view, lengths):
+        prop = super().propose(view, lengths)
+        for k, v in self.extra(len(lengths), max(lengths)).items():
+            setattr(prop, k, v)
+        return prop
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        lambda R, K: {"bad": torch.zeros(R + 1, dtype=torch.bool)},  # shifted the host read
+        lambda R, K: {"bad": torch.zeros(R, 1, dtype=torch.bool)},
+        lambda R, K: {"bad": [False] * R},
+        lambda R, K: {"confidence": torch.ones(R)},
+        lambda R, K: {"confidence": torch.ones(R, K - 1)},
+        lambda R, K: {"confidence": torch.ones(R, K, dtype=torch.long)},
+    ],
+)
+def test_bad_flags_and_confidences_of_the_wrong_shape_are_refused(extra):
+    """``bad`` and ``confidence`` are read in the step's one host read, at fixed offsets:
+    a ``bad`` one row too long shifted the drafts read after it (rows came back with
+    wrong tokens, no error)."""
+    gen = bass.Generator(tiny_lm(), Flagging(extra), policy="constant")
+    with pytest.raises(PluginOutputError, match=r"Proposal\.(bad|confidence) must be None or"):
+        gen.generate(PROMPTS, max_new_tokens=6)
+
+
+def test_rows_a_drafter_flags_bad_name_the_drafter_and_right_shapes_are_taken():
+    model = tiny_lm()
+    fine = lambda R, K: {"bad": torch.zeros(R, dtype=torch.bool), "confidence": torch.ones(R, K)}  # noqa: E731
+    gen = bass.Generator(model, Flagging(fine), policy="constant")
+    assert gen.generate(PROMPTS, max_new_tokens=6).sequences == _greedy(model)
+    flagged = Flagging(lambda R, K: {"bad": torch.ones(R, dtype=torch.bool)})
+    gen = bass.Generator(model, flagged, policy="constant")
+    with pytest.raises(RuntimeError, match=r"the draft model \(drafter 'flagging' .*non-finite"):
+        gen.generate(PROMPTS, max_new_tokens=6)
+
+
+class Counting(Drafter):
+    """Drafts nothing; ``start`` and ``admit`` return ``got`` (the passes they ran)."""
+
+    name = "counting"
+
+    def __init__(self, hook, got):
+        self.hook, self.got = hook, got
+
+    def start(self, state, passes, max_len, device):
+        return self.got if self.hook == "start" else 0
+
+    def admit(self, state, slots):  # a reset per slot that forgot its `return 0`
+        return self.got if self.hook == "admit" else 0
+
+    def propose(self, view, lengths):
+        return Proposal.none(view.slots)
+
+
+@pytest.mark.parametrize("hook", ["start", "admit"])
+@pytest.mark.parametrize("got", [None, -5, 1.5, True])
+def test_passes_a_drafter_says_it_ran_must_be_a_count(hook, got):
+    gen = bass.Generator(tiny_lm(), Counting(hook, got), policy="constant")
+    with pytest.raises(PluginOutputError, match=rf"{hook}\(\) returned {got!r}: .* int >= 0") as e:
+        gen.generate(PROMPTS, max_new_tokens=2)
+    assert e.value.hook == hook and e.value.plugin.startswith("drafter 'counting'")

@@ -183,3 +183,20 @@ def test_a_meta_prompt_and_a_tokenizer_that_does_not_return_text_are_named():
 
     with pytest.raises(TypeError, match=r"tokenizer.decode returned list .*not text"):
         gen.generate([[1, 2, 3]], max_new_tokens=4, stop_strings=["x"], tokenizer=Ids())
+
+
+def test_a_plugins_package_is_looked_up_only_when_it_fails(monkeypatch):
+    """Naming a plugin's package reads every installed package's metadata (~0.1 s): done
+    for an error's message, never for each generation a working plugin runs."""
+
+    class Works(Policy):
+        def draft_length(self):
+            return 1
+
+    def looked_up(*args, **kwargs):
+        raise AssertionError("a working plugin's package was looked up")
+
+    gen = bass.Generator(tiny_lm(), "ngram", policy=Works())
+    monkeypatch.setattr(bass.plugins, "describe", looked_up)
+    for _ in range(2):
+        gen.generate(PROMPTS, max_new_tokens=3)

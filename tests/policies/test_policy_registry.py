@@ -139,6 +139,10 @@ def test_parse_options(builtin_eps):
     assert opts == {"min_top1": 0.5, "max_entropy": 2}
     assert load("confidence", **opts).max_entropy == 2.0
     assert parse_options("constant", ["k=1.5"]) == {"k": 1.5}  # load then rejects it
+    # a string option takes "none" as its text, as a config file's "none" (else: None)
+    from bass.policies.registry import _parse_value
+
+    assert [_parse_value("none", d) for d in ("fast", 0.4, None)] == ["none", None, None]
     with pytest.raises(ValueError, match="name=value"):
         parse_options("bass", ["l0"])
 

@@ -187,12 +187,12 @@ def bind(policy: Any) -> PolicyHooks:
     who = functools.cache(functools.partial(plugins.describe, "policy", policy, registered or None))
     if not plugins.is_builtin(policy):  # what another package's policy raises is its own
         if per_row is not None:
-            per_row = plugins.guard(who(), "draft_lengths", per_row)
+            per_row = plugins.guard(who, "draft_lengths", per_row)
         else:
-            single = plugins.guard(who(), "draft_length", single)
-        update = plugins.guard(who(), "update", update)
+            single = plugins.guard(who, "draft_length", single)
+        update = plugins.guard(who, "update", update)
         if stop is not None:
-            stop = plugins.guard(who(), "early_stop", stop)
+            stop = plugins.guard(who, "early_stop", stop)
 
     def early_stop(ctx: DraftContext) -> EarlyStop | None:
         got = stop(ctx) if stop is not None else None

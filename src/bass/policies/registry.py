@@ -176,10 +176,10 @@ def _parse_value(text: str, default: Any) -> Any:
         if text.lower() in ("0", "false", "no", "off"):
             return False
         return text
+    if isinstance(default, str):  # text as is, "none" too (as a config file's "none")
+        return text
     if text.lower() == "none":
         return None
-    if isinstance(default, str):
-        return text
     for kind in (float,) if isinstance(default, float) else (int, float):
         try:
             return kind(text)
@@ -191,12 +191,15 @@ def _parse_value(text: str, default: Any) -> Any:
 def parse_options(name: str, pairs: Iterable[str] | Mapping[str, str]) -> dict[str, Any]:
     """Options for :func:`load` from command-line text (``"l0=5"`` pairs or a mapping),
     converted after each option's default: ints, floats (an int default also accepts a
-    float, which the policy then rejects with a clear message), ``none``, booleans.
+    float, which the policy then rejects with a clear message), ``none`` (but for a
+    string option: its text), booleans.
     Unconvertible text is passed through as a string, for :func:`load` to report.
 
     >>> from bass.policies.registry import _parse_value
     >>> _parse_value("5", 7), _parse_value("0.5", None), _parse_value("none", 0.4)
     (5, 0.5, None)
+    >>> _parse_value("none", "fast")
+    'none'
     """
     if isinstance(pairs, Mapping):
         raw = dict(pairs)
