@@ -136,7 +136,12 @@ class CPUBackend(Backend):
         self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
 
     def refresh(self, models: list[torch.nn.Module]) -> None:
-        """Pack again the copies whose weights changed (:func:`bass.cpu_linear.refresh`)."""
+        """Pack again the copies whose weights changed (:func:`bass.cpu_linear.refresh`):
+        the models' copies as they are now, whoever made them (another Generator of the
+        same model installs its plan on it, and :meth:`wrap` routes through that)."""
+        if self.chosen in ("", "torch"):
+            return  # nothing routes in this Generator's passes
+        self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
         if self.packed_bytes == 0:
             return
         t0 = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -14,7 +15,6 @@ import os
 import platform
 import re
 import time
-import types
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -454,8 +454,9 @@ def _(x, weight, bias, plan, handle=-1):
 
 
 def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """The forward :func:`install` binds to a routed layer (a method, not a closure, for
-    ``copy.deepcopy``: docs/guides/performance.md, "Routing")."""
+    """The forward :func:`install` binds to a routed layer (a ``functools.partial`` of a
+    module-level function, not a closure nor a bound method, for ``copy.deepcopy`` and
+    pickling, ``torch.save(model)``: docs/guides/performance.md, "Routing")."""
     w, b = self.weight, self.bias
     if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
         return F.linear(x, w, b)
@@ -490,7 +491,7 @@ def install(model: torch.nn.Module, plan: LinearPlan) -> int:
         setattr(m, _ORIGINAL, m.__dict__.get("forward"))
         setattr(m, _HANDLE, handle)
         setattr(m, _CODE, plan.code(shape))
-        m.forward = types.MethodType(_routed_forward, m)
+        m.forward = functools.partial(_routed_forward, m)
         routed += 1
     setattr(model, _PLAN, plan)
     return routed

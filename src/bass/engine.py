@@ -380,7 +380,7 @@ class Generator:
         the :class:`GenerationResult`."""
         models = self.models
         # one at a time per process (bass.locking); the models handed back as they came
-        with locking.exclusive("generate()"), hf.attention_restored(models):
+        with locking.exclusive("generate()"), hf.attention_restored(models) as theirs:
             try:
                 for model, role in zip(models, ("main", "draft")):  # a window is checked
                     hf.prepare(model, job.need, role)  # against the real positions
@@ -398,7 +398,8 @@ class Generator:
                                 row = next(work)
                             except StopIteration as done:
                                 return done.value
-                        yield row  # the caller's code runs in its own grad mode
+                        with hf.handed_back(models, theirs):  # the caller's code: in its
+                            yield row  # own grad mode, the models' own attention
                 finally:
                     work.close()
             finally:  # hand the caches' memory back (a training step may want it)

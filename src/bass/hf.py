@@ -136,12 +136,28 @@ AttentionMaskInterface.register(ATTN_NAME, bass_mask)
 
 
 @contextlib.contextmanager
-def attention_restored(models: Sequence[torch.nn.Module]):
-    """Hands ``models`` back with the attention implementations they came with (each one
-    switched back where it changed inside the block), however the block ends."""
-    previous = [compat.attn_implementations(m) for m in models]
+def handed_back(models: Sequence[torch.nn.Module], attns: list):
+    """Inside, ``models`` run the attention they came with (``attns``, as
+    :func:`bass.compat.attn_implementations` read them): the caller's own code between a
+    generation's rows (a stream's loop body, ``on_finish``) may run them, to score or train
+    on a finished row; bass's again after."""
+    for model, attn in zip(models, attns):
+        model.set_attn_implementation(attn)
     try:
         yield
+    finally:
+        for model in models:
+            model.set_attn_implementation(ATTN_NAME)
+
+
+@contextlib.contextmanager
+def attention_restored(models: Sequence[torch.nn.Module]):
+    """Hands ``models`` back with the attention implementations they came with (each one
+    switched back where it changed inside the block), however the block ends; ``as``:
+    those implementations (:func:`handed_back` takes them)."""
+    previous = [compat.attn_implementations(m) for m in models]
+    try:
+        yield previous
     finally:
         for model, attn in zip(models, previous):
             if compat.attn_implementations(model) != attn:

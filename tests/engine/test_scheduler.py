@@ -207,6 +207,35 @@ def test_on_finish_sees_every_row_once_before_generate_returns(llama):
     assert all(r.tokens == res.sequences[r.prompt] for r in seen)
 
 
+@pytest.mark.parametrize("draft", ["ngram", "same"])
+def test_the_callers_code_between_rows_may_run_the_models(llama, drafts, draft):
+    """A stream's loop body and ``on_finish`` run the models as transformers does (to
+    score or train on a finished row: their own attention, autograd), and the generation
+    goes on unchanged; the models ran bass's attention all along before (an error)."""
+    import torch
+
+    x = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        want = llama(x).logits
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12]]
+    gen = Generator(llama, drafts[draft])
+    whole = gen.generate(prompts, max_new_tokens=MAX_NEW)
+
+    def use(row):
+        with torch.no_grad():
+            assert torch.equal(llama(x).logits, want)
+        llama(x, labels=x).loss.backward()  # a training step's forward and backward
+        llama.zero_grad(set_to_none=True)
+
+    rows = []
+    for row in gen.stream(prompts, max_new_tokens=MAX_NEW, max_rows=2):
+        use(row)
+        rows.append(row)
+    assert sorted((r.prompt, r.tokens) for r in rows) == list(enumerate(whole.sequences))
+    res = gen.generate(prompts, max_new_tokens=MAX_NEW, max_rows=2, on_finish=use)
+    assert res.sequences == whole.sequences
+
+
 def test_stream_checks_its_arguments_when_called(llama):
     gen = Generator(llama, None)
     with pytest.raises(OptionError, match="max_rows"):

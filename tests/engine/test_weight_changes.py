@@ -103,3 +103,39 @@ def test_a_weight_change_between_calls_is_seen_by_the_next_call(change, draft):
     assert gen.generate(PROMPTS, **kw).sequences == want  # the Generator built before
     again = Generator(main, d, policy="constant", policy_options={"k": 3})
     assert again.generate(PROMPTS, **kw).sequences == want  # and a new one
+
+
+def test_a_generator_checks_the_packed_copies_another_one_installed():
+    """Two Generators of one model: the last one's routing is the model's, so the first
+    (built without packed copies) runs through the other's: a weight synced through
+    ``.data`` (no version bump) must be found by either (it was skipped: stale weights)."""
+    main = tiny_lm(dtype=torch.float32)
+    first = Generator(main, "ngram", cpu_linear="unpacked")
+    _packed_everywhere(main)  # what a second Generator, cpu_linear="auto", may install
+    before = first.generate(PROMPTS, max_new_tokens=10).sequences
+    assert before == _reference(main, PROMPTS, 10)
+    with torch.no_grad():
+        main.lm_head.weight.data.neg_()
+    res = first.generate(PROMPTS, max_new_tokens=10)
+    assert res.sequences == _reference(main, PROMPTS, 10) != before  # the new weights'
+    assert res.stats.backend["repacked"] == 1 and res.stats.backend["packed_copies_mib"] > 0
+    cpu_linear.uninstall(main)
+
+
+def test_a_routed_model_pickles_and_its_copy_computes_the_same(tmp_path):
+    """``torch.save(model)`` of a model a Generator routed wrote a file that did not load
+    (the routed forward was a bound method of a function nn.Linear does not have)."""
+    import pickle
+
+    main = tiny_lm(dtype=torch.float32)
+    _packed_everywhere(main)
+    torch.save(main, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    x = torch.tensor([PROMPTS[0]])
+    for twin in (pickle.loads(pickle.dumps(main)), loaded):
+        with torch.no_grad():
+            assert torch.equal(twin(x).logits, main(x).logits)
+        assert Generator(twin, "ngram").generate(PROMPTS, max_new_tokens=10).sequences == (
+            _reference(main, PROMPTS, 10)
+        )
+    cpu_linear.uninstall(main)
