@@ -36,7 +36,7 @@ The shims:
 7. **Per-model compiled regions** (:data:`PER_MODEL_COMPILE`, torch): torch 2.13's
    ``torch.compile(isolate_recompiles=, recompile_limit=)`` and
    ``torch.compiler.skip_guard_on_all_nn_modules_unsafe`` give each model a compiled region
-   of its own with its module guards dropped (:class:`bass.hf.CompiledForward`); torch
+   of its own with its module guards dropped (:class:`bass.compiled.CompiledForward`); torch
    2.11-2.12 lack them: one region for every model, every guard kept. Detected by the
    parameters and the attribute. Remove the fallback when the floor is torch >= 2.13.
 8. **Per-layer config attributes** (:func:`config_value`): heterogeneous configs (Gemma 4,

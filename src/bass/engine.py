@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from . import backends, compat, hf, locking, options, policies, scheduler
+from . import backends, compat, compiled, hf, locking, options, policies, scheduler
 from .batch_state import BatchState, NonFiniteLogitsError
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
@@ -214,9 +214,9 @@ class Generator:
             static_shapes = graphs
         with locking.exclusive("Generator()"):  # not while a generation runs on them
             self.backend.prepare(self.models)
-        forward = hf.forward_packed
+        forward = self._compiled = hf.forward_packed
         if compile:  # the per-step forward only, N dynamic (docs/concepts/engine.md)
-            forward = hf.CompiledForward(
+            forward = self._compiled = compiled.CompiledForward(
                 "inductor" if compile in (True, "reduce-overhead") else compile,
                 mode="reduce-overhead" if graphs else None,
                 dynamic=True,
@@ -385,6 +385,8 @@ class Generator:
                 for model, role in zip(models, ("main", "draft")):  # a window is checked
                     hf.prepare(model, job.need, role)  # against the real positions
                 self.backend.refresh(models)  # weights may have changed since, in any way
+                if isinstance(self._compiled, compiled.CompiledForward):  # modules too
+                    self._compiled.check(models)
                 # ids a pass may take, and the logits' width (read again: resized too)
                 self.vocab = self.main.get_input_embeddings().weight.shape[0]
                 self.width = self.main.get_output_embeddings().weight.shape[0]

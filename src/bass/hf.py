@@ -406,60 +406,6 @@ def forward_packed(
     return out.logits
 
 
-# what a failed compile raises: Dynamo's errors (Inductor's are among them) and a guard on
-# a data-dependent value (tolist() on routing counts)
-_COMPILE_ERRORS = (
-    torch._dynamo.exc.TorchDynamoException,
-    torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode,
-)
-
-
-class CompiledForward:
-    """:func:`forward_packed` under ``torch.compile(fullgraph=True)``, called like it.
-
-    On torch >= 2.13 each model gets a compiled region of its own (``isolate_recompiles``)
-    whose guards skip the model's modules (``skip_guard_on_all_nn_modules_unsafe``): what
-    that gains and gives up is in docs/guides/performance.md ("Compiling"). On older torch
-    every model shares one region with every guard kept (``limit`` graphs in all).
-
-    ``backend``, ``mode`` (Inductor's) and ``dynamic`` are ``torch.compile``'s; ``limit``:
-    the most graphs per region (Dynamo's default of 8 would fail a ``fullgraph`` compile).
-    """
-
-    def __init__(self, backend="inductor", *, mode: str | None = None, dynamic=None, limit=8):
-        self.backend, self.mode, self.dynamic, self.limit = backend, mode, dynamic, limit
-        self._regions: dict[int, tuple[torch.nn.Module, object]] = {}
-
-    def _compile(self):
-        compat.import_inductor_quietly()
-        kw = dict(backend=self.backend, fullgraph=True, dynamic=self.dynamic)
-        if not compat.PER_MODEL_COMPILE:
-            return torch.compile(forward_packed, mode=self.mode, **kw)
-        options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
-        if self.mode is not None:  # torch.compile takes a mode or options, not both
-            from torch._inductor import list_mode_options
-
-            options.update(list_mode_options(self.mode, self.dynamic))
-        kw.update(options=options, recompile_limit=self.limit, isolate_recompiles=True)
-        return torch.compile(forward_packed, **kw)
-
-    def __call__(self, model, *args):
-        entry = self._regions.get(id(model))
-        if entry is None or entry[0] is not model:
-            entry = self._regions[id(model)] = (model, self._compile())
-        try:
-            if compat.PER_MODEL_COMPILE:
-                return entry[1](model, *args)
-            with torch._dynamo.config.patch(recompile_limit=self.limit):
-                return entry[1](model, *args)
-        except _COMPILE_ERRORS as exc:  # e.g. data-dependent shapes (MoE routing by counts)
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise UnsupportedModelError(
-                f"torch.compile (fullgraph) could not compile {model_name(model)}'s forward "
-                f"({type(exc).__name__}: {first}); generate without compile= (eager passes)"
-            ) from exc
-
-
 @dataclass
 class Passes:
     """How a Generator runs its packed passes, decided once when it is built, and shared

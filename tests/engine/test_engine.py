@@ -357,6 +357,36 @@ def test_compiled_models_of_one_class_keep_their_own_graphs():
     assert counter.frame_count <= 16
 
 
+def test_modules_replaced_after_compiling_are_compiled_again():
+    """Guards that skip the modules would run the old graph after a module is replaced:
+    a swapped activation gave rows of neither model, a resized vocabulary crashed. The
+    region is compiled again, with a warning (it costs a compile)."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    main = tiny_lm("llama", dtype=torch.float32)
+    counter = CompileCounter()
+    gen = Generator(main, "ngram", compile=counter, policy="constant", policy_options={"k": 2})
+    before = gen.generate(PROMPTS, max_new_tokens=10).sequences
+    assert before == [reference_greedy(main, p, 10) for p in PROMPTS]
+
+    def new_activation(m):
+        for layer in m.model.layers:
+            layer.mlp.act_fn = torch.nn.Tanh()
+
+    def resized(m):
+        m.resize_token_embeddings(80, mean_resizing=False)
+
+    for change in (new_activation, resized):
+        change(main)
+        frames = counter.frame_count
+        with pytest.warns(UserWarning, match="modules changed since its compiled forward"):
+            res = gen.generate(PROMPTS, max_new_tokens=10)
+        assert res.sequences == [reference_greedy(main, p, 10) for p in PROMPTS] != before
+        assert counter.frame_count > frames
+        gen.generate(PROMPTS, max_new_tokens=10)  # unchanged since: no warning
+
+
 # ----------------------------------------------------------------------------- static shapes
 
 

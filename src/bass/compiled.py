@@ -1,0 +1,109 @@
+"""A Generator's compiled passes (``compile=``): :func:`bass.hf.forward_packed` under
+``torch.compile(fullgraph=True)``, a region per model, compiled again when a model's
+modules change (docs/guides/performance.md, "Compiling")."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+from . import compat, cpu_linear
+from .errors import UnsupportedModelError
+from .hf import forward_packed, model_name
+
+# what a failed compile raises: Dynamo's errors (Inductor's are among them) and a guard on
+# a data-dependent value (tolist() on routing counts)
+_COMPILE_ERRORS = (
+    torch._dynamo.exc.TorchDynamoException,
+    torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode,
+)
+
+
+def _structure(model: torch.nn.Module) -> tuple:
+    """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
+    module (its type and identity, a forward set on the instance, bass's CPU routing
+    aside) and each parameter's and buffer's shape, dtype and device."""
+
+    def own_forward(m):
+        f = m.__dict__.get("forward")
+        return (
+            None
+            if f is None
+            or getattr(getattr(f, "func", None), "__module__", None) == cpu_linear.__name__
+            else id(f)
+        )
+
+    modules = tuple((n, type(m), id(m), own_forward(m)) for n, m in model.named_modules())
+    tensors = tuple(
+        (n, t.shape, t.dtype, t.device)
+        for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
+    )
+    return modules, tensors
+
+
+class CompiledForward:
+    """:func:`forward_packed` under ``torch.compile(fullgraph=True)``, called like it.
+
+    On torch >= 2.13 each model gets a compiled region of its own (``isolate_recompiles``)
+    whose guards skip the model's modules (``skip_guard_on_all_nn_modules_unsafe``): what
+    that gains and gives up is in docs/guides/performance.md ("Compiling"). On older torch
+    every model shares one region with every guard kept (``limit`` graphs in all).
+
+    ``backend``, ``mode`` (Inductor's) and ``dynamic`` are ``torch.compile``'s; ``limit``:
+    the most graphs per region (Dynamo's default of 8 would fail a ``fullgraph`` compile).
+    """
+
+    def __init__(self, backend="inductor", *, mode: str | None = None, dynamic=None, limit=8):
+        self.backend, self.mode, self.dynamic, self.limit = backend, mode, dynamic, limit
+        self._regions: dict[int, tuple[torch.nn.Module, object]] = {}
+        self._made_for: dict[int, tuple] = {}  # each region's model's structure
+
+    def check(self, models: Sequence[torch.nn.Module]) -> None:
+        """A generation starts: a model whose modules were replaced since its region was
+        compiled (``resize_token_embeddings``, an adapter, a swapped activation) would run
+        the old graph, whose guards skip its modules: its region is dropped (compiled again
+        at its next pass), with a warning, as that costs a compile."""
+        for model in models:
+            made = self._made_for.get(id(model))
+            if made is not None and made != _structure(model):
+                del self._regions[id(model)], self._made_for[id(model)]
+                warnings.warn(
+                    f"{model_name(model)}'s modules changed since its compiled forward was "
+                    "made: compiling it again (replace no module between generations of a "
+                    "compiled Generator to avoid the cost)",
+                    UserWarning,
+                    stacklevel=4,
+                )
+
+    def _compile(self):
+        compat.import_inductor_quietly()
+        kw = dict(backend=self.backend, fullgraph=True, dynamic=self.dynamic)
+        if not compat.PER_MODEL_COMPILE:
+            return torch.compile(forward_packed, mode=self.mode, **kw)
+        options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+        if self.mode is not None:  # torch.compile takes a mode or options, not both
+            from torch._inductor import list_mode_options
+
+            options.update(list_mode_options(self.mode, self.dynamic))
+        kw.update(options=options, recompile_limit=self.limit, isolate_recompiles=True)
+        return torch.compile(forward_packed, **kw)
+
+    def __call__(self, model, *args):
+        entry = self._regions.get(id(model))
+        if entry is None or entry[0] is not model:
+            entry = self._regions[id(model)] = (model, self._compile())
+            self._made_for[id(model)] = _structure(model)
+        try:
+            if compat.PER_MODEL_COMPILE:
+                return entry[1](model, *args)
+            with torch._dynamo.config.patch(recompile_limit=self.limit):
+                return entry[1](model, *args)
+        except _COMPILE_ERRORS as exc:  # e.g. data-dependent shapes (MoE routing by counts)
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise UnsupportedModelError(
+                f"torch.compile (fullgraph) could not compile {model_name(model)}'s forward "
+                f"({type(exc).__name__}: {first}); generate without compile= (eager passes)"
+            ) from exc
