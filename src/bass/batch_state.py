@@ -130,6 +130,8 @@ class BatchState:
         self.reasons[p] = reason
         self.done[s] = True
         self.finished.append(p)
+        if self.texts is not None:  # its stop-string window: not kept past the row
+            self.texts.rows.pop(p, None)
 
     def append(self, slots: list[int], new: list[list[int]]) -> None:
         """Append each given row's accepted tokens, cutting after the first that ends it

@@ -336,13 +336,15 @@ def test_progress_counts_finished_and_running_rows_tokens(monkeypatch):
     p = Progress(4, enabled=True)
     p.row_done(5)  # prompt 0 finished with 5 tokens
     outputs = [[9] * 5, [1, 2, 3], [4], []]  # prompts 1 and 2 run in slots 1 and 0
-    state = SimpleNamespace(outputs=outputs, prompt_of=[2, 1], active=lambda: [0, 1])
+    state = SimpleNamespace(outputs=outputs, prompt_of=[2, 1], active=lambda: [0, 1], finished=[])
     steps = [StepRecord(2, accepted=[1, 2], prompts=[2, 1])]
     stats = SimpleNamespace(steps=steps)  # no mean_accepted: never summed over the job
     p.on_step(SimpleNamespace(stats=stats), state)
     assert p.text.startswith("9 tokens, ") and p.text.endswith(" 1.50 accepted/step")
     steps.append(StepRecord(2, accepted=[0], prompts=[1]))
+    state.active, state.finished = (lambda: [1]), [2]  # prompt 2 ended, not handed over
     p.on_step(SimpleNamespace(stats=stats), state)
+    assert p.text.startswith("9 tokens, ")  # still counted (it was not: the count dipped)
     assert p.text.endswith(" 1.00 accepted/step")  # (1 + 2 + 0) / 3 rows' steps
     assert p.row_stats(1)["steps"] == 2 and p.row_stats(2)["accepted"] == 1
     p.close()

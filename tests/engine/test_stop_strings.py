@@ -461,3 +461,19 @@ def test_a_stop_string_at_a_rows_first_token_sees_its_prompt(llama):
         assert not text(tok, solo[tuple(prompt)]).startswith(stop)  # decoded alone: no space
         res = gen.generate([prompt], max_new_tokens=6, stop_strings=[stop], tokenizer=tok)
         assert res.sequences[0] == solo[tuple(prompt)][:1] and res.finish_reasons == ["stop"]
+
+
+def test_the_matcher_keeps_no_finished_rows_text(llama, tok):
+    """A row's stop-string window is dropped when it ends (eos, length, a stop): a long
+    stream keeps one per running row, not one per row handed over."""
+    kept = []
+
+    def on_step(gen, state):
+        kept.append(len(state.texts.rows))
+
+    prompts = [[3 + i % 50, 4] for i in range(40)]
+    rows = Generator(llama, "ngram").stream(
+        prompts, max_new_tokens=8, max_rows=3, stop_strings=["\x00never"], tokenizer=tok,
+        on_step=on_step,
+    )  # fmt: skip
+    assert len(list(rows)) == 40 and max(kept) <= 3

@@ -48,8 +48,9 @@ class Progress:
         self.accepted_total += sum(step.accepted)
         if not self.enabled:
             return
-        tokens = self.tokens_done + sum(
-            len(state.outputs[state.prompt_of[r]]) for r in state.active()
+        running = [state.prompt_of[r] for r in state.active()]  # and the rows this step
+        tokens = self.tokens_done + sum(  # ended, not handed over yet (else: a dip)
+            len(state.outputs[p]) for p in (*running, *state.finished)
         )
         seconds = time.perf_counter() - self.start
         rate = f"{tokens / seconds:.1f} tok/s, " if seconds > 0 else ""
