@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from . import backends, compat, compiled, hf, locking, options, policies, scheduler
+from . import backends, compat, compiled, hf, locking, models, options, policies, scheduler
 from .batch_state import BatchState, NonFiniteLogitsError
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
@@ -191,6 +191,7 @@ class Generator:
         # 1) settings: explicit arguments (None: not given) > the config file > defaults
         cfg_gen, self.generate_defaults, self.chat_default = generator_defaults(config, main)
         policy, policy_options = _policy_spec(policy, policy_options, cfg_gen)
+        models.warn_unapplied(main)  # penalties in its generation_config: said, not applied
 
         def setting(name, given):  # given > the config file's > the declared default
             return given if given is not None else cfg_gen.get(name, options.OPTIONS[name].default)

@@ -310,6 +310,49 @@ def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
     return main_model, draft_model, padded_vocab(main, draft, main_model, draft_model)
 
 
+# generation_config settings with which transformers' generate gives other tokens than the
+# model's own distribution, and their neutral values (else 0, empty or None): bass applies
+# none of them
+_NOT_APPLIED = dict.fromkeys(
+    ("repetition_penalty", "encoder_repetition_penalty", "typical_p", "num_beams"), 1.0
+) | dict.fromkeys(("num_beam_groups", "guidance_scale"), 1.0)
+_NOT_APPLIED |= dict.fromkeys(
+    ("no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+     "suppress_tokens", "begin_suppress_tokens", "forced_bos_token_id",
+     "forced_eos_token_id", "min_length", "min_new_tokens", "sequence_bias",
+     "exponential_decay_length_penalty", "penalty_alpha", "epsilon_cutoff", "eta_cutoff",
+     "min_p", "diversity_penalty", "dola_layers", "watermarking_config"),
+    None,
+)  # fmt: skip
+
+
+def unapplied_generation_settings(model) -> dict:
+    """The settings of ``model.generation_config`` that make transformers' ``generate``
+    give other tokens than the model's distribution (penalties, banned or forced tokens,
+    a minimum length, beams...), which bass does not apply: name -> value."""
+    config = getattr(model, "generation_config", None)
+    found = {}
+    for name, neutral in _NOT_APPLIED.items():
+        value = getattr(config, name, None)
+        if value is not None and value != neutral and (neutral is not None or value):
+            found[name] = value
+    return found
+
+
+def warn_unapplied(model) -> None:
+    """A ``UserWarning`` naming :func:`unapplied_generation_settings` of ``model``, if any
+    (from the :class:`bass.Generator` that was just given it)."""
+    if unapplied := unapplied_generation_settings(model):
+        said = ", ".join(f"{k}={v!r}" for k, v in unapplied.items())
+        warnings.warn(
+            f"Generator(): the main model's generation_config sets {said}, which bass does "
+            "not apply (it gives the model's own distribution): rows differ from "
+            "model.generate()'s; unset them on model.generation_config to silence this",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def default_eos(tokenizer, model) -> int | list[int] | None:
     """The ids that end a row when none are given: the tokenizer's eos and those of the
     model's ``generation_config`` (transformers' ``generate`` stops at these: Gemma's

@@ -150,3 +150,27 @@ def test_a_draft_source_is_checked_before_any_model_loads(tmp_path, monkeypatch)
         with pytest.raises(models.ModelNotFoundError, match=said):
             Generator.from_pretrained(str(tmp_path), draft)
     assert models.check_source(str(tmp_path)) and not models.check_source("owner/model")
+
+
+def test_generation_config_settings_bass_does_not_apply_are_said():
+    """A checkpoint's generation_config may set a repetition penalty, banned tokens, a
+    minimum length...: transformers' generate applies them, bass gives the model's own
+    distribution: said once, when the Generator is built, naming each."""
+    import warnings
+
+    from models import tiny_lm
+
+    from bass import Generator, models
+
+    model = tiny_lm()
+    assert models.unapplied_generation_settings(model) == {}
+    model.generation_config.repetition_penalty = 1.05
+    model.generation_config.min_new_tokens = 10
+    model.generation_config.num_beams = 1  # neutral values are not named
+    with pytest.warns(UserWarning, match=r"sets repetition_penalty=1\.05, min_new_tokens=10, "
+                      r"which bass does not apply"):  # fmt: skip
+        Generator(model, "ngram")
+    model.generation_config.repetition_penalty = model.generation_config.min_new_tokens = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Generator(model, "ngram")
