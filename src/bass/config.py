@@ -149,6 +149,8 @@ def _table(d: dict, table: str, cls: type, source: str, labels: dict[str, str]):
     if table == "policy":
         check("name", section.name)  # the default too: it must be installed
         _build_policy(section, source, label)
+    elif table == "model" and section.draft not in (None, "none"):
+        _load_drafter(section.draft, source, label("draft"))
     elif table == "generation":
         how = label("temperature")  # as the user typed it
         options.check_sampling(
@@ -181,6 +183,20 @@ def _build_policy(section, source: str, label) -> None:
             option="policy_options",
             value=options,
         ) from exc
+
+
+def _load_drafter(name: str, source: str, key: str) -> None:
+    """An installed drafter's name in ``[model].draft`` (``--draft``) loaded and built once,
+    so that a plugin that fails is reported here, with the file and key (before any model
+    loads); another name is a model's, checked where it loads."""
+    from . import drafters
+
+    if name not in drafters.available():
+        return
+    try:
+        drafters.load(name)
+    except PluginError as exc:
+        raise _located(exc, f"{source}: {key} = {name!r}: ") from exc.__cause__
 
 
 def _located(exc: PluginError, where: str) -> PluginError:

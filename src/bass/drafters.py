@@ -361,8 +361,8 @@ def load(name: str) -> Drafter:
     drafter = plugins.build("drafter", target, name, ep)
     if not isinstance(drafter, Drafter):
         raise DrafterLoadError(
-            f"drafter {name!r} (entry point {ep.value!r}) built a {type(drafter).__name__}, "
-            "not a bass.drafters.Drafter",
+            f"drafter {name!r} (entry point {ep.value!r}{plugins.from_package(ep)}) built a "
+            f"{type(drafter).__name__}, not a bass.drafters.Drafter",
             plugin=name,
         )
     return _Guarded(drafter, plugins.describe("drafter", drafter, name, ep))

@@ -306,7 +306,15 @@ def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
         main_model = load_causal_lm(main, dtype=dtype, device=device)
     if draft is None or draft in drafters.available():
         return main_model, draft, None
-    draft_model = load_causal_lm(draft, dtype=dtype, device=device)
+    try:
+        draft_model = load_causal_lm(draft, dtype=dtype, device=device)
+    except ModelNotFoundError as exc:
+        if "/" in str(draft):
+            raise
+        raise ModelNotFoundError(  # a drafter's name mistyped?
+            f"{exc} (draft also takes an installed drafter's name: "
+            f"{', '.join(drafters.available())}; or None)"
+        ) from exc
     return main_model, draft_model, padded_vocab(main, draft, main_model, draft_model)
 
 

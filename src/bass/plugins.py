@@ -188,6 +188,11 @@ def _from(ep, module: str | None) -> str:
     return f", from module {module}" if module else ""
 
 
+def from_package(ep) -> str:
+    """``", from NAME VERSION"``: the distribution that installed entry point ``ep``."""
+    return _from(ep, None)
+
+
 def describe(kind: str, obj: Any, name: str | None = None, ep=None) -> str:
     """How errors name a plugin: ``policy 'mine' (MyPolicy, from my-pkg 1.0)``."""
     cls = obj if isinstance(obj, type) else type(obj)

@@ -23,6 +23,7 @@ from cli_support import (
 from models import tiny_lm
 
 import bass.cli.generate
+from bass.models import ModelNotFoundError
 
 FAST = "--cpu-linear torch --dtype float64"  # no calibration; exact greedy in any batch
 
@@ -63,6 +64,20 @@ def test_a_draft_that_cannot_load_is_refused_before_the_main_model_loads(
         assert rc == 2 and said in one_error_line(err), (draft, err)
     rc, _, err = run(capsys, "generate --main /nonexistent/main hello")
     assert rc == 2 and "model path /nonexistent/main does not exist" in err
+
+
+def test_a_draft_name_found_nowhere_lists_the_installed_drafters(model_dir, capsys, monkeypatch):
+    """A name far from every drafter's is tried as a hub model; when that fails, the error
+    also lists the drafters ``--draft`` takes (a plugin's name mistyped, not installed)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc, _, err = run(capsys, f"generate --main {model_dir} --draft my-drafter hello")
+    line = one_error_line(err)
+    assert rc == 2 and "cannot load 'my-drafter'" in line, err
+    assert "--draft also takes an installed drafter: ngram" in line
+    from bass import Generator
+
+    with pytest.raises(ModelNotFoundError, match=r"installed drafter's name: ngram"):
+        Generator.from_pretrained(str(model_dir), "my-drafter")
 
 
 def test_paths_the_command_writes_are_checked_before_any_model_loads(

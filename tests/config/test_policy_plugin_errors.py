@@ -65,7 +65,7 @@ def cli_config(*argv: str):
     ("name", "why"),
     [
         ("bad-import", "(entry point 'no_such_module_for_bass:Policy') failed to load: Module"),
-        ("not-policy", "built a OrderedDict, which lacks draft_length()"),
+        ("not-policy", "(OrderedDict, from module collections) lacks draft_length()"),
     ],
 )
 def test_a_policy_that_does_not_load_is_the_names_fault(tmp_path, name, why):

@@ -205,6 +205,7 @@ def test_small_bounds_are_kept(data, max_rows, max_len):
         (lambda: bst.lengths("sorted", max_rows=1), "need max_rows >= 2"),
         (lambda: bst.lengths(max_rows=0), "max_rows must be an int >= 1, got 0"),
         (lambda: bst.ragged_prompts(0), "vocab_size must be an int >= 1"),
+        (lambda: bst.example_batches(0), r"example_batches\(\): vocab_size must be an int >= 1"),
         (lambda: bst.attention_inputs(max_t=5, max_s=3), "max_s=3 < max_t=5"),
         (lambda: bst.kv_append_inputs(max_batch=0), "max_batch must be an int >= 1"),
     ],

@@ -51,6 +51,10 @@ class FailsInUpdate(Policy):
         raise IndexError("history is empty")
 
 
+class NoHooks:  # registered as a policy, with none of a policy's hooks
+    pass
+
+
 class FailsInPropose(Drafter):
     name = "fails-in-propose"
 
@@ -70,6 +74,7 @@ def plugins(tmp_path, monkeypatch):
             ("fails-to-build", "FailsToBuild"),
             ("fails-in-lengths", "FailsInLengths"),
             ("fails-in-update", "FailsInUpdate"),
+            ("no-hooks", "NoHooks"),
         ]
     }
     eps = [importlib.metadata.EntryPoint(n, v, registry.GROUP) for n, v in policies.items()]
@@ -200,3 +205,31 @@ def test_a_plugins_package_is_looked_up_only_when_it_fails(monkeypatch):
     monkeypatch.setattr(bass.plugins, "describe", looked_up)
     for _ in range(2):
         gen.generate(PROMPTS, max_new_tokens=3)
+
+
+def test_a_drafter_plugin_that_fails_to_load_is_named_with_the_file_and_key(
+    tmp_path, capsys, monkeypatch, no_model_load
+):
+    """Like a policy's: reported with where it was chosen, before any model loads."""
+    broken = importlib.metadata.EntryPoint(
+        "broken", "bass_test_no_such_module:Drafter", bass.drafters.GROUP
+    )
+    monkeypatch.setattr(bass.drafters, "entry_points", lambda: [broken])
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\ndraft = "broken"\n')
+    for args, where in (
+        (f"--config {config}", f"{config}: [model].draft"),
+        ("--draft broken", "command line: --draft"),
+    ):
+        rc, _, err = run(capsys, f"generate --main {tmp_path} {args} hello")
+        line = one_error_line(err)
+        assert rc == 2 and line.startswith(f"bass: error: {where} = 'broken': drafter"), err
+        assert "failed to load: ModuleNotFoundError" in line
+
+
+def test_bass_policies_says_which_plugin_is_no_policy(plugins, capsys):
+    rc, out, _ = run(capsys, "policies")
+    assert rc == 0
+    entry = out[out.index("no-hooks  (") :].split("\n\n")[0]
+    assert "not a policy: lacks draft_length()" in entry and "decides" not in entry
+    assert "fails-in-update  (" in out and "constant  (" in out  # the others listed

@@ -250,7 +250,9 @@ def test_third_party_policy_through_fake_entry_point(builtin_eps, plugin_dir):
 def test_plugin_not_a_policy(builtin_eps, plugin_dir):
     (plugin_dir / "tests_helper_bad.py").write_text(textwrap.dedent(HELPER))
     builtin_eps(nope="tests_helper_bad:NotAPolicy", missing="tests_helper_bad:Missing")
-    with pytest.raises(PolicyLoadError, match="'nope' built a NotAPolicy"):
+    with pytest.raises(
+        PolicyLoadError, match=r"'nope' \(NotAPolicy, from module tests_helper_bad\) lacks"
+    ):
         load("nope")
     with pytest.raises(PolicyLoadError, match="'tests_helper_bad:Missing'") as info:
         load("missing")

@@ -24,6 +24,13 @@ def cmd_policies(args) -> int:
         except Exception as exc:  # a broken plugin: say so, list the others
             print(f"{name}  ({ep.value})\n    failed to load: {type(exc).__name__}: {exc}\n")
             continue
+        hooks = ("update",), ("draft_length", "draft_lengths")
+        if isinstance(target, type) and not all(  # a class without a policy's hooks
+            any(callable(getattr(target, h, None)) for h in need) for need in hooks
+        ):
+            print(f"{name}  ({ep.value})\n    not a policy: lacks draft_length() (or "
+                  "draft_lengths(ctx)) or update(record) (see bass.hooks.Policy)\n")  # fmt: skip
+            continue
         doc = " ".join((target.__doc__ or "").strip().split("\n\n")[0].split())
         default = "  [default]" if name == policies.DEFAULT else ""
         print(f"{name}  ({ep.value}){default}")

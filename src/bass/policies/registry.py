@@ -147,7 +147,7 @@ def load(name: str, **options: Any) -> Policy:
     policy = plugins.build("policy", target, name, ep, **options)
     if not is_policy(policy):
         raise PolicyLoadError(
-            f"policy {name!r} built a {type(policy).__name__}, which lacks draft_length() "
+            f"{plugins.describe('policy', policy, name, ep)} lacks draft_length() "
             "(or draft_lengths(ctx)) or update(record) (see bass.hooks.Policy)",
             plugin=name,
         )

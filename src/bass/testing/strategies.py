@@ -135,6 +135,7 @@ def ragged_prompts(
 def example_batches(vocab_size: int, seed: int = 0) -> dict[str, list[list[int]]]:
     """One concrete prompt batch per pattern (:data:`EXAMPLE_LENGTHS`), random tokens from
     ``seed``: for ``@example`` or ``parametrize``."""
+    _check_sizes("example_batches()", vocab_size=vocab_size)
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, lens in EXAMPLE_LENGTHS.items():
