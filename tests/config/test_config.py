@@ -223,6 +223,22 @@ def test_sampling_needs_positive_temperature():
     assert Config.from_dict({"generation": {"temperature": 0}}).generation.temperature == 0.0
 
 
+def test_a_conflict_of_a_file_and_a_flag_names_both(tmp_path):
+    """``temperature = 0`` in the file with ``--sample``: the file's key is named in
+    the file's terms, and the error says the file and the command line are at fault
+    together (it said "command line: [generation].temperature")."""
+    from bass.cli.parser import build_parser
+    from bass.cli.settings import resolve_config
+
+    path = write(tmp_path, "[generation]\ntemperature = 0\n")
+    args = build_parser().parse_args(["generate", "--config", str(path), "--sample", "hi"])
+    with pytest.raises(ConfigError) as info:
+        resolve_config(args)
+    assert str(info.value).startswith(
+        f"{path} and the command line: [generation].temperature = 0.0 is not allowed"
+    )
+
+
 def test_unknown_table_and_key_list_the_allowed_ones():
     with pytest.raises(ConfigError) as info:
         Config.from_dict({"generaton": {}})

@@ -82,7 +82,16 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
         flags.setdefault("policy", {})["options"] = {**file_options, **options}
         labels["policy.options"] = "--policy-option"
     merged = _merge(layered, flags)
-    return Config.from_dict(merged, source="command line" if flags else "config", labels=labels)
+    # what is wrong now comes of the flags, or of the flags with the file's keys (labelled
+    # [table].key): say which file
+    source = (
+        "config"
+        if not flags
+        else f"{args.config} and the command line"
+        if args.config
+        else "command line"
+    )
+    return Config.from_dict(merged, source=source, labels=labels)
 
 
 def note_sampling(args, config: Config, n: int = 1) -> None:
