@@ -290,7 +290,7 @@ def eos(v: Any, ctx: Mapping) -> int | list[int]:
             v = v.item()
         return _token(v, ctx)
     if not found:
-        raise Refused("an empty list stops nothing (leave it out for no eos)")
+        raise Refused("an empty list stops nothing")
     return [_token(t, ctx) for t in found]
 
 

@@ -18,6 +18,7 @@ from cli_support import WORDS, read_jsonl, run, save_model_dir, word_tokenizer
 from models import tiny_lm
 
 from bass import cli
+from bass.cli.errors import UsageError
 from bass.cli.parser import unescape
 from bass.cli.progress import Progress
 from bass.cli.report import short_trace
@@ -205,6 +206,11 @@ def test_stop_escapes():
     assert unescape(r"a\nb\tc\\n\x") == "a\nb\tc\\n\\x"
     args = cli.build_parser().parse_args(["generate", "--stop", r"\n\n", "--stop", "#", "p"])
     assert resolve_config(args).generation.stop_strings == ["\n\n", "#"]
+    # `--stop=--`: argparse takes the text -- as the end of the options; \- spells a dash
+    args = cli.build_parser().parse_args(["generate", "--stop", r"\-\-", "p"])
+    assert resolve_config(args).generation.stop_strings == ["--"]
+    with pytest.raises(UsageError, match=r"--stop --: the text -- is taken as the end of"):
+        resolve_config(cli.build_parser().parse_args(["generate", "--stop=--", "p"]))
 
 
 def test_cpu_linear_flag():
@@ -250,6 +256,15 @@ def test_plot(model_dir, tmp_path, capsys, monkeypatch):
     )
     assert rc == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in out
+    # a path without a suffix: a PNG there, exactly (matplotlib wrote PATH.png: over the
+    # results of `-o res.png --plot res`)
+    res, plain = tmp_path / "res.png", tmp_path / "res"
+    rc, _, err = run(
+        capsys, f"generate --main {model_dir} --max-new-tokens 4 -o {res} --plot {plain}", "hi"
+    )
+    assert rc == 0, err
+    assert plain.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(res.read_text())["prompt"] == "hi"  # the results, kept
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc, _, err = run(capsys, f"generate --main {model_dir} x --plot {png}")
     assert rc == 2 and "pip install matplotlib" in err, err

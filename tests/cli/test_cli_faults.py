@@ -533,3 +533,34 @@ def test_resume_takes_the_embedded_default_named_by_its_file_as_the_default(tmp_
     assert row_settings(config)["main"] is None
     config.model.main = str(tmp_path)  # another path: resolved, kept
     assert row_settings(config)["main"] == str(tmp_path.resolve())
+
+
+def test_a_closed_standard_output_leaves_the_rows_going_to_the_output_file(model_dir, tmp_path):
+    """``bass generate ... -o out.jsonl | head -1``: the reader leaves after a line; the
+    job went on... to nothing (exit 1, one row in the file, nothing said). The rows go on
+    to ``--output``, and stderr says so."""
+    prompts = tmp_path / "p.txt"
+    n = 12
+    prompts.write_text("".join(f"hello world w{i} w{i + 1}\n" for i in range(n)))
+    out = tmp_path / "out.jsonl"
+    args = (
+        f"generate --main {model_dir} {FAST} --draft none --batch-size 1 --max-new-tokens 6 "
+        f"--prompts-file {prompts} -o {out}"
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bass", *args.split()],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout.readline().startswith(">>> ")
+        proc.stdout.close()  # as `head -1` exits
+        with proc.stderr:
+            stderr = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    assert proc.returncode == 0, stderr
+    assert f"standard output was closed (its reader left): the rows go on to {out} only" in stderr
+    assert sorted(r["prompt_index"] for r in read_jsonl(out)) == list(range(n))

@@ -110,6 +110,15 @@ def test_output_flags_that_say_nothing_or_contradict_are_refused(tmp_path, capsy
         assert rc == 2 and expected in one_error_line(err), (flags, err)
 
 
+def test_an_output_that_is_another_file_is_not_called_results(tmp_path, capsys, no_model_load):
+    notes = tmp_path / "README.md"
+    notes.write_text("# notes\n\nkeep me\n")
+    rc, _, err = run(capsys, f"generate -o {notes} hello")
+    line = one_error_line(err)
+    assert rc == 2 and f"{notes} holds 2 line(s) that are no bass results" in line, err
+    assert "--resume" not in line and notes.read_text() == "# notes\n\nkeep me\n"
+
+
 def test_an_output_with_a_directory_for_a_shard_is_refused(tmp_path, capsys, no_model_load):
     out = tmp_path / "out.jsonl"
     (tmp_path / "out.jsonl.rank0").mkdir()

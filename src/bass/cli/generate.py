@@ -221,6 +221,15 @@ def row_settings(config) -> dict:
     return json.loads(json.dumps(settings))  # as a results file holds them
 
 
+def _stdout_closed(out_path) -> bool:
+    """Standard output's reader left (a pipe into ``head``): what would be printed goes
+    nowhere from now on, the rows go on to ``--output``; said on stderr."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    say(f"note: standard output was closed (its reader left): the rows go on to {out_path} only")
+    return True
+
+
 def check_stop_flag(stops, tokenizer) -> None:
     """Refuse, before the first row, a ``--stop`` that could never match (it holds a
     special token's text), named as its flag."""
@@ -348,7 +357,7 @@ def cmd_generate(args) -> int:
         results = LineWriter(target, "--output", append=args.resume)
     ids = [row_key(i, s) for i, s in todo]
     job = dict(row_ids=ids, max_rows=args.batch_size, kv_budget_gib=args.kv_budget_gib, **kwargs)
-    kept, reasons, written = [], [""] * len(todo), 0
+    kept, reasons, written, closed = [], [""] * len(todo), 0, False
     off = None  # --compare: drafting off's result, and bass's tokens of the same rows
     tokens = [None] * len(todo) if plain is not None else None
     if plain is not None:  # first-use costs (allocations, layouts) land on neither run
@@ -382,9 +391,14 @@ def cmd_generate(args) -> int:
                     if scale.sharded:  # rank 0 prints every group's rows at the end
                         if out_path is None:  # (with --output: from the merged file)
                             kept.append(record)
-                    elif scale.prints:  # first: on screen even if the write fails
-                        with progress.paused():
-                            _print([record], n)
+                    elif scale.prints and not closed:  # first: on screen even if the write fails
+                        try:
+                            with progress.paused():
+                                _print([record], n)
+                        except BrokenPipeError:  # `| head`: the reader left; the file goes on
+                            if results is None:
+                                raise
+                            closed = _stdout_closed(out_path)
                     if results is not None:  # unbuffered: kept whatever happens next
                         results.write(json.dumps(record) + "\n")
                     written += 1

@@ -15,13 +15,14 @@ from ..options import OPTIONS
 
 __all__ = ["Parser", "build_parser", "flag_label", "unescape"]
 
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", "-": "-"}
 
 
 def unescape(text: str) -> str:
-    """``--stop`` text: ``\\n``, ``\\t`` and ``\\\\`` become a newline, a tab and a
-    backslash (a newline is hard to type in a shell); anything else is taken as is."""
-    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
+    """``--stop`` text: ``\\n``, ``\\t``, ``\\\\`` and ``\\-`` become a newline, a tab, a
+    backslash and a dash (a newline is hard to type in a shell; ``--`` alone is taken as
+    the end of the options); anything else is taken as is."""
+    return re.sub(r"\\([nt\\-])", lambda m: _ESCAPES[m.group(1)], text)
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,8 +46,8 @@ _SPECIAL = {
 }
 # Where a flag means more on the command line than its option's one-line doc says
 _NOTES = {
-    "stop_strings": "repeatable; \\n is a newline, \\t a tab, \\\\ a backslash; the text is "
-    "shown without it",
+    "stop_strings": "repeatable; \\n is a newline, \\t a tab, \\\\ a backslash, \\- a dash; "
+    "the text is shown without it",
     "seed": "eval: per problem, the same for every method",
     "chat": "eval: no",
     "time_budget": "per row from its start / per problem",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = ["comparison_text", "plot_steps", "short_trace", "summary_text"]
 
 
@@ -89,4 +91,5 @@ def plot_steps(path: str, batch_stats) -> None:
     ax.set_title("bass: draft length and mean accepted tokens per step")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # the format named: with none, matplotlib would write PATH.png (over --output, maybe)
+    fig.savefig(path, dpi=120, format=Path(path).suffix[1:].lower() or "png")

@@ -165,15 +165,23 @@ def check_unused(out: Path, resume: bool = True) -> None:
     """Refuse to start over on an ``--output`` that holds rows, its own or its shards'
     (an earlier run's finished work): ``--resume`` continues it (where the command has
     it), ``--overwrite`` replaces it. Blank lines are no rows."""
-    held = {}
+    held, rows = {}, True
     for p in [out, *shards(out)]:
         if p.is_file():
             try:
                 with p.open("rb") as f:  # line by line: bounded memory
-                    held[p] = sum(1 for line in f if line.strip())
+                    lines = (line for line in f if line.strip())
+                    first = next(lines, None)
+                    held[p] = (first is not None) + sum(1 for _ in lines)
+                    rows = rows and (first is None or first.lstrip().startswith(b"{"))
             except OSError as exc:
                 raise UsageError(f"--output {p}: cannot read it: {exc.strerror}") from None
     lines = sum(held.values())
+    if lines and not rows:  # a README, a script: no run's rows
+        raise UsageError(
+            f"--output {out} holds {lines} line(s) that are no bass results (another file?): "
+            "choose another --output, or pass --overwrite to replace it"
+        )
     if lines:
         extra = sum(1 for p, n in held.items() if n and p != out)
         where = f"{out}" + (f" (and {extra} shard file(s))" if extra else "")

@@ -47,6 +47,11 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
     labels = {}
     for attr, (dotted, flag) in FLAG_KEYS.items():
         value = getattr(args, attr, None)
+        if isinstance(value, list) and any(v == [] for v in value):  # `--stop=--`: argparse
+            raise UsageError(  # takes the text -- as the end of the options, not a value
+                f"{flag} --: the text -- is taken as the end of the options; write it "
+                f"{flag} '\\-\\-' (\\- is a dash)"
+            )
         if value is not None:
             table, key = dotted.split(".")
             flags.setdefault(table, {})[key] = value
