@@ -436,6 +436,16 @@ def test_internal_errors_and_debug(model_dir, capsys, monkeypatch):
 # ------------------------------------------------------------------- Ctrl-C (a real process)
 
 
+def _one_row_at_a_time(model_dir, tmp_path, n: int, max_new: int) -> tuple:
+    """``(out, args)``: a ``bass generate`` of ``n`` prompts, one row at a time, to ``out``."""
+    prompts, out = tmp_path / "p.txt", tmp_path / "out.jsonl"
+    prompts.write_text("".join(f"hello world the sea w{i % 12} w{i % 12 + 1}\n" for i in range(n)))
+    return out, (
+        f"generate --main {model_dir} {FAST} --draft none --batch-size 1 --max-new-tokens "
+        f"{max_new} --prompts-file {prompts} -o {out}"
+    )
+
+
 @pytest.mark.parametrize(
     "signum, status, said",
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
@@ -444,15 +454,9 @@ def test_sigint_keeps_finished_rows_and_resume_completes_the_run(
     model_dir, tmp_path, capsys, signum, status, said
 ):
     """Ctrl-C, and SIGTERM (a batch scheduler's, a container's), the same way."""
-    prompts = tmp_path / "p.txt"
     # rows may end at eos after a token or two: enough of them that the run outlasts the signal
     n = 48
-    prompts.write_text("".join(f"hello world the sea w{i % 12} w{i % 12 + 1}\n" for i in range(n)))
-    out = tmp_path / "out.jsonl"
-    args = (
-        f"generate --main {model_dir} {FAST} --draft none --batch-size 1 --max-new-tokens 16 "
-        f"--prompts-file {prompts} -o {out}"
-    )
+    out, args = _one_row_at_a_time(model_dir, tmp_path, n, 16)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("BASS_DEBUG", None)
     proc = subprocess.Popen(
@@ -539,14 +543,8 @@ def test_a_closed_standard_output_leaves_the_rows_going_to_the_output_file(model
     """``bass generate ... -o out.jsonl | head -1``: the reader leaves after a line; the
     job went on... to nothing (exit 1, one row in the file, nothing said). The rows go on
     to ``--output``, and stderr says so."""
-    prompts = tmp_path / "p.txt"
     n = 12
-    prompts.write_text("".join(f"hello world w{i} w{i + 1}\n" for i in range(n)))
-    out = tmp_path / "out.jsonl"
-    args = (
-        f"generate --main {model_dir} {FAST} --draft none --batch-size 1 --max-new-tokens 6 "
-        f"--prompts-file {prompts} -o {out}"
-    )
+    out, args = _one_row_at_a_time(model_dir, tmp_path, n, 6)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "bass", *args.split()],
