@@ -236,6 +236,17 @@ def test_the_callers_code_between_rows_may_run_the_models(llama, drafts, draft):
     assert res.sequences == whole.sequences
 
 
+def test_admitted_prompts_with_ids_a_padded_draft_cannot_embed():
+    """A draft with fewer embedding rows (a padded vocabulary's, ``shared_vocab``) is fed
+    id 0 for the main model's ids past its rows, in its prefill at admission too."""
+    from models import tiny_lm
+
+    main, draft = tiny_lm(vocab=72), tiny_lm(vocab=64, seed=1)
+    gen = Generator(main, draft, shared_vocab=64, policy="constant", policy_options={"k": 2})
+    prompts = [[1, 70, 2], [64, 65, 71], [71], [5, 6, 7, 8], [69, 3]]
+    assert_greedy_equivalent(gen, prompts, MAX_NEW, max_rows=2)
+
+
 def test_stream_checks_its_arguments_when_called(llama):
     gen = Generator(llama, None)
     with pytest.raises(OptionError, match="max_rows"):
