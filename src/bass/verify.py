@@ -388,9 +388,8 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     drafts = prop.host_tokens
     if device_drafts:
         model = getattr(gen.drafter, "model", None)  # a drafter of its own: named as one
-        raise_if_nonfinite(
-            host[3 * R : 4 * R], model or who(gen._drafting), "draft", prompts, where
-        )
+        model = who(gen._drafting) if model is None else model
+        raise_if_nonfinite(host[3 * R : 4 * R], model, "draft", prompts, where)
         flat = host[4 * R :]
         if min(flat, default=0) < 0:
             r = flat.index(-1) // K
