@@ -392,7 +392,7 @@ class Generator:
                 self.vocab = self.main.get_input_embeddings().weight.shape[0]
                 self.width = self.main.get_output_embeddings().weight.shape[0]
                 self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
-                work = self._generate(job)
+                work = self._generate(job, theirs)
                 mode = compat.generation_mode(models)  # (reads every module: once)
                 try:  # grad mode, no host-side length checks (valid by construction: tests
                     while True:  # check the invariant every step): the work's, not the caller's
@@ -401,8 +401,7 @@ class Generator:
                                 row = next(work)
                             except StopIteration as done:
                                 return done.value
-                        with hf.handed_back(models, theirs):  # the caller's code: in its
-                            yield row  # own grad mode, the models' own attention
+                        yield row  # the caller's code runs in its own grad mode
                 finally:
                     work.close()
             finally:  # hand the caches' memory back (a training step may want it)
@@ -410,7 +409,7 @@ class Generator:
                 if self._drafting is not None:
                     self._drafting.finish()
 
-    def _generate(self, job: scheduler.Job):
+    def _generate(self, job: scheduler.Job, theirs: list):
         device = self.main.device
         kw, prompts = job.kw, job.prompts
         seed, time_budget, on_step = kw["seed"], kw["time_budget"], kw["on_step"]
@@ -445,7 +444,8 @@ class Generator:
         # 2) steps until every row has finished: waiting prompts take the slots of finished
         #    rows (their prefill first), rows past their time budget stop where they are
         while True:
-            yield from self._hand_over(state, job.keep, queue)  # first: before a prefill fails
+            # first: before a prefill fails
+            yield from self._hand_over(state, job.keep, queue, theirs)
             first = stats.admissions == 0
             # admitted rows: prefilled now, or riding in this step's verify pass (fill)
             fill = scheduler.admit_waiting(self, state, queue, sampling, stats)
@@ -455,7 +455,8 @@ class Generator:
                         torch._dynamo.mark_static_address(buf)  # prefill's must not move
             running = [s for s in state.active() if s not in fill]
             slots = queue.expire(state, running, time_budget, self.coord.share)
-            yield from self._hand_over(state, job.keep, queue)  # ended by a first token, time
+            # ended by a first token, time
+            yield from self._hand_over(state, job.keep, queue, theirs)
             if not slots:
                 if fill:  # no verify pass to ride in after all: a prefill pass of their own
                     scheduler.prefill(self, state, fill, sampling, stats, admitted=True)
@@ -474,12 +475,16 @@ class Generator:
         stats.tokens_generated = state.tokens  # counted as rows were handed over
         return GenerationResult(state.outputs if job.keep else [], stats, list(state.reasons))
 
-    @staticmethod
-    def _hand_over(state, keep: bool, queue):
-        """The finished rows to the caller; the time its code takes with them (a stream's
-        loop body, ``on_finish``) is no running row's time budget (``queue.paused``)."""
+    def _hand_over(self, state, keep: bool, queue, theirs: list):
+        """The finished rows to the caller, if any; the time its code takes with them (a
+        stream's loop body, ``on_finish``) is no running row's time budget
+        (``queue.paused``), and it may run the models: they have the attention they came
+        with (``theirs``) meanwhile, once per wave of rows (:func:`bass.hf.handed_back`)."""
+        if not state.finished:
+            return
         t = time.perf_counter()
-        yield from scheduler.hand_over(state, keep)
+        with hf.handed_back(self.models, theirs):
+            yield from scheduler.hand_over(state, keep)
         queue.paused += time.perf_counter() - t
 
     def _step(self, state, hooks, sampling, stats, slots, waiting: int, fill=()) -> None:

@@ -306,16 +306,25 @@ def load_pair(main: str, draft: str | None, dtype, device, tp_size: int = 1):
         main_model = load_causal_lm(main, dtype=dtype, device=device)
     if draft is None or draft in drafters.available():
         return main_model, draft, None
-    try:
-        draft_model = load_causal_lm(draft, dtype=dtype, device=device)
-    except ModelNotFoundError as exc:
-        if "/" in str(draft):
-            raise
-        raise ModelNotFoundError(  # a drafter's name mistyped?
-            f"{exc} (draft also takes an installed drafter's name: "
-            f"{', '.join(drafters.available())}; or None)"
-        ) from exc
+    draft_model = load_draft(draft, "draft", "None", dtype=dtype, device=device)
     return main_model, draft_model, padded_vocab(main, draft, main_model, draft_model)
+
+
+def load_draft(source, label: str, none: str, **kwargs):
+    """:func:`load_causal_lm` of a draft's ``source``; a name found nowhere (no owner/,
+    not local) may be a drafter's mistyped: the error lists the installed ones too
+    (``label``: the argument as the caller names it, ``none``: its value for no draft)."""
+    from . import drafters
+
+    try:
+        return load_causal_lm(source, **kwargs)
+    except ModelNotFoundError as exc:
+        if "/" in str(source):
+            raise
+        raise ModelNotFoundError(
+            f"{exc} ({label} also takes an installed drafter: "
+            f"{', '.join(drafters.available())}; or {none})"
+        ) from exc
 
 
 # generation_config settings with which transformers' generate gives other tokens than the

@@ -12,7 +12,7 @@ import traceback
 
 from ..config import ConfigError
 from ..errors import UnsupportedModelError
-from .errors import UsageError, one_line
+from .errors import UsageError, one_line, stdout_to_devnull
 from .filelock import command_line
 from .generate import cmd_generate
 from .info import cmd_bench, cmd_ops, cmd_policies
@@ -98,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         _report("bass: interrupted", exc, debug)
         return 130
     except BrokenPipeError:  # `bass policies | head`: the reader left; not an error of ours
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull()
         return 1
     except Exception as exc:  # a bug in bass: one line, the traceback on request
         hint = "" if debug else "; rerun with --debug (or BASS_DEBUG=1) for the traceback"

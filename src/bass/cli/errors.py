@@ -3,6 +3,8 @@ on stderr."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 from ..options import OptionError, fail
@@ -21,6 +23,13 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.add_note(note)
     else:  # pragma: no cover - Python 3.10
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+
+
+def stdout_to_devnull() -> None:
+    """Standard output's reader left (a pipe into ``head``): what is printed from now on
+    goes nowhere (not another ``BrokenPipeError``, nor one when Python flushes at exit)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def say(message: str) -> None:

@@ -16,7 +16,7 @@ from ..errors import UnsupportedModelError
 from ..options import OPTIONS, OptionError, check, check_config_eos, check_stops_shown
 from ..stats import GenerationStats
 from . import scaleout
-from .errors import UsageError, add_note, flag_error, say
+from .errors import UsageError, add_note, flag_error, say, stdout_to_devnull
 from .filelock import lock_outputs
 from .loading import check_sources, load_models, make_generator, use_chat
 from .progress import Progress
@@ -224,8 +224,7 @@ def row_settings(config) -> dict:
 def _stdout_closed(out_path) -> bool:
     """Standard output's reader left (a pipe into ``head``): what would be printed goes
     nowhere from now on, the rows go on to ``--output``; said on stderr."""
-    with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    stdout_to_devnull()
     say(f"note: standard output was closed (its reader left): the rows go on to {out_path} only")
     return True
 

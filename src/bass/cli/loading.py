@@ -74,15 +74,10 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
     try:
         if tp > 1:
             return models.load_tensor_parallel(source, tp, dtype=dtype)
+        if which == "draft":  # a name found nowhere: a drafter's mistyped?
+            return models.load_draft(source, "--draft", "'none'", dtype=dtype)
         return models.load_causal_lm(source, dtype=dtype)
-    except models.ModelNotFoundError as exc:
-        if which == "draft" and "/" not in str(source):  # a drafter's name mistyped?
-            from .. import drafters
-
-            raise models.ModelNotFoundError(
-                f"{exc} (--draft also takes an installed drafter: "
-                f"{', '.join(drafters.available())}; or 'none')"
-            ) from exc
+    except models.ModelNotFoundError:
         raise
     except distributed.DistributedError as exc:
         raise UsageError(str(exc)) from exc
