@@ -113,7 +113,7 @@ def call_generate(gen, kw):
     raises what the checks raised; asserts no model was touched before."""
     seen = {}
 
-    def work(self, job):
+    def work(self, job, *more):  # (the attention the models came with)
         kw = job.kw
         seen.update(max_new=kw["max_new_tokens"], params=job.params, stops=job.stops)
         seen.update(seed=kw["seed"], budget=kw["time_budget"])
