@@ -21,7 +21,8 @@ class VerifyCost:
     when it verifies drafts, plus the size's own offset ``r n / (n + 2)`` (``r``: the
     running mean, weight ``step_ema``, of its ``n`` residuals against the line). ``c1`` and
     ``J``: a fit of consecutive steps' differences (pairs decaying by ``decay``), each plus
-    one standard error; ``c0``: from a running average (``ema``). See
+    one standard error; ``c0``: from a running average (``ema``). :meth:`more`: what a
+    pass costs over another, plus one standard error of that difference. See
     docs/guides/policies.md, "Estimates".
 
     >>> c = VerifyCost(ema=1.0)
@@ -118,14 +119,33 @@ class VerifyCost:
         c0, c1, jump = self._params(caution)
         return c0 + c1 * tokens + (jump if drafting else 0.0)
 
+    def more(self, tokens: int, drafting: bool, base: int, base_drafting: bool = False) -> float:
+        """What a pass of ``tokens`` (verifying drafts or not) costs over one of ``base``
+        tokens: the line's difference plus the sizes' own offsets, plus one standard
+        error of that difference (not of each parameter: a jump and a slope fitted from
+        the same steps err in opposite directions); 0 before the first step."""
+        if self.level is None:
+            return 0.0
+        _, c1, jump = self._params(caution=False)
+        dn, di = tokens - base, float(drafting) - float(base_drafting)
+        y = c1 * dn + jump * di + self._offset(tokens, drafting) - self._offset(base, base_drafting)
+        if self.pairs:
+            a, b, c = self._inverse()
+            y += math.sqrt(
+                max(0.0, (self.noise or 0.0) * (a * di * di + 2 * b * di * dn + c * dn * dn))
+            )
+        return max(0.0, y)
+
+    def _offset(self, tokens: int, drafting: bool) -> float:
+        r, n = self.steps.get((tokens, drafting), (0.0, 0))
+        return r * n / (n + 2.0)
+
     def __call__(self, tokens: int, drafting: bool = False) -> float | None:
         """The line (with its standard errors) plus the size's own offset (see the class);
         ``None`` before the first step."""
         if self.level is None:
             return None
-        y = self._at(tokens, drafting)
-        r, n = self.steps.get((tokens, drafting), (0.0, 0))
-        y += r * n / (n + 2.0)
+        y = self._at(tokens, drafting) + self._offset(tokens, drafting)
         return max(y, 0.25 * self.level[2])  # a pass never costs nothing
 
 
@@ -282,9 +302,8 @@ class AdaptivePolicy(OptionsMixin, Policy):
         self.price, self.values = math.inf, [1.0] * R
         if R == 0 or not any(caps) or self.steps == 0:  # 1) plain decoding: C(R)
             return [0] * R
-        if not self.cost.pairs:  # 2) a second size of pass: one token, longest match
-            best = max((r for r in range(R) if caps[r]), key=lambda r: signal[r])
-            return [int(r == best) for r in range(R)]
+        if not self.cost.pairs:  # 2) a second size of pass: one token, every row
+            return [int(c > 0) for c in caps]
         rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
         # depth grows with evidence (a row's first draft is one token)
         caps = [
@@ -314,8 +333,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
         n = R + sum(ks)
         token = self.cost.slope()
         if self.cost.level is not None:
-            now = self.cost(n, drafting=True) if any(ks) else plain
-            token = max(token, self.cost(n + 1, drafting=True) - now)
+            token = max(token, self.cost.more(n + 1, True, n, any(ks)))
         self.credit = min(self.credit + self.probe_budget * plain, 2 * token)
         waiting = []
         for r, row in enumerate(rows):
@@ -434,7 +452,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
                     saved = c0 * tau * math.log(z0 / z) + c1 * total
                 m += 1
                 deepest = max(deepest, j)
-                extra = self.cost(R + m, drafting=True) - plain
+                extra = self.cost.more(R + m, True, R)
                 if model:
                     extra += self.draft_cost(deepest, m)
                 if saved - extra > best_net * (1 + 1e-9):  # ties keep fewer tokens
