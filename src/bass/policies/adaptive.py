@@ -119,7 +119,9 @@ class VerifyCost:
         c0, c1, jump = self._params(caution)
         return c0 + c1 * tokens + (jump if drafting else 0.0)
 
-    def more(self, tokens: int, drafting: bool, base: int, base_drafting: bool = False) -> float:
+    def more(
+        self, tokens: int, drafting: bool, base: int, base_drafting: bool = False, caution=True
+    ) -> float:
         """What a pass of ``tokens`` (verifying drafts or not) costs over one of ``base``
         tokens: the line's difference plus the sizes' own offsets, plus one standard
         error of that difference (not of each parameter: a jump and a slope fitted from
@@ -129,7 +131,7 @@ class VerifyCost:
         _, c1, jump = self._params(caution=False)
         dn, di = tokens - base, float(drafting) - float(base_drafting)
         y = c1 * dn + jump * di + self._offset(tokens, drafting) - self._offset(base, base_drafting)
-        if self.pairs:
+        if self.pairs and caution:
             a, b, c = self._inverse()
             y += math.sqrt(
                 max(0.0, (self.noise or 0.0) * (a * di * di + 2 * b * di * dn + c * dn * dn))
@@ -302,8 +304,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
         self.price, self.values = math.inf, [1.0] * R
         if R == 0 or not any(caps) or self.steps == 0:  # 1) plain decoding: C(R)
             return [0] * R
-        if not self.cost.pairs:  # 2) a second size of pass: one token, every row
-            return [int(c > 0) for c in caps]
+        if not self.cost.pairs:  # 2) a second size of pass: a token for half the rows
+            order = sorted((r for r in range(R) if caps[r]), key=lambda r: -signal[r])
+            first = set(order[: (len(order) + 1) // 2])  # longest matches first
+            return [int(r in first) for r in range(R)]
         rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
         # depth grows with evidence (a row's first draft is one token)
         caps = [
@@ -321,19 +325,22 @@ class AdaptivePolicy(OptionsMixin, Policy):
             limit=2 * max(1, self.widest),
             ends=ends,
         )
-        self.explore(ctx.prompts, ks, caps)
+        self.explore(ctx.prompts, ks, caps, model=ctx.drafter == "model")
         return ks
 
-    def explore(self, rows, ks, caps) -> None:
+    def explore(self, rows, ks, caps, model: bool = False) -> None:
         """Exploration tokens, added to ``ks`` in place (docs/guides/policies.md,
         "Exploration")."""
         R = len(rows)
         plain = self.cost(R) or 0.0
         # an exploration token costs what one more token adds to the planned pass
         n = R + sum(ks)
-        token = self.cost.slope()
+        token = fair = self.cost.slope()
         if self.cost.level is not None:
             token = max(token, self.cost.more(n + 1, True, n, any(ks)))
+            fair = self.cost.more(n + 1, True, n, any(ks), caution=False)
+        if model and not any(ks):  # a probe in a plain step runs a draft pass of its own
+            token, fair = token + self.draft_cost(1, 1), fair + self.draft_cost(1, 1)
         self.credit = min(self.credit + self.probe_budget * plain, 2 * token)
         waiting = []
         for r, row in enumerate(rows):
@@ -355,7 +362,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
         for _, r, idle in sorted(waiting, reverse=True):
             if self.credit < token:
                 break
-            if self.values[r] < token:
+            if self.values[r] < fair:
                 continue  # accepted for sure, its token would not pay: nothing to learn
             self.credit -= token
             ks[r] += 1
