@@ -304,10 +304,8 @@ class AdaptivePolicy(OptionsMixin, Policy):
         self.price, self.values = math.inf, [1.0] * R
         if R == 0 or not any(caps) or self.steps == 0:  # 1) plain decoding: C(R)
             return [0] * R
-        if not self.cost.pairs:  # 2) a second size of pass: a token for half the rows
-            order = sorted((r for r in range(R) if caps[r]), key=lambda r: -signal[r])
-            first = set(order[: (len(order) + 1) // 2])  # longest matches first
-            return [int(r in first) for r in range(R)]
+        if not self.cost.pairs:  # 2) a second size of pass: one token, every row
+            return [int(c > 0) for c in caps]
         rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
         # depth grows with evidence (a row's first draft is one token)
         caps = [
