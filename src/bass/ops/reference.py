@@ -18,6 +18,8 @@ def token_rows(starts: torch.Tensor, q_lens: torch.Tensor, n: int):
     before it (rows are disjoint and in order; an empty row shares the next one's start)."""
     j = torch.arange(n, device=starts.device)
     s = starts.to(torch.long)
+    if s.shape[0] == 0:  # no rows: every token belongs to none
+        return torch.zeros_like(j), torch.zeros_like(j), torch.zeros_like(j, dtype=torch.bool)
     row = (torch.searchsorted(s, j, right=True) - 1).clamp(min=0)
     i = j - s.index_select(0, row)
     live = (i >= 0) & (i < q_lens.to(torch.long).index_select(0, row))
