@@ -34,6 +34,11 @@ class _NamesAPrompt:
         before, after = self._parts
         return f"{before}{name}{after}"
 
+    def at(self, prompt: int):
+        """The same error about the prompt at index ``prompt`` of a larger call (a shard's
+        prompt in the whole job's numbering)."""
+        return type(self)(self._parts[0], prompt, self._parts[1])
+
 
 class PromptError(_NamesAPrompt, ValueError):
     """A prompt that cannot be generated from (empty, ids outside the vocabulary, longer

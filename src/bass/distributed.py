@@ -10,6 +10,7 @@ data-parallel groups and bring the results back to rank 0 in order.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime
 import hashlib
 import os
@@ -231,9 +232,9 @@ class Coordinator(Solo):
         differ = [r for r, d in zip(self.ranks, seen) if d != seen[0]]
         if differ:
             raise DistributedError(
-                f"tensor-parallel ranks {self.ranks} got different {what}: ranks {differ} "
-                f"differ from rank {self.ranks[0]}; every rank of a group must call generate "
-                "with the same prompts and settings"
+                f"ranks {self.ranks} got different {what}: ranks {differ} differ from rank "
+                f"{self.ranks[0]}; every rank must call generate with the same prompts and "
+                "settings"
             )
 
 
@@ -286,17 +287,33 @@ def generate(generator, prompts, **kwargs):
     of every prompt in order (``stats``: its own share's; ``ranks``: the rank that
     generated each row), the other ranks ``None``. Sampled rows are keyed by their global
     index, as in one process. Every rank must pass the same arguments (checked)."""
+    from .batch_state import NonFiniteLogitsError, PromptError, as_prompts
     from .stats import GenerationResult
 
     topo = topology()
-    prompts = [list(p) for p in prompts]
+    prompts = as_prompts(prompts)
+    ids = kwargs.pop("row_ids", None)  # the rows' sampling keys; default: their index
+    ids = list(range(len(prompts))) if ids is None else list(ids)
+    if len(ids) != len(prompts):
+        raise ValueError(f"row_ids has {len(ids)} entries for {len(prompts)} prompts")
     everyone = Coordinator(range(topo.world)) if topo.world > 1 else None
-    if everyone is not None:
-        everyone.agree("prompts and settings", (prompts, sorted(kwargs.items(), key=str)))
+    if everyone is not None:  # callbacks by name: a closure does not pickle
+        settings = [
+            (k, getattr(v, "__qualname__", v) if callable(v) else v) for k, v in kwargs.items()
+        ]
+        everyone.agree("prompts and settings", (prompts, ids, sorted(settings, key=str)))
     mine = shard(len(prompts), topo)
+    theirs = kwargs.get("on_finish")
+    if theirs is not None:  # the row's index among the whole call's prompts
+        kwargs["on_finish"] = lambda row: theirs(dataclasses.replace(row, prompt=mine[row.prompt]))
     res = None
     if mine:
-        res = generator.generate([prompts[i] for i in mine], row_ids=mine, **kwargs)
+        try:
+            res = generator.generate(
+                [prompts[i] for i in mine], row_ids=[ids[i] for i in mine], **kwargs
+            )
+        except (PromptError, NonFiniteLogitsError) as e:  # named by its index in the call
+            raise e.at(mine[e.prompt]) from None
     local = [] if res is None else list(zip(res.sequences, res.finish_reasons))
     rows = gather(local, mine, len(prompts), topo)
     if rows is None:

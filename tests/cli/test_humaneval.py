@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from cli_support import read_jsonl, run, save_model_dir
+from cli_support import one_error_line, read_jsonl, run, save_model_dir
 
 from bass import humaneval
 from bass.humaneval import CheckResult, Sample
@@ -210,6 +210,17 @@ def test_eval_humaneval_command(model_dir, tmp_path, capsys, monkeypatch):
     recs = read_jsonl(out_file)
     assert [r["task_id"] for r in recs] == ["Toy/0", "Toy/1"]
     assert recs[0]["methods"]["regular"]["samples"][0]["passed"] is True
+
+
+def test_eval_under_torchrun_is_refused_before_anything_loads(tmp_path, capsys, monkeypatch):
+    """Under torchrun every rank ran the whole evaluation (with ``-o``, the ranks raced
+    for the output's lock and one failed, naming its sibling as "another bass run")."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(humaneval, "load_problems", lambda: pytest.fail("problems loaded"))
+    rc, _, err = run(capsys, f"eval humaneval --main nowhere -o {tmp_path / 'he.jsonl'}")
+    assert rc == 2
+    assert "runs in one process; run it without torchrun" in one_error_line(err)
+    assert not (tmp_path / "he.jsonl").exists()
 
 
 @pytest.mark.parametrize("spec", ["-1:", "--problems=-1:"])

@@ -69,20 +69,26 @@ def main(spec_path: str, out_dir: str) -> int:
             policy = SlowPolicy(*case["slow_rank"])
         gen = bass.Generator(main_model, draft, policy=policy, cpu_linear="torch")
         prompts = case.get("prompts_by_rank", {}).get(str(topo.rank), case.get("prompts"))
+        if case.get("as_tensors"):  # 1-D tensors, as a tokenizer's return_tensors gives
+            prompts = [torch.tensor(p) for p in prompts]
         kw = dict(case.get("generate", {}))
+        finished = []
+        if case.get("on_finish"):  # a closure: it does not pickle
+            kw["on_finish"] = lambda row, seen=finished: seen.append(row.prompt)
         try:
             if spec["mode"] == "dp":
                 res = distributed.generate(gen, prompts, **kw)
             else:
                 res = gen.generate(prompts, **kw)
             if res is None:
-                results[case["name"]] = None
+                results[case["name"]] = {"finished": finished} if finished else None
             else:
                 results[case["name"]] = {
                     "sequences": res.sequences,
                     "reasons": res.finish_reasons,
                     "ranks": res.ranks,
                     "stopped_by_time": res.stats.stopped_by_time_budget if res.stats else None,
+                    "finished": finished,
                 }
         except Exception as exc:  # recorded: the test checks every rank saw the error
             results[case["name"]] = {"error": f"{type(exc).__name__}: {exc}"}

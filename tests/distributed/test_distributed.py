@@ -18,6 +18,7 @@ from models import perturbed, tiny_lm
 
 import bass
 from bass import distributed
+from bass.batch_state import PromptError
 from bass.models import load_config, load_tensor_parallel
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -145,6 +146,40 @@ def test_two_ranks_equal_one_process(dirs, tmp_path, mode):
             assert got["ranks"] == [0, 0, 1, 1]
     ends = {len(s) for s in results[0]["eos-stops"]["sequences"]}
     assert len(ends) > 1  # rows really finished at different steps
+
+
+def test_data_parallel_api_takes_what_generate_takes(dirs, tmp_path):
+    """``bass.distributed.generate`` with 1-D tensor prompts, a closure for ``on_finish``
+    and ``row_ids`` (sampling keys): the rows of one process's ``generate``, and each
+    finished row named by its index among the whole call's prompts. (Tensors were refused
+    as "different prompts" on the ranks, the closure failed to pickle, ``row_ids``
+    collided with the shard's own, and ``on_finish`` got shard-local indices.)"""
+    gen_kw = dict(max_new_tokens=6, do_sample=True, seed=3, row_ids=[7, 5, 9, 1])
+    case = dict(name="api", draft="ngram", as_tensors=True, on_finish=True, prompts=PROMPTS,
+                generate=gen_kw)  # fmt: skip
+    spec = dict(mode="dp", tp=1, main=str(dirs / "main"), draft=None, cases=[case], timeout=60)
+    rc, output, results = launch(tmp_path, spec)
+    assert rc == 0, output[-3000:]
+    want = one_process(dirs, dict(name="api-reference", draft="ngram", generate=gen_kw))
+    got = results[0]["api"]
+    assert "error" not in got, got
+    assert got["sequences"] == want.sequences
+    assert sorted(got["finished"]) == [0, 1] and sorted(results[1]["api"]["finished"]) == [2, 3]
+
+
+def test_a_share_names_its_prompts_by_their_index_in_the_whole_call(dirs, monkeypatch):
+    """One group's share (prompts 2 and 3 of 4, as rank 1 of 2 would get): a bad prompt's
+    error and ``on_finish`` name the prompt by its index among the call's prompts, not the
+    share's (they said "prompt 1" for prompt 3)."""
+    monkeypatch.setattr(distributed, "shard", lambda n, topo=None: [2, 3])
+    monkeypatch.setattr(distributed, "gather", lambda local, indices, n, topo=None: None)
+    gen = bass.Generator(bass.load_causal_lm(dirs / "main"), None, cpu_linear="torch")
+    seen = []
+    distributed.generate(gen, PROMPTS, max_new_tokens=2, on_finish=lambda r: seen.append(r.prompt))
+    assert sorted(seen) == [2, 3]
+    with pytest.raises(PromptError, match=r"^prompt 3 is empty") as info:
+        distributed.generate(gen, [*PROMPTS[:3], []], max_new_tokens=2)
+    assert info.value.prompt == 3
 
 
 def test_tp_ranks_that_got_different_prompts_are_refused_on_every_rank(dirs, tmp_path):

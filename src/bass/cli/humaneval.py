@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from .. import humaneval as he
+from ..distributed import launched
 from ..models import default_eos, encode_prompt
 from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
@@ -102,6 +103,8 @@ def cmd_humaneval(args) -> int:
     """``bass eval humaneval`` (``args`` from :func:`bass.cli.build_parser`)."""
     n = _check_flags(args)
     check_batch_flags(args)
+    if launched():  # every rank would run the whole evaluation, racing for --output
+        raise UsageError("bass eval humaneval runs in one process; run it without torchrun")
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
     check_output_flags(args)
