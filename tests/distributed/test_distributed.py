@@ -285,6 +285,43 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, nproc, tp):
     assert shown == pytest.approx(max(per_group), abs=0.011), (shown, per_group)
 
 
+def test_a_bad_prompt_in_another_groups_share_stops_every_rank_with_its_error(tmp_path):
+    """A prompt too long for the model, in rank 1's share: every rank names it before the
+    first batch (rank 1 alone did, mid-job, and rank 0 then reported gloo's "Connection
+    closed by peer" as an internal error, "a bug in bass")."""
+    from cli_support import save_model_dir
+
+    model = save_model_dir(tmp_path / "model")
+    prompts = ["hello world", "a cat", "the sea", " ".join(["hello"] * 300)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "bass", "generate", "--main", model, "--max-new-tokens", "4", "--no-progress",
+           *prompts]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("bass: error:")]
+    assert len(errors) == 2 and all("exceeds the main model" in e for e in errors), errors
+    assert "a bug in bass" not in proc.stderr
+
+
+def test_a_rank_that_lost_its_peer_says_so(monkeypatch, capsys):
+    """A collective that failed because another rank went away is not "a bug in bass"."""
+    from cli_support import one_error_line, run
+
+    import bass.cli
+
+    def lost(args):
+        raise RuntimeError("[gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:48550")
+
+    monkeypatch.setattr(bass.cli, "cmd_ops", lost)
+    rc, _, err = run(capsys, "ops")
+    assert rc == 1 and "a bug in bass" in err  # one process: a collective cannot fail so
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    rc, _, err = run(capsys, "ops")
+    assert rc == 1
+    assert "another rank of this torchrun job stopped" in one_error_line(err)
+
+
 def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch, dirs):
     import importlib.util
 

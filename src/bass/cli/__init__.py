@@ -101,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         stdout_to_devnull()
         return 1
     except Exception as exc:  # a bug in bass: one line, the traceback on request
+        if _peer_stopped(exc):  # torchrun: this rank's collective lost another rank
+            _report(
+                "bass: error: another rank of this torchrun job stopped (its own error is in "
+                f"its output): {one_line(exc)}",
+                exc,
+                debug,
+            )
+            return 1
         hint = "" if debug else "; rerun with --debug (or BASS_DEBUG=1) for the traceback"
         _report(
             f"bass: error: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in "
@@ -109,3 +117,18 @@ def main(argv: list[str] | None = None) -> int:
             debug,
         )
         return 1
+
+
+def _peer_stopped(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective that failed because another rank of a ``torchrun``
+    job went away (gloo's and NCCL's errors are plain ``RuntimeError``s)."""
+    from ..distributed import launched
+
+    if not launched():
+        return False
+    import torch.distributed as dist
+
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    peer = ("Connection closed by peer", "Connection reset by peer", "[gloo", "NCCL")
+    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in peer)

@@ -332,8 +332,11 @@ def cmd_generate(args) -> int:
     gen = make_generator(main, draft, config, tokenizer)
     plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for i, _ in todo)
-    encoded = {i: encode_prompt(tokenizer, prompts[i], chat) for i in needed}
-    if encoded:  # every prompt checked before the first batch (none: this group is done)
+    # every prompt of the job checked before the first batch, on every rank (one group's
+    # bad prompt would otherwise stop it mid-job while the others wait for it)
+    checked = dict.fromkeys(i for i, s in rows if (i, s) not in done) if scale.sharded else needed
+    encoded = {i: encode_prompt(tokenizer, prompts[i], chat) for i in checked}
+    if encoded:  # (none: the job is done)
         try:
             check_prompts(list(encoded.values()), config.generation.max_new_tokens, gen.models)
         except PromptError as exc:
