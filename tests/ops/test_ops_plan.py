@@ -79,7 +79,7 @@ def test_the_row_gather_round_trips(case):
     D]`` and scattered back token-major give the tokens back, padding tokens as 0."""
     q, *_ = case.tensors(torch.float64)
     cu = torch.tensor([0, *torch.tensor(case.q_lens).cumsum(0).tolist()], dtype=torch.int32)
-    T = max(1, *case.q_lens)
+    T = max((1, *case.q_lens))
     src, back = reference.row_slots(cu[:-1], cu.diff(), T, case.N)
     rows = reference.to_rows(q, src)
     assert rows.shape == (case.B, case.Hq, T, case.D)
