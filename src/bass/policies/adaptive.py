@@ -120,7 +120,12 @@ class VerifyCost:
         return c0 + c1 * tokens + (jump if drafting else 0.0)
 
     def more(
-        self, tokens: int, drafting: bool, base: int, base_drafting: bool = False, caution=True
+        self,
+        tokens: int,
+        drafting: bool,
+        base: int,
+        base_drafting: bool = False,
+        caution: bool = True,
     ) -> float:
         """What a pass of ``tokens`` (verifying drafts or not) costs over one of ``base``
         tokens: the line's difference plus the sizes' own offsets, plus one standard
