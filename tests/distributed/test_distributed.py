@@ -286,7 +286,7 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, nproc, tp):
 
 
 def test_a_bad_prompt_in_another_groups_share_stops_every_rank_with_its_error(tmp_path):
-    """A prompt too long for the model, in rank 1's share: every rank names it before the
+    """A prompt too long for the model, in rank 1's share: every rank checks it before the
     first batch (rank 1 alone did, mid-job, and rank 0 then reported gloo's "Connection
     closed by peer" as an internal error, "a bug in bass")."""
     from cli_support import save_model_dir
@@ -300,7 +300,10 @@ def test_a_bad_prompt_in_another_groups_share_stops_every_rank_with_its_error(tm
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("bass: error:")]
-    assert len(errors) == 2 and all("exceeds the main model" in e for e in errors), errors
+    # torchrun stops the other worker as soon as one exits with an error, so whether the
+    # second rank gets to print its (identical) line first is a race: one or two lines.
+    assert errors and all("exceeds the main model" in e for e in errors), proc.stderr[-3000:]
+    assert "PROMPT argument 4" in errors[0]
     assert "a bug in bass" not in proc.stderr
 
 
