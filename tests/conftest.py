@@ -1,12 +1,18 @@
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 # A fresh Inductor cache per test session: a compiled graph cached by an earlier version
 # of bass (whose ops decomposed into ops since removed) must not be replayed here (set
-# before torch is imported; subprocesses inherit it)
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="bass-inductor-"))
+# before torch is imported; subprocesses inherit it). The session that made it removes it
+# (each session left its own behind in /tmp, ~1 GB a day of runs).
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _inductor_dir = tempfile.mkdtemp(prefix="bass-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_dir
+    atexit.register(shutil.rmtree, _inductor_dir, ignore_errors=True)
 # Each model's CPU linear layouts measured anew (tests/engine/test_cpu_linear.py tests the
 # cache on disk that would otherwise hand one test's measurement to the next)
 os.environ.setdefault("BASS_CPU_LINEAR_CACHE", "0")
