@@ -403,6 +403,24 @@ def test_python_dash_m(capsys, monkeypatch):
     assert info.value.code == 0 and "hf-heuristic" in capsys.readouterr().out
 
 
+def test_only_a_command_that_owns_its_process_freezes_the_collector(model_dir, tmp_path,
+                                                                   capsys, monkeypatch):
+    """``bass`` freezes what is alive once the models load (its process ends with the
+    command); ``bass.cli.main([...])`` called from Python leaves its caller's collector
+    alone (what the caller drops later must still be collected)."""
+    import gc
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    argv = ["generate", "--main", model_dir, "--max-new-tokens", "2", "--no-progress",
+            "--output", str(tmp_path / "a.jsonl"), "hello"]  # fmt: skip
+    assert cli.main(argv) == 0 and frozen == []
+    argv[-2] = str(tmp_path / "b.jsonl")
+    monkeypatch.setattr(sys, "argv", ["bass", *argv])
+    assert cli.main() == 0 and frozen == [1]
+    capsys.readouterr()
+
+
 # ----------------------------------------------------------------------------- errors
 
 

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..models import ModelNotFoundError
 
     parser = build_parser()
+    owner = argv is None  # run as `bass` / `python -m bass`, not called from Python
     argv = _slices_as_values(sys.argv[1:] if argv is None else argv)
     try:
         args, extra = parser.parse_known_args(argv)
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2)
         return exc.code if isinstance(exc.code, int) else 2
     args.command_line = command_line(argv)  # for the lock files: who writes an output
+    args.owner = owner  # the command owns its process (cli.loading.load_models)
     commands = {
         "generate": cmd_generate,
         "policies": cmd_policies,

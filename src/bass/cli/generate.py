@@ -327,7 +327,9 @@ def cmd_generate(args) -> int:
     log = say if scale.prints else None
     enabled = progress_shown(args.progress) and scale.prints
     check_sources(config)  # the main model's and the draft's, before either loads
-    main, tokenizer, draft = load_models(config, log=log, tp=scale.topo.tp, bars=enabled)
+    main, tokenizer, draft = load_models(
+        config, log=log, tp=scale.topo.tp, bars=enabled, owner=args.owner
+    )
     chat = use_chat(tokenizer, config)
     gen = make_generator(main, draft, config, tokenizer)
     plain = make_generator(main, None, config) if args.compare else None

@@ -142,7 +142,7 @@ def cmd_humaneval(args) -> int:
         print(he.format_table(reports))
         return 0
     check_sources(config)  # the main model's and the draft's, before either loads
-    main, tokenizer, draft = load_models(config, log=say, bars=show)
+    main, tokenizer, draft = load_models(config, log=say, bars=show, owner=args.owner)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model

@@ -12,17 +12,28 @@ from .errors import UsageError, one_line, say
 __all__ = ["check_sources", "load_models", "make_generator", "use_chat"]
 
 
-def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True):
+def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True, owner=False):
     """``(main, tokenizer, draft)`` for ``config``; ``draft`` is a model, an installed
     drafter's name or ``None``. ``tp > 1``: the main model sharded over this rank's
     tensor-parallel group, the draft replicated. ``bars``: transformers' own progress
     bars while loading (off with the command's progress: ``--no-progress``, stderr not a
-    terminal, a rank other than the first). Failures a user can fix become
-    :class:`UsageError`."""
+    terminal, a rank other than the first). ``owner``: the command owns its process (run
+    as ``bass``, not :func:`bass.cli.main` called from Python). Failures a user can fix
+    become :class:`UsageError`."""
+    import gc
+
     from .. import compat
 
     with compat.loading_bars(bars):
-        return _load_models(config, log, tp)
+        loaded = _load_models(config, log, tp)
+    if owner:  # the objects alive now (torch's, transformers', the models': ~400k) live
+        # until the process exits: the cyclic collector stops walking them, in every
+        # collection of the run and in the ~1 s of collections at exit (vLLM freezes its
+        # engine's start-up state the same way). Objects made later (the drafters',
+        # policies', files') are collected as usual. Not in a caller's process: what it
+        # drops later would never be collected.
+        gc.freeze()
+    return loaded
 
 
 def check_sources(config: Config) -> None:
