@@ -403,8 +403,9 @@ def test_python_dash_m(capsys, monkeypatch):
     assert info.value.code == 0 and "hf-heuristic" in capsys.readouterr().out
 
 
-def test_only_a_command_that_owns_its_process_freezes_the_collector(model_dir, tmp_path,
-                                                                   capsys, monkeypatch):
+def test_only_a_command_that_owns_its_process_freezes_the_collector(
+    model_dir, tmp_path, capsys, monkeypatch
+):
     """``bass`` freezes what is alive once the models load (its process ends with the
     command); ``bass.cli.main([...])`` called from Python leaves its caller's collector
     alone (what the caller drops later must still be collected)."""
