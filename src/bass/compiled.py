@@ -25,7 +25,8 @@ _COMPILE_ERRORS = (
 def _structure(model: torch.nn.Module) -> tuple:
     """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
     module (its type and identity, a forward set on the instance, bass's CPU routing
-    aside) and each parameter's and buffer's shape, dtype and device."""
+    aside) and each parameter's and buffer's shape, strides, dtype and device (Inductor's
+    code asserts the strides it was compiled for)."""
 
     def own_forward(m):
         f = m.__dict__.get("forward")
@@ -38,7 +39,7 @@ def _structure(model: torch.nn.Module) -> tuple:
 
     modules = tuple((n, type(m), id(m), own_forward(m)) for n, m in model.named_modules())
     tensors = tuple(
-        (n, t.shape, t.dtype, t.device)
+        (n, t.shape, t.stride(), t.dtype, t.device)
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
     )
     return modules, tensors
@@ -64,16 +65,19 @@ class CompiledForward:
     def check(self, models: Sequence[torch.nn.Module]) -> None:
         """A generation starts: a model whose modules were replaced since its region was
         compiled (``resize_token_embeddings``, an adapter, a swapped activation) would run
-        the old graph, whose guards skip its modules: its region is dropped (compiled again
-        at its next pass), with a warning, as that costs a compile."""
+        the old graph, whose guards skip its modules, and one whose weights were replaced
+        by tensors of other strides (``load_state_dict(assign=True)``) would fail
+        Inductor's layout asserts: its region is dropped (compiled again at its next pass),
+        with a warning, as that costs a compile."""
         for model in models:
             made = self._made_for.get(id(model))
             if made is not None and made != _structure(model):
                 del self._regions[id(model)], self._made_for[id(model)]
                 warnings.warn(
-                    f"{model_name(model)}'s modules changed since its compiled forward was "
-                    "made: compiling it again (replace no module between generations of a "
-                    "compiled Generator to avoid the cost)",
+                    f"{model_name(model)}'s modules, or its weights' shapes or memory "
+                    "layouts, changed since its compiled forward was made: compiling it "
+                    "again (replace no module or weight between generations of a compiled "
+                    "Generator to avoid the cost; change weights in place)",
                     UserWarning,
                     stacklevel=4,
                 )
