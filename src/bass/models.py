@@ -106,8 +106,24 @@ def gguf_cache_entry(path: Path, what: str) -> Path | None:
         return None
     st = path.stat()
     ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{what}|{transformers.__version__}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(ident.encode() + _content_sample(path, st.st_size)).hexdigest()[:16]
     return root / f"{path.stem}-{what.replace('torch.', '')}-{digest}"
+
+
+def _content_sample(path: Path, size: int, head: int = 1 << 20, reads: int = 256) -> bytes:
+    """A digest of the file's first MiB (the GGUF header and metadata) and of ``reads``
+    4 KiB reads spread evenly over the rest: a file replaced by another of the same size
+    with its modification time kept (``cp -p``, ``rsync -a``, an archive), another
+    fine-tune or quantization of the same shapes, gets another cache entry (~1 MiB read,
+    milliseconds; a change confined to bytes no read covers can still pass unseen)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(head))
+        if size > head:
+            for i in range(reads):
+                f.seek(head + (size - head - 4096) * i // (reads - 1))
+                h.update(f.read(4096))
+    return h.digest()
 
 
 def _from_gguf(cls, path: Path, kwargs: dict, what: str):

@@ -109,10 +109,26 @@ def test_gguf_cache_follows_the_file_and_can_be_turned_off(gguf, monkeypatch):
     os.utime(path, ns=(1, 1))  # the file changed: a new entry
     load(gguf)
     assert fake.dequantized == 2
+    # another file of the same size, its modification time kept (cp -p, rsync -a): a new
+    # entry (it got the other file's weights), whether the change is in its header, a
+    # tensor's worth in the middle of a large file (a stretch of 1/128 of it), or its end
+    path.write_bytes(b"GGUf")
+    os.utime(path, ns=(1, 1))
+    load(gguf)
+    assert fake.dequantized == 3
+    big = bytearray(os.urandom(3 << 20))
+    for at, length in ((5, 1), (len(big) // 2, len(big) // 128), (len(big) - 1, 1)):
+        path.write_bytes(big)
+        os.utime(path, ns=(1, 1))
+        entry = bass.models.gguf_cache_entry(path, "tokenizer")
+        big[at : at + length] = bytes(length)
+        path.write_bytes(big)
+        os.utime(path, ns=(1, 1))
+        assert bass.models.gguf_cache_entry(path, "tokenizer") != entry, at
     monkeypatch.setenv("BASS_GGUF_CACHE", "0")
     assert bass.models.gguf_cache_entry(path, "tokenizer") is None
     load(gguf)
-    assert fake.dequantized == 3
+    assert fake.dequantized == 4
 
 
 def test_gguf_cache_entry_damaged_or_unfinished_is_rebuilt(gguf, caplog):
