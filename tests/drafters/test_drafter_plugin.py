@@ -78,9 +78,35 @@ def test_a_stochastic_user_drafter_keeps_the_distribution():
     testing.assert_sampled_equivalent(gen, [[1, 2], [3, 4, 1]], 6)
     kw = dict(policy="constant", policy_options={"k": 2}, draft_sampling="rejection")
     gen = bass.Generator(main, UniformDrafter(V), **kw)
-    testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=4000, seed=7)
+    testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 4, rows=4000, seed=7)
     with pytest.raises(ValueError, match="rejection"):  # draw for draw: not promised
         testing.assert_sampled_equivalent(gen, [[1, 2]], 3)
+
+
+class LateWrongDrafter(UniformDrafter):
+    """Draws uniformly but reports it only for its first draft token; the later ones' q
+    (what rejection sampling divides by) is wrong."""
+
+    name = "late-wrong"
+
+    def propose(self, view, lengths):
+        proposal = super().propose(view, lengths)
+        proposal.probs[:, 1:] = torch.tensor([0.6] + [0.4 / (self.vocab - 1)] * (self.vocab - 1))
+        return proposal
+
+
+def test_the_distribution_check_reaches_every_draft_position_it_says_it_tests():
+    """A drafter wrong only past its first draft token: caught with room for its whole
+    draft (max_new_tokens >= k + 2); with less, no step drafts past the first token, so the
+    check passes, and warns that later positions went untested."""
+    V = 5
+    main = tiny_lm("llama", vocab=V, sharpen=3.0)
+    kw = dict(policy="constant", policy_options={"k": 2}, draft_sampling="rejection")
+    gen = bass.Generator(main, LateWrongDrafter(V), **kw)
+    with pytest.raises(AssertionError, match="do not follow the main model's distribution"):
+        testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 4, rows=4000, seed=7)
+    with pytest.warns(UserWarning, match="draft tokens past position 1 were not tested"):
+        testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=4000, seed=7)
 
 
 def test_a_plugins_failing_finish_is_a_warning_not_a_lost_result():

@@ -1,7 +1,8 @@
 """Speculative sampling through the whole engine leaves the main model's distribution intact.
 
-Over a 5-token vocabulary, the exact distribution of 3-token continuations of a prompt is
-computed by enumerating all 125 of them with the main model alone. The engine then draws
+Over a 5-token vocabulary, the exact distribution of 4-token continuations of a prompt is
+computed by enumerating all 625 of them with the main model alone (4 tokens: room for
+steps that draft 2, so the second draft position is tested too). The engine then draws
 N continuations (N rows of one batch, one seeded generator) with a draft that disagrees
 with the main model, and a chi-square goodness-of-fit test compares the counts with the
 exact distribution. Each test's false-alarm rate is ALPHA = 1e-3; seeds are fixed, so the
@@ -26,7 +27,7 @@ from bass.sampling import SamplingParams
 ALPHA = 1e-3
 N = 4000
 PROMPT = [1, 2, 3]
-L = 3
+L = 4  # a step drafts at most L - 2 tokens
 V = 5
 
 
@@ -157,7 +158,7 @@ class RandomRows:
         raise AssertionError("draft_lengths is the contract used")
 
     def draft_lengths(self, ctx):
-        return [self.rng.randint(0, 3) for _ in ctx.prompts]
+        return [self.rng.randint(0, 2) for _ in ctx.prompts]  # L - 2 at most
 
     def update(self, stats):
         pass

@@ -321,7 +321,7 @@ def test_distribution_check_passes_lossless_sampling(pair, drafter):
         main, draft if drafter == "model" else "ngram", policy="constant", policy_options={"k": 2}
     )
     test = testing.assert_distribution_equivalent(
-        gen, main, [1, 2, 3], 3, rows=3000, seed=5, temperature=1.0
+        gen, main, [1, 2, 3], 4, rows=3000, seed=5, temperature=1.0
     )
     assert test.df > 10
 
@@ -332,7 +332,7 @@ def test_distribution_check_fails_a_generator_that_keeps_every_draft(pair):
         main, draft, policy="constant", policy_options={"k": 2}, forced_acceptance=1.0
     )
     with pytest.raises(AssertionError, match=r"chi-square .* degrees of freedom, p = .* < alpha"):
-        testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=3000, seed=5)
+        testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 4, rows=3000, seed=5)
 
 
 def test_chi_square_test_refuses_samples_too_few_to_fail():

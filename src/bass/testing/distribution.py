@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -179,6 +180,11 @@ def assert_distribution_equivalent(
     than that on models with disagreeing drafts.
 
     Every row must generate exactly ``max_new_tokens`` tokens (no eos, no stop strings).
+    Draft positions: a step drafts at most ``max_new_tokens - 2`` tokens (the prefill
+    makes the first, a verify pass adds one past its drafts), so drafts of ``k`` tokens
+    are tested whole only with ``max_new_tokens >= k + 2``. When the run's longest draft
+    reached that ceiling, a few rows with more room are drawn after the test; if they
+    draft deeper, a ``UserWarning`` says which draft positions went untested.
     Returns the :class:`ChiSquare` result.
     """
     _check_generator("assert_distribution_equivalent()", generator, main=False)
@@ -201,6 +207,7 @@ def assert_distribution_equivalent(
             f"row {short[0]} has {len(res.sequences[short[0]])} tokens, not {max_new_tokens}: "
             "the test needs every row to run to max_new_tokens (no eos, no stop strings)"
         )
+    _warn_if_drafts_were_cut(generator, res, prompt, max_new_tokens, seed, sampling)
     exact = exact_distribution(model, prompt, max_new_tokens, **sampling)
     test = chi_square_test(Counter(tuple(s) for s in res.sequences), exact)
     if test.p_value < alpha:
@@ -210,3 +217,34 @@ def assert_distribution_equivalent(
             f"p = {test.p_value:.3g} < alpha = {alpha:g}"
         )
     return test
+
+
+def _deepest(res) -> int:
+    """The longest draft any step of ``res`` verified (0: none, or no statistics)."""
+    return max(getattr(getattr(res, "stats", None), "draft_lengths", None) or [0])
+
+
+def _warn_if_drafts_were_cut(generator, res, prompt, max_new_tokens, seed, sampling) -> None:
+    """A ``UserWarning`` when ``max_new_tokens`` left no room for drafts the generator
+    makes given more (their later tokens went untested)."""
+    from ..batch_state import PromptError
+
+    deepest = _deepest(res)
+    if deepest < max_new_tokens - 2:  # nothing was cut
+        return
+    try:  # after the test, so its outcome is untouched
+        more = generator.generate(
+            [list(prompt)] * 4, max_new_tokens=max_new_tokens + 8, do_sample=True, seed=seed,
+            **sampling,
+        )  # fmt: skip
+    except PromptError:  # no room in the model's context: nothing to compare with
+        return
+    if _deepest(more) > deepest:
+        warnings.warn(
+            f"max_new_tokens={max_new_tokens} leaves room for drafts of {max(deepest, 0)} "
+            f"token(s) at most, and the generator drafts {_deepest(more)} given more: draft "
+            f"tokens past position {deepest} were not tested; pass max_new_tokens >= k + 2 "
+            "to test drafts of k tokens whole",
+            UserWarning,
+            stacklevel=3,
+        )
