@@ -378,7 +378,8 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     device_drafts = prop.host_tokens is None
     if device_drafts:  # their non-finite flags, then as proposed (ids outside: negative)
         bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
-        drafts = v.drafts if v.outside is None else torch.where(v.outside, -1, v.drafts)
+        drafts = v.drafts.long()  # (-1 in a uint8 drafter's own type would read as 255)
+        drafts = drafts if v.outside is None else torch.where(v.outside, -1, drafts)
         read += [bad.long(), drafts.reshape(-1)]
     n_tail = 0 if tail is None else tail.shape[0]
     host = torch.cat([*read, *([] if tail is None else [tail])]).tolist()  # the one sync

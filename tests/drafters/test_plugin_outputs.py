@@ -28,13 +28,13 @@ class DeviceTokens(Drafter):
 
     name = "device-tokens"
 
-    def __init__(self, token=None, kind=list, pad=-7):
-        self.token, self.kind, self.pad = token, kind, pad
+    def __init__(self, token=None, kind=list, pad=-7, dtype=torch.int32):
+        self.token, self.kind, self.pad, self.dtype = token, kind, pad, dtype
 
     def propose(self, view, lengths):
         K = max(lengths)
         last = [view.state.seqs[s][-1] for s in view.slots]
-        tokens = torch.full((len(lengths), K + 2), self.pad, dtype=torch.int32)
+        tokens = torch.full((len(lengths), K + 2), self.pad, dtype=self.dtype)
         for r, n in enumerate(lengths):
             tokens[r, :n] = last[r] if self.token is None else self.token
         return Proposal(drafted=self.kind(lengths), tokens=tokens)
@@ -48,6 +48,18 @@ def test_device_tokens_outside_the_vocabulary_name_the_drafter(token):
     assert err.value.plugin.startswith("drafter 'device-tokens' (DeviceTokens")
     assert err.value.hook == "propose"
     assert f"[{token}, {token}" in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16])
+def test_device_tokens_of_a_narrow_type_outside_the_vocabulary_are_refused(dtype):
+    """uint8 drafts of 255 with a vocabulary of 64: refused (the out-of-vocabulary mark,
+    -1, wrapped to 255 in the drafts' own type, and 255 reached the output)."""
+    gen = bass.Generator(tiny_lm(), DeviceTokens(255, pad=0, dtype=dtype), policy="constant")
+    with pytest.raises(PluginOutputError, match=r"outside the vocabulary \[0, 64\)"):
+        gen.generate(PROMPTS, max_new_tokens=4)
+    model = tiny_lm()  # in the vocabulary, narrow types are fine
+    gen = bass.Generator(model, DeviceTokens(pad=0, dtype=dtype), policy="constant")
+    assert gen.generate(PROMPTS, max_new_tokens=6).sequences == _greedy(model)
 
 
 @pytest.mark.parametrize(
