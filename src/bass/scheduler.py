@@ -10,6 +10,7 @@ docs/guides/generation.md, "Jobs of any size: continuous batching".
 from __future__ import annotations
 
 import collections
+import math
 import time
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -91,7 +92,7 @@ def rows_at_once(job: Job, models, device, share, stats) -> int:
         return rows
     rounded = ", rounded up to a multiple of 8" if job.max_len != job.need else ""
     one = f"one row of {job.max_len} positions (the longest prompt plus max_new_tokens{rounded})"
-    gib = f"{per_row / 2**30:.3g} GiB"
+    gib = f"{_gib_up(per_row)} GiB"
     if given is not None:
         why = f"at least {gib}: {one} needs that much KV cache; raise it or lower max_new_tokens"
         raise options.fail("kv_budget_gib", given, why, where="generate()")
@@ -100,6 +101,15 @@ def rows_at_once(job: Job, models, device, share, stats) -> int:
         f"{budget / 2**30:.3g} GiB (a share of the free memory on {device}); lower "
         "max_new_tokens, free memory, or pass kv_budget_gib"
     )
+
+
+def _gib_up(nbytes: int) -> str:
+    """``nbytes`` in GiB to 3 significant digits, rounded up: a budget of the number
+    shown holds them (rounded to nearest, a minimum quoted back was refused again)."""
+    x = nbytes / 2**30
+    step = 10.0 ** (math.floor(math.log10(x)) - 2)
+    up = f"{math.ceil(x / step - 1e-9) * step:.3g}"
+    return up if float(up) * 2**30 >= nbytes else f"{float(up) + step:.3g}"
 
 
 class Queue:

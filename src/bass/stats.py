@@ -213,7 +213,7 @@ class GenerationStats:
             "host_share": round(self.host_share, 4),
             "backend": dict(self.backend),
             "max_rows": self.max_rows,
-            "kv_budget_gib": round(self.kv_budget_bytes / 2**30, 3),
+            "kv_budget_gib": float(f"{self.kv_budget_bytes / 2**30:.4g}"),  # (KiB budgets too)
             "admissions": self.admissions,
             "riding_admissions": self.riding_admissions,
         }

@@ -329,6 +329,20 @@ def test_summary_names_the_admissions_whose_prefill_rode_in_verify_passes():
     assert "prefill 0.25 s in its own passes; 2 of 3 admissions rode in verify passes)" in text
 
 
+@pytest.mark.parametrize(
+    "budget, per_row, shown",
+    [(11 * 2**30, 12 * 2**20, "KV budget 11.00 GiB, 12.0 MiB per row"),
+     (512 * 2**10, 64 * 2**10, "KV budget 512.0 KiB, 64.0 KiB per row")],
+)  # fmt: skip
+def test_summary_shows_the_kv_budget_in_a_unit_that_fits(budget, per_row, shown):
+    """A budget of a few KiB (a tiny model's) read "0.00 GiB, 0.0 MiB per row"."""
+    from bass.cli.report import summary_text
+    from bass.engine import GenerationStats
+
+    stats = GenerationStats(max_rows=8, kv_budget_bytes=budget, kv_bytes_per_row=per_row)
+    assert f"(8 at once; {shown})" in summary_text(stats, rows=8)
+
+
 def test_progress_without_tqdm(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     p = Progress(2, enabled=True)

@@ -4,6 +4,7 @@ it was admitted or who shared its steps."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -269,8 +270,22 @@ def test_the_kv_budget_sizes_the_rows_at_once(llama):
     with pytest.raises(OptionError, match=r"kv_budget_gib=.* " + rounded):  # 4 + 10 = 14
         gen.generate(prompts, max_new_tokens=MAX_NEW, kv_budget_gib=0.5 * per_row / 2**30)
     exact = r"one row of 16 positions \(the longest prompt plus max_new_tokens\)"
-    with pytest.raises(OptionError, match=exact):  # 4 + 12 = 16
+    with pytest.raises(OptionError, match=exact) as err:  # 4 + 12 = 16
         gen.generate(prompts, max_new_tokens=12, kv_budget_gib=0.5 * per_row / 2**30)
+    # the minimum the message quotes is enough (rounded up, not to nearest)
+    least = float(re.search(r"at least (\S+) GiB", str(err.value)).group(1))
+    assert gen.generate(prompts, max_new_tokens=12, kv_budget_gib=least).stats.max_rows == 1
+    assert res.stats.summary()["kv_budget_gib"] > 0  # a KiB budget is not shown as 0
+
+
+@pytest.mark.parametrize("nbytes", [65536, 131077, int(1.2345 * 2**30), 2**30, 3 * 2**20 + 1])
+def test_the_minimum_budget_quoted_holds_one_row(nbytes):
+    """Rounded up to the 3 digits shown: 65536 bytes were quoted as "6.1e-05 GiB", which
+    then was refused as too small."""
+    from bass.scheduler import _gib_up
+
+    quoted = float(_gib_up(nbytes))
+    assert int(quoted * 2**30) >= nbytes and quoted <= nbytes / 2**30 * 1.01
 
 
 def test_a_tensor_parallel_rank_holds_its_share_of_the_kv_heads(llama, monkeypatch):

@@ -16,14 +16,19 @@ def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:
     return f"{body} ({len(trace)} steps)" if trace else "(no steps)"
 
 
+def _size(nbytes: int) -> str:
+    """``nbytes`` in GiB, MiB or KiB, whichever shows it with a digit before the point."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{nbytes / 2**10:.1f} KiB"
+
+
 def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
     s = stats
     budget = ""
     if s.kv_budget_bytes:
-        budget = (
-            f"; KV budget {s.kv_budget_bytes / 2**30:.2f} GiB, "
-            f"{s.kv_bytes_per_row / 2**20:.1f} MiB per row"
-        )
+        budget = f"; KV budget {_size(s.kv_budget_bytes)}, {_size(s.kv_bytes_per_row)} per row"
     prefill = f"prefill {s.prefill_seconds:.2f} s"
     if s.riding_admissions:  # their prefill's time is their verify pass's, not counted here
         prefill += (

@@ -253,8 +253,8 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
         )
     if not (isinstance(s, int) and 0 <= s < n):
         raise UsageError(
-            f"{where}: a row of sample {s}, but --samples (--n) is {n}; --resume needs the "
-            "--samples of the run that wrote the file"
+            f"{where}: a row of sample {s}, but --samples (--n) is {n} (samples are numbered "
+            f"from 0, so 0-{n - 1}); --resume needs the --samples of the run that wrote the file"
         )
     theirs = row.get("settings")
     if "settings" in row and theirs != settings:

@@ -215,7 +215,10 @@ def _check_op_sizes(where: str, head_dims=HEAD_DIMS, max_pad=0, **sizes) -> None
 
 
 def _heads(draw, head_dims):
-    Hkv = draw(st.sampled_from([1, 2]))
+    """``(Hq, Hkv, D)``: most draws group several query heads on each of several key/value
+    heads (a kernel that maps query head ``h`` to ``h % Hkv`` instead of ``h // group`` is
+    right only when one of the two is 1)."""
+    Hkv = draw(st.sampled_from([1, 2, 4]))
     return Hkv * draw(st.sampled_from([1, 2, 4])), Hkv, draw(st.sampled_from(list(head_dims)))
 
 
