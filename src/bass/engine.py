@@ -365,15 +365,15 @@ class Generator:
         :mod:`bass.locking`, until exhausted or closed; the loop's body in its grad mode)."""
         if "on_finish" in kw:
             raise TypeError("stream() yields each finished row; on_finish is generate()'s")
-        job = self._job(prompts, {"self": self, **kw})
+        job = self._job(prompts, {"self": self, **kw}, "stream")
         return self._run(job._replace(keep=False))  # each row released once handed over
 
     _KEYWORDS = frozenset(inspect.signature(generate).parameters) - {"self", "prompts"}
 
-    def _job(self, prompts, given: dict) -> scheduler.Job:
+    def _job(self, prompts, given: dict, call: str = "generate") -> scheduler.Job:
         given = {k: v for k, v in given.items() if k not in ("self", "prompts")}
         return scheduler.Job.check(
-            prompts, given, self.generate_defaults, self.models, self._KEYWORDS
+            prompts, given, self.generate_defaults, self.models, self._KEYWORDS, call
         )
 
     def _run(self, job: scheduler.Job):

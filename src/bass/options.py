@@ -290,38 +290,43 @@ def check_keywords(where: str, **values: Any) -> dict[str, Any]:
 
 
 def generation_kwargs(
-    given: Mapping[str, Any], defaults: Mapping[str, Any], *, vocab: int | None = None
+    given: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    *,
+    vocab: int | None = None,
+    call: str = "generate",
 ) -> dict[str, Any]:
     """The arguments of one ``generate`` call, checked and normalised: ``given`` (its
     keyword arguments; ``None``: not given) over ``defaults`` (a config's ``[generation]``,
     checked when it was read; the vocabulary-dependent checks run again here), over the
     declared defaults. Returns every key of ``given`` and :data:`GENERATE`, with
-    ``eos_token_id`` as a set of ids and ``stop_sequences`` as tuples."""
+    ``eos_token_id`` as a set of ids and ``stop_sequences`` as tuples. ``call``: the
+    method the errors name (``stream``)."""
     kw: dict[str, Any] = {}
     for name in dict.fromkeys([*GENERATE, *given]):
         value = given.get(name)
-        where = "generate()"
+        where = f"{call}()"
         if value is None:
             value = defaults.get(name)
-            where = "generate() (from the Generator's config)"
+            where = f"{call}() (from the Generator's config)"
         kw[name] = None if value is None else check(name, value, where=where, vocab=vocab)
         if kw[name] is None and OPTIONS[name].absent is not None:
             kw[name] = OPTIONS[name].default  # do_sample False, temperature 1.0
     if kw.get("max_new_tokens") is None:
         raise OptionError(
-            "generate(): max_new_tokens is required: pass max_new_tokens=N (an integer >= 1) "
+            f"{call}(): max_new_tokens is required: pass max_new_tokens=N (an integer >= 1) "
             "or set it in the config's [generation] table",
             option="max_new_tokens",
         )
-    check_sampling(kw["do_sample"], kw["temperature"], "generate()")
+    check_sampling(kw["do_sample"], kw["temperature"], f"{call}()")
     if kw.get("stop_strings") and kw.get("tokenizer") is None:
         raise OptionError(
-            "generate(): stop_strings need a tokenizer to decode the generated tokens: pass "
-            "tokenizer=... to generate() (generate_text passes its own), or give token ids "
+            f"{call}(): stop_strings need a tokenizer to decode the generated tokens: pass "
+            f"tokenizer=... to {call}() (generate_text passes its own), or give token ids "
             "as stop_sequences",
             option="tokenizer",
         )
-    check_stops_shown(kw.get("stop_strings"), kw.get("tokenizer"))
+    check_stops_shown(kw.get("stop_strings"), kw.get("tokenizer"), f"{call}()")
     eos = kw.get("eos_token_id")
     kw["eos_token_id"] = set() if eos is None else set(eos if isinstance(eos, list) else [eos])
     kw["stop_sequences"] = kw.get("stop_sequences") or []
@@ -352,10 +357,10 @@ def check_stops_shown(
             )
 
 
-def row_ids(value, n: int) -> list[int]:
+def row_ids(value, n: int, call: str = "generate") -> list[int]:
     """``generate``'s ``row_ids``: ``range(n)`` by default, else ``n`` distinct ints
     ``>= 0`` (each row's index in the whole job, which keys its sampled draws)."""
-    return list(range(n)) if value is None else check("row_ids", value, where="generate()", n=n)
+    return list(range(n)) if value is None else check("row_ids", value, where=f"{call}()", n=n)
 
 
 # --------------------------------------------------------------------------- config=

@@ -49,23 +49,24 @@ class Job(NamedTuple):
     need: int  # the longest prompt + max_new_tokens
     max_len: int  # the caches' length
     keep: bool = True  # False (stream()): a row's tokens are released once handed over
+    call: str = "generate"  # the method its errors name
 
     @classmethod
-    def check(cls, prompts, given: dict, defaults: dict, models, keywords) -> Job:
+    def check(cls, prompts, given, defaults, models, keywords, call="generate") -> Job:
         """Every argument of a generate call checked before any work (:mod:`bass.options`;
         ``defaults``, the config's, under the explicit ones): types, ranges, ids within the
         main model's logits, prompts within the models' contexts."""
         unknown = sorted(set(given) - keywords)
         if unknown:
-            raise TypeError(f"generate() got unexpected keyword arguments: {unknown}")
+            raise TypeError(f"{call}() got unexpected keyword arguments: {unknown}")
         given = {k: given.get(k) for k in keywords}
         ids = given.pop("row_ids")
         vocab = models[0].get_output_embeddings().weight.shape[0]
-        kw = options.generation_kwargs(given, defaults, vocab=vocab)
+        kw = options.generation_kwargs(given, defaults, vocab=vocab, call=call)
         params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, kw["max_new_tokens"], models)
-        ids = options.row_ids(ids, len(prompts))
+        ids = options.row_ids(ids, len(prompts), call)
         texts = StopStrings(kw["stop_strings"], kw["tokenizer"]) if kw["stop_strings"] else None
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
@@ -73,7 +74,7 @@ class Job(NamedTuple):
             max_len = need - 1  # that the positions fed fit in it: a row's last new token
             # is never fed back, so its cache holds one token less than prompt + new ones)
         stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
-        return cls(prompts, kw, params, stops, ids, need, max_len)
+        return cls(prompts, kw, params, stops, ids, need, max_len, call=call)
 
 
 def rows_at_once(job: Job, models, device, share, stats) -> int:
@@ -95,7 +96,7 @@ def rows_at_once(job: Job, models, device, share, stats) -> int:
     gib = f"{_gib_up(per_row)} GiB"
     if given is not None:
         why = f"at least {gib}: {one} needs that much KV cache; raise it or lower max_new_tokens"
-        raise options.fail("kv_budget_gib", given, why, where="generate()")
+        raise options.fail("kv_budget_gib", given, why, where=f"{job.call}()")
     raise MemoryError(
         f"{one} needs {gib} of KV cache, more than the default budget of "
         f"{budget / 2**30:.3g} GiB (a share of the free memory on {device}); lower "

@@ -254,8 +254,12 @@ def test_stream_checks_its_arguments_when_called(llama):
         gen.stream([[1, 2]], max_new_tokens=3, max_rows=0)
     with pytest.raises(TypeError, match="on_finish"):
         gen.stream([[1, 2]], max_new_tokens=3, on_finish=print)
-    with pytest.raises(TypeError, match="bogus"):
+    with pytest.raises(TypeError, match=r"stream\(\) got unexpected .*bogus"):
         gen.stream([[1, 2]], max_new_tokens=3, bogus=1)
+    with pytest.raises(OptionError, match=r"^stream\(\): max_new_tokens=-1"):  # named as called
+        gen.stream([[1, 2]], max_new_tokens=-1)
+    with pytest.raises(OptionError, match=r"^generate\(\): max_new_tokens=-1"):
+        gen.generate([[1, 2]], max_new_tokens=-1)
 
 
 def test_the_kv_budget_sizes_the_rows_at_once(llama):
