@@ -14,7 +14,7 @@ import sys
 import types
 
 import pytest
-from cli_support import WORDS, read_jsonl, run, save_model_dir, word_tokenizer
+from cli_support import WORDS, one_error_line, read_jsonl, run, save_model_dir, word_tokenizer
 from models import tiny_lm
 
 from bass import cli
@@ -535,7 +535,9 @@ def test_error_empty_prompt_and_usage(model_dir, capsys):
     rc, _, err = run(capsys, f"generate --main {model_dir}", "  ")
     assert rc == 2 and "PROMPT argument 1: the prompt is empty" in err
     rc, _, err = run(capsys, f"generate --main {model_dir}")
-    assert rc == 2 and "no prompt given" in err
+    assert rc == 2 and "no prompt given" in err and "--compile" not in err
+    rc, _, err = run(capsys, f"generate --main {model_dir} --compile", "Write a haiku")
+    assert rc == 2 and "--compile took 'Write a haiku' as its MODE" in one_error_line(err)
     rc, _, err = run(capsys, "generate --n 0 hi")
     assert rc == 2 and "command line: --n = 0 is not allowed; expected an integer >= 1" in err
     rc, _, err = run(capsys, "frobnicate")

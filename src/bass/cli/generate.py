@@ -60,7 +60,14 @@ def read_prompts(args) -> list[Prompt]:
             "line, or pass PROMPT arguments"
         )
     if not prompts:
-        raise UsageError("no prompt given; pass PROMPT arguments or --prompts-file FILE")
+        took = getattr(args, "compile", None)
+        hint = (
+            f" (--compile took {took!r} as its MODE: put prompts before --compile, or write "
+            "--compile=MODE)"
+            if isinstance(took, str)
+            else ""
+        )
+        raise UsageError(f"no prompt given; pass PROMPT arguments or --prompts-file FILE{hint}")
     for p in prompts:
         if not p.strip():
             raise UsageError(f"{p.where}: the prompt is empty; every prompt needs some text")
