@@ -39,7 +39,7 @@ def _structure(model: torch.nn.Module) -> tuple:
 
     modules = tuple((n, type(m), id(m), own_forward(m)) for n, m in model.named_modules())
     tensors = tuple(
-        (n, t.shape, t.stride(), t.dtype, t.device)
+        (n, t.shape, t.stride() if t.layout == torch.strided else None, t.dtype, t.device)
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
     )
     return modules, tensors

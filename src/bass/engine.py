@@ -381,7 +381,7 @@ class Generator:
         the :class:`GenerationResult`."""
         models = self.models
         # one at a time per process (bass.locking); the models handed back as they came
-        with locking.exclusive("generate()"), hf.attention_restored(models) as theirs:
+        with locking.exclusive(f"{job.call}()"), hf.attention_restored(models) as theirs:
             try:
                 for model, role in zip(models, ("main", "draft")):  # a window is checked
                     hf.prepare(model, job.need, role)  # against the real positions

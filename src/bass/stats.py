@@ -213,7 +213,9 @@ class GenerationStats:
             "host_share": round(self.host_share, 4),
             "backend": dict(self.backend),
             "max_rows": self.max_rows,
-            "kv_budget_gib": float(f"{self.kv_budget_bytes / 2**30:.4g}"),  # (KiB budgets too)
+            "kv_budget_gib": max(  # 3 decimals, or 3 digits where that would show 0
+                round(self.kv_budget_bytes / 2**30, 3), float(f"{self.kv_budget_bytes / 2**30:.3g}")
+            ),
             "admissions": self.admissions,
             "riding_admissions": self.riding_admissions,
         }

@@ -61,10 +61,11 @@ def read_prompts(args) -> list[Prompt]:
         )
     if not prompts:
         took = getattr(args, "compile", None)
+        modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
         hint = (
             f" (--compile took {took!r} as its MODE: put prompts before --compile, or write "
             "--compile=MODE)"
-            if isinstance(took, str)
+            if isinstance(took, str) and took not in modes
             else ""
         )
         raise UsageError(f"no prompt given; pass PROMPT arguments or --prompts-file FILE{hint}")

@@ -26,12 +26,14 @@ def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True, own
 
     with compat.loading_bars(bars):
         loaded = _load_models(config, log, tp)
-    if owner:  # the objects alive now (torch's, transformers', the models': ~400k) live
+    if owner:  # the objects alive now (torch's, transformers', the models': ~370k) live
         # until the process exits: the cyclic collector stops walking them, in every
-        # collection of the run and in the ~1 s of collections at exit (vLLM freezes its
-        # engine's start-up state the same way). Objects made later (the drafters',
-        # policies', files') are collected as usual. Not in a caller's process: what it
-        # drops later would never be collected.
+        # collection of the run and in the ~1 s of collections at exit (vLLM's server
+        # collects, then freezes, its start-up state the same way). Objects made later
+        # (the drafters', policies', files') are collected as usual. Not in a caller's
+        # process: what it drops later would never be collected. Collected first:
+        # loading's garbage cycles (and the tensors they hold) would be frozen too.
+        gc.collect()
         gc.freeze()
     return loaded
 
