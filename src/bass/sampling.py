@@ -237,6 +237,8 @@ class Acceptance:
 
     accepted: torch.Tensor  # int64 [B], 0..draft_lens[b]: accepted draft tokens
     next_tokens: torch.Tensor  # int64 [B]: correction if accepted < draft_lens, else bonus
+    # bool [B] (rejection sampling): a drafted token its reported q gives no probability
+    unlikely: torch.Tensor | None = None
 
 
 def _accept_prefix(accept: torch.Tensor) -> torch.Tensor:

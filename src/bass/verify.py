@@ -166,7 +166,14 @@ def accept(
         return greedy_accept_ids(v.drafts, draws[v.index], v.drafted)
     p = warp_probs(logits[v.index], params)  # [R, K+1, V]
     K = v.drafts.shape[1]  # sampled drafts: lossless rejection sampling
-    return speculative_accept(v.drafts, prop.probs[:, :K], p, v.drafted, generator)
+    q = prop.probs[:, :K]
+    acc = speculative_accept(v.drafts, q, p, v.drafted, generator)
+    # a token drawn from q has q > 0 there: else q is not what it was drawn from (log-
+    # probabilities, say) and every draft would be rejected, unseen (read_step raises)
+    at = v.drafts.clamp(0, q.shape[-1] - 1).unsqueeze(-1)
+    live = torch.arange(K, device=q.device) < v.drafted.unsqueeze(-1)
+    acc.unlikely = (live & ~(q.gather(-1, at).squeeze(-1) > 0)).any(dim=1)
+    return acc
 
 
 def who(drafter) -> str:
@@ -382,8 +389,11 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
         drafts = drafts if v.outside is None else torch.where(v.outside, -1, drafts)
         read += [bad.long(), drafts.reshape(-1)]
     n_tail = 0 if tail is None else tail.shape[0]
-    host = torch.cat([*read, *([] if tail is None else [tail])]).tolist()  # the one sync
+    unlikely = [] if acc.unlikely is None else [acc.unlikely.long()]
+    host = torch.cat([*read, *unlikely, *([] if tail is None else [tail])]).tolist()  # the sync
     host, tail_host = host[: len(host) - n_tail], host[len(host) - n_tail :]
+    n_q = R if unlikely else 0
+    host, unlikely = host[: len(host) - n_q], host[len(host) - n_q :]
     accepted, where = host[:R], f"step {step}"
     raise_if_nonfinite(host[2 * R : 3 * R], gen.main, "main", prompts, where)
     drafts = prop.host_tokens
@@ -401,6 +411,15 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
                 f"of prompt {prompts[r]} ({where}): {prop.tokens[r, : prop.drafted[r]].tolist()}",
             )
         drafts = [flat[r * K : r * K + a] for r, a in enumerate(accepted)]
+    if any(unlikely):
+        r = unlikely.index(1)
+        raise _fail(
+            gen._drafting,
+            "propose",
+            f" reported probs that give a token it drafted no probability, for the row of "
+            f"prompt {prompts[r]} (step {step}): probs must be the distribution each draft "
+            "token was drawn from (probabilities, not log-probabilities or logits)",
+        )
     rows = [[*d[:a], t] for d, a, t in zip(drafts, accepted, host[R : 2 * R])]
     confidence = None
     if prop.confidence is not None:  # an early stop's: each drafted token's top-1

@@ -228,3 +228,29 @@ def test_passes_a_drafter_says_it_ran_must_be_a_count(hook, got):
     with pytest.raises(PluginOutputError, match=rf"{hook}\(\) returned {got!r}: .* int >= 0") as e:
         gen.generate(PROMPTS, max_new_tokens=2)
     assert e.value.hook == hook and e.value.plugin.startswith("drafter 'counting'")
+
+
+class LogProbs(Drafter):
+    """Draws uniformly but reports log-probabilities as ``probs`` (all negative: read as
+    no mass, so rejection sampling rejected every draft, unseen)."""
+
+    name = "log-probs"
+    deterministic = False
+
+    def propose(self, view, lengths):
+        R, K, V = len(lengths), max(lengths), 64
+        q = torch.full((R, K, V), 1.0 / V)
+        tokens = torch.multinomial(q.view(-1, V), 1, generator=view.generator).view(R, K)
+        return Proposal(drafted=list(lengths), tokens=tokens, probs=q.log())
+
+
+def test_probs_that_give_a_drafted_token_no_probability_are_refused():
+    kw = dict(policy="constant", draft_sampling="rejection")
+    gen = bass.Generator(tiny_lm(), LogProbs(), **kw)
+    with pytest.raises(PluginOutputError, match="give a token it drafted no probability") as err:
+        gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0)
+    assert err.value.plugin.startswith("drafter 'log-probs'") and err.value.hook == "propose"
+    assert "not log-probabilities" in str(err.value)
+    # coupled sampling reads no probs: the same drafter is exact there
+    gen = bass.Generator(tiny_lm(), LogProbs(), policy="constant")
+    assert len(gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0).sequences) == 2
