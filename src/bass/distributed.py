@@ -287,15 +287,14 @@ def generate(generator, prompts, **kwargs):
     of every prompt in order (``stats``: its own share's; ``ranks``: the rank that
     generated each row), the other ranks ``None``. Sampled rows are keyed by their global
     index, as in one process. Every rank must pass the same arguments (checked)."""
+    from . import options
     from .batch_state import NonFiniteLogitsError, PromptError, as_prompts
     from .stats import GenerationResult
 
     topo = topology()
     prompts = as_prompts(prompts)
-    ids = kwargs.pop("row_ids", None)  # the rows' sampling keys; default: their index
-    ids = list(range(len(prompts))) if ids is None else list(ids)
-    if len(ids) != len(prompts):
-        raise ValueError(f"row_ids has {len(ids)} entries for {len(prompts)} prompts")
+    # the rows' sampling keys (default: their index), checked as generate() checks them
+    ids = options.row_ids(kwargs.pop("row_ids", None), len(prompts))
     everyone = Coordinator(range(topo.world)) if topo.world > 1 else None
     if everyone is not None:  # callbacks by name: a closure does not pickle
         settings = [
