@@ -291,6 +291,7 @@ def run_grid(
     repeats=1,
     on_rows=None,
     attention=None,
+    warm_round=False,
 ):
     """``forced``: forced-acceptance probabilities to sweep (``(None,)``: real acceptance);
     ``compiled``: also time bass-regular with ``compile=True`` (after a warm-up) and with
@@ -302,6 +303,11 @@ def run_grid(
     ``repeats``: rounds, each timing every method once, back to back, the order rotating
     from round to round (hf-assisted, slow, runs once); a method's wall is its median,
     its speedup the paired median (:func:`paired`) against hf-generate;
+    ``warm_round``: one untimed round of every eager method at each batch size first (on a
+    GPU, each new shape's Triton and cuBLAS first-use costs: eager walls of one timed round
+    differed 3x between two calls of an H200 lease without it, 2026-11-29);
+    CUDA-graph rows: each policy's before bass-regular's (BASS's were never reached within
+    a lease's stage; regular decoding's had been measured);
     ``on_rows(rows)``: called with every row so far after each batch size's eager rows and
     after each CUDA-graph row (a run cut off by a time limit keeps what it measured)."""
     # warm-up, discarded: first-use costs (kernel loading, cuBLAS handles, allocator growth)
@@ -312,7 +318,7 @@ def run_grid(
     for B, graphs in [(B, False) for B in batches] + [(B, True) for B in graph_batches]:
         ps = prompts[:B]
         suffix, kw = (" (CUDA graphs)", {"compile": "reduce-overhead"}) if graphs else ("", {})
-        specs = {"bass-regular" + suffix: ((None, ps, max_new), kw)}  # label -> runner args
+        specs = {} if graphs else {"bass-regular": ((None, ps, max_new), kw)}  # label -> args
         if compiled and not graphs:
             specs["bass-regular compiled"] = ((None, ps, max_new), {"compile": True})
             specs["bass-regular F.linear"] = ((None, ps, max_new), {"cpu_linear": "torch"})
@@ -320,6 +326,8 @@ def run_grid(
             for p in forced:
                 label = f"bass[{name}]" if p is None else f"bass[{name}] p={p}"
                 specs[label + suffix] = ((draft, ps, max_new, name, opts, p), kw)
+        if graphs:
+            specs["bass-regular" + suffix] = ((None, ps, max_new), kw)
         # eager: every method built first, then rounds in rotating order; CUDA graphs: one
         # method at a time (each compiles for a long while: a time limit keeps the rows done)
         groups = [list(specs)] if not graphs else [[label] for label in specs]
@@ -334,6 +342,9 @@ def run_grid(
                 if warmup is not None:
                     warmups[label] = warmup
             names = list(runners)
+            if warm_round and not graphs:  # untimed: first-use costs of this batch's shapes
+                for m in names:
+                    runners[m]()
             runs: dict[str, list[dict]] = {m: [] for m in names}
             for i in range(repeats):
                 for m in names[i % len(names) :] + names[: i % len(names)]:
@@ -482,6 +493,7 @@ def main(argv=None) -> int:
         repeats=repeats,
         on_rows=report,
         attention=args.attention,
+        warm_round=mode == "gpu",
     )
     text = report(rows)
     if not args.no_plots:

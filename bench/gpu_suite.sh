@@ -102,29 +102,33 @@ stage() {  # stage NAME CAP CMD...: CMD under a time cap, logged to <work>/NAME.
 case $plan in
   first)
     stage env 15 python bench/gpu_smoke.py --env --out "$work"
-    stage smoke 50 python bench/gpu_smoke.py --out "$work"
-    # the files whose tests are quick and not yet passed there first; flex's property tests
-    # (a compile per example: one ran past the whole stage in the second lease) last
-    stage tests 120 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
+    stage smoke 45 python bench/gpu_smoke.py --out "$work"
+    # the engine's first (its CUDA-graph test, which failed in the third lease, leads), then
+    # the compiled step (failed there too); flex's property tests (a compile per example:
+    # one ran past the whole stage in the second lease) last
+    stage tests 110 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
       "${per_test[@]}" --junitxml="$work/gpu_tests.xml" --durations=15 \
-      tests/gpu/test_engine_gpu.py tests/ops/test_ops_contract.py \
+      tests/gpu/test_engine_gpu.py tests/ops/test_ops_compile.py tests/ops/test_ops_contract.py \
       tests/ops/test_triton_fused_gpu.py tests/ops/test_cutlass.py tests/ops/test_ops_packed.py \
-      tests/ops/test_ops_reference.py tests/ops/test_ops_compile.py \
-      tests/ops/test_ops_beyond_contract.py tests/ops/test_ops_flex.py
-    stage grid 30 python bench/bench_kernels.py --mode gpu --min-run-time 0.1 --out "$work"
-    # batch 8 only (batches 1 and 32 ran in both leases): eager rows, then CUDA graphs,
-    # drafting off and BASS, whose warm-up compiles both models (never finished so far)
+      tests/ops/test_ops_reference.py tests/ops/test_ops_beyond_contract.py \
+      tests/ops/test_ops_flex.py
+    # every case took 100 s at 0.05 s each in the third lease: 45 s gets the first ones
+    stage grid 45 python bench/bench_kernels.py --mode gpu --min-run-time 0.05 --out "$work"
+    # batch 8 only (batches 1 and 32 ran in the first two leases): eager rows, then CUDA
+    # graphs, BASS's row first (its warm-up compiles both models: never finished so far;
+    # drafting off's took 157 s in the third lease), then drafting off's
     stage e2e 230 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
       --forced-acceptance 0.7 --policies constant --graph-batches 8 --assisted-upto 0 \
       --no-plots --out "$work"
     ;;
   followup)  # right after the first call, while the machine is warm (docs/gpu.md)
-    stage e2e 110 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
+    stage e2e 60 python bench/bench_e2e.py --gpu --batches 8 --max-new 32 \
       --forced-acceptance 0.7 --policies adaptive --graph-batches "" --assisted-upto 0 \
       --no-plots --out "$work"
-    stage tests 115 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
-      "${per_test[@]}" --junitxml="$work/gpu_tests.xml" tests/ops/test_ops_compile.py \
-      tests/ops/test_ops_flex.py tests/ops/test_ops_beyond_contract.py
+    stage tests 165 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
+      "${per_test[@]}" --junitxml="$work/gpu_tests.xml" tests/ops/test_ops_flex.py \
+      tests/ops/test_ops_contract.py tests/ops/test_triton_fused_gpu.py \
+      tests/ops/test_ops_compile.py
     ;;
   rerun)  # after a first call whose flex lowering failed at head dim 128 (docs/gpu.md)
     stage probe 60 python bench/gpu_flex_probe.py --out "$work"

@@ -54,6 +54,15 @@ The shims:
    weights", but the GGUF de-quantization bar (``modeling_gguf_pytorch_utils``, 5.3 to
    5.24) calls ``tqdm.auto`` itself: that module's ``tqdm`` is swapped for a silent one
    where it has one. Remove that part when the module follows the switch.
+11. **Dynamo's float inputs** (:func:`dynamo_config`, torch): with ``specialize_float``
+   off (torch 2.11 to 2.13's default), a compiled pass takes every Python float it reads
+   (a model's ``scaling``, ``variance_epsilon``, the rotary ``attention_scaling``) as a
+   0-d float64 CPU tensor input: the only CPU tensors of a GPU model's region. On an H200
+   (2026-11-29) a CUDA-graph compile of a tiny Llama ran Inductor's C++ (CPU) code
+   generation, whose toolchain probe ran past the test's 40 s cap; CUDA graphs also skip
+   regions with CPU work. bass's compiled passes turn it on: a model's floats become
+   constants of the graph (not yet re-run on a GPU). Detected by the config attribute;
+   without it, nothing is set.
 """
 
 from __future__ import annotations
@@ -261,6 +270,17 @@ def generation_mode(models) -> object:
 PER_MODEL_COMPILE = {"isolate_recompiles", "recompile_limit"} <= set(
     inspect.signature(torch.compile).parameters
 ) and hasattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe")
+
+
+def dynamo_config(recompile_limit: int | None = None) -> dict:
+    """Shim 11: the Dynamo settings a compiled pass runs under (``torch._dynamo.config.
+    patch(**dynamo_config())``): floats specialised where the setting exists, and
+    ``recompile_limit`` when given (torch < 2.13 sets it here, not in ``torch.compile``)."""
+    config = torch._dynamo.config
+    out = {"specialize_float": True} if hasattr(config, "specialize_float") else {}
+    if recompile_limit is not None:
+        out["recompile_limit"] = recompile_limit
+    return out
 
 
 def import_inductor_quietly() -> None:

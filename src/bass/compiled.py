@@ -61,6 +61,8 @@ class CompiledForward:
         self.backend, self.mode, self.dynamic, self.limit = backend, mode, dynamic, limit
         self._regions: dict[int, tuple[torch.nn.Module, object]] = {}
         self._made_for: dict[int, tuple] = {}  # each region's model's structure
+        # a model's Python floats become graph constants, not CPU tensor inputs (compat 11)
+        self._config = compat.dynamo_config(None if compat.PER_MODEL_COMPILE else limit)
 
     def check(self, models: Sequence[torch.nn.Module]) -> None:
         """A generation starts: a model whose modules were replaced since its region was
@@ -101,9 +103,7 @@ class CompiledForward:
             entry = self._regions[id(model)] = (model, self._compile())
             self._made_for[id(model)] = _structure(model)
         try:
-            if compat.PER_MODEL_COMPILE:
-                return entry[1](model, *args)
-            with torch._dynamo.config.patch(recompile_limit=self.limit):
+            with torch._dynamo.config.patch(**self._config):
                 return entry[1](model, *args)
         except _COMPILE_ERRORS as exc:  # e.g. data-dependent shapes (MoE routing by counts)
             first = (str(exc).strip().splitlines() or [""])[0]

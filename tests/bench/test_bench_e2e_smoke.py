@@ -33,10 +33,15 @@ def test_gpu_mode_reporting_runs_on_cpu(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     main, draft, prompts, _ = mod.smoke_setup(8)
+    calls, hf_generate = [], mod.hf_generate
+    mod.hf_generate = lambda *a, **k: calls.append(len(a[1])) or hf_generate(*a, **k)
     rows = mod.run_grid(
-        main, draft, prompts, [8], 3, mod.GPU_POLICIES, forced=(0.5, 0.9), assisted_upto=1
-    )
+        main, draft, prompts, [8], 3, mod.GPU_POLICIES, forced=(0.5, 0.9), assisted_upto=1,
+        warm_round=True,
+    )  # fmt: skip
     assert {r["method"] for r in rows} >= {"bass[bass] p=0.5", "bass[constant] p=0.9"}
+    # the process's warm-up at batch 1, then batch 8's untimed round and its timed one
+    assert calls == [1, 8, 8] and all(len(r["walls"]) == 1 for r in rows)
     # a machine name with a known peak, to reach the utilisation estimate
     meta = mod.device_meta(rows, main, draft, "pretend H100 (CPU test)", "cpu", 1 << 20)
     assert meta["bandwidth_gbs"] > 0 and meta["weight_gb"] > 0

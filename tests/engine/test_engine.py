@@ -325,6 +325,35 @@ def test_cuda_graph_passes_compile_once_for_all_token_buckets():
     torch._dynamo.reset()
 
 
+def test_compiled_passes_take_a_models_floats_as_constants(llama):
+    """Dynamo's default turns the Python floats a forward reads (attention ``scaling``,
+    ``variance_epsilon``, rotary ``attention_scaling``) into 0-d float64 CPU tensor inputs:
+    on a GPU those are CPU work inside the CUDA region (compat shim 11). bass's compiled
+    passes take them as constants."""
+    inputs = []
+
+    def backend(gm, example_inputs):
+        inputs.extend(example_inputs)
+        return gm.forward
+
+    torch._dynamo.reset()
+    gen = Generator(llama, "ngram", compile=backend, policy="constant", policy_options={"k": 2})
+    eager = Generator(llama, "ngram", policy="constant", policy_options={"k": 2})
+    assert (
+        gen.generate(PROMPTS, max_new_tokens=6).sequences
+        == eager.generate(PROMPTS, max_new_tokens=6).sequences
+    )
+    assert inputs
+    floats = [
+        x
+        for x in inputs
+        if isinstance(x, torch.SymFloat)
+        or (isinstance(x, torch.Tensor) and x.dim() == 0 and x.is_floating_point())
+    ]
+    assert not floats, floats
+    torch._dynamo.reset()
+
+
 def test_compiled_models_of_one_class_keep_their_own_graphs():
     """The main and draft models are both LlamaForCausalLM but differ in depth: with the
     module guards dropped (torch >= 2.13), each must still run its own graphs (same

@@ -1,6 +1,8 @@
 """The engine on a CUDA device: exact greedy output through packed passes, and the
 CUDA-graph path (``compile="reduce-overhead"``). Skipped without a GPU; run by
-``nox -s gpu`` / ``bench/gpu_suite.sh``. Never run yet: no GPU was available when written.
+``nox -s gpu`` / ``bench/gpu_suite.sh``. The greedy rows passed on an H100 and an H200; the
+CUDA-graph test failed on the H200 (2026-11-29: compat shim 11, a warning filter) and has
+not run since its fix. It comes first: a lease's test stage may end before the last test.
 
 Two float32 pairs: head dim 8 (``flex`` takes head dims >= 16 on CUDA, so ``auto`` runs
 the reference there) and head dim 32, where every attention call of ``auto`` is ``flex``."""
@@ -29,15 +31,6 @@ def cuda_pair(request):
     return main, perturbed(main)
 
 
-@pytest.mark.parametrize("draft", ["none", "ngram", "model"])
-@pytest.mark.parametrize("attention", ["auto", "reference", "flex", "fused"])
-def test_greedy_rows_are_exact_on_cuda(cuda_pair, draft, attention):
-    main, model_draft = cuda_pair
-    d = {"none": None, "ngram": "ngram", "model": model_draft}[draft]
-    gen = Generator(main, d, attention=attention)
-    assert_greedy_equivalent(gen, PROMPTS * 2, 16)
-
-
 def test_cuda_graphs_match_eager_and_keep_static_buffers(cuda_pair):
     main, draft = cuda_pair
     eager = Generator(main, draft).generate(PROMPTS, max_new_tokens=24)
@@ -52,3 +45,12 @@ def test_cuda_graphs_match_eager_and_keep_static_buffers(cuda_pair):
     assert all(p == ptrs[0] for p in ptrs)
     again = gen.generate(PROMPTS, max_new_tokens=24)  # replays the captured graphs
     assert again.sequences == eager.sequences
+
+
+@pytest.mark.parametrize("draft", ["none", "ngram", "model"])
+@pytest.mark.parametrize("attention", ["auto", "reference", "flex", "fused"])
+def test_greedy_rows_are_exact_on_cuda(cuda_pair, draft, attention):
+    main, model_draft = cuda_pair
+    d = {"none": None, "ngram": "ngram", "model": model_draft}[draft]
+    gen = Generator(main, d, attention=attention)
+    assert_greedy_equivalent(gen, PROMPTS * 2, 16)

@@ -250,7 +250,12 @@ def test_packed_explain_reports_one_graph_and_functionalized_append():
 @pytest.mark.parametrize("impl", ["reference", "flex", "fused", "pad", "split", "auto"])
 def test_gpu_llama_step_compiles_without_breaks(impl):
     """A Llama-shaped decoder step (bf16, GQA 8/2, head dim 32) through each CUDA
-    implementation: one graph, no break, and the compiled logits match eager ones."""
+    implementation: one graph, no break, and the compiled logits as close to a float32
+    oracle (the same weights, upcast, through the reference) as eager bf16 logits are.
+    Compiled and eager bf16 differ by an ulp where Inductor fuses ops in float32: on an
+    H200 (2026-11-29) by 0.125 on logits near 20, which an absolute 2e-2 had failed."""
+    import copy
+
     from models import forward_padded, tiny_lm
 
     from bass import hf
@@ -260,28 +265,34 @@ def test_gpu_llama_step_compiles_without_breaks(impl):
         pytest.skip(f"impl {impl} is not available in this process")
     dev = torch.device("cuda")
     model = tiny_lm("llama", hidden=256, heads=8, kv_heads=2, dtype=torch.bfloat16).to(dev)
+    oracle_model = copy.deepcopy(model).float()
     hf.prepare(model, 128)
+    hf.prepare(oracle_model, 128)
 
-    def prefilled():
+    def prefilled(m, impl):
         cache = RaggedKVCache(2, 128, 2, dev)
         q = torch.tensor([5, 3], dtype=torch.int32, device=dev)
         ids = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]], device=dev)
-        forward_padded(model, cache, ids, q, impl)
+        forward_padded(m, cache, ids, q, impl)
         cache.commit(q)
         return cache
 
     step_ids = torch.tensor([[9, 10, 11], [12, 0, 0]], device=dev)
     step_lens = torch.tensor([3, 1], dtype=torch.int32, device=dev)
+    step = (step_ids, step_lens)
     with torch.inference_mode():
-        eager = forward_padded(model, prefilled(), step_ids, step_lens, impl)
-        explain = torch._dynamo.explain(forward_padded)(
-            model, prefilled(), step_ids, step_lens, impl
-        )
+        oracle = forward_padded(oracle_model, prefilled(oracle_model, "reference"), *step)
+        eager = forward_padded(model, prefilled(model, impl), *step, impl)
+        explain = torch._dynamo.explain(forward_padded)(model, prefilled(model, impl), *step, impl)
         assert explain.graph_break_count == 0, explain.break_reasons
         assert explain.graph_count == 1
         torch._dynamo.reset()
         compiled = torch.compile(forward_padded, fullgraph=True)
-        got = compiled(model, prefilled(), step_ids, step_lens, impl)
+        got = compiled(model, prefilled(model, impl), *step, impl)
     live = [(0, slice(0, 3)), (1, slice(0, 1))]  # padding positions' logits are unused
     for b, t in live:
-        torch.testing.assert_close(got[b, t].float(), eager[b, t].float(), rtol=2e-2, atol=2e-2)
+        ref = oracle[b, t].double()
+        errs = {n: ((x[b, t].double() - ref).norm() / ref.norm()).item()
+                for n, x in (("eager", eager), ("compiled", got))}  # fmt: skip
+        # bf16 logits lie 1e-3 to 1e-2 from float32 ones by norm (0.6% on the CPU here)
+        assert errs["compiled"] <= max(2 * errs["eager"], 2e-3) and errs["eager"] < 2e-2, errs
