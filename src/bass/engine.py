@@ -287,8 +287,14 @@ class Generator:
         return cls(main_model, draft_model, **kw)
 
     def new_policy(self):
-        """A fresh policy as configured (:func:`bass.policies.make`)."""
-        return policies.make(*self.policy_spec)
+        """A fresh policy as configured (:func:`bass.policies.make`); a named plugin is
+        looked up once per ``policy_spec`` (:func:`bass.policies.maker`), not at every
+        generation."""
+        spec = (self.policy_spec[0], dict(self.policy_spec[1]))
+        made = self.__dict__.get("_policy_maker")
+        if made is None or made[0] != spec:
+            made = self._policy_maker = (spec, policies.maker(*spec))
+        return made[1]()
 
     # ----------------------------------------------------------------- generation
 

@@ -297,3 +297,29 @@ def test_builtin_plugins_are_the_ones_pyproject_registers():
     declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]
     assert {g: declared[g] for g in plugins.BUILTIN} == plugins.BUILTIN
     assert set(declared) == set(plugins.BUILTIN)
+
+
+def test_a_generator_looks_its_named_policy_up_once(monkeypatch):
+    """Finding a named policy scans every installed package's metadata (~10 ms): a
+    Generator does it once per ``policy_spec``, and still builds a fresh policy for every
+    generation."""
+    import torch
+    from models import tiny_lm
+
+    from bass import Generator
+
+    scans = []
+    real = registry.entry_points
+    monkeypatch.setattr(registry, "entry_points", lambda: scans.append(1) or real())
+    gen = Generator(tiny_lm("llama", dtype=torch.float32), "ngram", policy="constant",
+                    policy_options={"k": 1})  # fmt: skip
+    built = len(scans)  # the constructor checks the name and builds one
+    first, second = gen.new_policy(), gen.new_policy()
+    assert first is not second and first.k == second.k == 1
+    gen.generate([[1, 2, 3]], max_new_tokens=3)
+    gen.generate([[1, 2, 3]], max_new_tokens=3)
+    assert len(scans) == built
+    gen.policy_spec[1]["k"] = 2  # the options changed in place: looked up again
+    assert gen.new_policy().k == 2 and len(scans) == built + 1
+    gen.policy_spec = ("adaptive", {})
+    assert type(gen.new_policy()).__name__ == "AdaptivePolicy" and len(scans) == built + 2

@@ -20,6 +20,7 @@ from .registry import (
     describe,
     load,
     make,
+    maker,
     parse_options,
 )
 
@@ -43,5 +44,6 @@ __all__ = [
     "is_policy",
     "load",
     "make",
+    "maker",
     "parse_options",
 ]

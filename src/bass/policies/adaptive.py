@@ -438,6 +438,7 @@ class AdaptivePolicy(OptionsMixin, Policy):
         # drafting must be predicted to save a margin of a step (docs: "The choice")
         best_net, best_m, best_depth = self.margin * plain, 0, 0
         depths = range(1, max(caps) + 1) if model else [max(caps, default=0)]
+        more, draft = {}, {}  # C(R + m, drafting) - C(R), and D(passes, m): pure here
         for depth in depths:
             saved, m, deepest = 0.0, 0, 0
             if ends is not None:
@@ -462,9 +463,14 @@ class AdaptivePolicy(OptionsMixin, Policy):
                     saved = c0 * tau * math.log(z0 / z) + c1 * total
                 m += 1
                 deepest = max(deepest, j)
-                extra = self.cost.more(R + m, True, R)
+                extra = more.get(m)
+                if extra is None:
+                    extra = more[m] = self.cost.more(R + m, True, R)
                 if model:
-                    extra += self.draft_cost(deepest, m)
+                    d = draft.get((deepest, m))
+                    if d is None:
+                        d = draft[deepest, m] = self.draft_cost(deepest, m)
+                    extra += d
                 if saved - extra > best_net * (1 + 1e-9):  # ties keep fewer tokens
                     best_net, best_m, best_depth = saved - extra, m, depth
         ks = [0] * R

@@ -26,6 +26,7 @@ __all__ = [
     "entry_points",
     "load",
     "make",
+    "maker",
     "parse_options",
 ]
 
@@ -129,6 +130,12 @@ def load(name: str, **options: Any) -> Policy:
         bass.errors.PluginError: another package's policy raised while being built (its
             exception chained).
     """
+    return _loader(name, options)()
+
+
+def _loader(name: str, options: Mapping[str, Any]) -> Callable[[], Policy]:
+    """:func:`load` in two halves: the entry point found, imported and its option names
+    checked now; each call of what it returns builds and checks a new instance."""
     target, ep = _target(name)
     infos, var_kw = _options(target)
     known = {i.name for i in infos}
@@ -144,21 +151,34 @@ def load(name: str, **options: Any) -> Policy:
             option="policy_options",
             value=dict(options),
         )
-    policy = plugins.build("policy", target, name, ep, **options)
-    if not is_policy(policy):
-        raise PolicyLoadError(
-            f"{plugins.describe('policy', policy, name, ep)} lacks draft_length() "
-            "(or draft_lengths(ctx)) or update(record) (see bass.hooks.Policy)",
-            plugin=name,
-        )
-    return policy
+    options = dict(options)
+
+    def build() -> Policy:
+        policy = plugins.build("policy", target, name, ep, **options)
+        if not is_policy(policy):
+            raise PolicyLoadError(
+                f"{plugins.describe('policy', policy, name, ep)} lacks draft_length() "
+                "(or draft_lengths(ctx)) or update(record) (see bass.hooks.Policy)",
+                plugin=name,
+            )
+        return policy
+
+    return build
 
 
 def make(spec: str | Policy, options: Mapping[str, Any] | None = None) -> Policy:
     """A fresh policy from a :class:`bass.Generator`'s ``policy`` (a name: :func:`load`
     with ``options``) or the instance itself (its hooks checked; no options)."""
+    return maker(spec, options)()
+
+
+def maker(spec: str | Policy, options: Mapping[str, Any] | None = None) -> Callable[[], Policy]:
+    """:func:`make` resolved once: a name's entry point is looked up, imported and its
+    options checked now (a scan of the installed packages' metadata, ~10 ms); each call of
+    what it returns is a fresh policy, as :func:`make`'s (a Generator makes one per
+    generation)."""
     if isinstance(spec, str):
-        return load(spec, **(options or {}))
+        return _loader(spec, options or {})
     if options:
         raise ValueError("policy_options apply to a policy name, not a policy instance")
     if not is_policy(spec):
@@ -166,7 +186,7 @@ def make(spec: str | Policy, options: Mapping[str, Any] | None = None) -> Policy
             "policy must be a name or have draft_length() (or draft_lengths(ctx)) and "
             f"update(record) (see bass.hooks.Policy), got {spec!r}"
         )
-    return spec
+    return lambda: spec
 
 
 def _parse_value(text: str, default: Any) -> Any:
