@@ -22,11 +22,34 @@ _COMPILE_ERRORS = (
 )
 
 
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _settings(m: torch.nn.Module) -> tuple:
+    """A module's own scalar attributes (``scaling``, ``variance_epsilon``, ``training``)
+    and containers of scalars (a LoRA layer's ``scaling`` dict): the graph holds them as
+    constants (compat shim 11 for floats; ints, bools and strings always)."""
+
+    def scalar(v):
+        if isinstance(v, _SCALARS):
+            return True
+        if isinstance(v, dict):
+            return all(isinstance(x, _SCALARS) for x in v.values())
+        return isinstance(v, (tuple, list)) and all(isinstance(x, _SCALARS) for x in v)
+
+    return tuple(
+        (k, tuple(v.items()) if isinstance(v, dict) else v)
+        for k, v in m.__dict__.items()
+        if scalar(v)
+    )
+
+
 def _structure(model: torch.nn.Module) -> tuple:
     """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
     module (its type and identity, a forward set on the instance, bass's CPU routing
-    aside) and each parameter's and buffer's shape, strides, dtype and device (Inductor's
-    code asserts the strides it was compiled for)."""
+    aside, its scalar settings: :func:`_settings`) and each parameter's and buffer's
+    shape, strides, dtype and device (Inductor's code asserts the strides it was compiled
+    for)."""
 
     def own_forward(m):
         f = m.__dict__.get("forward")
@@ -37,7 +60,9 @@ def _structure(model: torch.nn.Module) -> tuple:
             else id(f)
         )
 
-    modules = tuple((n, type(m), id(m), own_forward(m)) for n, m in model.named_modules())
+    modules = tuple(
+        (n, type(m), id(m), own_forward(m), _settings(m)) for n, m in model.named_modules()
+    )
     tensors = tuple(
         (n, t.shape, t.stride() if t.layout == torch.strided else None, t.dtype, t.device)
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
@@ -69,17 +94,20 @@ class CompiledForward:
         compiled (``resize_token_embeddings``, an adapter, a swapped activation) would run
         the old graph, whose guards skip its modules, and one whose weights were replaced
         by tensors of other strides (``load_state_dict(assign=True)``) would fail
-        Inductor's layout asserts: its region is dropped (compiled again at its next pass),
-        with a warning, as that costs a compile."""
+        Inductor's layout asserts, and one whose modules' scalar settings changed (a LoRA
+        scale, ``eval()``) would run the old ones, constants of its graph: its region is
+        dropped (compiled again at its next pass), with a warning, as that costs a
+        compile."""
         for model in models:
             made = self._made_for.get(id(model))
             if made is not None and made != _structure(model):
                 del self._regions[id(model)], self._made_for[id(model)]
                 warnings.warn(
-                    f"{model_name(model)}'s modules, or its weights' shapes or memory "
-                    "layouts, changed since its compiled forward was made: compiling it "
-                    "again (replace no module or weight between generations of a compiled "
-                    "Generator to avoid the cost; change weights in place)",
+                    f"{model_name(model)}'s modules, their settings (scalar attributes "
+                    "such as a LoRA scale or train()/eval()), or its weights' shapes or "
+                    "memory layouts changed since its compiled forward was made: compiling "
+                    "it again (replace no module or weight between generations of a "
+                    "compiled Generator to avoid the cost; change weights in place)",
                     UserWarning,
                     stacklevel=4,
                 )

@@ -389,8 +389,9 @@ def test_compiled_models_of_one_class_keep_their_own_graphs():
 def test_modules_replaced_after_compiling_are_compiled_again():
     """Guards that skip the modules would run the old graph after a module is replaced:
     a swapped activation gave rows of neither model, a resized vocabulary crashed, and
-    weights of other strides failed Inductor's layout asserts. The region is compiled
-    again, with a warning (it costs a compile)."""
+    weights of other strides failed Inductor's layout asserts, and a module's float setting
+    (a norm's epsilon: a LoRA scale is one too) is a constant of the graph (compat shim
+    11). The region is compiled again, with a warning (it costs a compile)."""
     from torch._dynamo.testing import CompileCounter
 
     torch._dynamo.reset()
@@ -413,10 +414,15 @@ def test_modules_replaced_after_compiling_are_compiled_again():
         }
         m.load_state_dict(state, assign=True)
 
-    for change in (new_activation, resized, relaid):
+    def epsilon(m):  # a float attribute, read by the forward as a constant
+        for module in m.modules():
+            if hasattr(module, "variance_epsilon"):
+                module.variance_epsilon = 10.0
+
+    for change in (new_activation, resized, relaid, epsilon):
         change(main)
         frames = counter.frame_count
-        with pytest.warns(UserWarning, match="layouts, changed since its compiled forward"):
+        with pytest.warns(UserWarning, match="layouts changed since its compiled forward"):
             res = gen.generate(PROMPTS, max_new_tokens=10)
         assert res.sequences == [reference_greedy(main, p, 10) for p in PROMPTS]
         assert change is relaid or res.sequences != before  # (the model's before the changes)
