@@ -22,32 +22,31 @@ _COMPILE_ERRORS = (
 )
 
 
-_SCALARS = (bool, int, float, str, type(None))
-
-
 def _settings(m: torch.nn.Module) -> tuple:
-    """A module's own scalar attributes (``scaling``, ``variance_epsilon``, ``training``)
-    and containers of scalars (a LoRA layer's ``scaling`` dict): the graph holds them as
-    constants (compat shim 11 for floats; ints, bools and strings always)."""
+    """A module's own float attributes (``scaling``, ``variance_epsilon``) and containers of
+    floats (a LoRA layer's ``scaling`` dict): the graph holds them as constants (compat
+    shim 11). Ints, bools and strings are constants too but are not read here: some
+    modules set such attributes in their forward (dynamic RoPE's ``max_seq_len_cached``),
+    which would recompile at every generation."""
 
-    def scalar(v):
-        if isinstance(v, _SCALARS):
-            return True
+    def floats(v):
         if isinstance(v, dict):
-            return all(isinstance(x, _SCALARS) for x in v.values())
-        return isinstance(v, (tuple, list)) and all(isinstance(x, _SCALARS) for x in v)
+            v = tuple(v.values())
+        if isinstance(v, (tuple, list)):
+            return bool(v) and all(type(x) is float for x in v)
+        return type(v) is float
 
     return tuple(
         (k, tuple(v.items()) if isinstance(v, dict) else v)
         for k, v in m.__dict__.items()
-        if scalar(v)
+        if floats(v)
     )
 
 
 def _structure(model: torch.nn.Module) -> tuple:
     """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
     module (its type and identity, a forward set on the instance, bass's CPU routing
-    aside, its scalar settings: :func:`_settings`) and each parameter's and buffer's
+    aside, its float settings: :func:`_settings`) and each parameter's and buffer's
     shape, strides, dtype and device (Inductor's code asserts the strides it was compiled
     for)."""
 
@@ -94,8 +93,8 @@ class CompiledForward:
         compiled (``resize_token_embeddings``, an adapter, a swapped activation) would run
         the old graph, whose guards skip its modules, and one whose weights were replaced
         by tensors of other strides (``load_state_dict(assign=True)``) would fail
-        Inductor's layout asserts, and one whose modules' scalar settings changed (a LoRA
-        scale, ``eval()``) would run the old ones, constants of its graph: its region is
+        Inductor's layout asserts, and one whose modules' float settings changed (a LoRA
+        scale, a norm's epsilon) would run the old ones, constants of its graph: its region is
         dropped (compiled again at its next pass), with a warning, as that costs a
         compile."""
         for model in models:
@@ -103,9 +102,9 @@ class CompiledForward:
             if made is not None and made != _structure(model):
                 del self._regions[id(model)], self._made_for[id(model)]
                 warnings.warn(
-                    f"{model_name(model)}'s modules, their settings (scalar attributes "
-                    "such as a LoRA scale or train()/eval()), or its weights' shapes or "
-                    "memory layouts changed since its compiled forward was made: compiling "
+                    f"{model_name(model)}'s modules, their float settings (a LoRA scale, a "
+                    "norm's epsilon), or its weights' shapes or memory layouts changed "
+                    "since its compiled forward was made: compiling "
                     "it again (replace no module or weight between generations of a "
                     "compiled Generator to avoid the cost; change weights in place)",
                     UserWarning,
