@@ -103,16 +103,17 @@ case $plan in
   first)
     stage env 15 python bench/gpu_smoke.py --env --out "$work"
     stage smoke 45 python bench/gpu_smoke.py --out "$work"
-    # the engine's first (its CUDA-graph test, which failed in the third lease, leads), then
-    # the compiled step (failed there too); flex's property tests (a compile per example:
-    # one ran past the whole stage in the second lease) last
+    # the engine's first (its CUDA-graph test, which failed in the third lease, leads); the
+    # compiled steps (6 tests, 115 s there) late, as the follow-up runs them too; flex's
+    # property tests (a compile per example: one ran past the whole stage in the second
+    # lease) last
     stage tests 110 env HYPOTHESIS_PROFILE=gpu python -m pytest -m gpu -v -p no:cacheprovider \
       "${per_test[@]}" --junitxml="$work/gpu_tests.xml" --durations=15 \
-      tests/gpu/test_engine_gpu.py tests/ops/test_ops_compile.py tests/ops/test_ops_contract.py \
+      tests/gpu/test_engine_gpu.py tests/ops/test_ops_contract.py \
       tests/ops/test_triton_fused_gpu.py tests/ops/test_cutlass.py tests/ops/test_ops_packed.py \
-      tests/ops/test_ops_reference.py tests/ops/test_ops_beyond_contract.py \
-      tests/ops/test_ops_flex.py
-    # every case took 100 s at 0.05 s each in the third lease: 45 s gets the first ones
+      tests/ops/test_ops_reference.py tests/ops/test_ops_compile.py \
+      tests/ops/test_ops_beyond_contract.py tests/ops/test_ops_flex.py
+    # the whole grid took about 80 s at 0.05 s a case in the third lease: 45 s gets the first
     stage grid 45 python bench/bench_kernels.py --mode gpu --min-run-time 0.05 --out "$work"
     # batch 8 only (batches 1 and 32 ran in the first two leases): eager rows, then CUDA
     # graphs, BASS's row first (its warm-up compiles both models: never finished so far;

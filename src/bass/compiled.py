@@ -22,33 +22,50 @@ _COMPILE_ERRORS = (
 )
 
 
-def _settings(m: torch.nn.Module) -> tuple:
-    """A module's own float attributes (``scaling``, ``variance_epsilon``) and containers of
-    floats (a LoRA layer's ``scaling`` dict): the graph holds them as constants (compat
-    shim 11). Ints, bools and strings are constants too but are not read here: some
-    modules set such attributes in their forward (dynamic RoPE's ``max_seq_len_cached``),
-    which would recompile at every generation."""
+def _floats(attrs: dict) -> tuple:
+    """The float values of ``attrs`` (an object's ``__dict__``), with the float items of
+    its dicts, lists and tuples (a LoRA layer's ``scaling``, a config's
+    ``rope_parameters``)."""
+    out = []
+    for k, v in attrs.items():
+        if type(v) is float:
+            out.append((k, v))
+        elif isinstance(v, (dict, list, tuple)):
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            found = tuple((i, x) for i, x in items if type(x) is float)
+            if found:
+                out.append((k, found))
+    return tuple(out)
 
-    def floats(v):
-        if isinstance(v, dict):
-            v = tuple(v.values())
-        if isinstance(v, (tuple, list)):
-            return bool(v) and all(type(x) is float for x in v)
-        return type(v) is float
 
-    return tuple(
-        (k, tuple(v.items()) if isinstance(v, dict) else v)
-        for k, v in m.__dict__.items()
-        if floats(v)
-    )
+def _settings(model: torch.nn.Module) -> tuple:
+    """The floats a compiled graph holds as constants (compat shim 11): each module's own
+    (``scaling``, ``variance_epsilon``) and each config's its modules hold (Gemma 2 reads
+    ``config.final_logit_softcapping`` in its forward), sub-configs included. Ints, bools
+    and strings are constants too but are not read here: some modules set such
+    attributes in their forward (dynamic RoPE's ``max_seq_len_cached``), which would
+    recompile at every generation."""
+    from transformers import PretrainedConfig
+
+    own, configs = [], {}
+    for name, m in model.named_modules():
+        own.append((name, _floats(m.__dict__)))
+        for v in m.__dict__.values():
+            if isinstance(v, PretrainedConfig):
+                configs.setdefault(id(v), v)
+    for cfg in list(configs.values()):  # one level of sub-configs (text_config, ...)
+        for v in vars(cfg).values():
+            if isinstance(v, PretrainedConfig):
+                configs.setdefault(id(v), v)
+    return tuple(own), tuple(_floats(vars(c)) for c in configs.values())
 
 
 def _structure(model: torch.nn.Module) -> tuple:
     """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
     module (its type and identity, a forward set on the instance, bass's CPU routing
-    aside, its float settings: :func:`_settings`) and each parameter's and buffer's
-    shape, strides, dtype and device (Inductor's code asserts the strides it was compiled
-    for)."""
+    aside), each parameter's and buffer's shape, strides, dtype and device (Inductor's
+    code asserts the strides it was compiled for) and the floats of the modules and their
+    configs (:func:`_settings`)."""
 
     def own_forward(m):
         f = m.__dict__.get("forward")
@@ -59,14 +76,12 @@ def _structure(model: torch.nn.Module) -> tuple:
             else id(f)
         )
 
-    modules = tuple(
-        (n, type(m), id(m), own_forward(m), _settings(m)) for n, m in model.named_modules()
-    )
+    modules = tuple((n, type(m), id(m), own_forward(m)) for n, m in model.named_modules())
     tensors = tuple(
         (n, t.shape, t.stride() if t.layout == torch.strided else None, t.dtype, t.device)
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
     )
-    return modules, tensors
+    return modules, tensors, _settings(model)
 
 
 class CompiledForward:
@@ -93,20 +108,21 @@ class CompiledForward:
         compiled (``resize_token_embeddings``, an adapter, a swapped activation) would run
         the old graph, whose guards skip its modules, and one whose weights were replaced
         by tensors of other strides (``load_state_dict(assign=True)``) would fail
-        Inductor's layout asserts, and one whose modules' float settings changed (a LoRA
-        scale, a norm's epsilon) would run the old ones, constants of its graph: its region is
-        dropped (compiled again at its next pass), with a warning, as that costs a
-        compile."""
+        Inductor's layout asserts, and one whose float settings changed (a LoRA scale, a
+        norm's epsilon, a config's float) would run the old ones, constants of its graph:
+        its region is dropped (compiled again at its next pass), with a warning, as that
+        costs a compile."""
         for model in models:
             made = self._made_for.get(id(model))
             if made is not None and made != _structure(model):
                 del self._regions[id(model)], self._made_for[id(model)]
                 warnings.warn(
-                    f"{model_name(model)}'s modules, their float settings (a LoRA scale, a "
-                    "norm's epsilon), or its weights' shapes or memory layouts changed "
-                    "since its compiled forward was made: compiling "
-                    "it again (replace no module or weight between generations of a "
-                    "compiled Generator to avoid the cost; change weights in place)",
+                    f"{model_name(model)}'s modules, its float settings (a LoRA scale, a "
+                    "norm's epsilon, a config's float), or its weights' shapes or memory "
+                    "layouts changed since its compiled forward was made: compiling it "
+                    "again (replace no module or weight between generations of a compiled "
+                    "Generator to avoid the cost, and change weights in place; a changed "
+                    "float setting always costs a compile)",
                     UserWarning,
                     stacklevel=4,
                 )

@@ -292,7 +292,10 @@ class Generator:
         generation."""
         spec = (self.policy_spec[0], dict(self.policy_spec[1]))
         made = self.__dict__.get("_policy_maker")
-        if made is None or made[0] != spec:
+        same = made is not None and (
+            made[0] == spec if isinstance(spec[0], str) else made[0][0] is spec[0]
+        )  # an instance by identity: a dataclass policy's == compares its fields
+        if not same:
             made = self._policy_maker = (spec, policies.maker(*spec))
         return made[1]()
 

@@ -139,3 +139,56 @@ def test_a_routed_model_pickles_and_its_copy_computes_the_same(tmp_path):
             _reference(main, PROMPTS, 10)
         )
     cpu_linear.uninstall(main)
+
+
+def _eager_backend(gm, example_inputs):  # Dynamo's graphs, run as traced: fast to "compile"
+    return gm.forward
+
+
+def test_a_changed_config_float_is_compiled_again():
+    """A compiled graph holds the floats its forward reads as constants (compat shim 11),
+    the config's too: Gemma 2 reads ``config.final_logit_softcapping`` in its forward. A
+    change between generations compiles the model again (with the warning), so its rows
+    stay the eager ones (they were the old cap's, silently, with module guards skipped)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Gemma2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, attn_logit_softcapping=None,
+        final_logit_softcapping=30.0, layer_types=["full_attention"] * 2,
+    )  # fmt: skip
+    model = Gemma2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(50)  # logits large enough for the cap to matter
+    torch._dynamo.reset()
+    compiled = Generator(model, compile=_eager_backend, policy="constant", policy_options={"k": 0})
+    before = compiled.generate(PROMPTS, max_new_tokens=8).sequences
+    assert before == _reference(model, PROMPTS, 8)
+    model.config.final_logit_softcapping = 0.05
+    with pytest.warns(UserWarning, match="float settings"):
+        after = compiled.generate(PROMPTS, max_new_tokens=8).sequences
+    assert after == _reference(model, PROMPTS, 8) and after != before
+    torch._dynamo.reset()
+
+
+def test_attributes_a_forward_sets_do_not_recompile_every_generation():
+    """Some modules set attributes in their forward (dynamic RoPE's ``max_seq_len_cached``):
+    the check between generations reads floats only, so an int a forward moves does not
+    compile the model again at every generation (the warning is an error in these tests)."""
+    model = tiny_lm("llama", dtype=torch.float32)
+    norm = model.model.norm
+    norm.calls = 0
+    plain = type(norm).forward
+
+    def counting(self, hidden):
+        self.calls += 1  # an int, replayed by Dynamo after each compiled pass
+        return plain(self, hidden)
+
+    norm.forward = counting.__get__(norm)
+    torch._dynamo.reset()
+    gen = Generator(model, compile=_eager_backend, policy="constant", policy_options={"k": 0})
+    first = gen.generate(PROMPTS, max_new_tokens=6).sequences
+    assert norm.calls > 0  # the region was made before the forward moved it
+    assert gen.generate(PROMPTS, max_new_tokens=6).sequences == first
+    torch._dynamo.reset()

@@ -252,8 +252,9 @@ def test_gpu_llama_step_compiles_without_breaks(impl):
     """A Llama-shaped decoder step (bf16, GQA 8/2, head dim 32) through each CUDA
     implementation: one graph, no break, and the compiled logits as close to a float32
     oracle (the same weights, upcast, through the reference) as eager bf16 logits are.
-    Compiled and eager bf16 differ by an ulp where Inductor fuses ops in float32: on an
-    H200 (2026-11-29) by 0.125 on logits near 20, which an absolute 2e-2 had failed."""
+    Compiled and eager bf16 differ by rounding where Inductor fuses ops in float32: on an
+    H200 (2026-11-29) by up to 0.14 (logits reach ~20 here, where a bf16 step is 0.125),
+    which an absolute 2e-2 had failed."""
     import copy
 
     from models import forward_padded, tiny_lm
@@ -281,7 +282,8 @@ def test_gpu_llama_step_compiles_without_breaks(impl):
     step_lens = torch.tensor([3, 1], dtype=torch.int32, device=dev)
     step = (step_ids, step_lens)
     with torch.inference_mode():
-        oracle = forward_padded(oracle_model, prefilled(oracle_model, "reference"), *step)
+        oracle_cache = prefilled(oracle_model, "reference")
+        oracle = forward_padded(oracle_model, oracle_cache, *step, "reference")
         eager = forward_padded(model, prefilled(model, impl), *step, impl)
         explain = torch._dynamo.explain(forward_padded)(model, prefilled(model, impl), *step, impl)
         assert explain.graph_break_count == 0, explain.break_reasons

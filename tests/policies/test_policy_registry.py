@@ -31,6 +31,7 @@ from bass.policies.builtin import (
     BUILTIN_ENTRY_POINTS,
     BassPolicy,
     ConfidencePolicy,
+    ConstantPolicy,
 )
 from bass.policies.goodput import GoodputPolicy
 
@@ -323,3 +324,9 @@ def test_a_generator_looks_its_named_policy_up_once(monkeypatch):
     assert gen.new_policy().k == 2 and len(scans) == built + 1
     gen.policy_spec = ("adaptive", {})
     assert type(gen.new_policy()).__name__ == "AdaptivePolicy" and len(scans) == built + 2
+    # instances by identity: a dataclass policy equal to the last one is still another
+    one, other = ConstantPolicy(k=3), ConstantPolicy(k=3)
+    gen.policy_spec = (one, {})
+    assert gen.new_policy() is one
+    gen.policy_spec = (other, {})
+    assert gen.new_policy() is other
