@@ -80,16 +80,24 @@ def table(runs: list[dict]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The options, and bench_e2e.py's arguments: everything after the first ``--``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--runs", type=int, default=2, help="pairs of runs (default 2)")
     ap.add_argument("--name", default="commits", help="result name: cpu_<NAME>.md")
-    ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench_e2e.py's")
-    args = ap.parse_args(argv)
-    bench_args = [a for a in args.bench_args if a != "--"]
+    ap.add_argument("bench_args", nargs="*", help="after --: bench_e2e.py's")
+    # everything after the first "--" is bench_e2e.py's (argparse's REMAINDER also took
+    # --runs and --name when they followed the commits, as the usage line writes them)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    return args, args.bench_args + argv[cut + 1 :]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, bench_args = parse(argv)
     meta = _machine.run_meta("compare_commits.py", argv, before=args.before, after=args.after)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
