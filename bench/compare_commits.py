@@ -58,8 +58,11 @@ def table(runs: list[dict]) -> list[str]:
         "|---:|---|" + "---:|" * (len(runs) + 2),
     ]
     batches = sorted({row["batch"] for row in runs[0]["rows"]})
+    # ORDER's methods first, then any other (a policy under forced acceptance: "... p=0.7")
+    seen = [row["method"].split(" (")[0] for row in runs[0]["rows"]]
+    methods = [m for m in ORDER if m in seen] + [m for m in dict.fromkeys(seen) if m not in ORDER]
     for b in batches:
-        for m in ORDER:
+        for m in methods:
             found = [
                 next(
                     (x for x in r["rows"] if x["batch"] == b and x["method"].split(" (")[0] == m),
