@@ -288,14 +288,11 @@ class Generator:
 
     def new_policy(self):
         """A fresh policy as configured (:func:`bass.policies.make`); a named plugin is
-        looked up once per ``policy_spec`` (:func:`bass.policies.maker`), not at every
-        generation."""
+        looked up once per ``policy_spec`` (:func:`bass.policies.maker`). An instance is
+        compared by identity (a dataclass policy's ``==`` compares its fields)."""
         spec = (self.policy_spec[0], dict(self.policy_spec[1]))
-        made = self.__dict__.get("_policy_maker")
-        same = made is not None and (
-            made[0] == spec if isinstance(spec[0], str) else made[0][0] is spec[0]
-        )  # an instance by identity: a dataclass policy's == compares its fields
-        if not same:
+        made = self.__dict__.get("_policy_maker") or ((None, None), None)
+        if made[0] != spec if isinstance(spec[0], str) else made[0][0] is not spec[0]:
             made = self._policy_maker = (spec, policies.maker(*spec))
         return made[1]()
 
