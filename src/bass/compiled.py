@@ -23,8 +23,8 @@ _COMPILE_ERRORS = (
 
 
 def _floats(attrs: dict) -> tuple:
-    """The float values of ``attrs`` (an object's ``__dict__``), with the float items of
-    its dicts, lists and tuples (a LoRA layer's ``scaling``, a config's
+    """The float values of ``attrs`` (a module's ``__dict__``, a config's ``vars``), with the
+    float items of its dicts, lists and tuples (a LoRA layer's ``scaling``, a config's
     ``rope_parameters``)."""
     out = []
     for k, v in attrs.items():
@@ -38,34 +38,17 @@ def _floats(attrs: dict) -> tuple:
     return tuple(out)
 
 
-def _settings(model: torch.nn.Module) -> tuple:
-    """The floats a compiled graph holds as constants (compat shim 11): each module's own
-    (``scaling``, ``variance_epsilon``) and each config's its modules hold (Gemma 2 reads
-    ``config.final_logit_softcapping`` in its forward), sub-configs included. Ints, bools
-    and strings are constants too but are not read here: some modules set such
-    attributes in their forward (dynamic RoPE's ``max_seq_len_cached``), which would
-    recompile at every generation."""
-    from transformers import PretrainedConfig
-
-    own, configs = [], {}
-    for name, m in model.named_modules():
-        own.append((name, _floats(m.__dict__)))
-        for v in m.__dict__.values():
-            if isinstance(v, PretrainedConfig):
-                configs.setdefault(id(v), v)
-    for cfg in list(configs.values()):  # one level of sub-configs (text_config, ...)
-        for v in vars(cfg).values():
-            if isinstance(v, PretrainedConfig):
-                configs.setdefault(id(v), v)
-    return tuple(own), tuple(_floats(vars(c)) for c in configs.values())
-
-
 def _structure(model: torch.nn.Module) -> tuple:
     """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
     module (its type and identity, a forward set on the instance, bass's CPU routing
     aside), each parameter's and buffer's shape, strides, dtype and device (Inductor's
-    code asserts the strides it was compiled for) and the floats of the modules and their
-    configs (:func:`_settings`)."""
+    code asserts the strides it was compiled for), and the floats the graph holds as
+    constants (compat shim 11): each module's own (``scaling``, ``variance_epsilon``) and
+    those of the configs its modules hold (Gemma 2 reads ``config.final_logit_softcapping``
+    in its forward), sub-configs included. Ints, bools and strings are constants too but
+    are not read: some modules set such attributes in their forward (dynamic RoPE's
+    ``max_seq_len_cached``), which would recompile at every generation."""
+    from transformers import PretrainedConfig
 
     def own_forward(m):
         f = m.__dict__.get("forward")
@@ -76,12 +59,17 @@ def _structure(model: torch.nn.Module) -> tuple:
             else id(f)
         )
 
-    modules = tuple((n, type(m), id(m), own_forward(m)) for n, m in model.named_modules())
+    modules, configs = [], {}
+    for n, m in model.named_modules():
+        modules.append((n, type(m), id(m), own_forward(m), _floats(m.__dict__)))
+        configs.update((id(v), v) for v in m.__dict__.values() if isinstance(v, PretrainedConfig))
+    for cfg in list(configs.values()):  # one level of sub-configs (text_config, ...)
+        configs.update((id(v), v) for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
     tensors = tuple(
         (n, t.shape, t.stride() if t.layout == torch.strided else None, t.dtype, t.device)
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
     )
-    return modules, tensors, _settings(model)
+    return tuple(modules), tensors, tuple(_floats(vars(c)) for c in configs.values())
 
 
 class CompiledForward:

@@ -46,6 +46,15 @@ __all__ = [
 MAX_JOB_ROWS = 10_000_000
 
 
+def _a_compile_mode(text: str) -> bool:
+    """Whether ``--compile`` accepts ``text`` (the option's own check)."""
+    try:
+        check("compile", text)
+    except OptionError:
+        return False
+    return True
+
+
 def read_prompts(args) -> list[Prompt]:
     """The PROMPT arguments, then the lines of ``--prompts-file``: strings that know where
     they came from (``Prompt.where``)."""
@@ -61,11 +70,10 @@ def read_prompts(args) -> list[Prompt]:
         )
     if not prompts:
         took = getattr(args, "compile", None)
-        modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
         hint = (
             f" (--compile took {took!r} as its MODE: put prompts before --compile, or write "
             "--compile=MODE)"
-            if isinstance(took, str) and took not in modes
+            if isinstance(took, str) and not _a_compile_mode(took)
             else ""
         )
         raise UsageError(f"no prompt given; pass PROMPT arguments or --prompts-file FILE{hint}")
