@@ -370,19 +370,50 @@ def load(name: str) -> Drafter:
 
 class _Guarded(Drafter):
     """Another package's drafter, each hook's exceptions reported as the drafter's
-    (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...)."""
+    (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...).
+    The rows it is shown are the engine's: a hook that changes one (``state.seqs[slot]``
+    replaced, grown, shrunk or its newest token overwritten) is a :class:`PluginError`,
+    not wrong output (checked in O(slots) per hook; a write inside a row is not seen)."""
 
     def __init__(self, inner: Drafter, who: str):
         self.inner, self.who = inner, who
         self.name, self.deterministic = inner.name, inner.deterministic
         self.model = inner.model
-        for hook in ("start", "admit", "offer", "propose", "commit", "compact"):
-            setattr(self, hook, plugins.guard(who, hook, getattr(inner, hook)))
+        self._rows = None  # the generation's BatchState, from start() to finish()
+        for hook in ("admit", "offer", "propose", "commit", "compact"):
+            setattr(
+                self, hook, self._read_only(hook, plugins.guard(who, hook, getattr(inner, hook)))
+            )
+        self._start = plugins.guard(who, "start", inner.start)
         self._finish = plugins.guard(who, "finish", inner.finish)
+
+    def start(self, state, passes, max_len: int, device) -> int:
+        self._rows = state
+        return self._start(state, passes, max_len, device)
+
+    def _read_only(self, hook: str, call):
+        def checked(*args, **kwargs):
+            seqs = self._rows.seqs if self._rows is not None else None
+            if seqs is None:
+                return call(*args, **kwargs)
+            before = _rows_seen(seqs)
+            out = call(*args, **kwargs)
+            if self._rows.seqs is not seqs or _rows_seen(seqs) != before:
+                raise PluginError(
+                    f"{self.who} changed the engine's rows in {hook}() ({_changed(seqs, before)}): "
+                    "view.state and what it holds are read-only; a drafter keeps its own "
+                    "state (copy a row before changing it: list(view.state.seqs[slot]))",
+                    plugin=self.who,
+                    hook=hook,
+                )
+            return out
+
+        return checked
 
     def finish(self) -> None:
         """The plugin's :meth:`~bass.hooks.Drafter.finish`, whose failure is a warning: the
         generation's rows are done by then, and its result is not lost to it."""
+        self._rows = None
         try:
             self._finish()
         except PluginError as exc:
@@ -392,6 +423,25 @@ class _Guarded(Drafter):
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
+
+
+def _rows_seen(seqs: list[list[int]]) -> tuple:
+    """What a hook must leave as it found it: each slot's list (identity), length and
+    newest token."""
+    return list(map(id, seqs)), list(map(len, seqs)), [s[-1] if s else None for s in seqs]
+
+
+def _changed(seqs: list[list[int]], before: tuple) -> str:
+    """Which slot changed, and how, for the error."""
+    ids, lens, last = before
+    for s, seq in enumerate(seqs[: len(ids)]):
+        if id(seq) != ids[s]:
+            return f"slot {s}'s list was replaced"
+        if len(seq) != lens[s]:
+            return f"slot {s} went from {lens[s]} to {len(seq)} tokens"
+        if seq and seq[-1] != last[s]:
+            return f"slot {s}'s newest token went from {last[s]} to {seq[-1]}"
+    return f"the slots went from {len(ids)} to {len(seqs)}"
 
 
 def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None:

@@ -152,7 +152,8 @@ class StepView:
     takes it (its first rank's); the identity in one process.
 
     The view and what it holds (``state`` above all) are the engine's: read them, never
-    change them (a drafter keeps its own state); a changed row is wrong output.
+    change them (a drafter keeps its own state); another package's drafter that changes
+    a row (its list, length or newest token) is stopped with a PluginError.
     """
 
     slots: list[int]

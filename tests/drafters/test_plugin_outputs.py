@@ -254,3 +254,58 @@ def test_probs_that_give_a_drafted_token_no_probability_are_refused():
     # coupled sampling reads no probs: the same drafter is exact there
     gen = bass.Generator(tiny_lm(), LogProbs(), policy="constant")
     assert len(gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0).sequences) == 2
+
+
+class Mutating(Drafter):
+    """Proposes the row's newest token; changes row 0 (``how``) in ``hook``: what a
+    drafter that extends a row in place to look ahead, and forgets to undo it, does."""
+
+    name = "mutating"
+
+    def __init__(self, hook, how):
+        self.hook, self.how = hook, how
+
+    def _change(self, state, s):
+        seq = state.seqs[s]
+        if self.how == "append":
+            seq.append(5)
+        elif self.how == "pop":
+            seq.pop()
+        elif self.how == "overwrite":
+            seq[-1] = (seq[-1] + 1) % 64
+        else:
+            state.seqs[s] = list(seq)  # replaced by an equal copy: later appends go astray
+
+    def offer(self, view):
+        if self.hook == "offer":
+            self._change(view.state, view.slots[0])
+
+    def propose(self, view, lengths):
+        if self.hook == "propose":
+            self._change(view.state, view.slots[0])
+        last = [[view.state.seqs[s][-1]] * n for s, n in zip(view.slots, lengths)]
+        return Proposal(drafted=list(lengths), host_tokens=last, slots=list(view.slots))
+
+    def start(self, state, passes, max_len, device):
+        self.state = state
+        return 0
+
+    def commit(self, proposal, accepted):
+        if self.hook == "commit":
+            self._change(self.state, proposal.slots[0])
+
+
+@pytest.mark.parametrize(
+    "hook, how",
+    [("propose", h) for h in ("append", "pop", "overwrite", "replace")]
+    + [("offer", "append"), ("commit", "overwrite")],
+)
+def test_a_drafter_that_changes_a_row_is_refused_not_wrong_output(hook, how):
+    """Before: every one of these ran to the end and returned rows that differ from the
+    main model's greedy output (or crashed with an IndexError deep in the step)."""
+    gen = bass.Generator(tiny_lm(), Mutating(hook, how), policy="constant")
+    with pytest.raises(bass.errors.PluginError, match=rf"changed the engine's rows in {hook}\(\)"):
+        gen.generate(PROMPTS, max_new_tokens=6)
+    # the same drafter, leaving the rows as it found them: the main model's own output
+    gen = bass.Generator(tiny_lm(), Mutating(None, how), policy="constant")
+    assert gen.generate(PROMPTS, max_new_tokens=6).sequences == _greedy(tiny_lm())
