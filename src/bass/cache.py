@@ -48,12 +48,8 @@ class RaggedKVCache:
         the cache holds compressed latents instead, this overestimates)."""
         from . import compat
 
-        cfg = model.config.get_text_config()
-        heads = max(1, compat.kv_heads(cfg) // compat.tp_size(model))
         itemsize = next(model.parameters()).element_size()
-        k_dim = compat.head_dim(cfg)
-        v_dim = compat.config_value(cfg, "v_head_dim") or k_dim
-        return cfg.num_hidden_layers * heads * (k_dim + v_dim) * itemsize
+        return kv_bytes_per_token(model.config, itemsize, compat.tp_size(model))
 
     @staticmethod
     def default_budget(device) -> int | None:
@@ -165,3 +161,15 @@ class RaggedKVCache:
 
     def __len__(self) -> int:
         return self.num_layers
+
+
+def kv_bytes_per_token(config, itemsize: int, tp: int = 1) -> int:
+    """:meth:`RaggedKVCache.bytes_per_token` from a model's ``config`` alone (before its
+    weights load): ``itemsize`` bytes per value, ``tp`` ranks sharing the key/value heads."""
+    from . import compat
+
+    cfg = config.get_text_config()
+    heads = max(1, compat.kv_heads(cfg) // tp)
+    k_dim = compat.head_dim(cfg)
+    v_dim = compat.config_value(cfg, "v_head_dim") or k_dim
+    return cfg.num_hidden_layers * heads * (k_dim + v_dim) * itemsize

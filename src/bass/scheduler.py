@@ -93,15 +93,23 @@ def rows_at_once(job: Job, models, device, share, stats) -> int:
         return rows
     rounded = ", rounded up to a multiple of 8" if job.max_len != job.need else ""
     one = f"one row of {job.max_len} positions (the longest prompt plus max_new_tokens{rounded})"
-    gib = f"{_gib_up(per_row)} GiB"
     if given is not None:
-        why = f"at least {gib}: {one} needs that much KV cache; raise it or lower max_new_tokens"
-        raise options.fail("kv_budget_gib", given, why, where=f"{job.call}()")
+        raise budget_refusal(given, per_row, one, f"{job.call}()")
     raise MemoryError(
-        f"{one} needs {gib} of KV cache, more than the default budget of "
+        f"{one} needs {_gib_up(per_row)} GiB of KV cache, more than the default budget of "
         f"{budget / 2**30:.3g} GiB (a share of the free memory on {device}); lower "
         "max_new_tokens, free memory, or pass kv_budget_gib"
     )
+
+
+def budget_refusal(given: float, per_row: int, one: str, where: str):
+    """The :class:`~bass.errors.OptionError` for a ``kv_budget_gib`` of ``given`` that does
+    not hold ``one`` row (described) of ``per_row`` bytes."""
+    why = (
+        f"at least {_gib_up(per_row)} GiB: {one} needs that much KV cache; raise it or "
+        "lower max_new_tokens"
+    )
+    return options.fail("kv_budget_gib", given, why, where=where)
 
 
 def _gib_up(nbytes: int) -> str:

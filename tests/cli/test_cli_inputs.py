@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 
 import pytest
 from cli_support import one_error_line, read_jsonl, run, save_model_dir
@@ -89,11 +90,46 @@ def test_humaneval_batch_flags_are_refused_before_any_model_loads(
     assert rc == 2 and expected in one_error_line(err)
 
 
+def _row_gib(model_dir, positions: int, models: int = 1) -> float:
+    """GiB of KV cache that ``positions`` of the float64 model in ``model_dir`` (and, with
+    ``models=2``, its copy as the draft) take."""
+    from transformers import AutoConfig
+
+    from bass.cache import kv_bytes_per_token
+
+    per_token = kv_bytes_per_token(AutoConfig.from_pretrained(model_dir), 8)
+    return models * positions * per_token / 2**30
+
+
 def test_a_kv_budget_too_small_for_one_row_is_named_as_its_flag(model_dir, capsys):
-    rc, _, err = run(capsys, f"generate --main {model_dir} --kv-budget-gib 1e-6 hello")
+    """Between the shortest row's need (one-token prompt) and this prompt's: found once
+    the prompt is read, after the model loads."""
+    gib = _row_gib(model_dir, 9.5)  # 1 + 8 new tokens fit; 3 + 8 (rounded up to 16) do not
+    flags = f"{FAST} --max-new-tokens 8 --kv-budget-gib {gib}"
+    rc, _, err = run(capsys, f"generate --main {model_dir} {flags} hello world again")
     line = one_error_line(err)
-    assert rc == 2 and line.startswith("bass: error: command line: --kv-budget-gib = 1e-06 is ")
+    assert rc == 2 and line.startswith(f"bass: error: command line: --kv-budget-gib = {gib} is ")
+    assert "one row of 16 positions (the longest prompt plus max_new_tokens" in line
     assert "expected at least" in line and "needs that much KV cache" in line
+
+
+@pytest.mark.parametrize("command", ["generate {} hello", "eval humaneval --problems 1 {}"])
+@pytest.mark.parametrize("draft", ["none", "model"])
+def test_a_kv_budget_too_small_for_any_row_is_refused_before_the_models_load(
+    model_dir, capsys, no_model_load, command, draft
+):
+    """Not even a one-token prompt's row fits: refused from the models' configs (a 7B's
+    load takes minutes); the draft model's cache counts."""
+    models = 1 if draft == "none" else 2
+    gib = _row_gib(model_dir, 8.5, models)  # 1 + 8 new tokens do not fit
+    drafting = f"--draft {model_dir}" if draft == "model" else "--draft none"
+    flags = f"--main {model_dir} {drafting} {FAST} --max-new-tokens 8 --kv-budget-gib {gib}"
+    rc, _, err = run(capsys, command.format(flags))
+    line = one_error_line(err)
+    assert rc == 2 and f"--kv-budget-gib = {gib} is not allowed; expected at least" in line
+    assert "one row of 9 positions (a one-token prompt plus max_new_tokens)" in line
+    least = float(re.search(r"at least (\S+) GiB", line).group(1))  # main (and draft) counted
+    assert _row_gib(model_dir, 9, models) <= least < 1.01 * _row_gib(model_dir, 9, models)
 
 
 def test_output_flags_that_say_nothing_or_contradict_are_refused(tmp_path, capsys, no_model_load):

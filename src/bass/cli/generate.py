@@ -18,7 +18,7 @@ from ..stats import GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error, say, stdout_to_devnull
 from .filelock import lock_outputs
-from .loading import check_sources, load_models, make_generator, use_chat
+from .loading import check_kv_budget, check_sources, load_models, make_generator, use_chat
 from .progress import Progress
 from .progress import shown as progress_shown
 from .report import comparison_text, plot_steps, summary_text
@@ -343,6 +343,7 @@ def cmd_generate(args) -> int:
     log = say if scale.prints else None
     enabled = progress_shown(args.progress) and scale.prints
     check_sources(config)  # the main model's and the draft's, before either loads
+    check_kv_budget(config, args.kv_budget_gib, scale.topo.tp)  # from their configs
     main, tokenizer, draft = load_models(
         config, log=log, tp=scale.topo.tp, bars=enabled, owner=args.owner
     )

@@ -14,7 +14,7 @@ from ..options import check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
-from .loading import check_sources, load_models, make_generator, use_chat
+from .loading import check_kv_budget, check_sources, load_models, make_generator, use_chat
 from .progress import shown as progress_shown
 from .results import (
     LineWriter,
@@ -142,6 +142,7 @@ def cmd_humaneval(args) -> int:
         print(he.format_table(reports))
         return 0
     check_sources(config)  # the main model's and the draft's, before either loads
+    check_kv_budget(config, args.kv_budget_gib)  # from their configs
     main, tokenizer, draft = load_models(config, log=say, bars=show, owner=args.owner)
     chat = use_chat(tokenizer, config)
     kwargs = config.generate_kwargs()

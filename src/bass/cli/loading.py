@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from ..config import Config
-from .errors import UsageError, one_line, say
+from .errors import UsageError, flag_error, one_line, say
 
-__all__ = ["check_sources", "load_models", "make_generator", "use_chat"]
+__all__ = ["check_kv_budget", "check_sources", "load_models", "make_generator", "use_chat"]
 
 
 def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True, owner=False):
@@ -48,6 +48,57 @@ def check_sources(config: Config) -> None:
         models.check_source(config.model.main)
     if config.model.draft not in ("none", *drafters.available()):
         models.check_source(config.model.draft, tuple(drafters.available()))
+
+
+def check_kv_budget(config: Config, gib: float | None, tp: int = 1) -> None:
+    """A ``--kv-budget-gib`` too small for one row of the shortest prompt (one token plus
+    ``max_new_tokens``), refused before the weights load, from the models' configs alone
+    (those that are local or in the Hugging Face cache; the others are checked after they
+    load, with the longest prompt, as every budget is)."""
+    if gib is None:
+        return
+    import torch
+
+    from .. import drafters, models
+    from ..cache import kv_bytes_per_token
+    from ..scheduler import budget_refusal
+
+    itemsize = getattr(torch, config.model.dtype).itemsize
+    sources = [config.model.main or models.default_model_file()]
+    if config.model.draft not in ("none", *drafters.available()):
+        sources.append(config.model.draft)
+    per_token = 0
+    for i, source in enumerate(sources):
+        cfg = _config_if_local(source, config.model.dtype)
+        if cfg is not None:
+            per_token += kv_bytes_per_token(cfg, itemsize, tp if i == 0 else 1)
+    positions = config.generation.max_new_tokens + 1
+    if per_token and positions * per_token > gib * 2**30:
+        one = f"one row of {positions} positions (a one-token prompt plus max_new_tokens)"
+        exc = budget_refusal(gib, positions * per_token, one, "command line")
+        raise flag_error("--kv-budget-gib", gib, exc.allowed)
+
+
+def _config_if_local(source, dtype: str):
+    """``source``'s model config where reading it is quick and needs no network (a local
+    directory, a hub name in the local cache, a .gguf file's de-quantized cache), else
+    ``None`` (parsing a .gguf file itself takes seconds)."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    from .. import models
+
+    path = Path(source)
+    try:
+        if path.suffix == ".gguf":
+            entry = models.gguf_cache_entry(path, f"model-torch.{dtype}")  # as loading's
+            return AutoConfig.from_pretrained(str(entry)) if entry and entry.is_dir() else None
+        if models.check_source(source):
+            return models.load_config(source)
+        return AutoConfig.from_pretrained(str(source), local_files_only=True)
+    except Exception:  # not readable here: the load itself reports what is wrong
+        return None
 
 
 def _load_models(config: Config, log, tp: int):
