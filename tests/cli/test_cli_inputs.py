@@ -67,6 +67,7 @@ def test_parser_errors_are_one_line(capsys, command, expected):
         ("--tp -1", "command line: --tp = -1 is not allowed; expected an integer >= 1"),
         ("--n 99999999999999", "at most 10,000,000 rows (prompts x --n) per run"),
         ("--n 5000001", "2 prompts x --n 5000001 = 10000002 rows"),
+        ("--samples 5000001", "2 prompts x --samples 5000001 = 10000002 rows"),
         ("--samples 0", "command line: --samples = 0 is not allowed; expected an integer >= 1"),
         ("--draft none --compare", "--compare compares drafting on with drafting off, but"),
     ],
@@ -127,7 +128,7 @@ def test_a_kv_budget_too_small_for_any_row_is_refused_before_the_models_load(
     rc, _, err = run(capsys, command.format(flags))
     line = one_error_line(err)
     assert rc == 2 and f"--kv-budget-gib = {gib} is not allowed; expected at least" in line
-    assert "one row of 9 positions (a one-token prompt plus max_new_tokens)" in line
+    assert "even a one-token prompt's row (9 positions: 1 + max_new_tokens; each" in line
     least = float(re.search(r"at least (\S+) GiB", line).group(1))  # main (and draft) counted
     assert _row_gib(model_dir, 9, models) <= least < 1.01 * _row_gib(model_dir, 9, models)
 

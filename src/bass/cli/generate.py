@@ -97,9 +97,11 @@ def read_prompts(args) -> list[Prompt]:
             ) from None
     n = n_of(args)
     if len(prompts) * n > MAX_JOB_ROWS:
+        flag = getattr(args, "n_flag", "--n")  # as typed: --n or --samples
+        some = f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''}"
         raise UsageError(
-            f"{len(prompts)} prompts x --n {n} = {len(prompts) * n} rows; bass generate takes "
-            f"at most {MAX_JOB_ROWS:,} rows (prompts x --n) per run: split the prompts over "
+            f"{some} x {flag} {n} = {len(prompts) * n} rows; bass generate takes "
+            f"at most {MAX_JOB_ROWS:,} rows (prompts x {flag}) per run: split the prompts over "
             "several runs (each with its own --output)"
         )
     return prompts

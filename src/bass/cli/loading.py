@@ -74,7 +74,10 @@ def check_kv_budget(config: Config, gib: float | None, tp: int = 1) -> None:
             per_token += kv_bytes_per_token(cfg, itemsize, tp if i == 0 else 1)
     positions = config.generation.max_new_tokens + 1
     if per_token and positions * per_token > gib * 2**30:
-        one = f"one row of {positions} positions (a one-token prompt plus max_new_tokens)"
+        one = (
+            f"even a one-token prompt's row ({positions} positions: 1 + max_new_tokens; each "
+            f"prompt token, the chat template's included, adds {per_token / 1024:.3g} KiB)"
+        )
         exc = budget_refusal(gib, positions * per_token, one, "command line")
         raise flag_error("--kv-budget-gib", gib, exc.allowed)
 
