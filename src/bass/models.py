@@ -32,6 +32,17 @@ class ModelNotFoundError(FileNotFoundError):
     """A model name or path that cannot be loaded here, with what to do about it."""
 
 
+class ModelLoadError(ValueError):
+    """A model source that exists but does not load (no config.json, an architecture this
+    transformers does not know, a corrupt or truncated file); the cause is chained."""
+
+
+SOURCES = (
+    "a Hugging Face model name, a transformers model directory with its config.json and "
+    "weights, or a .gguf file"
+)
+
+
 def default_model_file() -> Path:
     """Path of the embedded default model's GGUF file."""
     try:
@@ -51,6 +62,8 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
     """A causal LM (in eval mode) from a local directory, a ``.gguf`` file or a hub name.
 
     Hub names need network access or the local Hugging Face cache; failures say which.
+    A source that does not exist raises :class:`ModelNotFoundError`; one that exists but
+    is no model this transformers loads, :class:`ModelLoadError` (a ``ValueError``).
     ``extra``: more ``from_pretrained`` arguments (e.g. tensor parallelism's,
     :func:`bass.compat.tensor_parallel_kwargs`).
     """
@@ -59,12 +72,24 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
     path = Path(name_or_path)
     kwargs = {"dtype": dtype or torch.float32, **extra}
     local = check_source(name_or_path)
-    if path.suffix == ".gguf":
-        model = _from_gguf(AutoModelForCausalLM, path, kwargs, f"model-{kwargs['dtype']}")
-    elif local:
-        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    else:
-        model = _from_hub(AutoModelForCausalLM, str(name_or_path), kwargs)
+    try:
+        if path.suffix == ".gguf":
+            model = _from_gguf(AutoModelForCausalLM, path, kwargs, f"model-{kwargs['dtype']}")
+        elif local:
+            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+        else:
+            model = _from_hub(AutoModelForCausalLM, str(name_or_path), kwargs)
+    except Exception as exc:  # transformers' own words, named with the source
+        from .distributed import DistributedError
+
+        passed = (ModelNotFoundError, ImportError, MemoryError, torch.OutOfMemoryError)
+        if isinstance(exc, (*passed, DistributedError)):
+            raise  # said already; a package missing (gguf); out of memory; a rank's failure
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        reason = reason if len(reason) <= 300 else reason[:297] + "..."
+        raise ModelLoadError(
+            f"cannot load a causal LM from {name_or_path}: {reason} (pass {SOURCES})"
+        ) from exc
     if device is not None:
         model = model.to(device)
     return model.eval()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import bass
 import bass.models
 from bass.models import ModelNotFoundError, load_causal_lm
 
@@ -26,6 +27,24 @@ def test_missing_paths(tmp_path):
         load_causal_lm(tmp_path / "nope")
     with pytest.raises(ModelNotFoundError, match="does not exist"):
         load_causal_lm(tmp_path / "model.gguf")
+
+
+@pytest.mark.parametrize("what", ["a directory without config.json", "an empty .gguf file"])
+def test_a_source_that_is_no_model_names_itself_and_what_to_pass(tmp_path, what):
+    """Before: transformers' own ``ValueError`` (``Unrecognized model in ...``, ``cannot
+    mmap an empty file``) from the API, where the CLI said what to pass."""
+    if what.endswith("file"):
+        source = tmp_path / "empty.gguf"
+        source.write_bytes(b"")
+    else:
+        source = tmp_path / "notes"
+        source.mkdir()
+        (source / "README.md").write_text("not a model")
+    with pytest.raises(bass.models.ModelLoadError) as err:
+        bass.Generator.from_pretrained(str(source), "ngram")
+    said = str(err.value)
+    assert said.startswith(f"cannot load a causal LM from {source}: ") and err.value.__cause__
+    assert said.endswith("or a .gguf file)") and isinstance(err.value, ValueError)
 
 
 def test_default_model_missing_package_gives_install_command(monkeypatch):
