@@ -352,7 +352,9 @@ class Generator:
         rank takes every host decision (draft lengths, early stops, the time budget, the
         seed, the rows at once) and shares it (:mod:`bass.distributed`).
         """
-        job = self._job(prompts, locals())
+        return self._drain(self._job(prompts, locals()), on_finish)
+
+    def _drain(self, job: scheduler.Job, on_finish=None) -> GenerationResult:
         rows = self._run(job)
         try:
             while True:
@@ -587,13 +589,11 @@ class Generator:
         if chat is None:
             chat = self.chat_default  # the config's [model].chat, if any
         texts, chat = options.text_arguments(texts, tokenizer, chat)
-        from .models import default_eos, encode_prompt
-
-        prompts = [encode_prompt(tokenizer, t, chat) for t in texts]
+        prompts = [models.encode_prompt(tokenizer, t, chat) for t in texts]
         if kw.get("eos_token_id") is None and self.generate_defaults.get("eos_token_id") is None:
-            kw["eos_token_id"] = default_eos(tokenizer, self.main)  # after explicit, config
+            kw["eos_token_id"] = models.default_eos(tokenizer, self.main)  # after explicit, config
         kw.setdefault("tokenizer", tokenizer)
-        res = self.generate(prompts, **kw)
+        res = self._drain(self._job(prompts, kw, "generate_text"), kw.get("on_finish"))
         stops = kw.get("stop_strings")
         stops = self.generate_defaults.get("stop_strings") if stops is None else stops
         return decode_rows(tokenizer, res, stops, prompts)

@@ -309,6 +309,14 @@ def test_generate_text_refuses_what_is_not_text(gen):
         gen.generate_text(["x"], tok, chat=True, max_new_tokens=2)
     with pytest.raises(OptionError, match=r"generate_text\(\): tokenizer=None is not allowed"):
         gen.generate_text(["x"], None, max_new_tokens=2)
+    # its generation keywords are named as its own (before: "generate(): ...")
+    from cli_support import WORDS, word_tokenizer
+
+    tok = word_tokenizer(WORDS)
+    with pytest.raises(OptionError, match=r"^generate_text\(\): max_new_tokens=0 is not"):
+        gen.generate_text(["x"], tok, max_new_tokens=0)
+    with pytest.raises(TypeError, match=r"^generate_text\(\) got unexpected keyword arg"):
+        gen.generate_text(["x"], tok, max_new_tokens=2, foo=1)
 
 
 @pytest.mark.parametrize(
