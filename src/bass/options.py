@@ -172,7 +172,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            table="generation", flag="--seed", metavar="S"),
     Option("eos_token_id", _IDS, "the token id(s) that end a row", RUN,
            absent="no eos: rows end at max_new_tokens or a stop",
-           absent_config="the tokenizer's and the model's generation_config eos",
+           absent_config="the tokenizer's and the model's generation_config eos (the CLI, "
+                         "generate_text(); generate() called with token ids: none)",
            table="generation"),
     Option("time_budget", Range(float, low=0, text="a finite number of seconds >= 0 (0: stop "
                                 "after the prefill)"),
