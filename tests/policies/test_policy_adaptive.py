@@ -559,3 +559,46 @@ def test_state_is_kept_for_the_rows_running_not_every_row_of_the_job():
     assert max(map(len, per_row)) <= 2 * 16 + 64, [len(d) for d in per_row]
     assert len(policy.rows) <= 4 * (2 * 16 + 64) and len(policy.own) <= 4 * (2 * 16 + 64)
     assert policy.steps == 5000 and any(ks)  # it kept deciding (and drafting)
+
+
+def _model_steps(p, steps, draft_seconds, alpha=0.7, rows=4, seed=0):
+    """``steps`` steps of ``p`` with a draft model whose pass costs ``draft_seconds``
+    (verify: 10 ms plus 0.1 ms a token); returns each step's lengths."""
+    rng = random.Random(seed)
+    plans = []
+    for step in range(steps):
+        ks = p.draft_lengths(
+            DraftContext(prompts=list(range(rows)), caps=[8] * rows, drafter="model", step=step)
+        )
+        plans.append(ks)
+        acc = []
+        for k in ks:
+            x = 0
+            while x < k and rng.random() < alpha:
+                x += 1
+            acc.append(x)
+        n = rows + sum(ks)
+        p.update(StepRecord(
+            draft_length=max(ks), accepted=acc, drafted=ks, prompts=list(range(rows)),
+            draft_seconds=draft_seconds * max(ks), verify_seconds=0.010 + 0.0001 * n,
+            verify_tokens=n, draft_pass_tokens=[rows] * max(ks),
+        ))  # fmt: skip
+    return plans
+
+
+def test_a_draft_model_that_does_not_pay_is_not_planned_for_at_every_step(monkeypatch):
+    """Deciding costs host time each step (about 0.15 ms in Python, more than a tiny
+    model's whole pass on a CPU): once a plan drafted nothing, the next 1, 3, then 7 steps
+    draft none without planning (exploration still probes); where drafting pays, every
+    step plans."""
+    calls = []
+    allocate = AdaptivePolicy.allocate
+    monkeypatch.setattr(
+        AdaptivePolicy, "allocate", lambda self, *a, **k: calls.append(1) or allocate(self, *a, **k)
+    )
+    costly = _model_steps(AdaptivePolicy(), 80, draft_seconds=0.05)  # 5x a verify pass
+    assert sum(map(any, costly[20:])) <= 6  # it learned: hardly any drafts (probes)
+    assert len(calls) <= 30  # before: 78 (every step but the two measuring ones)
+    calls.clear()
+    cheap = _model_steps(AdaptivePolicy(), 80, draft_seconds=0.0005)
+    assert sum(map(any, cheap[20:])) >= 55 and len(calls) >= 70

@@ -227,6 +227,12 @@ class AdaptivePolicy(OptionsMixin, Policy):
     pace: dict[int, float] = field(init=False, default_factory=dict)
     spread: dict[int, float] = field(init=False, default_factory=dict)
     clock: float | None = field(init=False, default=None)
+    # a drafter that can always draft (a model): after a plan of no drafts, the next
+    # ``hold`` steps (1, 3, 7, ... up to hold_max) draft none without planning (``held``
+    # of them left); a plan with drafts resets it
+    hold: int = field(init=False, default=0)
+    held: int = field(init=False, default=0)
+    hold_max: ClassVar[int] = 7
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -311,7 +317,6 @@ class AdaptivePolicy(OptionsMixin, Policy):
             return [0] * R
         if not self.cost.pairs:  # 2) a second size of pass: one token, every row
             return [int(c > 0) for c in caps]
-        rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
         # depth grows with evidence (a row's first draft is one token)
         caps = [
             min(c, self.k0 + 2 * int(self.reach[row]) if row in self.reach else 1)
@@ -319,15 +324,22 @@ class AdaptivePolicy(OptionsMixin, Policy):
         ]
         ends = self.ends(ctx.prompts, [m + 1 for m in ctx.caps], ctx.waiting)
         self.values = self.values_at(ends)
-        # at most twice as wide as the widest pass measured: C beyond is an extrapolation
-        ks = self.allocate(
-            rates,
-            caps,
-            model=ctx.drafter == "model",
-            values=self.values,
-            limit=2 * max(1, self.widest),
-            ends=ends,
-        )
+        if self.held > 0 and ctx.available is None:  # 3) drafting did not pay: decided
+            self.held -= 1  # again after a few steps (docs: "What deciding costs")
+            ks = [0] * R
+        else:
+            rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
+            # at most twice as wide as the widest pass measured: C beyond is an extrapolation
+            ks = self.allocate(
+                rates,
+                caps,
+                model=ctx.drafter == "model",
+                values=self.values,
+                limit=2 * max(1, self.widest),
+                ends=ends,
+            )
+            self.hold = 0 if any(ks) else min(2 * self.hold + 1, self.hold_max)
+            self.held = self.hold
         self.explore(ctx.prompts, ks, caps, model=ctx.drafter == "model")
         return ks
 
