@@ -67,16 +67,20 @@ def check_kv_budget(config: Config, gib: float | None, tp: int = 1) -> None:
     sources = [config.model.main or models.default_model_file()]
     if config.model.draft not in ("none", *drafters.available()):
         sources.append(config.model.draft)
-    per_token = 0
+    per_token, windowed = 0, False
     for i, source in enumerate(sources):
         cfg = _config_if_local(source, config.model.dtype)
         if cfg is not None:
             per_token += kv_bytes_per_token(cfg, itemsize, tp if i == 0 else 1)
-    positions = config.generation.max_new_tokens + 1
+            windowed |= bool(getattr(cfg.get_text_config(), "sliding_window", None))
+    # a row's cache: its prompt plus max_new_tokens, one position less with a sliding
+    # window (the last token is never fed back; bass.scheduler.Job)
+    new = config.generation.max_new_tokens
+    positions, counted = (new, "max_new_tokens") if windowed else (new + 1, "1 + max_new_tokens")
     if per_token and positions * per_token > gib * 2**30:
         one = (
-            f"even a one-token prompt's row ({positions} positions: 1 + max_new_tokens; each "
-            f"prompt token, the chat template's included, adds {per_token / 1024:.3g} KiB)"
+            f"even a one-token prompt's row ({positions} positions: {counted}; each prompt "
+            f"token, the chat template's included, adds {per_token / 1024:.3g} KiB)"
         )
         exc = budget_refusal(gib, positions * per_token, one, "command line")
         raise flag_error("--kv-budget-gib", gib, exc.allowed)
@@ -163,9 +167,8 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
 
             also = f", an installed drafter ({', '.join(drafters.available())}) or 'none'"
         raise UsageError(
-            f"cannot load the {which} model from {source}: {one_line(exc, 300)} (--{which} takes a "
-            "Hugging Face model name, a transformers model directory with its config.json "
-            f"and weights, or a .gguf file{also})"
+            f"cannot load the {which} model from {source}: {one_line(exc, 300)} (--{which} "
+            f"takes {models.SOURCES}{also})"
         ) from exc
 
 
