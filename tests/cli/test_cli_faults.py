@@ -264,10 +264,13 @@ def test_a_too_long_prompt_is_refused_before_any_row_and_resume_completes_the_ru
         assert rc == 2 and f"the prompt at {prompts}:4 (300 tokens) + max_new_tokens (4)" in line
         assert "exceeds" in line and "rows are in" not in err
         assert ">>>" not in stdout and read_jsonl(out) == rows  # nothing generated, file kept
-    # the prompt fixed, --resume generates only the rest
+    # the prompt fixed, --resume generates only the rest (after the rows: blank lines a
+    # user's editor left there are dropped, not left between the rows)
     prompts.write_text("hello world\n\nthe sea\nthe sea is blue\na cat\n")
+    out.write_text(out.read_text() + "\n  \n")
     rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts} --resume")
     assert rc == 0, err
+    assert "\n\n" not in out.read_text() and out.read_text().endswith("}\n")
     assert "2 of 4 rows are already in" in err and ">>> hello world" not in stdout
     resumed = read_jsonl(out)
     assert resumed[:2] == rows

@@ -315,11 +315,13 @@ def test_a_stopped_evaluation_resumes_where_it_stopped(model_dir, capsys, monkey
     whole = out_file.read_text()
     lines = whole.splitlines(keepends=True)
     assert len(lines) == 3 and json.loads(lines[0])["settings"]["seed"] is not None
-    out_file.write_text(lines[0] + lines[1][:30])  # stopped while writing the second line
+    # stopped while writing the second line, a blank line before it (a user's editor)
+    out_file.write_text(lines[0] + "\n" + lines[1][:30])
     rc, out, err = run(capsys, f"{command} --resume")
     assert rc == 0, err
     assert "--resume: 1 problems are already in" in err and "evaluating the other 2" in err
     resumed = out_file.read_text()
+    assert "\n\n" not in resumed  # blank lines after the last line kept are dropped
     assert results(resumed) == results(whole)  # as if it had never stopped
     table = [ln.split()[:4] for ln in out.splitlines() if ln.startswith("regular")]
     assert table == [["regular", "3", *whole_out.split("regular")[1].split()[1:3]]]

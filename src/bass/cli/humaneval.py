@@ -22,6 +22,7 @@ from .results import (
     check_output_flags,
     check_writable,
     differences,
+    scan_lines,
 )
 from .scaleout import check_unused, seed_in
 from .settings import note_sampling, resolve_config
@@ -232,36 +233,21 @@ def eval_settings(config, args, n: int, names: list[str]) -> dict:
 def _read_done(path: Path, problems, names: list[str], n: int, settings: dict) -> dict:
     """For ``--resume``: ``{task_id: {method: ProblemScore}}`` of the problems ``path``
     holds, each line checked against this evaluation (its problems, methods, ``n`` and
-    ``settings``); a last line cut short is removed (it is evaluated again)."""
-    if not path.exists():
-        return {}
+    ``settings``); a last line cut short is removed (it is evaluated again), and blank
+    lines after the last one."""
     chosen = {p["task_id"] for p in problems}
     done: dict[str, dict] = {}
-    cut, partial, number = 0, b"", 0
-    try:
-        with path.open("rb") as f:
-            for number, line in enumerate(f, 1):
-                if not line.endswith(b"\n"):
-                    partial = line
-                    break
-                cut += len(line)
-                if line.strip():
-                    task, scores = _line(line, f"--output {path}:{number}", chosen, names, n,
-                                         settings)  # fmt: skip
-                    if task in done:
-                        raise UsageError(
-                            f"--output {path}:{number}: a second line of {task}; the file is "
-                            "corrupt: remove the extra line, or rerun with --overwrite"
-                        )
-                    done[task] = scores
-    except OSError as exc:
-        raise UsageError(f"--output {path}: cannot read it to resume: {exc.strerror}") from None
-    if partial:  # cut short (a killed run): evaluated again, if it starts as a line does
-        start = b'{"task_id": '
-        if not (partial.startswith(start) or start.startswith(partial)):
-            raise _not_a_line(f"--output {path}:{number}")
-        with path.open("r+b") as f:
-            f.truncate(cut)
+
+    def each(line: bytes, number: int) -> None:
+        task, scores = _line(line, f"--output {path}:{number}", chosen, names, n, settings)
+        if task in done:
+            raise UsageError(
+                f"--output {path}:{number}: a second line of {task}; the file is "
+                "corrupt: remove the extra line, or rerun with --overwrite"
+            )
+        done[task] = scores
+
+    scan_lines(path, each, b'{"task_id": ', _not_a_line)
     return done
 
 

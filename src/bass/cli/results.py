@@ -23,6 +23,7 @@ __all__ = [
     "deferred_interrupts",
     "not_a_row",
     "read_done",
+    "scan_lines",
 ]
 
 
@@ -178,44 +179,58 @@ def read_done(
 ) -> tuple[set[tuple[int, int]], int]:
     """For ``--resume``: the ``(prompt index, sample)`` rows the results file ``path``
     holds, each checked against this run (``prompts``, ``n``, ``settings``), and how many
-    carry no ``settings`` (an older bass's); a last line cut short is then removed (with
-    ``truncate``)."""
-    if not path.exists():
-        return set(), 0
+    carry no ``settings`` (an older bass's); a last line cut short, and blank lines after
+    the last row, are then removed (with ``truncate``)."""
     done: dict[tuple[int, int], int] = {}  # row -> its line
-    unchecked = number = cut = 0  # cut: where the complete lines end
+    unchecked = 0
+
+    def each(line: bytes, number: int) -> None:
+        nonlocal unchecked
+        row = _row(line, f"--output {path}:{number}", prompts, n, settings)
+        unchecked += "settings" not in row
+        key = (row["prompt_index"], row["sample"])
+        if key in done:  # two runs wrote the file at once (an older bass did not)
+            raise UsageError(
+                f"--output {path}:{number}: a second row of prompt {key[0]}, sample "
+                f"{key[1]} (the first is line {done[key]}); the file is corrupt "
+                "(written by two runs at once?): remove the extra lines, or rerun "
+                "with --overwrite (not --resume) to start over"
+            )
+        done[key] = number
+
+    # a line cut short is cut from the file only if it starts as every row does (its
+    # first key: the prompt); its row is generated again
+    scan_lines(path, each, b'{"prompt": ', not_a_row, truncate=truncate)
+    return set(done), unchecked
+
+
+def scan_lines(path: Path, each, start: bytes, refuse, *, truncate: bool = True) -> None:
+    """``each(line, number)`` for every complete, non-blank line of the results file
+    ``path`` (``--resume`` reads it line by line: a file of millions of rows stays on
+    disk). With ``truncate``, what follows the last such line goes: blank lines (the next
+    run's rows follow its last row) and a last line cut short (a killed run's), which
+    must start as ``start`` (else ``refuse(where)`` is raised, nothing changed)."""
+    if not path.exists():
+        return
+    number = cut = kept = 0  # cut: where the complete lines end; kept: the last one's end
     partial = b""
     try:
-        with path.open("rb") as f:  # line by line: a file of millions of rows stays on disk
+        with path.open("rb") as f:
             for number, line in enumerate(f, 1):
                 if not line.endswith(b"\n"):  # a partial last line
                     partial = line
                     break
                 cut += len(line)
-                if not line.strip():
-                    continue
-                row = _row(line, f"--output {path}:{number}", prompts, n, settings)
-                unchecked += "settings" not in row
-                key = (row["prompt_index"], row["sample"])
-                if key in done:  # two runs wrote the file at once (an older bass did not)
-                    raise UsageError(
-                        f"--output {path}:{number}: a second row of prompt {key[0]}, sample "
-                        f"{key[1]} (the first is line {done[key]}); the file is corrupt "
-                        "(written by two runs at once?): remove the extra lines, or rerun "
-                        "with --overwrite (not --resume) to start over"
-                    )
-                done[key] = number
+                if line.strip():
+                    each(line, number)
+                    kept = cut
     except OSError as exc:
         raise UsageError(f"--output {path}: cannot read it to resume: {exc.strerror}") from None
-    if partial:  # its row is generated again
-        # cut from the file only if it starts as every row does (its first key: the prompt)
-        start = b'{"prompt": '
-        if not (partial.startswith(start) or start.startswith(partial)):
-            raise not_a_row(f"--output {path}:{number}")
-        if truncate:
-            with path.open("r+b") as f:
-                f.truncate(cut)
-    return set(done), unchecked
+    if partial.strip() and not (partial.startswith(start) or start.startswith(partial)):
+        raise refuse(f"--output {path}:{number}")
+    if truncate and kept < cut + len(partial):
+        with path.open("r+b") as f:
+            f.truncate(kept)
 
 
 def differences(theirs: dict, ours: dict) -> str:
