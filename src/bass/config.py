@@ -188,18 +188,10 @@ def _build_policy(section, source: str, label) -> None:
 def _load_drafter(name: str, source: str, key: str) -> None:
     """An installed drafter's name in ``[model].draft`` (``--draft``) loaded and built once,
     so that a plugin that fails is reported here, with the file and key (before any model
-    loads); another name is a model's: a local path that does not exist, or a drafter's
-    name mistyped, is refused here too (:func:`bass.models.check_source`)."""
-    from . import drafters, models
+    loads); another name is a model's, checked where it loads."""
+    from . import drafters
 
-    installed = drafters.available()
-    if name not in installed:  # a model's source: a path that does not exist, a drafter's
-        try:  # name mistyped (ngramm), named with the file and key here
-            models.check_source(name, tuple(installed))
-        except models.ModelNotFoundError as exc:
-            raise ConfigError(
-                f"{source}: {key} = {name!r}: {exc}", option="draft", value=name
-            ) from None
+    if name not in drafters.available():
         return
     try:
         drafters.load(name)

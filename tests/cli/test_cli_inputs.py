@@ -133,6 +133,27 @@ def test_a_kv_budget_too_small_for_any_row_is_refused_before_the_models_load(
     assert _row_gib(model_dir, 9, models) <= least < 1.01 * _row_gib(model_dir, 9, models)
 
 
+@pytest.mark.parametrize(
+    ("draft", "said"),
+    [("ngrm", "did you mean 'ngram'?"), ("./no-such-model", "does not exist; check the path")],
+)
+def test_a_draft_that_is_no_drafter_and_no_model_is_named_as_it_was_set(
+    tmp_path, capsys, no_model_load, draft, said
+):
+    """By the file and key, or by its flag (before: the same words, named by neither); a
+    flag that overrides the file's draft is what counts (the file alone is not checked)."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'[model]\ndraft = "{draft}"\n')
+    rc, _, err = run(capsys, f"generate --config {config} hello")
+    line = one_error_line(err)
+    assert rc == 2 and f"{config}: [model].draft = {draft!r}: " in line and said in line
+    rc, _, err = run(capsys, f"generate --draft {draft} hello")
+    line = one_error_line(err)
+    assert rc == 2 and f"command line: --draft = {draft!r}: " in line and said in line
+    flag_error = one_error_line(run(capsys, f"generate --config {config} --draft none -o '' hi")[2])
+    assert "--output '': pass a file path" in flag_error  # the override passed the draft check
+
+
 def test_output_flags_that_say_nothing_or_contradict_are_refused(tmp_path, capsys, no_model_load):
     out = tmp_path / "out.jsonl"
     cases = {

@@ -217,18 +217,6 @@ def test_bad_value_in_a_file_names_the_file(tmp_path):
         load_config(path)
 
 
-@pytest.mark.parametrize(
-    ("draft", "said"),
-    [("ngrm", "did you mean 'ngram'?"), ("./no-such-model", "does not exist; check the path")],
-)
-def test_a_draft_that_is_no_drafter_and_no_model_names_the_file_and_key(tmp_path, draft, said):
-    """Before: the same words without the file and key, from the CLI's check."""
-    path = write(tmp_path, f'[model]\ndraft = "{draft}"\n')
-    with pytest.raises(ConfigError, match=re.escape(f"{path}: [model].draft = {draft!r}: ")) as e:
-        load_config(path)
-    assert said in str(e.value)
-
-
 def test_sampling_needs_positive_temperature():
     with pytest.raises(ConfigError, match="a number > 0 when do_sample is true"):
         Config.from_dict({"generation": {"do_sample": True, "temperature": 0}})

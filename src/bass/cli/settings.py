@@ -96,7 +96,29 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
         if args.config
         else "command line"
     )
-    return Config.from_dict(merged, source=source, labels=labels)
+    config = Config.from_dict(merged, source=source, labels=labels)
+    _check_draft_source(config, "--draft" if "model.draft" in labels else args.config)
+    return config
+
+
+def _check_draft_source(config: Config, where: str | None) -> None:
+    """A draft that is no installed drafter and no model here (a path that does not exist,
+    a drafter's name mistyped), refused before anything loads, named as it was set:
+    ``where`` is ``--draft`` or the config file (``None``: the default)."""
+    from .. import drafters, models
+
+    draft, installed = config.model.draft, tuple(drafters.available())
+    if draft in ("none", *installed):
+        return
+    try:
+        models.check_source(draft, installed)
+    except models.ModelNotFoundError as exc:
+        said = (
+            f"command line: --draft = {draft!r}"
+            if where == "--draft"
+            else (f"{where}: [model].draft = {draft!r}" if where else f"[model].draft = {draft!r}")
+        )
+        raise ConfigError(f"{said}: {exc}", option="draft", value=draft) from None
 
 
 def note_sampling(args, config: Config, n: int = 1) -> None:
