@@ -32,11 +32,6 @@ class ModelNotFoundError(FileNotFoundError):
     """A model name or path that cannot be loaded here, with what to do about it."""
 
 
-class ModelLoadError(ValueError):
-    """A model source that exists but does not load (no config.json, an architecture this
-    transformers does not know, a corrupt or truncated file); the cause is chained."""
-
-
 SOURCES = (
     "a Hugging Face model name, a transformers model directory with its config.json and "
     "weights, or a .gguf file"
@@ -63,7 +58,8 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
 
     Hub names need network access or the local Hugging Face cache; failures say which.
     A source that does not exist raises :class:`ModelNotFoundError`; one that exists but
-    is no model this transformers loads, :class:`ModelLoadError` (a ``ValueError``).
+    does not load raises what transformers raised, with a note naming the source and
+    what to pass.
     ``extra``: more ``from_pretrained`` arguments (e.g. tensor parallelism's,
     :func:`bass.compat.tensor_parallel_kwargs`).
     """
@@ -79,17 +75,17 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
             model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
         else:
             model = _from_hub(AutoModelForCausalLM, str(name_or_path), kwargs)
-    except Exception as exc:  # transformers' own words, named with the source
+    except Exception as exc:  # transformers' own error, as it is, with what bass knows
         from .distributed import DistributedError
 
-        passed = (ModelNotFoundError, ImportError, MemoryError, torch.OutOfMemoryError)
-        if isinstance(exc, (*passed, DistributedError)):
-            raise  # said already; a package missing (gguf); out of memory; a rank's failure
-        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-        reason = reason if len(reason) <= 300 else reason[:297] + "..."
-        raise ModelLoadError(
-            f"cannot load a causal LM from {name_or_path}: {reason} (pass {SOURCES})"
-        ) from exc
+        said = (ModelNotFoundError, ImportError, MemoryError, torch.OutOfMemoryError)
+        if not isinstance(exc, (*said, DistributedError)):  # not a model: which, what to pass
+            note = f"bass: cannot load a causal LM from {name_or_path} (pass {SOURCES})"
+            if hasattr(exc, "add_note"):  # Python >= 3.11 (PEP 678)
+                exc.add_note(note)
+            else:  # pragma: no cover - Python 3.10
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+        raise
     if device is not None:
         model = model.to(device)
     return model.eval()

@@ -159,8 +159,6 @@ def _load_lm(source, dtype, which: str, tp: int = 1):
         ) from exc
     except Exception as exc:  # named with its source; --debug shows it
         # not a model directory, an unknown architecture, a corrupt or truncated file
-        if isinstance(exc, models.ModelLoadError) and exc.__cause__ is not None:
-            exc = exc.__cause__  # transformers' words, named here with the flag
         also = ""
         if which == "draft":
             from .. import drafters
