@@ -392,17 +392,25 @@ class _Guarded(Drafter):
         return self._start(state, passes, max_len, device)
 
     def _read_only(self, hook: str, call):
+        shown = _SHOWN[hook]
+
         def checked(*args, **kwargs):
             seqs = self._rows.seqs if self._rows is not None else None
             if seqs is None:
                 return call(*args, **kwargs)
-            before = _rows_seen(seqs)
+            slots = shown(*args) or range(len(seqs))  # the rows the hook was shown
+            before = _rows_seen(seqs, slots)
             out = call(*args, **kwargs)
-            if self._rows.seqs is not seqs or _rows_seen(seqs) != before:
+            if (
+                self._rows.seqs is not seqs
+                or len(seqs) != before[0]  # before indexing: a slot may be gone
+                or _rows_seen(seqs, slots) != before
+            ):
                 raise PluginError(
-                    f"{self.who} changed the engine's rows in {hook}() ({_changed(seqs, before)}): "
-                    "view.state and what it holds are read-only; a drafter keeps its own "
-                    "state (copy a row before changing it: list(view.state.seqs[slot]))",
+                    f"{self.who} changed the engine's rows in {hook}() "
+                    f"({_changed(seqs, slots, before)}): view.state and what it holds are "
+                    "read-only; a drafter keeps its own state (copy a row before changing "
+                    "it: list(view.state.seqs[slot]))",
                     plugin=self.who,
                     hook=hook,
                 )
@@ -425,23 +433,36 @@ class _Guarded(Drafter):
         return getattr(self.inner, name)
 
 
-def _rows_seen(seqs: list[list[int]]) -> tuple:
-    """What a hook must leave as it found it: each slot's list (identity), length and
-    newest token."""
-    return list(map(id, seqs)), list(map(len, seqs)), [s[-1] if s else None for s in seqs]
+# the slots each hook is shown (its arguments): what it must leave as it found them
+_SHOWN = {
+    "offer": lambda view: view.slots,
+    "propose": lambda view, lengths: view.slots,
+    "commit": lambda proposal, accepted: proposal.slots,  # [] if a drafter left it out: all
+    "admit": lambda state, slots: slots,
+    "compact": lambda keep: keep,
+}
 
 
-def _changed(seqs: list[list[int]], before: tuple) -> str:
+def _rows_seen(seqs: list[list[int]], slots) -> list:
+    """What a hook must leave as it found it: each of ``slots``' list (identity), length
+    and newest token, and how many slots there are (O(slots shown))."""
+    return [
+        len(seqs),
+        *((id(r), len(r), r[-1] if r else None) for r in map(seqs.__getitem__, slots)),
+    ]
+
+
+def _changed(seqs: list[list[int]], slots, before: list) -> str:
     """Which slot changed, and how, for the error."""
-    ids, lens, last = before
-    for s, seq in enumerate(seqs[: len(ids)]):
-        if id(seq) != ids[s]:
+    for s, (ident, n, last) in zip(slots, before[1:]):
+        row = seqs[s] if s < len(seqs) else []
+        if id(row) != ident:
             return f"slot {s}'s list was replaced"
-        if len(seq) != lens[s]:
-            return f"slot {s} went from {lens[s]} to {len(seq)} tokens"
-        if seq and seq[-1] != last[s]:
-            return f"slot {s}'s newest token went from {last[s]} to {seq[-1]}"
-    return f"the slots went from {len(ids)} to {len(seqs)}"
+        if len(row) != n:
+            return f"slot {s} went from {n} to {len(row)} tokens"
+        if row and row[-1] != last:
+            return f"slot {s}'s newest token went from {last} to {row[-1]}"
+    return f"the slots went from {before[0]} to {len(seqs)}"
 
 
 def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None:
