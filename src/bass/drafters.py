@@ -373,7 +373,8 @@ class _Guarded(Drafter):
     (:func:`bass.plugins.guard`); its attributes read through (``model``, ``cache``...).
     The rows it is shown are the engine's: a hook that changes one (``state.seqs[slot]``
     replaced, grown, shrunk or its newest token overwritten) is a :class:`PluginError`,
-    not wrong output (checked in O(slots) per hook; a write inside a row is not seen)."""
+    not wrong output (checked over the slots each hook is shown; a write inside a row,
+    or to a row it was not shown, is not seen)."""
 
     def __init__(self, inner: Drafter, who: str):
         self.inner, self.who = inner, who

@@ -227,11 +227,13 @@ class AdaptivePolicy(OptionsMixin, Policy):
     pace: dict[int, float] = field(init=False, default_factory=dict)
     spread: dict[int, float] = field(init=False, default_factory=dict)
     clock: float | None = field(init=False, default=None)
-    # a drafter that can always draft (a model): after a plan of no drafts, the next
-    # ``hold`` steps (1, 3, 7, ... up to hold_max) draft none without planning (``held``
-    # of them left); a plan with drafts resets it
+    # a drafter that can always draft (a model), planning that costs more than ``margin``
+    # of a plain step: after a plan of no drafts, the next ``hold`` steps (1, 3, 7, ... up
+    # to hold_max) of the same rows draft none without planning (``held`` of them left);
+    # a plan with drafts, or rows joining or leaving, ends it
     hold: int = field(init=False, default=0)
     held: int = field(init=False, default=0)
+    held_rows: tuple = field(init=False, default=())
     hold_max: ClassVar[int] = 7
 
     def __post_init__(self) -> None:
@@ -324,10 +326,12 @@ class AdaptivePolicy(OptionsMixin, Policy):
         ]
         ends = self.ends(ctx.prompts, [m + 1 for m in ctx.caps], ctx.waiting)
         self.values = self.values_at(ends)
-        if self.held > 0 and ctx.available is None:  # 3) drafting did not pay: decided
-            self.held -= 1  # again after a few steps (docs: "What deciding costs")
+        rows = tuple(ctx.prompts)
+        if self.held > 0 and ctx.available is None and rows == self.held_rows:
+            self.held -= 1  # 3) a plan of no drafts holds (docs: "What deciding costs")
             ks = [0] * R
         else:
+            t0 = time.perf_counter()
             rates = [self.acceptance(r, s) for r, s in zip(ctx.prompts, signal, strict=True)]
             # at most twice as wide as the widest pass measured: C beyond is an extrapolation
             ks = self.allocate(
@@ -338,8 +342,10 @@ class AdaptivePolicy(OptionsMixin, Policy):
                 limit=2 * max(1, self.widest),
                 ends=ends,
             )
-            self.hold = 0 if any(ks) else min(2 * self.hold + 1, self.hold_max)
-            self.held = self.hold
+            # planning again at once pays unless it costs more than drafting must save
+            dear = time.perf_counter() - t0 > self.margin * (self.cost(R) or math.inf)
+            self.hold = min(2 * self.hold + 1, self.hold_max) if dear and not any(ks) else 0
+            self.held, self.held_rows = self.hold, rows
         self.explore(ctx.prompts, ks, caps, model=ctx.drafter == "model")
         return ks
 
