@@ -70,7 +70,8 @@ def check_kv_budget(config: Config, gib: float | None, tp: int = 1) -> None:
     per_token, windowed = 0, False
     for i, source in enumerate(sources):
         cfg = _config_if_local(source, config.model.dtype)
-        if cfg is not None:
+        # a quantized checkpoint: the real check sizes by its parameters' width, not --dtype
+        if cfg is not None and not getattr(cfg, "quantization_config", None):
             per_token += kv_bytes_per_token(cfg, itemsize, tp if i == 0 else 1)
             windowed |= bool(getattr(cfg.get_text_config(), "sliding_window", None))
     # a row's cache: its prompt plus max_new_tokens, one position less with a sliding
