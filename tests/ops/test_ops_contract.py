@@ -439,6 +439,33 @@ def test_length_checks_false_skips_the_range_check():
         attention(*bad)
 
 
+def test_length_checks_false_in_one_thread_leaves_another_threads_checked():
+    """A generation turns the checks off around its steps: an op another thread calls
+    meanwhile (a user's own model) is still checked. Before: the switch was the process's,
+    and a bad length there wrote past the cache or read garbage, silently."""
+    import threading
+
+    bad = replace(ARGS, kv_lens=lens((6, 3, 0)), q_lens=lens((2, 1, 1)))  # q_len > kv_len
+    inside, done, seen = threading.Event(), threading.Event(), []
+
+    def generation():
+        with bass.ops.length_checks(False):
+            inside.set()
+            done.wait(30)
+
+    worker = threading.Thread(target=generation)
+    worker.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(ValueError, match="expected q_lens"):
+            attention(*bad)
+        seen.append(True)
+    finally:
+        done.set()
+        worker.join(30)
+    assert seen == [True]
+
+
 def test_length_checks_false_keeps_the_metadata_checks():
     with bass.ops.length_checks(False), pytest.raises(TypeError, match="must be int32"):
         attention(*replace(ARGS, q_lens=q_lens.long()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -22,7 +23,8 @@ PAD_OUTPUT = 0.0  # the output of every query slot or token that belongs to no r
 # generation compiles a handful of graphs instead of one per draft length.
 QUERY_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
-_CHECK_LENGTHS = [True]
+# per thread: a generation turning its checks off leaves another thread's ops checked
+_CHECK_LENGTHS = threading.local()
 
 lib = torch.library.Library("bass", "DEF")
 lib.define(
@@ -59,12 +61,14 @@ def bucket_query_len(t: int) -> int:
 
 @contextlib.contextmanager
 def length_checks(enabled: bool) -> Iterator[None]:
-    """Turn the host-side range checks of length tensors on or off within a block."""
-    old, _CHECK_LENGTHS[0] = _CHECK_LENGTHS[0], enabled
+    """Turn the host-side range checks of length tensors on or off within a block, in
+    the calling thread (ops that other threads call meanwhile keep theirs)."""
+    old = getattr(_CHECK_LENGTHS, "on", True)
+    _CHECK_LENGTHS.on = enabled
     try:
         yield
     finally:
-        _CHECK_LENGTHS[0] = old
+        _CHECK_LENGTHS.on = old
 
 
 _PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__  # a subclass that dispatches as a tensor
@@ -73,7 +77,7 @@ _PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__  # a subclass that dispatches 
 def checking_lengths(*tensors: torch.Tensor) -> bool:
     """Whether range checks run on these tensors: checks on, and every tensor a plain
     eager tensor holding data (not fake, meta, functional or traced)."""
-    if not _CHECK_LENGTHS[0] or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not getattr(_CHECK_LENGTHS, "on", True):
         return False
     for t in tensors:
         # fake, functional and other wrapper subclasses hold no data to read; plain-data
