@@ -417,3 +417,16 @@ def test_a_model_bass_refuses_is_a_user_error(tmp_path, capsys):
     line = one_error_line(err)
     assert "uses a sliding window of 8 tokens but this generation feeds 21 positions" in line
     assert "bug" not in err and "--resume" not in err
+
+
+@pytest.mark.parametrize("command", ["ops", "generate --max-new-tokens 2 hello"])
+def test_a_bad_auto_attention_setting_is_the_users_to_fix_not_a_bug(
+    monkeypatch, capsys, model_dir, command
+):
+    """Before: "internal error: ValueError ... (a bug in bass: please report it)", status 1."""
+    monkeypatch.setenv("BASS_AUTO_ATTENTION", "nope")
+    command = command.replace("generate", f"generate --main {model_dir} {FAST}")
+    rc, _, err = run(capsys, command)
+    line = one_error_line(err)
+    assert rc == 2 and "$BASS_AUTO_ATTENTION='nope' names no ragged attention" in line
+    assert "internal error" not in err

@@ -349,7 +349,8 @@ def test_attention_is_inference_only(names):
     grad_args = replace(args, **{n: args["qkv".index(n)].clone().requires_grad_() for n in names})
     message = (
         f"bass.ragged_attention is inference-only and has no backward, but {', '.join(names)} "
-        "require grad; call it under torch.no_grad() / torch.inference_mode()"
+        f"require{'s' if len(names) == 1 else ''} grad; call it under torch.no_grad() / "
+        "torch.inference_mode()"
     )
     with pytest.raises(RuntimeError, match=re.escape(message)):
         attention(*grad_args)
@@ -589,7 +590,7 @@ def test_kv_append_wrapper_is_inference_only():
     k_cache, v_cache, k_new, v_new, cache_lens, new_lens = append_args()
     k_new.requires_grad_()
     with pytest.raises(
-        RuntimeError, match=r"bass.kv_append is inference-only .* k_new require grad"
+        RuntimeError, match=r"bass.kv_append is inference-only .* k_new requires grad"
     ):
         bass.ops.kv_append(k_cache, v_cache, k_new, v_new, cache_lens, new_lens)
     with torch.no_grad():

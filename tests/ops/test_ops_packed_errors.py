@@ -178,7 +178,7 @@ def test_one_tensor_as_both_caches_a_cache_needing_grad_and_head_dim_0_are_named
     torch.ops.bass.kv_append_packed(fused[..., :2], fused[..., 2:], new, 2 * new, cu, lens)
     assert fused[0, 0, :2].tolist() == [[1.0, 1.0, 2.0, 2.0]] * 2
     grad = torch.zeros(1, 1, 4, 2, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"inference-only .* but k_cache require grad"):
+    with pytest.raises(RuntimeError, match=r"inference-only .* but k_cache requires grad"):
         torch.ops.bass.kv_append_packed(grad, cache.clone(), new, new, cu, lens)
     empty = torch.zeros(1, 1, 4, 0)
     with pytest.raises(ValueError, match="the head dim D must be >= 1"):
@@ -230,7 +230,7 @@ def test_attention_is_inference_only(names):
     grads = {n: args[n].detach().clone().requires_grad_() for n in names}
     message = (
         "bass.ragged_attention_packed is inference-only and has no backward, but "
-        f"{', '.join(names)} require grad"
+        f"{', '.join(names)} require{'s' if len(names) == 1 else ''} grad"
     )
     with pytest.raises(RuntimeError, match=re.escape(message)):
         torch.ops.bass.ragged_attention_packed(*replace(**grads))
@@ -336,12 +336,12 @@ def test_a_compiled_call_is_inference_only_too(op):
     if op == "attention":
         args = replace(q=ARGS[0].detach().clone().requires_grad_())
         fn = torch.ops.bass.ragged_attention_packed
-        name = "bass.ragged_attention_packed is inference-only .* but q require grad"
+        name = "bass.ragged_attention_packed is inference-only .* but q requires grad"
     else:
         args = list(replace_append())
         args[0] = args[0].clone().requires_grad_()
         fn = torch.ops.bass.kv_append_packed
-        name = "bass.kv_append_packed is inference-only .* but k_cache require grad"
+        name = "bass.kv_append_packed is inference-only .* but k_cache requires grad"
     before = args[0].detach().clone()
     compiled = torch.compile(lambda *a: fn(*a), fullgraph=True, backend="aot_eager")
     with pytest.raises(RuntimeError, match=name):

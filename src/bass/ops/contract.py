@@ -125,7 +125,8 @@ def check_no_grad(op: str, **tensors: torch.Tensor) -> None:
     if needing:
         raise RuntimeError(
             f"{op} is inference-only and has no backward, but {', '.join(needing)} "
-            "require grad; call it under torch.no_grad() / torch.inference_mode() "
+            f"require{'s' if len(needing) == 1 else ''} grad; call it under torch.no_grad() / "
+            "torch.inference_mode() "
             "or pass detached tensors"
         )
 

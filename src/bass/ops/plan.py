@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..errors import ConfigError
 from . import contract, cutlass, flex, fused, reference, sdpa
 from .contract import (
     LENGTH_DTYPE,
@@ -119,10 +120,12 @@ def auto_pick(device_type: str, kind: str) -> tuple[str, str]:
     can run in this process (:func:`resolve` adds that check)."""
     forced = os.environ.get(AUTO_OVERRIDE)
     if forced:
-        if forced not in IMPLEMENTATIONS:
-            raise ValueError(
+        if forced not in IMPLEMENTATIONS:  # a setting a user fixes (the CLI: status 2)
+            raise ConfigError(
                 f"${AUTO_OVERRIDE}={forced!r} names no ragged attention implementation; "
-                f"registered: {', '.join(IMPLEMENTATIONS)} (or unset it)"
+                f"registered: {', '.join(IMPLEMENTATIONS)} (or unset it)",
+                option=AUTO_OVERRIDE,
+                value=forced,
             )
         return forced, f"${AUTO_OVERRIDE}"
     unset = ("reference", f"no implementation chosen for {device_type} {kind} passes")
