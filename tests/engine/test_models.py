@@ -35,6 +35,7 @@ def test_a_source_that_is_no_model_names_itself_and_what_to_pass(tmp_path, what)
     mmap an empty file``) alone from the API, where the CLI said what to pass; now with
     a note (PEP 678) naming the source and what to pass, its type kept."""
     if what.endswith("file"):
+        pytest.importorskip("gguf")  # without it: an ImportError saying to install it
         source = tmp_path / "empty.gguf"
         source.write_bytes(b"")
     else:
