@@ -71,7 +71,7 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype=None, device=None, 
     local = check_source(name_or_path)
     try:
         if path.suffix == ".gguf":
-            model = _from_gguf(AutoModelForCausalLM, path, kwargs, f"model-{kwargs['dtype']}")
+            model = _from_gguf(AutoModelForCausalLM, path, kwargs, gguf_model_key(kwargs["dtype"]))
         elif local:
             model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
         else:
@@ -112,6 +112,11 @@ def check_source(name_or_path, drafter_names: tuple[str, ...] = ()) -> bool:
             f"{close[0]!r}? (a Hugging Face model is named owner/name)"
         )
     return False
+
+
+def gguf_model_key(dtype: torch.dtype) -> str:
+    """The ``what`` of :func:`gguf_cache_entry` for a GGUF model de-quantized to ``dtype``."""
+    return f"model-{dtype}"
 
 
 def gguf_cache_entry(path: Path, what: str) -> Path | None:

@@ -93,6 +93,7 @@ def _config_if_local(source, dtype: str):
     ``None`` (parsing a .gguf file itself takes seconds)."""
     from pathlib import Path
 
+    import torch
     from transformers import AutoConfig
 
     from .. import models
@@ -100,7 +101,7 @@ def _config_if_local(source, dtype: str):
     path = Path(source)
     try:
         if path.suffix == ".gguf":
-            entry = models.gguf_cache_entry(path, f"model-torch.{dtype}")  # as loading's
+            entry = models.gguf_cache_entry(path, models.gguf_model_key(getattr(torch, dtype)))
             return AutoConfig.from_pretrained(str(entry)) if entry and entry.is_dir() else None
         if models.check_source(source):
             return models.load_config(source)
