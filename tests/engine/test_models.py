@@ -142,7 +142,7 @@ def test_gguf_cache_follows_the_file_and_can_be_turned_off(gguf, monkeypatch):
         path.write_bytes(big)
         os.utime(path, ns=(1, 1))
         entry = bass.models.gguf_cache_entry(path, "tokenizer")
-        big[at : at + length] = bytes(length)
+        big[at : at + length] = bytes(b ^ 0xFF for b in big[at : at + length])  # each differs
         path.write_bytes(big)
         os.utime(path, ns=(1, 1))
         assert bass.models.gguf_cache_entry(path, "tokenizer") != entry, at
