@@ -25,6 +25,7 @@ from .report import comparison_text, plot_steps, summary_text
 from .results import (
     LineWriter,
     Prompt,
+    check_chat,
     check_not_inputs,
     check_output_flags,
     check_writable,
@@ -309,7 +310,7 @@ def cmd_generate(args) -> int:
     if scale.prints:
         note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
-    done, unchecked = set(), 0
+    done, unchecked, chats = set(), 0, {}
     if args.resume:  # the shards of a stopped data-parallel run join --output first
 
         def merge() -> None:  # every file checked before any is changed
@@ -321,7 +322,7 @@ def cmd_generate(args) -> int:
             scaleout.merge(out_path)
 
         scale.first(merge)
-        done, unchecked = read_done(out_path, prompts, n, settings)
+        done, unchecked = read_done(out_path, prompts, n, settings, chats=chats)
     if unchecked and scale.prints:
         say(
             f"note: --resume: {unchecked} rows in {out_path} carry no settings (written by an "
@@ -350,6 +351,8 @@ def cmd_generate(args) -> int:
         config, log=log, tp=scale.topo.tp, bars=enabled, owner=args.owner
     )
     chat = use_chat(tokenizer, config)
+    check_chat(chats, chat, tokenizer)  # --resume: as the rows were made
+    settings["chat"] = chat  # the rows say whether the template applied
     gen = make_generator(main, draft, config, tokenizer)
     plain = make_generator(main, None, config) if args.compare else None
     needed = dict.fromkeys(i for i, _ in todo)

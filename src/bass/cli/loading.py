@@ -9,7 +9,14 @@ from typing import Any
 from ..config import Config
 from .errors import UsageError, flag_error, one_line, say
 
-__all__ = ["check_kv_budget", "check_sources", "load_models", "make_generator", "use_chat"]
+__all__ = [
+    "check_kv_budget",
+    "check_sources",
+    "has_chat_template",
+    "load_models",
+    "make_generator",
+    "use_chat",
+]
 
 
 def load_models(config: Config, *, log=None, tp: int = 1, bars: bool = True, owner=False):
@@ -195,7 +202,7 @@ def make_generator(main, draft, config: Config, tokenizer=None):
 def use_chat(tokenizer, config: Config) -> bool:
     """Whether prompts go through the chat template: ``[model].chat`` (``--chat``), or,
     left out, whether the tokenizer has one."""
-    has_template = getattr(tokenizer, "chat_template", None) is not None
+    has_template = has_chat_template(tokenizer)
     if config.model.chat is None:
         return has_template
     if config.model.chat and not has_template:
@@ -204,3 +211,8 @@ def use_chat(tokenizer, config: Config) -> bool:
             "drop --chat (or set chat = false in [model])"
         )
     return config.model.chat
+
+
+def has_chat_template(tokenizer) -> bool:
+    """Whether ``tokenizer`` has a chat template (what ``[model].chat`` left out means)."""
+    return getattr(tokenizer, "chat_template", None) is not None

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import UsageError
+from .loading import has_chat_template
 
 __all__ = [
     "LineWriter",
     "Prompt",
+    "check_chat",
     "check_not_inputs",
     "check_writable",
     "deferred_interrupts",
@@ -175,12 +177,20 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 def read_done(
-    path: Path, prompts: list[str], n: int, settings: dict, *, truncate: bool = True
+    path: Path,
+    prompts: list[str],
+    n: int,
+    settings: dict,
+    *,
+    truncate: bool = True,
+    chats: dict | None = None,
 ) -> tuple[set[tuple[int, int]], int]:
     """For ``--resume``: the ``(prompt index, sample)`` rows the results file ``path``
     holds, each checked against this run (``prompts``, ``n``, ``settings``), and how many
     carry no ``settings`` (an older bass's); a last line cut short, and blank lines after
-    the last row, are then removed (with ``truncate``)."""
+    the last row, are then removed (with ``truncate``). A ``chat`` left out (null) on
+    either side is checked once the tokenizer is known (:func:`check_chat`): the rows'
+    ``chat`` values go into ``chats`` (value -> the first line with it)."""
     done: dict[tuple[int, int], int] = {}  # row -> its line
     unchecked = 0
 
@@ -188,6 +198,8 @@ def read_done(
         nonlocal unchecked
         row = _row(line, f"--output {path}:{number}", prompts, n, settings)
         unchecked += "settings" not in row
+        if chats is not None and isinstance(row.get("settings"), dict):
+            chats.setdefault(row["settings"].get("chat"), f"--output {path}:{number}")
         key = (row["prompt_index"], row["sample"])
         if key in done:  # two runs wrote the file at once (an older bass did not)
             raise UsageError(
@@ -233,6 +245,32 @@ def scan_lines(path: Path, each, start: bytes, refuse, *, truncate: bool = True)
             f.truncate(kept)
 
 
+def _agree(theirs, ours: dict) -> bool:
+    """Whether a row's settings are this run's; ``chat`` left out (null, on either side)
+    agrees here: whether the template applies is known once the tokenizer is
+    (:func:`check_chat`)."""
+    if not isinstance(theirs, dict):
+        return False
+    if theirs.get("chat") is None or ours.get("chat") is None:
+        theirs, ours = {**theirs, "chat": None}, {**ours, "chat": None}
+    return theirs == ours
+
+
+def check_chat(chats: dict, chat: bool, tokenizer) -> None:
+    """``--resume``, once the tokenizer is known: the rows (their ``chat`` values, as
+    :func:`read_done` gathered them; null: the template where ``tokenizer`` has one) went
+    through the chat template as this run's prompts do (``chat``)."""
+    for theirs, where in chats.items():
+        if (has_chat_template(tokenizer) if theirs is None else theirs) != chat:
+            raise UsageError(
+                f"{where}: a row generated {'without' if chat else 'with'} the chat template, "
+                f"but this run's prompts go {'through it' if chat else 'without it'} (chat: "
+                f"{json.dumps(theirs)} there, {json.dumps(chat)} now); "
+                "--resume continues a run with the same generation settings: rerun with "
+                f"{'--chat' if not chat else '--no-chat'}, or use another --output"
+            )
+
+
 def differences(theirs: dict, ours: dict) -> str:
     """The settings a file's line (``theirs``) and this run (``ours``) differ in, as
     ``key: value there, value now`` for ``--resume``'s refusal."""
@@ -272,7 +310,7 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
             f"from 0, so 0-{n - 1}); --resume needs the --samples of the run that wrote the file"
         )
     theirs = row.get("settings")
-    if "settings" in row and theirs != settings:
+    if "settings" in row and not _agree(theirs, settings):
         if not isinstance(theirs, dict):
             raise not_a_row(where)
         raise UsageError(
