@@ -125,9 +125,10 @@ def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> Co
     )
 
 
-def _table(d: dict, table: str, cls: type, source: str, labels: dict[str, str]):
+def _table(d: dict, table: str, cls: type, source: str, labels: dict[str, str], build: bool):
     """``[table]`` of the document ``d`` as ``cls``: every key checked (keys left out:
-    defaults), then the checks between its options."""
+    defaults), then the checks between its options (with ``build``, ``[policy]``'s policy
+    or ``[model]``'s installed drafter built once)."""
     raw = {} if d.get(table) is None else d[table]
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -148,8 +149,9 @@ def _table(d: dict, table: str, cls: type, source: str, labels: dict[str, str]):
     section = cls(**{k: check(k, v) for k, v in raw.items() if v is not None})
     if table == "policy":
         check("name", section.name)  # the default too: it must be installed
-        _build_policy(section, source, label)
-    elif table == "model" and section.draft not in (None, "none"):
+        if build:
+            _build_policy(section, source, label)
+    elif table == "model" and build and section.draft not in (None, "none"):
         _load_drafter(section.draft, source, label("draft"))
     elif table == "generation":
         how = label("temperature")  # as the user typed it
@@ -217,11 +219,19 @@ class Config:
 
     @classmethod
     def from_dict(
-        cls, d: dict, *, source: str = "config", labels: dict[str, str] | None = None
+        cls,
+        d: dict,
+        *,
+        source: str = "config",
+        labels: dict[str, str] | None = None,
+        build: tuple[str, ...] = ("policy", "model"),
     ) -> Config:
         """Validate ``d`` (a parsed TOML document) into a :class:`Config`: ``source``
         names where it came from in error messages (a file path), ``labels`` what a user
-        typed instead of ``"table.key"`` (a flag such as ``"--temperature"``)."""
+        typed instead of ``"table.key"`` (a flag such as ``"--temperature"``). The plugins
+        of the tables in ``build`` (``[policy]``'s policy, ``[model]``'s installed drafter)
+        are built once, so that one that fails, or options the policy refuses, are
+        reported here."""
         if not isinstance(d, dict):
             raise ConfigError(f"{source}: expected a table of tables, got {type(d).__name__}")
         unknown = [k for k in d if k not in TABLES]
@@ -229,7 +239,12 @@ class Config:
             raise _unknown(source, "table", unknown, [f"[{t}]" for t in TABLES])
         # in order: a bad [policy] is reported before [generation]
         tables = {f.name: f.default_factory for f in fields(cls)}
-        return cls(**{t: _table(d, t, make, source, labels or {}) for t, make in tables.items()})
+        return cls(
+            **{
+                t: _table(d, t, make, source, labels or {}, t in build)
+                for t, make in tables.items()
+            }
+        )
 
     def to_dict(self) -> dict:
         """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""

@@ -253,7 +253,10 @@ class RepeatLast(Drafter):
     """Proposes the row's last token again (a drafter plugin for the tests)."""
 
     name = "repeat-last"
-    calls = 0
+    calls = built = 0
+
+    def __init__(self):
+        type(self).built += 1
 
     def start(self, state, passes, max_len, device):
         self.state = state
@@ -272,7 +275,7 @@ def plugin(monkeypatch):
         importlib.metadata.EntryPoint("ngram", "bass.drafters:NGramDrafter", "bass.drafters"),
     ]
     monkeypatch.setattr(bass.drafters, "entry_points", lambda: eps)
-    RepeatLast.calls = 0
+    RepeatLast.calls = RepeatLast.built = 0
 
 
 def test_a_drafter_plugin_by_name(model_dir, tmp_path, capsys, monkeypatch, plugin):
@@ -295,6 +298,20 @@ def test_a_drafter_plugin_by_name(model_dir, tmp_path, capsys, monkeypatch, plug
     line = one_error_line(err)
     assert rc == 2 and "cannot load the draft model from ./repeat-last" in line
     assert "an installed drafter (ngram, repeat-last) or 'none'" in line
+
+
+def test_a_config_files_drafter_plugin_is_built_once_to_check_it(
+    model_dir, tmp_path, capsys, plugin
+):
+    """Built once to check it before any model loads, once for the generation; never
+    when --draft chooses another (it was built for the file alone, then again)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\ndraft = "repeat-last"\n')
+    command = f"generate --main {model_dir} {FAST} --max-new-tokens 4 --config {cfg}"
+    rc, _, err = run(capsys, f"{command} --draft ngram hello world")
+    assert rc == 0 and RepeatLast.built == 0, err
+    rc, _, err = run(capsys, f"{command} hello world")
+    assert rc == 0 and RepeatLast.built == 2 and RepeatLast.calls > 0, err
 
 
 def test_a_broken_drafter_plugin_is_one_error_line(model_dir, capsys, monkeypatch):

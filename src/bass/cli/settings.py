@@ -41,7 +41,9 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
         raise UsageError(f"--config {args.config!r}: pass the path of a TOML file")
     if args.config:
         raw = read_toml(args.config)
-        Config.from_dict(raw, source=args.config)  # report file errors by the file's name
+        # the file's own errors named by the file (its plugins built here unless flags
+        # choose or set them: then below, once)
+        Config.from_dict(raw, source=args.config, build=_from_file(args))
     layered = _merge(defaults or {}, raw)
     flags: dict[str, dict] = {}
     labels = {}
@@ -96,9 +98,19 @@ def resolve_config(args: argparse.Namespace, defaults: dict | None = None) -> Co
         if args.config
         else "command line"
     )
-    config = Config.from_dict(merged, source=source, labels=labels)
+    built = _from_file(args) if args.config else ()
+    rest = tuple(t for t in ("policy", "model") if t not in built)
+    config = Config.from_dict(merged, source=source, labels=labels, build=rest)
     _check_draft_source(config, "--draft" if "model.draft" in labels else args.config)
     return config
+
+
+def _from_file(args) -> tuple[str, ...]:
+    """The tables whose plugin no flag chooses or sets up (``--policy``,
+    ``--policy-option``, ``--draft``): built with the config file's keys alone."""
+    chosen = {"policy": ("policy", "policy_option"), "model": ("draft",)}
+    given = {a for attrs in chosen.values() for a in attrs if getattr(args, a, None) is not None}
+    return tuple(t for t, attrs in chosen.items() if not given.intersection(attrs))
 
 
 def _check_draft_source(config: Config, where: str | None) -> None:
