@@ -202,8 +202,13 @@ def test_stop_ends_rows_and_is_cut_from_the_text(model_dir, tmp_path, capsys):
     assert rc == 2 and "--stop = [''] is not allowed" in err
 
 
-def test_stop_escapes():
-    assert unescape(r"a\nb\tc\\n\x") == "a\nb\tc\\n\\x"
+def test_stop_escapes(capsys):
+    assert unescape(r"a\nb\tc\\n\r\\x") == "a\nb\tc\\n\r\\x"
+    # another backslash: refused, not a stop that silently never matches ('\x' taken as is)
+    for text, said in [(r"\x", r"\x is no escape"), ("a\\", r"a \ at the end is no escape")]:
+        rc, _, err = run(capsys, f"generate --stop '{text}' hello")
+        assert rc == 2 and f"argument --stop: {text!r}: {said}" in one_error_line(err), err
+        assert r"for a backslash itself write \\" in err
     args = cli.build_parser().parse_args(["generate", "--stop", r"\n\n", "--stop", "#", "p"])
     assert resolve_config(args).generation.stop_strings == ["\n\n", "#"]
     # `--stop=--`: argparse takes the text -- as the end of the options; \- spells a dash

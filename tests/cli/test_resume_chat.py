@@ -45,12 +45,20 @@ def test_resume_compares_the_chat_template_as_applied(chat_model, tmp_path, caps
         assert len(read_jsonl(out)) == 2
     # the template applied there, not now (or the reverse): refused, the file as it was
     for there, now, said in [
-        (None, "--no-chat", "a row generated with the chat template, but this run's prompts "
-         "go without it (chat: null there, false now)"),  # fmt: skip
+        (
+            None,
+            "--no-chat",
+            "a row generated with the chat template, but this run's prompts "
+            "go without it (chat: null there, false now)",
+        ),
         (True, "--no-chat", "chat: true there, false now"),
-        (False, "", "a row generated without the chat template, but this run's prompts go "
-         "through it (chat: false there, true now); --resume continues a run with the same "
-         "generation settings: rerun with --no-chat"),  # fmt: skip
+        (
+            False,
+            "",
+            "a row generated without the chat template, but this run's prompts go "
+            "through it (chat: false there, true now); --resume continues a run with the same "
+            "generation settings: rerun with --no-chat",
+        ),
     ]:
         _keep_first_row(out, there)
         kept = out.read_text()

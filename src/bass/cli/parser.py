@@ -15,14 +15,25 @@ from ..options import OPTIONS
 
 __all__ = ["Parser", "build_parser", "flag_label", "unescape"]
 
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", "-": "-"}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "-": "-"}
 
 
 def unescape(text: str) -> str:
-    """``--stop`` text: ``\\n``, ``\\t``, ``\\\\`` and ``\\-`` become a newline, a tab, a
-    backslash and a dash (a newline is hard to type in a shell; ``--`` alone is taken as
-    the end of the options); anything else is taken as is."""
-    return re.sub(r"\\([nt\\-])", lambda m: _ESCAPES[m.group(1)], text)
+    """``--stop`` text: ``\\n``, ``\\t``, ``\\r``, ``\\\\`` and ``\\-`` become a newline, a
+    tab, a carriage return, a backslash and a dash (a newline is hard to type in a shell;
+    ``--`` alone is taken as the end of the options). Another backslash is refused (a stop
+    that silently never matches is worse): ``\\\\`` spells a backslash."""
+
+    def one(m: re.Match) -> str:
+        if m.group(1) in _ESCAPES:
+            return _ESCAPES[m.group(1)]
+        shown = "\\" + m.group(1) if m.group(1) else "a \\ at the end"
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {shown} is no escape bass knows (\\n newline, \\t tab, \\r carriage "
+            "return, \\\\ backslash, \\- dash); for a backslash itself write \\\\"
+        )
+
+    return re.sub(r"\\(.?)", one, text, flags=re.DOTALL)
 
 
 class Parser(argparse.ArgumentParser):
@@ -46,7 +57,8 @@ _SPECIAL = {
 }
 # Where a flag means more on the command line than its option's one-line doc says
 _NOTES = {
-    "stop_strings": "repeatable; \\n is a newline, \\t a tab, \\\\ a backslash, \\- a dash; "
+    "stop_strings": "repeatable; \\n is a newline, \\t a tab, \\r a carriage return, \\\\ a "
+    "backslash, \\- a dash (another backslash is refused); "
     "the text is shown without it",
     "seed": "eval: per problem, the same for every method",
     "chat": "eval: no",
