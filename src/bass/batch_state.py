@@ -192,7 +192,11 @@ def as_prompts(prompts) -> list[list[int]]:
             "each prompt's own ids, e.g. tokenizer(texts)['input_ids']"
         )
     if not isinstance(prompts, Sequence):
-        raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+        encoded = hasattr(prompts, "keys") and "input_ids" in prompts  # BatchEncoding
+        hint = "; pass its ['input_ids'] (unpadded)" if encoded else ""
+        raise TypeError(
+            f"prompts must be a list of token-id lists, got {type(prompts).__name__}{hint}"
+        )
     out = []
     for i, p in enumerate(prompts):
         if isinstance(p, (str, bytes)):
@@ -210,9 +214,17 @@ def as_prompts(prompts) -> list[list[int]]:
             )
         if hasattr(p, "tolist") and getattr(p, "ndim", 1) == 1:
             p = p.tolist()
+        if hasattr(p, "ndim") and hasattr(p, "tolist"):  # a tensor or array, not 1-D
+            raise TypeError(
+                f"prompt {i} is a {p.ndim}-D {type(p).__name__} of shape {tuple(p.shape)}; a "
+                "prompt is a 1-D sequence of token ids (from a [1, n] tensor: pass t[0])"
+            )
         if not isinstance(p, Sequence):
             raise TypeError(f"prompt {i} must be a sequence of token ids, got {type(p).__name__}")
         bad = [t for t in p if isinstance(t, bool) or not isinstance(t, Integral)]
+        if bad and all(getattr(t, "ndim", None) == 0 for t in bad):  # list(tensor): 0-D ones
+            p = [t.tolist() if getattr(t, "ndim", None) == 0 else t for t in p]
+            bad = [t for t in p if isinstance(t, bool) or not isinstance(t, Integral)]
         if bad:
             raise TypeError(f"prompt {i} has token ids that are not integers: {bad[:5]}")
         out.append([int(t) for t in p])

@@ -73,6 +73,15 @@ def test_errors_before_any_work(llama):
         gen.generate([[1.0, 2]], max_new_tokens=4)
     with pytest.raises(TypeError, match="not integers: \\[True"):
         gen.generate([[True, 2]], max_new_tokens=4)
+    # what a tokenizer or list(tensor) hands over: said what to pass, or taken
+    from transformers import BatchEncoding
+
+    with pytest.raises(TypeError, match=r"got BatchEncoding; pass its \['input_ids'\]"):
+        gen.generate(BatchEncoding({"input_ids": [[1, 2]]}), max_new_tokens=4)
+    with pytest.raises(TypeError, match=r"prompt 0 is a 2-D Tensor of shape \(1, 2\); .* t\[0\]"):
+        gen.generate([torch.tensor([[1, 2]])], max_new_tokens=4)
+    want = gen.generate([[1, 2, 3]], max_new_tokens=4).sequences
+    assert gen.generate([list(torch.tensor([1, 2, 3]))], max_new_tokens=4).sequences == want
     with pytest.raises(ValueError, match="policy='bas' is not allowed; expected an installed "
                        "policy: adaptive, bass"):  # fmt: skip
         Generator(llama, llama, policy="bas")
