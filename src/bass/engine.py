@@ -410,6 +410,7 @@ class Generator:
                             except StopIteration as done:
                                 return done.value
                         yield row  # the caller's code runs in its own grad mode
+                        locking.resumed()  # (on whichever thread reads the stream on)
                 finally:
                     work.close()
             finally:  # hand the caches' memory back (a training step may want it)

@@ -10,7 +10,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-__all__ = ["ReentrantGenerationError", "exclusive", "running"]
+__all__ = ["ReentrantGenerationError", "exclusive", "resumed", "running"]
 
 _LOCK = threading.Lock()
 _OWNER: list[int | None] = [None]  # the thread holding _LOCK (set and cleared under it)
@@ -24,6 +24,14 @@ class ReentrantGenerationError(RuntimeError):
 def running() -> bool:
     """Whether some thread is inside a generation (or building a Generator) now."""
     return _LOCK.locked()
+
+
+def resumed() -> None:
+    """The running generation (a stream, paused between rows) continues on this thread,
+    which owns it from now on: a stream may move between threads (a server's pool), and
+    its loop body's generation is refused on the thread that runs it, waited for on any
+    other."""
+    _OWNER[0] = threading.get_ident()
 
 
 @contextlib.contextmanager

@@ -129,6 +129,38 @@ def test_a_generation_beside_an_open_stream_names_the_stream(gens):
     assert len(gen.generate([[1, 2]], max_new_tokens=2).sequences) == 1
 
 
+def test_a_stream_read_on_by_another_thread_belongs_to_that_thread(gens):
+    """A stream moved between threads (a server's pool): a generation in its loop body is
+    refused on the thread reading it now (it waited forever), and one on the thread that
+    started it waits its turn (it was refused as the stream's own)."""
+    gen, want = gens["A"], gens["A"].generate([[1, 2]], max_new_tokens=2).sequences
+    stream = gen.stream(PROMPTS, max_new_tokens=3, max_rows=1)
+    next(stream)  # started here
+    caught, reading, order = [], threading.Event(), []
+
+    def read_on():
+        try:
+            next(stream)
+            reading.set()
+            try:
+                gen.generate([[1, 2]], max_new_tokens=2)
+            except locking.ReentrantGenerationError as exc:
+                caught.append(exc)
+            time.sleep(0.2)  # the starting thread's generation waits meanwhile
+            order.extend("row" for _ in stream)
+        finally:
+            reading.set()
+
+    t = threading.Thread(target=read_on, daemon=True)
+    t.start()
+    assert reading.wait(30)
+    assert gen.generate([[1, 2]], max_new_tokens=2).sequences == want  # after the stream
+    order.append("mine")
+    t.join(30)
+    assert not t.is_alive() and len(caught) == 1, "the reading thread deadlocked"
+    assert order == ["row"] * (len(PROMPTS) - 2) + ["mine"]
+
+
 def test_bad_arguments_fail_at_once_while_another_thread_generates(gens):
     """Argument checks come before the wait for the lock."""
     started, release = threading.Event(), threading.Event()
