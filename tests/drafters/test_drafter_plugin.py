@@ -109,6 +109,21 @@ def test_the_distribution_check_reaches_every_draft_position_it_says_it_tests():
         testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 3, rows=4000, seed=7)
 
 
+def test_the_distribution_check_catches_a_wrong_draft_position_among_many_outcomes():
+    """k=3 and max_new_tokens=5: 3125 continuations, most expected under 5 times at 4000
+    rows and pooled into one cell, where a wrong position hid (the whole continuations'
+    test alone passed it); each position's test and each adjacent pair's catch it."""
+    V = 5
+    main = tiny_lm("llama", vocab=V, sharpen=3.0)
+    kw = dict(policy="constant", policy_options={"k": 3}, draft_sampling="rejection")
+    gen = bass.Generator(main, LateWrongDrafter(V), **kw)
+    with pytest.raises(AssertionError, match=r"distribution: new tokens? [2-5]"):
+        testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 5, rows=4000, seed=0)
+    gen = bass.Generator(main, UniformDrafter(V), **kw)  # the lossless one passes
+    test = testing.assert_distribution_equivalent(gen, main, [1, 2, 3], 5, rows=4000, seed=0)
+    assert test.df < 50  # (the continuations' test alone has little to go on)
+
+
 def test_a_plugins_failing_finish_is_a_warning_not_a_lost_result():
     class Leaky(RepeatDrafter):
         def finish(self):

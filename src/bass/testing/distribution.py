@@ -3,8 +3,10 @@ distribution: docs/reference/testing.md ("In distribution")."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import operator
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -163,21 +165,27 @@ def assert_distribution_equivalent(
     ``rows`` identical prompts, ``do_sample=True``, ``**sampling``: temperature, top_k,
     top_p; at most ``max_rows`` of them at once, the others admitted as rows finish) and
     test them against :func:`exact_distribution` of ``model`` (the main model)
-    with :func:`chi_square_test`. Raises ``AssertionError`` with the statistic, the
-    degrees of freedom, the p-value and ``alpha`` when the test rejects.
+    with :func:`chi_square_test`: the whole continuations, and each new token's and each
+    adjacent pair's distribution (a wrong draft position moves the continuations' mass
+    by little when they are many, most pooled into one cell: ``V**L`` outcomes at
+    ``rows`` samples; it moves its own position's by much). Raises ``AssertionError``
+    naming the test that rejects, its statistic, degrees of freedom and p-value.
 
-    False alarms: a lossless generator fails with probability ``alpha`` (1e-3) for a
-    random seed; a fixed ``seed`` makes the outcome deterministic.
+    False alarms: a lossless generator fails with probability at most ``alpha`` (1e-3)
+    for a random seed: each of the ``m`` tests runs at ``alpha / m`` (Bonferroni; ``m =
+    2L`` for ``L >= 3`` new tokens); a fixed ``seed`` makes the outcome deterministic.
 
     Power: the statistic under an alternative distribution ``q`` is approximately
     noncentral chi-square with noncentrality ``rows * sum((q - p)**2 / p)``. Stated case
-    (checked by the tests with :func:`chi_square_power`): 125 equally likely outcomes
-    (vocabulary 5, 3 tokens), ``rows=4000``, ``alpha=1e-3``: an alternative that makes
-    half the outcomes 20% more likely and half 20% less (total variation 0.1) is detected
-    with probability > 0.99; at total variation 0.05 (10% more / less) only ~0.23, and
-    ~0.86 with ``rows=8000``. Generators that keep drafts they should reject, sample the
-    correction from the wrong distribution or drop the bonus token move far more mass
-    than that on models with disagreeing drafts.
+    for the whole continuations' test (checked by the tests with
+    :func:`chi_square_power`): 125 equally likely outcomes (vocabulary 5, 3 tokens),
+    ``rows=4000``, at the level it runs at here (``1e-3 / 6``): an alternative that
+    makes half the outcomes 20% more likely and half 20% less (total variation 0.1) is
+    detected with probability > 0.99; at total variation 0.05 (10% more / less) only
+    ~0.12, and ~0.73 with ``rows=8000``. Generators that keep drafts they should reject, sample the correction from the
+    wrong distribution, drop the bonus token or report a draft position's probabilities
+    wrongly move far more mass than that, at their position, on models with disagreeing
+    drafts.
 
     Every row must generate exactly ``max_new_tokens`` tokens (no eos, no stop strings).
     Draft positions: a step drafts at most ``max_new_tokens - 2`` tokens (the prefill
@@ -209,15 +217,49 @@ def assert_distribution_equivalent(
             "the test needs every row to run to max_new_tokens (no eos, no stop strings)"
         )
     exact = exact_distribution(model, prompt, max_new_tokens, **sampling)
-    test = chi_square_test(Counter(tuple(s) for s in res.sequences), exact)
-    if test.p_value < alpha:
+    seqs = [tuple(s) for s in res.sequences]
+    tests = {"the continuations": chi_square_test(Counter(seqs), exact)}
+    for name, cut in _views(max_new_tokens):  # each position, each adjacent pair
+        with contextlib.suppress(ValueError):  # too few rows for this view: the joint's
+            tests[name] = chi_square_test(Counter(map(cut, seqs)), _marginal(exact, cut))
+    level = alpha / len(tests)  # Bonferroni: a lossless generator fails w.p. <= alpha
+    worst = min(tests, key=lambda name: tests[name].p_value)
+    if tests[worst].p_value < level:
+        test = tests[worst]
         raise AssertionError(
             f"the generator's {rows} continuations do not follow the main model's "
-            f"distribution: chi-square {test.statistic:.1f} on {test.df} degrees of freedom, "
-            f"p = {test.p_value:.3g} < alpha = {alpha:g}"
+            f"distribution: {worst}: chi-square {test.statistic:.1f} on {test.df} degrees of "
+            f"freedom, p = {test.p_value:.3g} < alpha = {alpha:g} over {len(tests)} tests "
+            f"({level:.3g} each)"
         )
     _warn_if_drafts_were_cut(generator, res, prompt, max_new_tokens, seed, sampling)
-    return test
+    return tests["the continuations"]
+
+
+def _views(length: int) -> list:
+    """``(name, cut)`` of the parts of a continuation of ``length`` tokens that are tested
+    beside the whole: each position's token and each adjacent pair's (where that is not
+    the whole). A bug at one position moves the continuations' mass by little when their
+    outcomes are many (most are then pooled into one cell); it moves its position's by
+    much, over a few cells well filled."""
+    if length < 2:
+        return []
+    views = [(f"new token {i + 1}", operator.itemgetter(i)) for i in range(length)]
+    if length >= 3:
+        views += [
+            (f"new tokens {i + 1}-{i + 2}", operator.itemgetter(i, i + 1))
+            for i in range(length - 1)
+        ]
+    return views
+
+
+def _marginal(exact: Mapping, cut) -> dict:
+    """The exact distribution of ``cut(continuation)``."""
+    out: dict = {}
+    for seq, p in exact.items():
+        key = cut(seq)
+        out[key] = out.get(key, 0.0) + p
+    return out
 
 
 def _deepest(res) -> int:
