@@ -182,10 +182,10 @@ def assert_distribution_equivalent(
     ``rows=4000``, at the level it runs at here (``1e-3 / 6``): an alternative that
     makes half the outcomes 20% more likely and half 20% less (total variation 0.1) is
     detected with probability > 0.99; at total variation 0.05 (10% more / less) only
-    ~0.12, and ~0.73 with ``rows=8000``. Generators that keep drafts they should reject, sample the correction from the
-    wrong distribution, drop the bonus token or report a draft position's probabilities
-    wrongly move far more mass than that, at their position, on models with disagreeing
-    drafts.
+    ~0.12, and ~0.73 with ``rows=8000``. Generators that keep drafts they should
+    reject, sample the correction from the wrong distribution, drop the bonus token or
+    report a draft position's probabilities wrongly move far more mass than that, at
+    their position, on models with disagreeing drafts.
 
     Every row must generate exactly ``max_new_tokens`` tokens (no eos, no stop strings).
     Draft positions: a step drafts at most ``max_new_tokens - 2`` tokens (the prefill
