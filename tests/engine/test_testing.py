@@ -59,6 +59,25 @@ def test_op_strategies_draw_what_catches_wrong_kernels():
     ]), seen  # fmt: skip
 
 
+@pytest.mark.parametrize("form", ["padded", "packed"])
+def test_op_strategies_reach_past_a_key_tile(form):
+    """A kernel wrong past its first 32-key tile is caught by a test of 30 examples at the
+    defaults (max_s=40): over 200 draws, a query sees a key past 32 in 8% at least (about
+    a fifth on average; under 4% before cache lengths favoured long rows)."""
+    seen: Counter = Counter()
+    strategy = bst.packed_attention_inputs() if form == "packed" else bst.attention_inputs()
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(strategy)
+    def draw(args):
+        lens, kv_lens = args[3], args[4]
+        q_lens = lens[1:] - lens[:-1] if form == "packed" else lens
+        seen["past key 32"] += bool(((q_lens > 0) & (kv_lens > 32)).any())
+
+    draw()
+    assert seen["past key 32"] >= 16, seen
+
+
 @settings(max_examples=30, deadline=None)
 @given(bst.packed_attention_inputs())
 def test_packed_oracle_is_the_padded_one_on_the_rows(args):

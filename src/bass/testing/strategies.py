@@ -179,13 +179,16 @@ def _tensor(draw, shape, dtype, device, nan_past=None, magnitude=1.0, layout=Non
 @st.composite
 def _op_lengths(draw, B: int, S: int, T: int):
     """Per row (q_len, kv_len) with q_len <= min(T, kv_len) <= S, covering zero-length
-    rows, q_len == kv_len and full caches (most draws: random lengths)."""
-    kinds = ["random", "random", "random", "zero_rows", "q_eq_kv", "empty", "full"]
+    rows, q_len == kv_len and full caches; most draws random lengths (a row with keys has
+    a query) or long ones (within T of S: queries that see past a kernel's key tile)."""
+    kinds = ["random", "random", "long", "long", "zero_rows", "q_eq_kv", "empty", "full"]
     kind = draw(st.sampled_from(kinds))
     rows = []
     for _ in range(B):
         kv = draw(st.integers(0, S))
-        q = draw(st.integers(0, min(T, kv)))
+        if kind == "long":
+            kv = S - draw(st.integers(0, min(T, S)))
+        q = draw(st.integers(min(1, kv), min(T, kv)))
         if kind == "zero_rows" and draw(st.booleans()):
             q = 0
         elif kind == "q_eq_kv":
@@ -196,6 +199,12 @@ def _op_lengths(draw, B: int, S: int, T: int):
             kv, q = S, draw(st.integers(0, min(T, S)))
         rows.append((q, kv))
     return rows
+
+
+def _cache_len(draw, least: int, most: int) -> int:
+    """A cache length in ``[least, most]``: half the draws ``most`` (long rows reach past
+    a kernel's key tiles only in long caches; hypothesis favours small integers)."""
+    return most if draw(st.booleans()) else draw(st.integers(least, most))
 
 
 def _check_op_sizes(where: str, head_dims=HEAD_DIMS, max_pad=0, **sizes) -> None:
@@ -242,7 +251,7 @@ def attention_inputs(
     _check_op_sizes("attention_inputs()", head_dims, max_batch=max_batch, max_t=max_t, max_s=max_s)
     Hq, Hkv, D = _heads(draw, head_dims)
     B, T = draw(st.integers(1, max_batch)), draw(st.integers(1, max_t))
-    S = draw(st.integers(T, max_s))
+    S = _cache_len(draw, T, max_s)
     rows = draw(_op_lengths(B, S, T))
     scale, big = _scale(draw, D)
     q_lens, kv = [r[0] for r in rows], [r[1] for r in rows]
@@ -273,7 +282,7 @@ def packed_attention_inputs(
     _check_op_sizes(where, head_dims, max_pad, max_batch=max_batch, max_q=max_q, max_s=max_s)
     Hq, Hkv, D = _heads(draw, head_dims)
     B = draw(st.integers(1, max_batch))
-    S = draw(st.integers(1, max_s))
+    S = _cache_len(draw, 1, max_s)
     rows = draw(_op_lengths(B, S, max_q))
     scale, big = _scale(draw, D)
     cu = [0, *itertools.accumulate(q_len for q_len, _ in rows)]
