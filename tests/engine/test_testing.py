@@ -257,6 +257,19 @@ def test_greedy_equivalence_passes_bass(llama, draft):
     assert len(res.sequences) == len(batch)
 
 
+def test_a_check_that_made_no_draft_says_so(llama):
+    """A drafter whose policy never drafts passes every check vacuously: warned, for each
+    check; a row too short to draft in is no warning."""
+    gen = bass.Generator(llama, "ngram", policy="constant", policy_options={"k": 0})
+    for check in (testing.assert_greedy_equivalent, testing.assert_sampled_equivalent):
+        with pytest.warns(UserWarning, match=r"passed, but no draft token was made"):
+            check(gen, [[1, 2, 1, 2], [3]], 6)
+    testing.assert_greedy_equivalent(gen, [[1, 2, 1, 2]], 2)  # no room: no warning
+    drafting = bass.Generator(llama, "ngram", policy="constant", policy_options={"k": 2})
+    res = testing.assert_greedy_equivalent(drafting, [[1, 2, 1, 2, 1, 2]], 6)  # no warning
+    assert max(res.stats.draft_lengths) > 0
+
+
 @dataclass
 class Wrong:
     """A generator that corrupts one row's output."""

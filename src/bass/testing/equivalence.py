@@ -4,6 +4,7 @@ docs/reference/testing.md ("Greedy and seeded sampling")."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -40,6 +41,25 @@ def _check_row_count(res, prompts) -> None:
         raise AssertionError(
             f"the generator returned {len(res.sequences)} rows for {len(prompts)} prompts"
         )
+
+
+def warn_if_vacuous(where: str, generator, res) -> None:
+    """A ``UserWarning`` when a generator that drafts (a drafter set) passed a check
+    without making one draft token where it had room to (a row of 3 tokens or more): the
+    check then compared plain decoding and says nothing of the drafter or the policy a
+    user meant to prove exact. (How many drafts were accepted: ``res.stats``.)"""
+    stats = getattr(res, "stats", None)
+    if getattr(generator, "drafter", None) is None or stats is None:
+        return
+    if max(stats.draft_lengths, default=0) > 0 or max(map(len, res.sequences), default=0) < 3:
+        return
+    warnings.warn(
+        f"{where} passed, but no draft token was made: only plain decoding was checked; "
+        "to test the drafts, make some (prompts that repeat for n-grams, policy='constant' "
+        "with k >= 1, longer rows)",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _check_prompt(where: str, model, prompt, max_new_tokens: int) -> list[int]:
@@ -168,6 +188,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
                 f"row {i} (prompt of {len(prompt)} tokens) differs from the main model's own "
                 f"greedy decoding: {_first_difference(list(got), want)}"
             )
+    warn_if_vacuous("assert_greedy_equivalent()", generator, res)
     return res
 
 
@@ -213,4 +234,5 @@ def assert_sampled_equivalent(
             raise AssertionError(
                 f"row {i} differs from plain sampled decoding with seed {seed}: {diff}"
             )
+    warn_if_vacuous("assert_sampled_equivalent()", generator, res)
     return res
