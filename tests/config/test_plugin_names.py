@@ -89,6 +89,23 @@ def test_another_package_cannot_replace_bass_own_plugins(tmp_path, install):
         assert type(bass.policies.load("adaptive")).__name__ == "AdaptivePolicy"
 
 
+def test_the_command_shows_a_shadowed_plugin_as_one_warning_line(
+    tmp_path, install, capsys, monkeypatch
+):
+    """Run as a command: ``bass: warning: ...`` on stderr, not Python's two lines (the
+    script's path and line number, then its source line ``sys.exit(main())``)."""
+    install(*distribution(tmp_path, "shadow-pkg", "0.3", {POLICIES: {"bass": "m:Zero"}}))
+    monkeypatch.setattr("sys.argv", ["bass", "policies"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        before = warnings.showwarning
+        assert cli.main() == 0
+        assert warnings.showwarning is before  # (only for the command's duration)
+    err = capsys.readouterr().err
+    line = "bass: warning: bass ignores the policy 'bass' that shadow-pkg 0.3 registers"
+    assert line in err and "UserWarning" not in err and "sys.exit" not in err, err
+
+
 def test_a_name_two_packages_register_selects_neither(tmp_path, install, capsys):
     a = distribution(
         tmp_path,

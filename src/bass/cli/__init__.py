@@ -9,6 +9,8 @@ import os
 import re
 import sys
 import traceback
+import warnings
+from pathlib import Path
 
 from ..config import ConfigError
 from ..errors import UnsupportedModelError
@@ -44,7 +46,29 @@ def _slices_as_values(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``bass`` command; returns the exit status: 0, 2 for an error the user can
     fix (one ``bass: error:`` line), 130 when interrupted, 1 for a bug in bass (its type
-    and message; the traceback with ``--debug`` or ``BASS_DEBUG=1``)."""
+    and message; the traceback with ``--debug`` or ``BASS_DEBUG=1``). Run as a command
+    (no ``argv``), each warning is one ``bass: warning:`` line."""
+    if argv is not None:  # called from Python: the caller's warnings, as it shows them
+        return _main(argv)
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_line
+    try:
+        return _main(None)
+    finally:
+        warnings.showwarning = shown
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (not the script's source line under it), naming the
+    package it came from when that is not bass."""
+    parts = Path(filename).parts
+    origin = parts[parts.index("site-packages") + 1] if "site-packages" in parts else None
+    origin = origin.split(".")[0] if origin else None
+    said = f" ({category.__name__} from {origin})" if origin not in (None, "bass") else ""
+    print(f"bass: warning: {message}{said}", file=file or sys.stderr)
+
+
+def _main(argv: list[str] | None) -> int:
     from ..batch_state import NonFiniteLogitsError
     from ..errors import OptionError, PluginError
     from ..humaneval import HumanEvalError
