@@ -168,11 +168,12 @@ def accept(
     K = v.drafts.shape[1]  # sampled drafts: lossless rejection sampling
     q = prop.probs[:, :K]
     acc = speculative_accept(v.drafts, q, p, v.drafted, generator)
-    # a token drawn from q has q > 0 there: else q is not what it was drawn from (log-
-    # probabilities, say) and every draft would be rejected, unseen (read_step raises)
+    # a token drawn from q has 0 < q <= 1 there: else q is not what it was drawn from
+    # (log-probabilities, logits, inf) and every draft would be rejected, unseen
     at = v.drafts.clamp(0, q.shape[-1] - 1).unsqueeze(-1)
     live = torch.arange(K, device=q.device) < v.drafted.unsqueeze(-1)
-    acc.unlikely = (live & ~(q.gather(-1, at).squeeze(-1) > 0)).any(dim=1)
+    q_at = q.gather(-1, at).squeeze(-1)
+    acc.unlikely = (live & ~((q_at > 0) & (q_at <= 1))).any(dim=1)  # (read_step raises)
     return acc
 
 
@@ -416,9 +417,10 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
         raise _fail(
             gen._drafting,
             "propose",
-            f" reported probs that give a token it drafted no probability, for the row of "
-            f"prompt {prompts[r]} (step {step}): probs must be the distribution each draft "
-            "token was drawn from (probabilities, not log-probabilities or logits)",
+            f" reported probs that are no probability (0 or less, over 1, or NaN) for a "
+            f"token it drafted, for the row of prompt {prompts[r]} (step {step}): probs must "
+            "be the distribution each draft token was drawn from (probabilities, not "
+            "log-probabilities or logits)",
         )
     rows = [[*d[:a], t] for d, a, t in zip(drafts, accepted, host[R : 2 * R])]
     confidence = None

@@ -231,28 +231,36 @@ def test_passes_a_drafter_says_it_ran_must_be_a_count(hook, got):
 
 
 class LogProbs(Drafter):
-    """Draws uniformly but reports log-probabilities as ``probs`` (all negative: read as
-    no mass, so rejection sampling rejected every draft, unseen)."""
+    """Draws uniformly but reports another thing as ``probs``: log-probabilities (all
+    negative: read as no mass), logits or scores over 1, or inf (every draft was rejected,
+    unseen)."""
 
     name = "log-probs"
     deterministic = False
+
+    def __init__(self, how=torch.log):
+        self.how = how
 
     def propose(self, view, lengths):
         R, K, V = len(lengths), max(lengths), 64
         q = torch.full((R, K, V), 1.0 / V)
         tokens = torch.multinomial(q.view(-1, V), 1, generator=view.generator).view(R, K)
-        return Proposal(drafted=list(lengths), tokens=tokens, probs=q.log())
+        return Proposal(drafted=list(lengths), tokens=tokens, probs=self.how(q))
 
 
-def test_probs_that_give_a_drafted_token_no_probability_are_refused():
+@pytest.mark.parametrize(
+    "how", [torch.log, lambda q: q * 100, lambda q: q * float("inf"), lambda q: q * torch.nan]
+)
+def test_probs_that_are_no_probability_for_a_drafted_token_are_refused(how):
     kw = dict(policy="constant", draft_sampling="rejection")
-    gen = bass.Generator(tiny_lm(), LogProbs(), **kw)
-    with pytest.raises(PluginOutputError, match="give a token it drafted no probability") as err:
+    gen = bass.Generator(tiny_lm(), LogProbs(how), **kw)
+    said = r"no probability \(0 or less, over 1, or NaN\) for a token it drafted"
+    with pytest.raises(PluginOutputError, match=said) as err:
         gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0)
     assert err.value.plugin.startswith("drafter 'log-probs'") and err.value.hook == "propose"
     assert "not log-probabilities" in str(err.value)
     # coupled sampling reads no probs: the same drafter is exact there
-    gen = bass.Generator(tiny_lm(), LogProbs(), policy="constant")
+    gen = bass.Generator(tiny_lm(), LogProbs(how), policy="constant")
     assert len(gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0).sequences) == 2
 
 
