@@ -65,3 +65,8 @@ def test_resume_compares_the_chat_template_as_applied(chat_model, tmp_path, caps
         rc, _, err = run(capsys, f"{base} --resume {now}", "the sea", "hello")
         assert rc == 2 and f"--output {out}:1: " in err and said in one_error_line(err), err
         assert out.read_text() == kept
+    # chat left out there, something else differs: only that is named
+    _keep_first_row(out, None)
+    rc, _, err = run(capsys, f"{base} --resume --chat --max-new-tokens 3", "the sea", "hello")
+    line = one_error_line(err)
+    assert rc == 2 and "(max_new_tokens: 2 there, 3 now)" in line, err

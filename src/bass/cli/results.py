@@ -245,15 +245,13 @@ def scan_lines(path: Path, each, start: bytes, refuse, *, truncate: bool = True)
             f.truncate(kept)
 
 
-def _agree(theirs, ours: dict) -> bool:
-    """Whether a row's settings are this run's; ``chat`` left out (null, on either side)
-    agrees here: whether the template applies is known once the tokenizer is
-    (:func:`check_chat`)."""
-    if not isinstance(theirs, dict):
-        return False
+def _compared(theirs: dict, ours: dict) -> tuple[dict, dict]:
+    """A row's settings and this run's as ``--resume`` compares them now: ``chat`` left
+    out (null, on either side) agrees here, as whether the template applies is known
+    once the tokenizer is (:func:`check_chat`)."""
     if theirs.get("chat") is None or ours.get("chat") is None:
-        theirs, ours = {**theirs, "chat": None}, {**ours, "chat": None}
-    return theirs == ours
+        return {**theirs, "chat": None}, {**ours, "chat": None}
+    return theirs, ours
 
 
 def check_chat(chats: dict, chat: bool, tokenizer) -> None:
@@ -309,12 +307,14 @@ def _row(line: bytes, where: str, prompts: list[str], n: int, settings: dict) ->
             f"{where}: a row of sample {s}, but --samples (--n) is {n} (samples are numbered "
             f"from 0, so 0-{n - 1}); --resume needs the --samples of the run that wrote the file"
         )
-    theirs = row.get("settings")
-    if "settings" in row and not _agree(theirs, settings):
-        if not isinstance(theirs, dict):
-            raise not_a_row(where)
+    if "settings" not in row:
+        return row
+    if not isinstance(row["settings"], dict):
+        raise not_a_row(where)
+    theirs, ours = _compared(row["settings"], settings)
+    if theirs != ours:
         raise UsageError(
-            f"{where}: a row generated with other settings ({differences(theirs, settings)}); "
+            f"{where}: a row generated with other settings ({differences(theirs, ours)}); "
             "--resume continues a "
             "run with the same generation settings: rerun with the settings of the run that "
             "wrote the file, or use another --output"
