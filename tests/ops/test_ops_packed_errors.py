@@ -63,7 +63,12 @@ ATTENTION_ERRORS = {
         r"Expected a value of type 'Tensor' for argument 'cu_q_lens'",
     ),
     "cu-on-meta": ({"cu_q_lens": cu.to("meta")}, ValueError, r"one device, .*cu_q_lens on meta"),
-    "scale-nan": ({"scale": math.nan}, ValueError, r"scale must be a finite float, got nan"),
+    "scale-nan": (
+        {"scale": math.nan},
+        ValueError,
+        r"scale must be a finite float within float32's range, got nan",
+    ),
+    "scale-past-float32": ({"scale": 1e39}, ValueError, r"float32's range, got 1e\+39"),
     "cu0-not-zero": (
         {"cu_q_lens": lens((1, 3, 3, 5))},
         ValueError,

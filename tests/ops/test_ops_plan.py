@@ -41,6 +41,14 @@ def fused_runs(monkeypatch):
     monkeypatch.setattr(plan, "IMPLEMENTATIONS", impls)
 
 
+def test_resolve_takes_a_device_name_and_refuses_an_unknown_pass_kind():
+    assert plan.resolve("auto", "cpu") == plan.resolve("auto", CPU)
+    assert plan.resolve("reference", "cpu", "compiled")[0].name == "reference"
+    for impl in ("auto", "reference"):  # a typo was auto's fallback, or ignored by a name
+        with pytest.raises(ValueError, match=r"unknown pass kind 'compild'; one of eager, "):
+            plan.resolve(impl, CPU, "compild")
+
+
 def test_auto_per_device_and_pass_kind_with_reasons(fused_runs):
     """The CUDA default is one launch per layer in every pass kind, each what passed on a
     GPU (fused in eager passes, flex traced into graphs); the CPU keeps what measured

@@ -401,6 +401,17 @@ def test_fused_float64_is_the_reference():
 
 
 @needs_interpreter
+def test_fused_head_dims_past_its_tiles_are_the_reference():
+    """Gemma 4's global layers have head dim 512: ``auto`` picks ``fused`` in a GPU's eager
+    passes, so a head dim its tiles do not take must run (as the reference), not raise."""
+    case = AttentionCase(Hkv=1, group=2, T=3, S=6, D=288, q_lens=(2, 3), kv_lens=(6, 3))
+    args = case.tensors(torch.float32, "cpu")
+    assert torch.equal(fused_padded(*args), reference_padded(*args))
+    out = torch.ops.bass.ragged_attention(*args, "fused")
+    assert torch.equal(out, torch.ops.bass.ragged_attention(*args, "reference"))
+
+
+@needs_interpreter
 def test_registered_op_and_the_family_run_the_kernels_in_the_interpreter():
     """The triton_op itself (its schema checked by opcheck), and ``impl="fused"`` of both
     public ops, eagerly on CPU tensors."""

@@ -291,8 +291,8 @@ def fused_attention(
     """The Triton kernels on one layer (no input checks).
 
     Args:
-        q: ``[1, Hq, N, D]`` float16, bfloat16 or float32 (float64 goes to the reference),
-            any strides; ``D <= 256``.
+        q: ``[1, Hq, N, D]`` float16, bfloat16 or float32, any strides, ``D <= 256``
+            (float64, or ``D > 256``, goes to the reference).
         k, v: ``[B, Hkv, S, D]``, q's dtype, any strides; ``Hq % Hkv == 0``.
         starts, q_lens, kv_lens: int32 ``[B]`` (the layout of :mod:`bass.ops.reference`).
         scale: softmax scale.
@@ -306,13 +306,11 @@ def fused_attention(
     """
     if triton is None:
         raise RuntimeError("ragged attention impl 'fused' needs triton: pip install triton")
-    if q.dtype == torch.float64:
-        return reference.attention(q, k, v, starts, q_lens, kv_lens, scale)
     _, Hq, N, D = q.shape
+    if q.dtype == torch.float64 or D > 256:  # beyond the kernels' tiles (Gemma 4's 512)
+        return reference.attention(q, k, v, starts, q_lens, kv_lens, scale)
     B, Hkv, S, _ = k.shape
     G = int(Hq // Hkv)  # a constexpr: specialise it under torch.compile
-    if D > 256:
-        raise ValueError(f"impl 'fused' supports head dim D <= 256, got {D}; use impl='reference'")
     interpret = interpreted()
     if q.device.type == "cpu" and not interpret:
         raise RuntimeError(

@@ -132,11 +132,16 @@ def auto_pick(device_type: str, kind: str) -> tuple[str, str]:
     return AUTO.get(device_type, {}).get(kind, unset)
 
 
-def resolve(impl: str, device: torch.device, kind: str = "eager") -> tuple[Implementation, str]:
-    """The implementation ``impl`` names on ``device`` for a pass of ``kind``, and why:
-    for ``"auto"`` the :data:`AUTO` table's pick (``$BASS_AUTO_ATTENTION`` overrides it),
-    ``reference`` when that cannot run here; for a name, that implementation or an error
-    saying why it cannot run and what can."""
+def resolve(
+    impl: str, device: torch.device | str, kind: str = "eager"
+) -> tuple[Implementation, str]:
+    """The implementation ``impl`` names on ``device`` for a pass of ``kind`` (one of
+    :data:`PASS_KINDS`), and why: for ``"auto"`` the :data:`AUTO` table's pick
+    (``$BASS_AUTO_ATTENTION`` overrides it), ``reference`` when that cannot run here; for a
+    name, that implementation or an error saying why it cannot run and what can."""
+    if kind not in PASS_KINDS:
+        raise ValueError(f"unknown pass kind {kind!r}; one of {', '.join(PASS_KINDS)}")
+    device = torch.device(device)
     if impl != "auto":
         found = IMPLEMENTATIONS.get(impl)
         if found is None:

@@ -16,7 +16,7 @@ import torch
 
 from .. import options
 from ..sampling import SamplingParams, warp_probs
-from .equivalence import _check_generator, _check_prompt, _own_attention, warn_if_vacuous
+from .equivalence import _check_generator, _check_prompt, _own_attention, _warn_if_vacuous
 
 __all__ = [
     "ChiSquare",
@@ -232,7 +232,7 @@ def assert_distribution_equivalent(
             f"freedom, p = {test.p_value:.3g} < alpha = {alpha:g} over {len(tests)} tests "
             f"({level:.3g} each)"
         )
-    warn_if_vacuous("assert_distribution_equivalent()", generator, res)
+    _warn_if_vacuous("assert_distribution_equivalent()", generator, res)
     _warn_if_drafts_were_cut(generator, res, prompt, max_new_tokens, seed, sampling)
     return tests["the continuations"]
 

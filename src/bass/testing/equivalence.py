@@ -43,7 +43,7 @@ def _check_row_count(res, prompts) -> None:
         )
 
 
-def warn_if_vacuous(where: str, generator, res) -> None:
+def _warn_if_vacuous(where: str, generator, res) -> None:
     """A ``UserWarning`` when a generator that drafts (a drafter set) passed a check
     without making one draft token where it had room to (a row of 3 tokens or more): the
     check then compared plain decoding and says nothing of the drafter or the policy a
@@ -188,7 +188,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
                 f"row {i} (prompt of {len(prompt)} tokens) differs from the main model's own "
                 f"greedy decoding: {_first_difference(list(got), want)}"
             )
-    warn_if_vacuous("assert_greedy_equivalent()", generator, res)
+    _warn_if_vacuous("assert_greedy_equivalent()", generator, res)
     return res
 
 
@@ -234,5 +234,5 @@ def assert_sampled_equivalent(
             raise AssertionError(
                 f"row {i} differs from plain sampled decoding with seed {seed}: {diff}"
             )
-    warn_if_vacuous("assert_sampled_equivalent()", generator, res)
+    _warn_if_vacuous("assert_sampled_equivalent()", generator, res)
     return res
