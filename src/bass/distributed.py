@@ -17,6 +17,7 @@ import os
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -260,24 +261,39 @@ def shard(n: int, topo: Topology | None = None) -> list[int]:
     return list(range(start, start + base + (topo.dp_rank < extra)))
 
 
-def gather(local: list, indices: Sequence[int], n: int, topo: Topology | None = None):
+def gather(local: list, indices: Sequence[int], n: int, topo: Topology | None = None, failed=None):
     """Rank 0: the ``n`` results in the original order (each group's ``local[i]`` is the
     result of prompt ``indices[i]``); ``None`` elsewhere. Only each group's first rank
-    contributes (its TP peers hold the same results)."""
+    contributes (its TP peers hold the same results). ``failed``: what this rank raised
+    instead (its message), sent in place of its results: rank 0 then raises a
+    :class:`DistributedError` naming every rank that failed and why."""
     topo = topo or topology()
     if topo.world == 1:
         return list(local)
-    mine = list(zip(indices, local)) if topo.tp_rank == 0 else []
+    mine = (
+        _Failed(topo.rank, failed)
+        if failed is not None
+        else (list(zip(indices, local)) if topo.tp_rank == 0 else [])
+    )
     parts: list | None = [None] * topo.world if topo.is_main else None
     # to rank 0 only (the other ranks need not hold the whole job), each at its own pace
     dist.gather_object(mine, parts, dst=0, group=control_group("finish"))
     if parts is None:
         return None
+    errors = [p for p in parts if isinstance(p, _Failed)]
+    if errors:
+        said = "; ".join(f"rank {e.rank}: {e.message}" for e in errors)
+        raise DistributedError(f"{len(errors)} rank(s) failed their share of the job: {said}")
     out: list = [None] * n
     for part in parts:
         for i, value in part:
             out[i] = value
     return out
+
+
+class _Failed(NamedTuple):
+    rank: int
+    message: str
 
 
 def generate(generator, prompts, **kwargs):
@@ -286,35 +302,48 @@ def generate(generator, prompts, **kwargs):
     share of ``prompts`` (:func:`shard`); rank 0 returns a :class:`bass.GenerationResult`
     of every prompt in order (``stats``: its own share's; ``ranks``: the rank that
     generated each row), the other ranks ``None``. Sampled rows are keyed by their global
-    index, as in one process. Every rank must pass the same arguments (checked)."""
-    from . import options
-    from .batch_state import NonFiniteLogitsError, PromptError, as_prompts
+    index, as in one process. Every rank must pass the same arguments (checked, after
+    each rank checked the whole call as ``generate`` would: a bad argument raises the same
+    error on every rank). The process group is initialised (:func:`init`) under
+    ``torchrun`` when it was not. A rank whose share fails raises its error; rank 0 raises
+    a :class:`DistributedError` naming it (the others return ``None``), and no rank waits
+    for it."""
+    from .batch_state import NonFiniteLogitsError, PromptError
     from .stats import GenerationResult
 
+    if _TOPOLOGY is None and not dist.is_initialized() and launched():
+        init()  # every rank calls this: a collective they all take part in
     topo = topology()
-    prompts = as_prompts(prompts)
-    # the rows' sampling keys (default: their index), checked as generate() checks them
-    ids = options.row_ids(kwargs.pop("row_ids", None), len(prompts))
-    everyone = Coordinator(range(topo.world)) if topo.world > 1 else None
-    if everyone is not None:  # callbacks by name: a closure does not pickle
-        settings = [
-            (k, getattr(v, "__qualname__", v) if callable(v) else v) for k, v in kwargs.items()
-        ]
-        everyone.agree("prompts and settings", (prompts, ids, sorted(settings, key=str)))
+    # the whole call checked on every rank, as generate() checks it (the same error on all)
+    job = generator._job(prompts, kwargs)
+    prompts, ids = job.prompts, job.row_ids
+    if topo.world > 1:  # the checked values (a set of stop strings pickles per process)
+        Coordinator(range(topo.world)).agree_generation(prompts, job.kw, ids)
+    kwargs.pop("row_ids", None)
     mine = shard(len(prompts), topo)
     theirs = kwargs.get("on_finish")
     if theirs is not None:  # the row's index among the whole call's prompts
         kwargs["on_finish"] = lambda row: theirs(dataclasses.replace(row, prompt=mine[row.prompt]))
-    res = None
+    res = error = None
     if mine:
         try:
             res = generator.generate(
                 [prompts[i] for i in mine], row_ids=[ids[i] for i in mine], **kwargs
             )
         except (PromptError, NonFiniteLogitsError) as e:  # named by its index in the call
-            raise e.at(mine[e.prompt]) from None
+            error = e.at(mine[e.prompt])
+        except Exception as e:  # told to rank 0 at the gather, then raised here
+            error = e
     local = [] if res is None else list(zip(res.sequences, res.finish_reasons))
-    rows = gather(local, mine, len(prompts), topo)
+    failed = None if error is None else f"{type(error).__name__}: {error}"
+    try:
+        rows = gather(local, mine, len(prompts), topo, failed)
+    except DistributedError:
+        if error is None:
+            raise
+        rows = None  # this rank's own error is raised below
+    if error is not None:
+        raise error
     if rows is None:
         return None
     sequences = [s for s, _ in rows]

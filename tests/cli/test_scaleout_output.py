@@ -220,3 +220,14 @@ def test_a_data_parallel_run_writing_to_a_character_device_leaves_it_one(model_d
     assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]  # no shard, no lock
     assert proc.stdout.count(">>> hello world (sample 1/2)") == 1
     assert f"results             {null}" in proc.stdout
+
+
+def test_a_resumed_run_shares_out_the_prompts_with_rows_left():
+    """--resume on 2 groups with prompts 0-3 done: each group gets two of the four left (the
+    group that had held the done prompts idled while the other generated the rest), every
+    prompt's samples together, every row left exactly once."""
+    rows = [(i, s) for i in range(8) for s in range(2)]
+    done = {r for r in rows if r[0] < 4} | {(5, 0)}
+    shares = [scaleout.Scaleout(Topology(2, rank, 1)).rows(rows, done) for rank in (0, 1)]
+    assert shares == [[(4, 0), (4, 1), (5, 1)], [(6, 0), (6, 1), (7, 0), (7, 1)]]
+    assert scaleout.Scaleout(Topology(1, 0, 1)).rows(rows, done) == sorted(set(rows) - done)

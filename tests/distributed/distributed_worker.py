@@ -4,14 +4,15 @@
 SPEC OUT``:
 SPEC is a JSON file ``{"mode": "tp"|"dp", "tp": int, "main": dir, "draft": dir|null,
 "timeout": seconds, "cases": [{"name", "draft", "policy", "generate": {...}, "fail_rank",
-"prompts_by_rank", "slow_rank": [rank, seconds a step] (policy "slow")}]}``; every rank
-writes its results to ``OUT/rank<r>.json`` (``{case name: {"sequences", "reasons"} or
+"prompts_by_rank", "slow_rank": [rank, seconds a step] (policy "slow")}], "no_init": bool}``;
+every rank writes its results to ``OUT/rank<r>.json`` (``{case name: {"sequences", "reasons"} or
 {"error": message}}``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -52,7 +53,10 @@ class SlowPolicy(Policy):
 
 def main(spec_path: str, out_dir: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    topo = distributed.init(tp=spec["tp"], timeout=spec.get("timeout", 60))
+    if spec.get("no_init"):  # bass.distributed.generate initialises the process group
+        rank = int(os.environ["RANK"])
+    else:
+        rank = distributed.init(tp=spec["tp"], timeout=spec.get("timeout", 60)).rank
     dtype = torch.float64
     if spec["mode"] == "tp":
         main_model = load_tensor_parallel(spec["main"], spec["tp"], dtype=dtype)
@@ -68,7 +72,7 @@ def main(spec_path: str, out_dir: str) -> int:
         if policy == "slow":  # a group that finishes its share later than the others
             policy = SlowPolicy(*case["slow_rank"])
         gen = bass.Generator(main_model, draft, policy=policy, cpu_linear="torch")
-        prompts = case.get("prompts_by_rank", {}).get(str(topo.rank), case.get("prompts"))
+        prompts = case.get("prompts_by_rank", {}).get(str(rank), case.get("prompts"))
         if case.get("as_tensors"):  # 1-D tensors, as a tokenizer's return_tensors gives
             prompts = [torch.tensor(p) for p in prompts]
         kw = dict(case.get("generate", {}))
@@ -93,10 +97,10 @@ def main(spec_path: str, out_dir: str) -> int:
         except Exception as exc:  # recorded: the test checks every rank saw the error
             results[case["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
             if case.get("reraise"):
-                Path(out_dir, f"rank{topo.rank}.json").write_text(json.dumps(results))
+                Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
                 traceback.print_exc()
                 raise
-    Path(out_dir, f"rank{topo.rank}.json").write_text(json.dumps(results))
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return 0

@@ -167,12 +167,45 @@ def test_data_parallel_api_takes_what_generate_takes(dirs, tmp_path):
     assert sorted(got["finished"]) == [0, 1] and sorted(results[1]["api"]["finished"]) == [2, 3]
 
 
+def test_data_parallel_api_failures_reach_every_rank_without_a_hang(dirs, tmp_path):
+    """``bass.distributed.generate`` without ``init()`` (it initialises the group: every
+    rank generated every prompt), each rank catching what a call raises: a failure in rank
+    1's share is rank 1's error there and a DistributedError naming it on rank 0 (rank 0
+    waited for rank 1 at the job's end, for days); a bad argument is the same error on
+    every rank (it was "ranks got different prompts and settings"); the next call runs."""
+    fail = dict(name="fail", draft="ngram", policy="failing", fail_rank=1, prompts=PROMPTS,
+                generate=dict(max_new_tokens=10))  # fmt: skip
+    bad = dict(name="bad", draft=None, prompts=PROMPTS, generate=dict(max_new_tokens=4, top_p=2.0))
+    ok = dict(name="ok", draft="ngram", prompts=PROMPTS, generate=dict(max_new_tokens=10))
+    spec = dict(mode="dp", tp=1, main=str(dirs / "main"), draft=None, cases=[fail, bad, ok],
+                no_init=True)  # fmt: skip
+    start = time.monotonic()
+    rc, output, results = launch(tmp_path, spec)
+    assert rc == 0, output[-3000:]
+    assert time.monotonic() - start < 200
+    theirs = results[1]["fail"]["error"]
+    assert theirs.startswith("PluginError: ") and "policy failure injected on rank 1" in theirs
+    assert results[0]["fail"]["error"] == (
+        f"DistributedError: 1 rank(s) failed their share of the job: rank 1: {theirs}"
+    )
+    assert results[0]["bad"] == results[1]["bad"]
+    assert (
+        results[0]["bad"]["error"].startswith("OptionError: ")
+        and "top_p" in results[0]["bad"]["error"]
+    )
+    want = one_process(dirs, dict(name="ok-reference", draft="ngram", generate=ok["generate"]))
+    assert results[0]["ok"]["sequences"] == want.sequences
+    assert results[0]["ok"]["ranks"] == [0, 0, 1, 1] and results[1]["ok"] is None
+
+
 def test_a_share_names_its_prompts_by_their_index_in_the_whole_call(dirs, monkeypatch):
     """One group's share (prompts 2 and 3 of 4, as rank 1 of 2 would get): a bad prompt's
     error and ``on_finish`` name the prompt by its index among the call's prompts, not the
     share's (they said "prompt 1" for prompt 3)."""
     monkeypatch.setattr(distributed, "shard", lambda n, topo=None: [2, 3])
-    monkeypatch.setattr(distributed, "gather", lambda local, indices, n, topo=None: None)
+    monkeypatch.setattr(
+        distributed, "gather", lambda local, indices, n, topo=None, failed=None: None
+    )
     gen = bass.Generator(bass.load_causal_lm(dirs / "main"), None, cpu_linear="torch")
     seen = []
     distributed.generate(gen, PROMPTS, max_new_tokens=2, on_finish=lambda r: seen.append(r.prompt))
@@ -285,6 +318,31 @@ def test_torchrun_bass_generate_equals_one_process(tmp_path, capsys, nproc, tp):
     assert shown == pytest.approx(max(per_group), abs=0.011), (shown, per_group)
 
 
+def test_torchrun_reads_standard_input_once(tmp_path, capsys):
+    """``--prompts-file -`` under torchrun: rank 0 reads standard input and shares it (each
+    rank read a part of the pipe: half the prompts were lost, exit 0)."""
+    from cli_support import read_jsonl, run, save_model_dir
+
+    model = save_model_dir(tmp_path / "model")
+    prompts = [f"hello {w}" for w in ("world", "sea", "cat", "dog", "blue", "the")] * 3
+    flags = f"--main {model} --max-new-tokens 3 --no-progress --prompts-file"
+    (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n")
+    rc, _, err = run(capsys, f"generate {flags} {tmp_path / 'p.txt'} -o {tmp_path / 'one.jsonl'}")
+    assert rc == 0, err
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "bass", "generate", *flags.split(), "-",
+           "-o", str(tmp_path / "two.jsonl")]  # fmt: skip
+    proc = subprocess.run(
+        cmd, input="\n".join(prompts) + "\n", capture_output=True, text=True, timeout=240, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = read_jsonl(tmp_path / "one.jsonl"), read_jsonl(tmp_path / "two.jsonl")
+    assert len(one) == len(prompts) and [r["prompt"] for r in two] == prompts
+    assert [r["completion"] for r in two] == [r["completion"] for r in one]
+    assert {r["rank"] for r in two} == {0, 1}
+
+
 def test_a_bad_prompt_in_another_groups_share_stops_every_rank_with_its_error(tmp_path):
     """A prompt too long for the model, in rank 1's share: every rank checks it before the
     first batch (rank 1 alone did, mid-job, and rank 0 then reported gloo's "Connection
@@ -323,6 +381,18 @@ def test_a_rank_that_lost_its_peer_says_so(monkeypatch, capsys):
     rc, _, err = run(capsys, "ops")
     assert rc == 1
     assert "another rank of this torchrun job stopped" in one_error_line(err)
+    for message in (  # torch 2.13's: a build path; a restarted rank; a rank that never came
+        "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error",
+        "Gloo connectFullMesh failed with [...] no error",
+        "Timed out waiting 600000ms for send operation to complete",
+    ):
+
+        def failed(args, m=message):
+            raise RuntimeError(m)
+
+        monkeypatch.setattr(bass.cli, "cmd_ops", failed)
+        rc, _, err = run(capsys, "ops")
+        assert "stopped or did not answer" in one_error_line(err) and "a bug" not in err, message
 
 
 def test_tensor_parallelism_without_accelerate_says_what_to_install(monkeypatch, dirs):

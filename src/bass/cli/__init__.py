@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..errors import UnsupportedModelError
-from .errors import UsageError, one_line, stdout_to_devnull
+from .errors import UsageError, err_line, one_line, stdout_to_devnull
 from .filelock import command_line
 from .generate import cmd_generate
 from .info import cmd_bench, cmd_ops, cmd_policies
@@ -28,9 +28,9 @@ def _report(line: str, exc: BaseException, debug: bool) -> None:
     """``line`` on stderr, after the traceback with ``debug``, before ``exc``'s notes."""
     if debug:
         traceback.print_exception(exc)
-    print(line, file=sys.stderr)
+    err_line(line)
     for note in getattr(exc, "__notes__", None) or []:
-        print(f"bass: {note}", file=sys.stderr)
+        err_line(f"bass: {note}")
 
 
 def _slices_as_values(argv: list[str]) -> list[str]:
@@ -65,7 +65,7 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
     origin = parts[parts.index("site-packages") + 1] if "site-packages" in parts else None
     origin = origin.split(".")[0] if origin else None
     said = f" ({category.__name__} from {origin})" if origin not in (None, "bass") else ""
-    print(f"bass: warning: {message}{said}", file=file or sys.stderr)
+    (file or sys.stderr).write(f"bass: warning: {message}{said}\n")  # one write: err_line
 
 
 def _main(argv: list[str] | None) -> int:
@@ -129,8 +129,8 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:  # a bug in bass: one line, the traceback on request
         if _peer_stopped(exc):  # torchrun: this rank's collective lost another rank
             _report(
-                "bass: error: another rank of this torchrun job stopped (its own error is in "
-                f"its output): {one_line(exc)}",
+                "bass: error: another rank of this torchrun job stopped or did not answer "
+                f"(its own error is in its output): {one_line(exc)}",
                 exc,
                 debug,
             )
@@ -156,5 +156,11 @@ def _peer_stopped(exc: BaseException) -> bool:
 
     if isinstance(exc, getattr(dist, "DistError", ())):
         return True
-    peer = ("Connection closed by peer", "Connection reset by peer", "[gloo", "NCCL")
-    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in peer)
+    # gloo's errors name its sources ("[gloo/pair.cc:553]", or a build path ".../gloo/...":
+    # "Gloo connectFullMesh failed" when a restarted rank cannot rejoin), NCCL's
+    # themselves; "Timed out waiting": a collective another rank never joined
+    text = str(exc)
+    peer = ("Connection closed by peer", "Connection reset by peer", "Timed out waiting")
+    return isinstance(exc, RuntimeError) and (
+        any(s in text for s in peer) or "gloo" in text.lower() or "NCCL" in text
+    )

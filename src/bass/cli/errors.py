@@ -26,7 +26,13 @@ def stdout_to_devnull() -> None:
 
 def say(message: str) -> None:
     """``bass: MESSAGE`` on stderr."""
-    print("bass: " + message, file=sys.stderr)
+    err_line("bass: " + message)
+
+
+def err_line(line: str) -> None:
+    """``line`` on stderr in one write (``print`` writes the newline apart: the ranks of a
+    torchrun job, sharing one stderr, glued each other's lines together)."""
+    sys.stderr.write(line + "\n")
 
 
 def one_line(exc: BaseException, limit: int | None = None) -> str:

@@ -135,7 +135,16 @@ def _read_prompts_file(name: str) -> list[Prompt]:
         if path.is_dir():
             raise UsageError(f"--prompts-file {path} is a directory; pass a .txt or .jsonl file")
         if not path.exists():  # a pipe (/dev/stdin) or a FIFO is read as a file is
-            raise UsageError(f"--prompts-file {path} does not exist; check the path")
+            fd = name.startswith("/dev/fd/") or name.startswith("/proc/self/fd/")
+            raise UsageError(
+                f"--prompts-file {path} does not exist; check the path"
+                + (
+                    " (a shell's <(...) under torchrun: its workers do not get the shell's "
+                    "open files; write the prompts to a file, or pipe them: --prompts-file -)"
+                    if fd and os.environ.get("WORLD_SIZE")
+                    else ""
+                )
+            )
         if not path.is_file():
             mode = os.stat(path).st_mode
         read, failed = path.read_bytes, f"--prompts-file {path}: cannot read it"
@@ -277,7 +286,7 @@ def cmd_generate(args) -> int:
     n = n_of(args)
     check_batch_flags(args)
     scale = scaleout.start(args)  # one process, or torchrun's ranks (bass.distributed)
-    prompts = read_prompts(args)
+    prompts = scale.read_once(lambda: read_prompts(args), args.prompts_file)
     config = resolve_config(args)
     if args.compare and config.model.draft == "none":
         raise UsageError(
@@ -299,7 +308,9 @@ def cmd_generate(args) -> int:
         scale.first(lambda: scaleout.check_unused(out_path))
     if config.generation.do_sample and config.generation.seed is None:
         # one seed for the run, every row's, so --resume draws what the run would have
-        found, seed = scaleout.seed_in(out_path) if args.resume else (False, None)
+        # (rank 0's reading: a rank that read the shards as rank 0 merged them would
+        # disagree, and take part in one collective less)
+        found, seed = scale.shared(scaleout.seed_in(out_path)) if args.resume else (False, None)
         if not found:
             seed = scale.shared(secrets.randbelow(2**31))
             if scale.prints:
@@ -307,6 +318,8 @@ def cmd_generate(args) -> int:
                     "draws the same samples; every row in --output records it)")  # fmt: skip
         config.generation.seed = seed
     settings = row_settings(config)
+    # (the main model's path as each machine resolves it may differ: not compared)
+    scale.agree("generation settings", {k: v for k, v in settings.items() if k != "main"})
     if scale.prints:
         note_sampling(args, config, n)
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
@@ -330,7 +343,7 @@ def cmd_generate(args) -> int:
         )
     # this rank's group's rows still to generate, in order: samples are keyed by (prompt,
     # sample) alone (bass.sampling.row_key), whatever the batch, --resume, ranks or --n
-    todo = [r for r in scale.rows(rows, len(prompts)) if r not in done]
+    todo = scale.rows(rows, done)
     if done and scale.prints:
         say(
             f"--resume: {len(done)} of {len(rows)} rows are already in {out_path}; "

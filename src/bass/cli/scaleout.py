@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import secrets
 from pathlib import Path
 
 from .errors import UsageError, flag_error
-from .results import not_a_row
+from .results import Prompt, not_a_row
 
 __all__ = ["Scaleout", "start"]
 
@@ -27,14 +28,18 @@ class Scaleout:
         # rank 0, or each group's first rank (shards)
         self.writes = topo.is_main or (self.sharded and topo.tp_rank == 0)
 
-    def rows(self, rows: list[tuple[int, int]], n_prompts: int) -> list[tuple[int, int]]:
-        """The ``(prompt, sample)`` rows this rank's group generates."""
+    def rows(self, rows: list[tuple[int, int]], done: set) -> list[tuple[int, int]]:
+        """The ``(prompt, sample)`` rows not ``done`` this rank's group generates: the
+        prompts with rows left, shared out (a prompt's samples together), so that a
+        resumed run's groups get equal shares of what is left."""
+        todo = [r for r in rows if r not in done]
         if not self.sharded:
-            return rows
+            return todo
         from .. import distributed
 
-        mine = set(distributed.shard(n_prompts, self.topo))
-        return [r for r in rows if r[0] in mine]
+        left = list(dict.fromkeys(i for i, _ in todo))
+        mine = {left[k] for k in distributed.shard(len(left), self.topo)}
+        return [r for r in todo if r[0] in mine]
 
     def shard_path(self, out: Path, rank: int | None = None) -> Path:
         return out.with_name(f"{out.name}.rank{self.topo.rank if rank is None else rank}")
@@ -103,6 +108,48 @@ class Scaleout:
                 f"--output {out}: rank(s) {', '.join(map(str, blind))} do not see the files "
                 "rank 0 writes in its directory (ranks on several machines, a directory "
                 "local to one): put --output on a file system every machine shares"
+            )
+
+    def read_once(self, read, path: str | None) -> list[Prompt]:
+        """``read()`` (the prompts) on every rank, or, when ``path`` is standard input or
+        no regular file (a pipe, a FIFO: each rank would read a part of it), on rank 0
+        alone and shared. A :class:`UsageError` any rank meets ends every rank, and so do
+        ranks that read other prompts (:meth:`agree`)."""
+        if not self.active:
+            return read()
+        alone = path == "-" or (
+            path is not None and Path(path).exists() and not Path(path).is_file()
+        )
+        value, error = None, None
+        if self.topo.is_main or not alone:
+            try:
+                value = read()
+            except UsageError as exc:
+                error = str(exc)
+        if alone:  # rank 0's, as text and where it came from (a Prompt does not pickle)
+            pairs = None if value is None else [(str(p), p.where) for p in value]
+            error, pairs = self.shared((error, pairs))
+            value = None if pairs is None else [Prompt(t, w) for t, w in pairs]
+        else:
+            error = next((e for e in self.every(error) if e is not None), None)
+        if error is not None:
+            raise UsageError(error)
+        self.agree(f"prompts ({'--prompts-file ' + path if path else 'PROMPT arguments'})", value)
+        return value
+
+    def agree(self, what: str, value) -> None:
+        """Every rank must hold an equal ``value`` (JSON, hashed), else every rank stops
+        naming the ranks that differ from rank 0 (machines whose files at one path differ)."""
+        if not self.active:
+            return
+        text = json.dumps(value, sort_keys=True, default=repr)
+        seen = self.every(hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+        differ = [r for r, d in enumerate(seen) if d != seen[0]]
+        if differ:
+            raise UsageError(
+                f"rank(s) {', '.join(map(str, differ))} got other {what} than rank 0: every "
+                "rank must run the same job (on several machines: the same files at the "
+                "same paths)"
             )
 
     def every(self, value) -> list:
