@@ -567,3 +567,16 @@ def test_a_closed_standard_output_leaves_the_rows_going_to_the_output_file(model
     assert proc.returncode == 0, stderr
     assert f"standard output was closed (its reader left): the rows go on to {out} only" in stderr
     assert sorted(r["prompt_index"] for r in read_jsonl(out)) == list(range(n))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_failing_standard_output_leaves_the_rows_going_to_the_output_file(model_dir, tmp_path):
+    """``> /dev/full`` (a full disk): the first row's print failed before its write, which
+    was lost, and the run ended as "internal error ... a bug in bass"."""
+    out, args = _one_row_at_a_time(model_dir, tmp_path, 3, 4)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "bass", *args.split()], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "standard output failed (No space left on device): the rows go on to" in proc.stderr
+    assert sorted(r["prompt_index"] for r in read_jsonl(out)) == [0, 1, 2]

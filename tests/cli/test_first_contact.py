@@ -62,3 +62,16 @@ def test_install_commands_name_our_distribution():
 @pytest.mark.parametrize("extra", ["testing", "eval", "plot", "progress", "distributed"])
 def test_the_extras_the_docs_name_exist(extra):
     assert extra in PYPROJECT["project"]["optional-dependencies"]
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in a command's first seconds (its modules importing, before its own handler)
+    printed a 40-line KeyboardInterrupt traceback, and the process died of the signal."""
+    import bass.cli
+
+    def importing(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bass.cli, "_main", importing)
+    assert bass.cli.main() == 130
+    assert capsys.readouterr().err == "bass: interrupted\n"

@@ -1,7 +1,8 @@
 """Where ``bass`` reads from: prompts from a pipe (``--prompts-file -`` and
 ``/dev/stdin``, a real shell pipe), a FIFO, files with any line ending (``\\r\\n``, ``\\n``,
 a lone ``\\r``), a config file with a UTF-8 byte-order mark; ``--problems`` naming one
-problem twice is refused.
+problem twice, a file flag given twice and a policy option given twice with two values are
+refused.
 
 The prompts read are checked without loading a model: ``--resume`` on a results file that
 already holds one row per expected prompt says "nothing to generate" only if every prompt
@@ -128,3 +129,37 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path, capsys, no_model
     assert load_config(cfg).generation.max_new_tokens == 7
     out = done_file(tmp_path / "out.jsonl", ["hello"])
     reads_the_prompts(*run(capsys, f"generate hello --config {cfg} -o {out} --resume"), n=1)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        "generate --prompts-file a.txt --prompts-file b.txt",
+        "generate hi -o a.jsonl --output b.jsonl",
+        "generate hi --config a.toml --config b.toml",
+        "generate hi --plot a.png --plot b.png",
+        "eval humaneval -o a.jsonl -o b.jsonl",
+    ],
+)
+def test_a_file_flag_given_twice_is_refused(capsys, no_model_load, flags):
+    """argparse keeps a flag's last value: the first --prompts-file's prompts were dropped
+    (exit 0), the first --output never written."""
+    rc, _, err = run(capsys, flags)
+    assert rc == 2
+    assert "given twice (" in one_error_line(err) and "it takes one file" in err
+
+
+def test_a_policy_option_given_twice_with_two_values_is_refused(capsys, no_model_load):
+    rc, _, err = run(capsys, "generate hi --policy-option l0=3 --policy-option l0=4")
+    assert rc == 2
+    assert "policy option 'l0' given twice ('3' and '4'): give it once" in one_error_line(err)
+
+
+def test_a_config_files_policy_options_are_checked_under_its_name(tmp_path, capsys, no_model_load):
+    """--policy-option defaults to []: taken as given, the file's [policy.options] were
+    checked only with the flags, under the name "config"."""
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('[policy]\nname = "constant"\n[policy.options]\nl0 = 3\n')
+    rc, _, err = run(capsys, f"generate hi --config {cfg}")
+    assert rc == 2
+    assert one_error_line(err).startswith(f"bass: error: {cfg}: [policy].options for policy")

@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _warning_line
     try:
         return _main(None)
+    except KeyboardInterrupt:  # Ctrl-C in the first seconds: while the modules import
+        err_line("bass: interrupted")
+        return 130
     finally:
         warnings.showwarning = shown
 

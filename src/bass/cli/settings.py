@@ -109,7 +109,9 @@ def _from_file(args) -> tuple[str, ...]:
     """The tables whose plugin no flag chooses or sets up (``--policy``,
     ``--policy-option``, ``--draft``): built with the config file's keys alone."""
     chosen = {"policy": ("policy", "policy_option"), "model": ("draft",)}
-    given = {a for attrs in chosen.values() for a in attrs if getattr(args, a, None) is not None}
+    given = {
+        a for attrs in chosen.values() for a in attrs if getattr(args, a, None) not in (None, [])
+    }
     return tuple(t for t, attrs in chosen.items() if not given.intersection(attrs))
 
 

@@ -229,6 +229,11 @@ def parse_options(name: str, pairs: Iterable[str] | Mapping[str, str]) -> dict[s
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise ValueError(f"policy option {pair!r} is not of the form name=value")
+            if key.strip() in raw and raw[key.strip()] != value.strip():
+                raise ValueError(
+                    f"policy option {key.strip()!r} given twice ({raw[key.strip()]!r} and "
+                    f"{value.strip()!r}): give it once"
+                )
             raw[key.strip()] = value.strip()
     defaults = {i.name: i.default for i in describe(name)}
     return {key: _parse_value(value, defaults.get(key)) for key, value in raw.items()}
