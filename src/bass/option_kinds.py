@@ -245,7 +245,11 @@ def refusal(
     """The error for a value that is not allowed: ``where: name=value`` (a keyword) or
     ``where: label = value`` (a config key or a flag), ``is not allowed; expected`` what is
     (``option``: the option's name where the keyword differs)."""
-    text = f"{name}={show(value)}" if label is None else f"{label} = {show(value)}"
+    if label is None:
+        text = f"{name}={show(value)}"
+    else:  # a config key's booleans as TOML spells them
+        shown = str(value).lower() if isinstance(value, bool) and label[:1] == "[" else show(value)
+        text = f"{label} = {shown}"
     text = f"{where}: {text}" if where else text
     message = f"{text} is not allowed; expected {allowed}"
     return error(message, option=option or name, value=value, allowed=allowed)

@@ -253,6 +253,9 @@ def test_unknown_table_and_key_list_the_allowed_ones():
         Config.from_dict({"model": {"device": "cuda"}})
     with pytest.raises(ConfigError, match=r"\[model\] = 'x' is not allowed; expected a table"):
         Config.from_dict({"model": "x"})
+    # a boolean where a number goes, as the file spells it (it said True)
+    with pytest.raises(ConfigError, match=r"f.toml: \[generation\].max_new_tokens = true is not"):
+        Config.from_dict({"generation": {"max_new_tokens": True}}, source="f.toml")
 
 
 def test_policy_options_are_validated_by_the_policy():

@@ -443,7 +443,8 @@ def cmd_generate(args) -> int:
                         except OSError as exc:  # `| head` (the reader left), a full disk:
                             if results is None:  # the file goes on
                                 raise
-                            closed = _stdout_closed(out_path, exc)
+                            with progress.paused():  # the note on a line of its own
+                                closed = _stdout_closed(out_path, exc)
                     if results is not None:  # unbuffered: kept whatever happens next
                         results.write(json.dumps(record) + "\n")
                     written += 1
