@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import perturbed
@@ -464,3 +465,20 @@ def test_the_policy_sees_how_many_prompts_wait(llama):
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     Generator(llama, "ngram", policy=policy).generate(prompts, max_new_tokens=4, max_rows=1)
     assert policy.waiting == [2] * 3 + [1] * 3 + [0] * 3  # the first token comes from prefill
+
+
+@pytest.mark.parametrize("attention", ["auto", "sdpa", "flex", "reference"])
+def test_float32_rows_in_reused_slots_equal_the_main_models_own(attention):
+    """The suite's float64 models (and head dims under 32) always run the reference, so
+    the CPU's own pick (sdpa) and flex never met a slot a finished row left: float32, head
+    dim 32, two slots for six prompts, rows ending at different steps."""
+    from models import tiny_lm
+
+    main = tiny_lm(hidden=128, heads=4, kv_heads=2, dtype=torch.float32, seed=7)
+    prompts = [[3, 9, 4], [5] * 11, [7, 1], [2, 8, 6, 4, 2, 8, 6], [1], [9, 9, 3, 3, 5, 5]]
+    eos = greedy_reference(main, prompts[1], 12)[4]  # a token some rows meet early
+    gen = Generator(main, "ngram", attention=attention)
+    res = assert_greedy_equivalent(gen, prompts, 12, max_rows=2, eos_token_id=eos)
+    assert res.stats.admissions >= 3 and len({len(s) for s in res.sequences}) > 1
+    if attention == "auto":
+        assert res.stats.attention["eager"].startswith("sdpa:")
