@@ -38,6 +38,11 @@ def show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def show_toml(value: Any) -> str:
+    """:func:`show`, with booleans as TOML spells them (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else show(value)
+
+
 # --------------------------------------------------------------------------- kinds
 # A kind has ``parse(value, ctx)``: the value normalised, or Refused; ``allowed(ctx)``: what
 # is allowed, in a phrase; ``type``: a value's type when it comes as text (a flag). ``ctx``
@@ -247,9 +252,8 @@ def refusal(
     (``option``: the option's name where the keyword differs)."""
     if label is None:
         text = f"{name}={show(value)}"
-    else:  # a config key's booleans as TOML spells them
-        shown = str(value).lower() if isinstance(value, bool) and label[:1] == "[" else show(value)
-        text = f"{label} = {shown}"
+    else:  # a config key's ("[table].key") as its file spells it
+        text = f"{label} = {show_toml(value) if label[:1] == '[' else show(value)}"
     text = f"{where}: {text}" if where else text
     message = f"{text} is not allowed; expected {allowed}"
     return error(message, option=option or name, value=value, allowed=allowed)

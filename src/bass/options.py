@@ -16,7 +16,7 @@ from . import policies
 from .cpu_linear import MODES as CPU_LINEAR_MODES
 from .errors import ConfigError, OptionError
 from .ops import implementations
-from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, show
+from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, show, show_toml
 
 __all__ = [
     "GENERATE",
@@ -34,6 +34,7 @@ __all__ = [
     "pretrained_arguments",
     "row_ids",
     "show",
+    "show_toml",
     "text_arguments",
     "use_config_reader",
 ]

@@ -231,3 +231,14 @@ def test_a_resumed_run_shares_out_the_prompts_with_rows_left():
     shares = [scaleout.Scaleout(Topology(2, rank, 1)).rows(rows, done) for rank in (0, 1)]
     assert shares == [[(4, 0), (4, 1), (5, 1)], [(6, 0), (6, 1), (7, 0), (7, 1)]]
     assert scaleout.Scaleout(Topology(1, 0, 1)).rows(rows, done) == sorted(set(rows) - done)
+
+
+def test_ranks_that_read_other_prompts_or_settings_are_refused(monkeypatch):
+    """Every rank reads its own --prompts-file (a file at one path on each machine): a rank
+    whose prompts hash otherwise stops the job on every rank, naming it."""
+    scale = scaleout.Scaleout(Topology(3, 0, 1))
+    monkeypatch.setattr(scale, "every", lambda digest: [digest, digest, digest])
+    scale.agree("prompts (--prompts-file p.txt)", ["hello", "the sea"])
+    monkeypatch.setattr(scale, "every", lambda digest: [digest, digest, "another"])
+    with pytest.raises(UsageError, match=r"^rank\(s\) 2 got other prompts \(--prompts-file p"):
+        scale.agree("prompts (--prompts-file p.txt)", ["hello", "the sea"])

@@ -18,6 +18,7 @@ from bass.config import (
     apply_config,
     load_config,
 )
+from bass.options import show_toml
 
 BUILTINS = ["adaptive", "bass", "confidence", "constant", "goodput", "hf-heuristic"]
 
@@ -207,7 +208,7 @@ def test_bad_value_names_key_value_and_allowed(table, key, value, allowed):
         Config.from_dict({table: {key: value}}, source="my.toml")
     msg = str(info.value)
     assert msg.startswith("my.toml: ")
-    assert f"[{table}].{key} = {value!r}" in msg
+    assert f"[{table}].{key} = {show_toml(value)}" in msg  # as the file spells it
     assert allowed in msg
 
 

@@ -189,7 +189,7 @@ def test_a_config_file_refuses_what_generate_refuses_in_the_same_words(key, valu
         assert isinstance(cfg, ConfigError), f"{key}={value!r}: the config took it"
         allowed = opt.kind.allowed({})
         assert f"expected {allowed}" in str(api) and f"expected {allowed}" in str(cfg)
-        assert str(cfg).startswith(f"my.toml: [generation].{key} = {options.show(value)} ")
+        assert str(cfg).startswith(f"my.toml: [generation].{key} = {options.show_toml(value)} ")
     else:
         assert not isinstance(cfg, ConfigError), f"{key}={value!r}: {cfg}"
         assert cfg == api

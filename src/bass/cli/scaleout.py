@@ -131,7 +131,9 @@ class Scaleout:
             error, pairs = self.shared((error, pairs))
             value = None if pairs is None else [Prompt(t, w) for t, w in pairs]
         else:
-            error = next((e for e in self.every(error) if e is not None), None)
+            said = [(r, e) for r, e in enumerate(self.every(error)) if e is not None]
+            if said and error is None:  # another rank's (its file, on its machine)
+                error = f"rank {said[0][0]}: {said[0][1]}"
         if error is not None:
             raise UsageError(error)
         self.agree(f"prompts ({'--prompts-file ' + path if path else 'PROMPT arguments'})", value)
