@@ -185,3 +185,39 @@ def test_a_file_system_without_locks_is_written_with_a_note(tmp_path, capsys, mo
         "second run from writing it at the same time\n"
     )
     assert os.listdir(tmp_path) == []  # its lock file not left behind
+
+
+def test_a_hard_link_to_a_file_another_run_writes_is_refused(tmp_path, capsys, no_model_load):
+    """The lock file is named after the path, so a hard link had a lock of its own: a run
+    writing through it truncated the other run's rows (one file, two writers). The file
+    itself is locked too: once it exists, whether it did when the run started or the run
+    made it."""
+    import os
+
+    from bass.cli.errors import UsageError
+    from bass.cli.results import LineWriter
+
+    out, hard = tmp_path / "out.jsonl", tmp_path / "hard.jsonl"
+    out.write_text("")  # a run resuming a file of no rows yet
+    proc = hold(f"generate hello -o {out} --resume")
+    try:
+        os.link(out, hard)
+        rc, _, err = run(capsys, f"generate hello -o {hard} --overwrite")
+    finally:
+        release(proc)
+    assert rc == 2
+    assert one_error_line(err).startswith(
+        f"bass: error: --output {hard} is being written by another bass run under another "
+        "name (a hard link: the file has 2 names)"
+    )
+    assert out.read_text() == ""
+    assert sorted(os.listdir(tmp_path)) == ["hard.jsonl", "out.jsonl"]  # no lock file left
+    made, other = tmp_path / "made.jsonl", tmp_path / "other.jsonl"
+    with OutputLock(made, "--output", "bass generate a -o made.jsonl"):
+        writer = LineWriter(made, "--output")  # the run makes its file: locked from then on
+        os.link(made, other)
+        with pytest.raises(UsageError, match="under another name"):
+            OutputLock(other, "--output", "bass generate b -o other.jsonl").acquire()
+        writer.close()
+    with OutputLock(other, "--output", "bass generate b -o other.jsonl"):  # released: free
+        pass

@@ -20,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_SUFFIX", "OutputLock", "command_line", "lock_outputs"]
+__all__ = ["LOCK_SUFFIX", "OutputLock", "command_line", "lock_outputs", "pin"]
 
 LOCK_SUFFIX = ".lock"
 #: How a lock file's content starts (JSON with this first key): bass's own, else refused
@@ -43,9 +43,10 @@ class OutputLock:
 
     def __init__(self, path: str | os.PathLike, flag: str, command: str):
         self.path, self.flag, self.command = Path(path), flag, command
-        self.target = Path(os.path.realpath(path))  # one lock for any spelling, symlink
+        self.target = Path(os.path.realpath(path))  # any spelling, symlink (hard links: pin)
         self.lock_path: Path | None = None
         self.fd: int | None = None
+        self.file_fd: int | None = None  # the output's own flock (pin): its hard links too
 
     def acquire(self) -> None:
         if fcntl is None or (self.target.exists() and not self.target.is_file()):
@@ -74,6 +75,12 @@ class OutputLock:
             self.fd, self.lock_path = fd, lock if beside else None
             if beside:
                 self._claim(fd, lock)
+                _HELD[self.target] = self
+                try:  # an output that exists: its file too (another name for it: refused)
+                    self.pin()
+                except BaseException:
+                    self.release()
+                    raise
             return
         raise UsageError(  # pragma: no cover - 100 holders in a row removed it under us
             f"{self.flag} {self.path}: could not take its lock {lock}; try again"
@@ -164,7 +171,36 @@ class OutputLock:
             f"another {self.flag}"
         )
 
+    def pin(self) -> None:
+        """Lock the output file itself (once it exists; the lock file is named after the
+        path, so a hard link, another name for the file, has a lock file of its own): a run
+        holding it under another name is refused."""
+        if self.file_fd is not None or not self.target.is_file():
+            return
+        try:
+            fd = os.open(self.target, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return  # unreadable: its name's lock stands alone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UsageError(
+                    f"{self.flag} {self.path} is being written by another bass run under "
+                    f"another name (a hard link: the file has {os.stat(self.target).st_nlink} "
+                    f"names); a file takes one writer at a time: wait for that run to end (or "
+                    f"stop it), or choose another {self.flag}"
+                ) from None
+            return  # a file system without locks: the name's lock stands alone
+        self.file_fd = fd
+
     def release(self) -> None:
+        if _HELD.get(self.target) is self:
+            del _HELD[self.target]
+        if self.file_fd is not None:
+            os.close(self.file_fd)
+            self.file_fd = None
         fd, self.fd = self.fd, None
         if fd is None:
             return
@@ -181,6 +217,19 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+#: the outputs this process holds the lock of, by their resolved path
+_HELD: dict[Path, OutputLock] = {}
+
+
+def pin(path: str | os.PathLike) -> None:
+    """This process's lock of ``path`` (if it holds one) takes the file itself too, now
+    that it exists (:meth:`OutputLock.pin`; the results writers call this once they made
+    the file)."""
+    lock = _HELD.get(Path(os.path.realpath(path)))
+    if lock is not None:
+        lock.pin()
 
 
 def _details(fd: int) -> dict | None:

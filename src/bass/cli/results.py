@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import UsageError
+from .filelock import pin
 from .loading import has_chat_template
 
 __all__ = [
@@ -333,6 +334,7 @@ class LineWriter:
             self.file = path.open("ab" if append else "wb", buffering=0)
         except OSError as exc:
             raise UsageError(f"{flag} {path}: cannot open it: {exc.strerror}") from None
+        pin(path)  # the file itself locked too, now that it exists (its hard links)
 
     def write(self, text: str) -> None:
         data = memoryview(text.encode("utf-8"))
