@@ -282,6 +282,9 @@ def test_eval_humaneval_generates_for_real(model_dir, capsys, monkeypatch, tmp_p
     # (a drawn seed may start with 5 too: the whole number)
     assert bool(re.search(r"sampling, seed 5\b", out)) == bool(seed) and "sampling, seed " in out
     assert ("2 rows at once" in out) == bool(batch) and "[2/2] Toy/1 regular: 3 samples" in err
+    drawn = re.search(r"this evaluation's seed is (\d+) \(--seed \1 draws the same", err)
+    assert bool(drawn) != bool(seed)  # a drawn seed is said when drawn (it was in the table only)
+    assert not drawn or f"sampling, seed {drawn.group(1)}" in out
     for rec in read_jsonl(out_file):
         regular, bass_ = ([s["completion"] for s in m["samples"]] for m in rec["methods"].values())
         assert regular == bass_ and len(set(regular)) > 1

@@ -158,6 +158,9 @@ def cmd_humaneval(args) -> int:
         # with n-gram drafts regular decoding and BASS then make the same draws (the same
         # texts until a draw lands within rounding of a token boundary: he.row_id)
         kwargs["seed"] = config.generation.seed = int(torch.randint(0, 2**31, (1,)).item())
+        seed = kwargs["seed"]
+        say(f"note: sampling without --seed: this evaluation's seed is {seed} (--seed {seed} "
+            "draws the same samples; every line in --output records it)")  # fmt: skip
     if args.output:  # what a resumed run checks, on every line
         settings = eval_settings(config, args, n, names)
     methods = {"regular": make_generator(main, None, config)}
