@@ -144,7 +144,7 @@ def test_a_name_two_packages_register_selects_neither(tmp_path, install, capsys)
 
     assert cli.main(["policies"]) == 0  # `bass policies` lists the others, and the clash
     out = capsys.readouterr().out
-    assert "long  (a_mod:Long or b_mod:Long)\n    failed to load: PluginLoadError: " in out
+    assert "long  (a_mod:Long or b_mod:Long)\n    policy 'long' is registered by 2 packages" in out
     assert re.search(both.format("Long"), out)
     assert "constant  (bass.policies.builtin:ConstantPolicy)" in out
 
