@@ -504,7 +504,7 @@ class Generator:
         t_start = time.perf_counter()
         params, gen, seed = sampling
         prompts = [state.prompt_of[s] for s in slots]
-        caps = [state.remaining(s) - 1 for s in slots]  # the main model adds one token
+        caps = tuple(state.remaining(s) - 1 for s in slots)  # (main model: +1); no plugin edits
         view = StepView(slots, prompts, caps, state, params, gen, agree=self.coord.share_mask)
         drafter, step = self._drafting, stats.step_count
         # 1) lengths: what the drafter has (n-grams), then the policy's lengths and stop

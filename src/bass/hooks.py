@@ -8,6 +8,8 @@ active rows, cap, length, drafted, accepted): docs/concepts/engine.md.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -78,6 +80,11 @@ class DraftContext:
         return len(self.prompts)
 
 
+def _real(x) -> bool:
+    """A finite real number (a bool is not one)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
 @dataclass(frozen=True)
 class EarlyStop:
     """A per-row early stop that a drafter drawing from distributions (a draft model)
@@ -116,10 +123,34 @@ class EarlyStop:
         return keep, conf
 
     def __post_init__(self) -> None:  # frozen lists too: keep()'s tensors are made once
+        # checked here, in the policy's own hook (a NaN threshold stopped every row
+        # silently; a short table failed deep in a drafter)
+        if not _real(self.min_top1) or not 0 <= self.min_top1 <= 1:
+            raise ValueError(
+                f"EarlyStop.min_top1 must be a number in [0, 1], got {self.min_top1!r}"
+            )
+        if self.max_entropy is not None and not (_real(self.max_entropy) and self.max_entropy >= 0):
+            raise ValueError(
+                f"EarlyStop.max_entropy must be None or a number >= 0, got {self.max_entropy!r}"
+            )
+        if (self.calibration is None) != (self.floors is None):
+            raise ValueError(
+                "EarlyStop.calibration and EarlyStop.floors go together (the chances, and the "
+                "floor each row's product of chances must stay above): give both or neither"
+            )
         if self.calibration is not None:
-            object.__setattr__(self, "calibration", tuple(map(tuple, self.calibration)))
+            pairs = tuple(map(tuple, self.calibration))
+            if len(pairs) != 10 or not all(len(ab) == 2 and all(map(_real, ab)) for ab in pairs):
+                raise ValueError(
+                    "EarlyStop.calibration must be 10 pairs (a, b) of numbers, one per decile "
+                    f"of the top-1 probability, got {self.calibration!r}"
+                )
+            object.__setattr__(self, "calibration", pairs)
         if self.floors is not None:
-            object.__setattr__(self, "floors", tuple(self.floors))
+            floors = tuple(self.floors)
+            if not all(_real(f) or f in (math.inf, -math.inf) for f in floors):  # inf: stop
+                raise ValueError(f"EarlyStop.floors must be numbers (not NaN), got {self.floors!r}")
+            object.__setattr__(self, "floors", floors)
 
     def __getstate__(self) -> dict:  # not the device tensors made for keep()
         return {k: v for k, v in self.__dict__.items() if k != "_made"}
@@ -158,7 +189,7 @@ class StepView:
 
     slots: list[int]
     prompts: list[int]
-    caps: list[int]
+    caps: Sequence[int]
     state: BatchState
     params: SamplingParams = field(default_factory=SamplingParams)
     generator: torch.Generator | None = None

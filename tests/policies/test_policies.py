@@ -5,12 +5,15 @@ registry, options) is tested in test_policy_registry.py."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bass.policies import DraftContext, EarlyStop, StepRecord, bind
+from bass.policies import DraftContext, EarlyStop, Policy, StepRecord, bind
 from bass.policies.base import capabilities
 from bass.policies.builtin import (
     BassPolicy,
@@ -246,6 +249,59 @@ def test_bind_takes_policies_without_the_base_class():
 
     with pytest.raises(ValueError, match="1 floors for 2 active rows"):
         bind(Short()).early_stop(ctx)
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        (dict(min_top1=math.nan), "min_top1 must be a number in [0, 1], got nan"),
+        (dict(min_top1="0.5"), "min_top1 must be a number in [0, 1], got '0.5'"),
+        (dict(max_entropy="x"), "max_entropy must be None or a number >= 0, got 'x'"),
+        (dict(calibration=[(0.0, 1.0)] * 3, floors=[0.1]), "calibration must be 10 pairs (a, b)"),
+        (dict(calibration=[(0.0, 1.0)] * 10), "calibration and EarlyStop.floors go together"),
+        (dict(calibration=[(0.0, 1.0)] * 10, floors=[math.nan]), "floors must be numbers (not"),
+    ],
+)
+def test_an_early_stop_that_cannot_work_is_refused_as_the_policys(fields, said):
+    """A NaN threshold stopped every row's drafting silently; a short calibration table, a
+    string threshold or floors failed deep inside the drafter, naming no policy."""
+    from bass.errors import PluginError
+
+    with pytest.raises(ValueError, match=re.escape(f"EarlyStop.{said}")):
+        EarlyStop(**fields)
+
+    class Broken(Policy):
+        def draft_length(self):
+            return 2
+
+        def early_stop(self, ctx):
+            return EarlyStop(**fields)
+
+    Broken.__module__ = "another_package.policies"  # not bass's own: guarded as a plugin's
+    with pytest.raises(PluginError, match=r"raised in early_stop\(\): ValueError: EarlyStop\."):
+        bind(Broken()).early_stop(DraftContext(prompts=[0], caps=[4]))
+    assert EarlyStop(calibration=[(0.0, 1.0)] * 10, floors=[math.inf, 0.2]).floors[0] == math.inf
+
+
+def test_a_policy_changes_neither_the_caps_nor_the_steps_statistics():
+    """The caps were one list the drafter's view and the policy's context shared: a policy
+    widening them drafted past the cache (an IndexError in attention); update(record)
+    rewrote the run's own step record."""
+
+    class Greedy(Policy):
+        def draft_lengths(self, ctx):
+            ctx.caps = [50] * ctx.num_rows
+            return [50] * ctx.num_rows
+
+        def update(self, record):
+            record.accepted[:] = [9] * len(record.accepted)
+
+    Greedy.__module__ = "another_package.policies"
+    hooks = bind(Greedy())
+    assert hooks.draft_lengths(DraftContext(prompts=[0, 1], caps=(3, 1))) == [3, 1]
+    record = StepRecord(draft_length=2, accepted=[1, 0], drafted=[2, 2])
+    hooks.update(record)
+    assert record.accepted == [1, 0]
 
 
 # --------------------------------------------------------------------------- goodput

@@ -330,3 +330,36 @@ def test_a_generator_looks_its_named_policy_up_once(monkeypatch):
     assert gen.new_policy() is one
     gen.policy_spec = (other, {})
     assert gen.new_policy() is other
+
+
+GATE = """
+    class Gate:
+        def __init__(self, enabled=False, k=2, label="x", cap=None):
+            self.enabled, self.k = enabled, k
+
+        def draft_length(self):
+            return self.k if self.enabled else 0
+
+        def update(self, record):
+            pass
+"""
+
+
+def test_a_value_its_options_default_type_refuses_is_refused_naming_it(builtin_eps, plugin_dir):
+    """Text that did not convert reached the plugin as text: ``enabled=flase`` (a non-empty
+    string: true) drafted silently, ``k=abc`` failed mid-generation naming no option."""
+    (plugin_dir / "tests_helper_gate.py").write_text(textwrap.dedent(GATE))
+    builtin_eps(gate="tests_helper_gate:Gate")
+    assert load("gate", **parse_options("gate", ["enabled=false"])).draft_length() == 0
+    assert load("gate", enabled=True, k=3.0, label=5, cap="anything").draft_length() == 3
+    assert load("gate", k=None).k is None  # "none" for a number: the policy's to check
+    for given, said in [
+        (["enabled=flase"], "option 'enabled' = 'flase': expected true or false (its default"),
+        (["k=abc"], "option 'k' = 'abc': expected a number (its default: 2)"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(f"policy 'gate' {said}")):
+            load("gate", **parse_options("gate", given))
+    with pytest.raises(ValueError, match="option 'enabled' = 'false': expected true or false"):
+        load("gate", enabled="false")  # a config file's string
+    with pytest.raises(ValueError, match="option 'k' = True: expected a number"):
+        load("gate", k=True)

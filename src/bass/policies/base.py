@@ -15,7 +15,7 @@ import torch
 
 from .. import plugins
 from ..errors import OptionError, PluginOutputError
-from ..hooks import DraftContext, EarlyStop, Policy
+from ..hooks import DraftContext, EarlyStop, Policy, StepRecord
 from ..option_kinds import Range, Refused
 
 __all__ = [
@@ -32,11 +32,12 @@ def _checked_lengths(name: str, who, per_row, single, ctx: DraftContext) -> list
     """One draft length per row from ``per_row(ctx)``, else ``single()`` for every row,
     capped at ``ctx.caps``; a bad one is a :class:`~bass.errors.PluginOutputError` (``name``
     in its message, ``who()`` its ``plugin``: looked up on failure only)."""
+    caps = tuple(ctx.caps)  # the engine's, whatever the policy does to ctx
     if per_row is None:
         k = single()
         if type(k) is not int or k < 0:
             k = _length(k, f"{name}.draft_length() returned", who, "draft_length")
-        return [min(k, c) for c in ctx.caps]
+        return [min(k, c) for c in caps]
     got = per_row(ctx)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
         raise PluginOutputError(
@@ -57,7 +58,18 @@ def _checked_lengths(name: str, who, per_row, single, ctx: DraftContext) -> list
         if type(k) is not int or k < 0:
             said = f"{name}.draft_lengths returned, for row {r} (prompt {ctx.prompts[r]}),"
             ks[r] = _length(k, said, who, "draft_lengths")
-    return [min(k, c) for k, c in zip(ks, ctx.caps)]
+    return [min(k, c) for k, c in zip(ks, caps)]
+
+
+def _on_copy(update, record: StepRecord) -> None:
+    """Another package's ``update(record)`` gets a copy of the step's record: what it
+    changes in it (``record.accepted[:] = ...``) stays out of the run's statistics."""
+    lists = {
+        k: [list(c) for c in v] if k == "confidence" else list(v)
+        for k in ("accepted", "drafted", "prompts", "draft_pass_tokens", "confidence")
+        if (v := getattr(record, k)) is not None
+    }
+    update(dataclasses.replace(record, **lists))
 
 
 def _length(k: Any, said: str, who, hook: str) -> int:
@@ -190,7 +202,7 @@ def bind(policy: Any) -> PolicyHooks:
             per_row = plugins.guard(who, "draft_lengths", per_row)
         else:
             single = plugins.guard(who, "draft_length", single)
-        update = plugins.guard(who, "update", update)
+        update = functools.partial(_on_copy, plugins.guard(who, "update", update))
         if stop is not None:
             stop = plugins.guard(who, "early_stop", stop)
 

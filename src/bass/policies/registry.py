@@ -151,6 +151,17 @@ def _loader(name: str, options: Mapping[str, Any]) -> Callable[[], Policy]:
             option="policy_options",
             value=dict(options),
         )
+    own = ep.value.startswith("bass.")  # bass's policies check their options themselves
+    for info in infos:  # a value its default's type refuses: said now, naming the option
+        if own or info.name not in options:
+            continue
+        if wrong := _wrong_type(options[info.name], info.default):
+            raise OptionError(
+                f"policy {name!r} option {info.name!r} = {options[info.name]!r}: expected "
+                f"{wrong} (its default: {info.default!r})",
+                option="policy_options",
+                value=dict(options),
+            )
     options = dict(options)
 
     def build() -> Policy:
@@ -187,6 +198,20 @@ def maker(spec: str | Policy, options: Mapping[str, Any] | None = None) -> Calla
             f"update(record) (see bass.hooks.Policy), got {spec!r}"
         )
     return lambda: spec
+
+
+def _wrong_type(value: Any, default: Any) -> str | None:
+    """What a boolean or numeric option takes, when ``value`` (text a flag or a file gave
+    that did not convert: ``enabled=flase``, ``k=abc``) is not that; ``None`` (no default:
+    none) is taken, and an option of any other default is the policy's to check."""
+    if value is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, (int, float)) and default is not REQUIRED:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if number else "a number"
+    return None
 
 
 def _parse_value(text: str, default: Any) -> Any:
