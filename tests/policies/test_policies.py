@@ -444,3 +444,15 @@ def test_draft_length_stays_in_bounds(case, data):
         )
         got = policy.draft_length()
         assert isinstance(got, int) and lo <= got <= hi
+
+
+def test_a_policy_without_a_name_is_named_by_its_class():
+    """``hooks.Policy.name`` defaults to "": errors said "policy '' (Neg)"."""
+    from bass.errors import PluginOutputError
+
+    class Neg(Policy):
+        def draft_length(self):
+            return -1
+
+    with pytest.raises(PluginOutputError, match=r"^policy Neg\.draft_length\(\) returned -1;"):
+        bind(Neg()).draft_lengths(DraftContext(prompts=[0], caps=[3]))

@@ -186,7 +186,8 @@ def bind(policy: Any) -> PolicyHooks:
             "update(record) (see bass.hooks.Policy)"
         )
     cls, registered = type(policy).__name__, getattr(type(policy), "name", None)
-    name = f"{registered!r} ({cls})" if isinstance(registered, str) else cls
+    registered = registered if isinstance(registered, str) and registered else None  # "": unset
+    name = f"{registered!r} ({cls})" if registered else cls
     per_row, update = getattr(policy, "draft_lengths", None), policy.update
     if isinstance(policy, Policy) and type(policy).draft_lengths is Policy.draft_lengths:
         per_row = None  # Policy's default: draft_length() for every row
