@@ -66,7 +66,7 @@ def _policy_text(ctx: Mapping) -> str:
         names = ", ".join(policies.available()) or "(none installed)"
         text = f"an installed policy: {names} (see `bass policies`)"
     if ctx.get("source") == "keyword":
-        text += ", or a policy object with draft_length() and update(stats)"
+        text += ", or a policy object with draft_length() and update(record)"
     return text
 
 
