@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bass.policies
@@ -353,6 +354,7 @@ def test_a_value_its_options_default_type_refuses_is_refused_naming_it(builtin_e
     assert load("gate", **parse_options("gate", ["enabled=false"])).draft_length() == 0
     assert load("gate", enabled=True, k=3.0, label=5, cap="anything").draft_length() == 3
     assert load("gate", k=None).k is None  # "none" for a number: the policy's to check
+    assert load("gate", enabled=np.bool_(True), k=np.int64(4)).draft_length() == 4  # numpy's
     for given, said in [
         (["enabled=flase"], "option 'enabled' = 'flase': expected true or false (its default"),
         (["k=abc"], "option 'k' = 'abc': expected a number (its default: 2)"),

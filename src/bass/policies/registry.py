@@ -8,8 +8,11 @@ import dataclasses
 import difflib
 import importlib.metadata
 import inspect
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from .. import plugins
 from ..errors import OptionError, PluginLoadError
@@ -206,11 +209,11 @@ def _wrong_type(value: Any, default: Any) -> str | None:
     none) is taken, and an option of any other default is the policy's to check."""
     if value is None:
         return None
+    boolean = isinstance(value, (bool, np.bool_))
     if isinstance(default, bool):
-        return None if isinstance(value, bool) else "true or false"
-    if isinstance(default, (int, float)) and default is not REQUIRED:
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if number else "a number"
+        return None if boolean else "true or false"
+    if isinstance(default, (int, float)):  # numpy's numbers are numbers.Real too
+        return None if isinstance(value, numbers.Real) and not boolean else "a number"
     return None
 
 
