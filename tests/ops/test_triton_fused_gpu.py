@@ -190,6 +190,14 @@ def test_gpu_float64_goes_to_the_reference():
     torch.testing.assert_close(out, reference_padded(*args), rtol=1e-12, atol=1e-12)
 
 
+@on_gpu
+def test_gpu_head_dims_past_the_tiles_go_to_the_reference():
+    """Gemma 4's global layers (head dim 512): auto's eager pick on CUDA runs them."""
+    case = AttentionCase(Hkv=1, group=2, T=4, S=40, D=512, q_lens=(4, 1), kv_lens=(40, 9))
+    args = case.tensors(torch.bfloat16, "cuda")
+    check_fused(torch.ops.bass.ragged_attention(*args, impl="auto"), case, args, torch.bfloat16)
+
+
 OPCHECK_CASES = [GPU_CASES[0], GPU_CASES[3], EDGE["all_padding"]]
 
 
