@@ -13,8 +13,8 @@ import atexit
 import dataclasses
 import datetime
 import hashlib
+import json
 import os
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -226,10 +226,9 @@ class Coordinator(Solo):
         self.agree("prompts and settings", (prompts, payload))
 
     def agree(self, what: str, payload) -> None:
-        """Every rank of the group must pass an equal ``payload`` (pickled and hashed)."""
-        digest = hashlib.sha256(pickle.dumps(payload)).hexdigest()[:16]
+        """Every rank of the group must pass an equal ``payload`` (:func:`digest`)."""
         seen: list = [None] * len(self.ranks)
-        dist.all_gather_object(seen, digest, group=self.group)
+        dist.all_gather_object(seen, digest(payload), group=self.group)
         differ = [r for r, d in zip(self.ranks, seen) if d != seen[0]]
         if differ:
             raise DistributedError(
@@ -237,6 +236,13 @@ class Coordinator(Solo):
                 f"{self.ranks[0]}; every rank must call generate with the same prompts and "
                 "settings"
             )
+
+
+def digest(value) -> str:
+    """What ranks compare to agree on ``value``: a hash of its JSON form (objects that
+    have none by ``repr``)."""
+    text = json.dumps(value, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def coordinator_for(model: torch.nn.Module) -> Solo:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import json
 import os
 import secrets
@@ -136,7 +135,10 @@ class Scaleout:
                 error = f"rank {said[0][0]}: {said[0][1]}"
         if error is not None:
             raise UsageError(error)
-        self.agree(f"prompts ({'--prompts-file ' + path if path else 'PROMPT arguments'})", value)
+        if not alone:  # (rank 0's are every rank's)
+            self.agree(
+                f"prompts ({'--prompts-file ' + path if path else 'PROMPT arguments'})", value
+            )
         return value
 
     def agree(self, what: str, value) -> None:
@@ -144,8 +146,9 @@ class Scaleout:
         naming the ranks that differ from rank 0 (machines whose files at one path differ)."""
         if not self.active:
             return
-        text = json.dumps(value, sort_keys=True, default=repr)
-        seen = self.every(hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+        from .. import distributed
+
+        seen = self.every(distributed.digest(value))
         differ = [r for r, d in enumerate(seen) if d != seen[0]]
         if differ:
             raise UsageError(
