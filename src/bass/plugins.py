@@ -110,7 +110,8 @@ class AmbiguousEntryPoint:
         return f"AmbiguousEntryPoint({self.name!r}, {self.value!r}, {self.group!r})"
 
 
-def _is_bass_module(name: str) -> bool:
+def is_bass_module(name: str) -> bool:
+    """Whether module ``name`` is bass or one of its submodules."""
     return name == "bass" or name.startswith("bass.")
 
 
@@ -122,7 +123,7 @@ def _warn_shadow(kind: str, name: str, ep) -> None:
         return
     _warned.add(key)
     level, frame = 2, sys._getframe(1)  # point at the first caller outside bass
-    while frame.f_back is not None and _is_bass_module(frame.f_globals.get("__name__", "")):
+    while frame.f_back is not None and is_bass_module(frame.f_globals.get("__name__", "")):
         frame, level = frame.f_back, level + 1
     warnings.warn(
         f"bass ignores the {kind} {name!r} that {_origin(ep)} registers (entry point "
@@ -203,7 +204,7 @@ def describe(kind: str, obj: Any, name: str | None = None, ep=None) -> str:
 def is_builtin(obj: Any) -> bool:
     """Whether ``obj`` (a class or an instance) is one of bass's own."""
     cls = obj if isinstance(obj, type) else type(obj)
-    return getattr(cls, "__module__", "").partition(".")[0] == "bass"
+    return is_bass_module(getattr(cls, "__module__", None) or "")
 
 
 def load_target(kind: str, name: str, ep, error: type[PluginLoadError]) -> Callable[..., Any]:
