@@ -280,8 +280,8 @@ def test_a_too_long_prompt_is_refused_before_any_row_and_resume_completes_the_ru
     assert rc == 0, err
     pairs = lambda rows: sorted((r["prompt"], r["completion"]) for r in rows)  # noqa: E731
     assert pairs(read_jsonl(fresh)) == pairs(resumed)  # rows are written as they finish
-    rc, stdout, _ = run(capsys, f"{command} --prompts-file {prompts} --resume")
-    assert rc == 0 and "nothing to generate: all 4 rows" in stdout
+    rc, stdout, err = run(capsys, f"{command} --prompts-file {prompts} --resume")
+    assert rc == 0 and "nothing to generate: all 4 rows" in err and not stdout  # not a row
 
 
 def test_nonfinite_logits_in_a_later_batch_name_the_prompt(tmp_path, capsys):

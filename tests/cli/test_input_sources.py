@@ -35,7 +35,7 @@ def done_file(path, prompts=PROMPTS):
 
 def reads_the_prompts(rc: int, out: str, err: str, n: int = len(PROMPTS)) -> None:
     assert rc == 0, err
-    assert f"nothing to generate: all {n} rows are in" in out, (out, err)
+    assert f"nothing to generate: all {n} rows are in" in err, (out, err)
 
 
 def test_prompts_from_a_shell_pipe_through_dev_stdin_and_dash(tmp_path):

@@ -84,7 +84,7 @@ def test_a_data_parallel_run_replaces_the_output_and_a_held_one_is_refused_on_ev
     assert [key(r) for r in rows] == sorted(map(key, read_jsonl(one)))  # written as finished
     again = torchrun(model_dir, out, "--resume")  # every row done: no rank loads a model
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "nothing to generate: all 6 rows are in" in again.stdout
+    assert "nothing to generate: all 6 rows are in" in again.stderr
     assert "loading main model" not in again.stderr and read_jsonl(out) == rows
 
 

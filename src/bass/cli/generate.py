@@ -359,7 +359,7 @@ def cmd_generate(args) -> int:
         raise UsageError("--compare runs in one process; run it without torchrun")
     if not any(scale.every(len(todo)) if scale.sharded else [todo]):  # no group has work
         if scale.prints:
-            print(f"bass: nothing to generate: all {len(rows)} rows are in {out_path}")
+            say(f"nothing to generate: all {len(rows)} rows are in {out_path}")
         return 0
 
     log = say if scale.prints else None
