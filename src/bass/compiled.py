@@ -41,7 +41,8 @@ def _floats(attrs: dict) -> tuple:
 def _structure(model: torch.nn.Module) -> tuple:
     """What a compiled region whose guards skip ``model``'s modules assumes unchanged: each
     module (its type and identity, a forward set on the instance, bass's CPU routing
-    aside), each parameter's and buffer's shape, strides, dtype and device (Inductor's
+    aside, and its training mode: a graph traced in training mode draws dropout, one
+    traced in eval mode draws none), each parameter's and buffer's shape, strides, dtype and device (Inductor's
     code asserts the strides it was compiled for), and the floats the graph holds as
     constants (compat shim 11): each module's own (``scaling``, ``variance_epsilon``) and
     those of the configs its modules hold (Gemma 2 reads ``config.final_logit_softcapping``
@@ -61,7 +62,7 @@ def _structure(model: torch.nn.Module) -> tuple:
 
     modules, configs = [], {}
     for n, m in model.named_modules():
-        modules.append((n, type(m), id(m), own_forward(m), _floats(m.__dict__)))
+        modules.append((n, type(m), id(m), m.training, own_forward(m), _floats(m.__dict__)))
         configs.update((id(v), v) for v in m.__dict__.values() if isinstance(v, PretrainedConfig))
     for cfg in list(configs.values()):  # one level of sub-configs (text_config, ...)
         configs.update((id(v), v) for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
@@ -93,8 +94,9 @@ class CompiledForward:
 
     def check(self, models: Sequence[torch.nn.Module]) -> None:
         """A generation starts: a model whose modules were replaced since its region was
-        compiled (``resize_token_embeddings``, an adapter, a swapped activation) would run
-        the old graph, whose guards skip its modules, and one whose weights were replaced
+        compiled (``resize_token_embeddings``, an adapter, a swapped activation) or that
+        was switched between training and eval mode (dropout drawn or not) would run the
+        old graph, whose guards skip its modules, and one whose weights were replaced
         by tensors of other strides (``load_state_dict(assign=True)``) would fail
         Inductor's layout asserts, and one whose float settings changed (a LoRA scale, a
         norm's epsilon, a config's float) would run the old ones, constants of its graph:
@@ -105,11 +107,12 @@ class CompiledForward:
             if made is not None and made != _structure(model):
                 del self._regions[id(model)], self._made_for[id(model)]
                 warnings.warn(
-                    f"{model_name(model)}'s modules, its float settings (a LoRA scale, a "
-                    "norm's epsilon, a config's float), or its weights' shapes or memory "
-                    "layouts changed since its compiled forward was made: compiling it "
-                    "again (replace no module or weight between generations of a compiled "
-                    "Generator to avoid the cost, and change weights in place; a changed "
+                    f"{model_name(model)}'s modules, its training mode (model.train(), "
+                    "model.eval()), its float settings (a LoRA scale, a norm's epsilon, a "
+                    "config's float), or its weights' shapes or memory layouts changed "
+                    "since its compiled forward was made: compiling it again (replace no "
+                    "module or weight between generations of a compiled Generator to avoid "
+                    "the cost, change weights in place, and generate in one mode; a changed "
                     "float setting always costs a compile)",
                     UserWarning,
                     stacklevel=4,

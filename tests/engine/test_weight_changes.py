@@ -192,3 +192,28 @@ def test_attributes_a_forward_sets_do_not_recompile_every_generation():
     assert norm.calls > 0  # the region was made before the forward moved it
     assert gen.generate(PROMPTS, max_new_tokens=6).sequences == first
     torch._dynamo.reset()
+
+
+def test_a_model_switched_to_eval_after_compiling_in_training_mode_is_compiled_again():
+    """A graph traced in training mode draws dropout (GPT-2's residual and embedding
+    dropout), and the region's guards skip the modules' ``training`` flags: after
+    ``model.eval()`` its greedy rows were still drawn with dropout, silently. The mode is
+    part of what the check between generations compares."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.5,
+        embd_pdrop=0.5, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    model = GPT2LMHeadModel(cfg).train()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3)
+    torch._dynamo.reset()
+    gen = Generator(model, compile=_eager_backend, policy="constant", policy_options={"k": 0})
+    gen.generate(PROMPTS, max_new_tokens=8, eos_token_id=None)  # traced in training mode
+    model.eval()
+    with pytest.warns(UserWarning, match="training mode"):
+        after = gen.generate(PROMPTS, max_new_tokens=8, eos_token_id=None).sequences
+    assert after == _reference(model.eval(), PROMPTS, 8)
+    torch._dynamo.reset()
