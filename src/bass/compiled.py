@@ -43,12 +43,13 @@ def _structure(model: torch.nn.Module) -> tuple:
     module (its type and identity, a forward set on the instance, bass's CPU routing
     aside, and its training mode: a graph traced in training mode draws dropout, one
     traced in eval mode draws none), each parameter's and buffer's shape, strides, dtype
-    and device (Inductor's code asserts the strides it was compiled for), and the floats the graph holds as
-    constants (compat shim 11): each module's own (``scaling``, ``variance_epsilon``) and
-    those of the configs its modules hold (Gemma 2 reads ``config.final_logit_softcapping``
-    in its forward), sub-configs included. Ints, bools and strings are constants too but
-    are not read: some modules set such attributes in their forward (dynamic RoPE's
-    ``max_seq_len_cached``), which would recompile at every generation."""
+    and device (Inductor's code asserts the strides it was compiled for), and the floats
+    the graph holds as constants (compat shim 11): each module's own (``scaling``,
+    ``variance_epsilon``) and those of the configs its modules hold (Gemma 2 reads
+    ``config.final_logit_softcapping`` in its forward), sub-configs included. Other ints,
+    bools and strings are constants too but are not read: some modules set such
+    attributes in their forward (dynamic RoPE's ``max_seq_len_cached``), which would
+    recompile at every generation."""
     from transformers import PretrainedConfig
 
     def own_forward(m):
