@@ -73,7 +73,7 @@ def _is_own(ep, group: str) -> bool:
     return BUILTIN.get(group, {}).get(ep.name) == ep.value
 
 
-def _origin(ep) -> str:
+def origin(ep) -> str:
     """The package that registered ``ep``, in words: ``my-pkg 1.0`` (``module X`` when
     no distribution owns it)."""
     return _from(ep, ep.value.partition(":")[0].strip()).removeprefix(", from ") or (
@@ -95,7 +95,7 @@ class AmbiguousEntryPoint:
 
     def message(self) -> str:
         """Why the name cannot be selected, and what to do."""
-        who = [f"{_origin(ep)} ({ep.value!r})" for ep in self.entry_points]
+        who = [f"{origin(ep)} ({ep.value!r})" for ep in self.entry_points]
         listed = ", ".join(who[:-1]) + f" and {who[-1]}"
         return (
             f"{self.kind} {self.name!r} is registered by {len(who)} packages: {listed}; bass "
@@ -126,7 +126,7 @@ def _warn_shadow(kind: str, name: str, ep) -> None:
     while frame.f_back is not None and is_bass_module(frame.f_globals.get("__name__", "")):
         frame, level = frame.f_back, level + 1
     warnings.warn(
-        f"bass ignores the {kind} {name!r} that {_origin(ep)} registers (entry point "
+        f"bass ignores the {kind} {name!r} that {origin(ep)} registers (entry point "
         f"{ep.value!r}): {name!r} is bass's own {kind}, and bass's own always win; that "
         f"{kind} cannot be selected under this name (ask its authors to rename it)",
         UserWarning,

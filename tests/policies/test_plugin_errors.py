@@ -55,6 +55,10 @@ class NoHooks:  # registered as a policy, with none of a policy's hooks
     pass
 
 
+def takes_any(**options):  # a factory: every --policy-option reaches it
+    return FailsInUpdate()
+
+
 class FailsInPropose(Drafter):
     name = "fails-in-propose"
 
@@ -75,6 +79,7 @@ def plugins(tmp_path, monkeypatch):
             ("fails-in-lengths", "FailsInLengths"),
             ("fails-in-update", "FailsInUpdate"),
             ("no-hooks", "NoHooks"),
+            ("takes-any", "takes_any"),
         ]
     }
     eps = [importlib.metadata.EntryPoint(n, v, registry.GROUP) for n, v in policies.items()]
@@ -233,3 +238,8 @@ def test_bass_policies_says_which_plugin_is_no_policy(plugins, capsys):
     entry = out[out.index("no-hooks  (") :].split("\n\n")[0]
     assert "not a policy: lacks draft_length()" in entry and "decides" not in entry
     assert "fails-in-update  (" in out and "constant  (" in out  # the others listed
+    # another package's is named with where it comes from; a **kwargs factory has options
+    assert f"no-hooks  ({MODULE}:NoHooks, from module {MODULE})" in out
+    assert "constant  (bass.policies" in out and "from bass" not in out
+    entry = out[out.index("takes-any  (") :].split("\n\n")[0]
+    assert "(takes any option" in entry and "(no options)" not in entry

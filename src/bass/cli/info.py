@@ -11,39 +11,43 @@ __all__ = ["cmd_bench", "cmd_ops", "cmd_policies"]
 
 
 def cmd_policies(args) -> int:
-    from .. import policies
+    from .. import plugins, policies
 
     installed = policies.available()
     if not installed:
         print("no draft-length policies installed (entry-point group 'bass.policies')")
         return 0
     for name, ep in installed.items():
+        own = plugins.is_bass_module(ep.value.partition(":")[0].strip())
+        where = ep.value if own else f"{ep.value}, from {plugins.origin(ep)}"
         try:
             target = policies.registry._target(name)[0]  # errors as Python names them
-            infos = policies.describe(name)
+            infos, any_option = policies.registry._options(target)
         except Exception as exc:  # a broken plugin: say so, list the others
             why = (
                 exc
                 if isinstance(exc, policies.PolicyLoadError)
                 else (f"failed to load: {type(exc).__name__}: {exc}")
             )  # (a PolicyLoadError says what failed, as Python raises it)
-            print(f"{name}  ({ep.value})\n    {why}\n")
+            print(f"{name}  ({where})\n    {why}\n")
             continue
         hooks = ("update",), ("draft_length", "draft_lengths")
         if isinstance(target, type) and not all(  # a class without a policy's hooks
             any(callable(getattr(target, h, None)) for h in need) for need in hooks
         ):
-            print(f"{name}  ({ep.value})\n    not a policy: lacks draft_length() (or "
+            print(f"{name}  ({where})\n    not a policy: lacks draft_length() (or "
                   "draft_lengths(ctx)) or update(record) (see bass.hooks.Policy)\n")  # fmt: skip
             continue
         doc = " ".join((target.__doc__ or "").strip().split("\n\n")[0].split())
         default = "  [default]" if name == policies.DEFAULT else ""
-        print(f"{name}  ({ep.value}){default}")
+        print(f"{name}  ({where}){default}")
         kinds = policies.base.capabilities(target)
         print(f"    decides: {', '.join(kinds)}")
         if doc:
             print(textwrap.fill(doc, 92, initial_indent="    ", subsequent_indent="    "))
-        if not infos:
+        if any_option:  # **kwargs: whatever --policy-option gives, passed as given
+            print("    (takes any option: each --policy-option NAME=VALUE passed as given)")
+        elif not infos:
             print("    (no options)")
         width = max((len(f"{i.name} = {i.default!r}") for i in infos), default=0)
         for i in infos:
