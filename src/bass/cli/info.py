@@ -19,7 +19,9 @@ def cmd_policies(args) -> int:
         return 0
     for name, ep in installed.items():
         own = plugins.is_bass_module(ep.value.partition(":")[0].strip())
-        where = ep.value if own else f"{ep.value}, from {plugins.origin(ep)}"
+        where = ep.value  # another package's: and which (two packages': said below)
+        if not (own or isinstance(ep, plugins.AmbiguousEntryPoint)):
+            where += f", from {plugins.origin(ep)}"
         try:
             target = policies.registry._target(name)[0]  # errors as Python names them
             infos, any_option = policies.registry._options(target)
