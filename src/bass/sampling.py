@@ -42,7 +42,8 @@ class SamplingParams:
 def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The sampling distribution ``params`` defines over each row of ``logits``:
     temperature, top-k (ties with the k-th logit kept), top-p (the smallest most likely
-    set of mass ``>= top_p``, at least one token), softmax; ``do_sample`` is not read.
+    set of mass ``>= top_p``, at least one token, computed as transformers' warper
+    computes it: the same tokens kept), softmax; ``do_sample`` is not read.
 
     Args:
         logits: ``[..., V]`` any floating dtype.
@@ -72,11 +73,13 @@ def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if drop_k is not None:
         x = x.masked_fill(drop_k, -math.inf)
     if params.top_p is not None and params.top_p < 1:
-        probs = torch.softmax(x, dim=-1)  # [..., V]
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)  # [..., V] each
-        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # [..., V]
-        drop_sorted = mass_before >= params.top_p  # [..., V]
-        drop_sorted[..., 0] = False  # the most likely token always stays (top_p ~ 0 too)
+        # as transformers' TopPLogitsWarper computes it (the same sort, the same sums: the
+        # same tokens kept, ties at the edge and rounding included): ascending, a token
+        # dropped while the mass up to it (itself included) is <= 1 - top_p
+        sorted_x, order = torch.sort(x, dim=-1)  # [..., V] each
+        mass_to = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)  # [..., V]
+        drop_sorted = mass_to <= 1 - params.top_p  # [..., V]
+        drop_sorted[..., -1] = False  # the most likely token always stays (top_p ~ 0 too)
         drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # [..., V]
         x = x.masked_fill(drop, -math.inf)
     return torch.softmax(x, dim=-1)
