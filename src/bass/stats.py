@@ -113,6 +113,7 @@ class GenerationStats:
     step_count: int = 0
     row_steps: int = 0
     accepted_tokens: int = 0
+    drafted_tokens: int = 0  # draft tokens the rows made (accepted_tokens of them kept)
     verify_tokens: int = 0  # real tokens of the main model's decoding passes
     padding_tokens: int = 0  # tokens of no row in them (static-shape buckets)
     step_seconds: float = 0.0
@@ -131,6 +132,7 @@ class GenerationStats:
         self.step_count += 1
         self.row_steps += len(accepted)
         self.accepted_tokens += sum(accepted)
+        self.drafted_tokens += sum(step.drafted_list())
         self.verify_tokens += step.verify_tokens
         self.padding_tokens += step.padding_tokens
         self.step_seconds += step.step_seconds
@@ -206,6 +208,8 @@ class GenerationStats:
             "main_passes": self.main_passes,
             "draft_passes": self.draft_passes,
             "mean_accepted_per_step_per_row": round(self.mean_accepted, 4),
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
             "main_passes_per_token": round(self.main_passes_per_token, 4),
             "draft_length_trace": self.draft_length_trace(),
             "verify_tokens": self.verify_tokens,

@@ -322,6 +322,14 @@ def check_proposal(
             " samples its drafts (deterministic = False) but returned no "
             "probs: rejection sampling needs the distributions the drafts were drawn from",
         )
+    if sampled and drafter.deterministic and prop.probs is not None:  # would bias the rows
+        raise _fail(
+            drafter,
+            "propose",
+            " is deterministic (deterministic = True, the Drafter default) but returned "
+            "probs: rejection sampling would take its drafts as drawn from them; set "
+            "deterministic = False if it samples its drafts from probs, else return probs=None",
+        )
     q = prop.probs
     if (
         sampled

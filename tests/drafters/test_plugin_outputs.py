@@ -317,3 +317,28 @@ def test_a_drafter_that_changes_a_row_is_refused_not_wrong_output(hook, how):
     # the same drafter, leaving the rows as it found them: the main model's own output
     gen = bass.Generator(tiny_lm(), Mutating(None, how), policy="constant")
     assert gen.generate(PROMPTS, max_new_tokens=6).sequences == _greedy(tiny_lm())
+
+
+class ArgmaxWithProbs(LogProbs):
+    """Proposes a fixed token but reports the uniform distribution, while left at the
+    ``Drafter`` default ``deterministic = True``."""
+
+    name = "argmax-with-probs"
+    deterministic = True
+
+    def propose(self, view, lengths):
+        R, K, V = len(lengths), max(lengths), 64
+        return Proposal(drafted=list(lengths), tokens=torch.full((R, K), 3),
+                        probs=torch.full((R, K, V), 1.0 / V))  # fmt: skip
+
+
+def test_a_deterministic_drafter_that_returns_probs_is_refused_under_rejection_sampling():
+    """Its drafts were rejection-sampled with the probs it reported, as if drawn from them:
+    the rows' distribution was biased, silently. Greedy and coupled sampling read no probs."""
+    gen = bass.Generator(tiny_lm(), ArgmaxWithProbs(), policy="constant",
+                         draft_sampling="rejection")  # fmt: skip
+    with pytest.raises(PluginOutputError, match=r"is deterministic .* but returned probs"):
+        gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0)
+    assert len(gen.generate(PROMPTS, max_new_tokens=6).sequences) == 2
+    coupled = bass.Generator(tiny_lm(), ArgmaxWithProbs(), policy="constant")
+    assert len(coupled.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0).sequences) == 2

@@ -5,6 +5,7 @@ ones, and the stated power holds."""
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -18,6 +19,7 @@ from models import perturbed, tiny_lm
 
 import bass
 from bass import testing
+from bass.drafters import Drafter, Proposal
 from bass.testing import distribution
 from bass.testing import strategies as bst
 
@@ -265,9 +267,52 @@ def test_a_check_that_made_no_draft_says_so(llama):
         with pytest.warns(UserWarning, match=r"passed, but no draft token was made"):
             check(gen, [[1, 2, 1, 2], [3]], 6)
     testing.assert_greedy_equivalent(gen, [[1, 2, 1, 2]], 2)  # no room: no warning
-    drafting = bass.Generator(llama, "ngram", policy="constant", policy_options={"k": 2})
+    # a draft model drafts every step (n-grams may find no match: no draft either)
+    drafting = bass.Generator(llama, perturbed(llama), policy="constant", policy_options={"k": 2})
     res = testing.assert_greedy_equivalent(drafting, [[1, 2, 1, 2, 1, 2]], 6)  # no warning
-    assert max(res.stats.draft_lengths) > 0
+    assert max(res.stats.draft_lengths) > 0 and res.stats.drafted_tokens > 0
+
+
+class NeverProposes(Drafter):
+    name = "never-proposes"
+
+    def propose(self, view, lengths):
+        return Proposal(drafted=[0] * len(lengths), host_tokens=[[]] * len(lengths))
+
+
+def test_a_drafter_that_proposes_nothing_is_no_draft_either(llama):
+    """The policy allowed 3 tokens a row, the drafter made none: the warning reads what was
+    drafted (it read the lengths allowed, and passed the checks silently)."""
+    gen = bass.Generator(llama, NeverProposes(), policy="constant", policy_options={"k": 3})
+    for check in (testing.assert_greedy_equivalent, testing.assert_sampled_equivalent):
+        with pytest.warns(UserWarning, match=r"passed, but no draft token was made"):
+            res = check(gen, [[1, 2, 1, 2], [3]], 6)
+        assert max(res.stats.draft_lengths) == 3 and res.stats.drafted_tokens == 0
+
+
+def test_a_sampled_check_without_a_seed_draws_one_for_both_runs(llama):
+    """seed=None: each run drew its own seed, so a correct generator failed."""
+    gen = bass.Generator(llama, perturbed(llama))
+    testing.assert_sampled_equivalent(gen, [[1, 2, 1, 2], [3, 4]], 8, seed=None, temperature=4.0)
+
+
+@pytest.mark.parametrize(
+    ("kw", "said"),
+    [
+        ({"alpha": 0.0}, "alpha=0.0"),
+        ({"alpha": -1.0}, "alpha=-1.0"),
+        ({"alpha": float("nan")}, "alpha=nan"),
+        ({"alpha": 1.0}, "alpha=1.0"),
+        ({"rows": 1.5}, "rows=1.5"),
+        ({"rows": 0}, "rows=0"),
+        ({"do_sample": True}, "drop do_sample=True"),
+    ],
+)
+def test_distribution_checks_refuse_settings_that_decide_nothing(llama, kw, said):
+    """alpha=0 or NaN passed any generator (no p-value is below 0), alpha >= 1 failed any."""
+    kw = {"rows": 100, **kw}
+    with pytest.raises(ValueError, match=re.escape(said)):
+        testing.assert_distribution_equivalent(bass.Generator(llama), llama, [1, 2], 2, **kw)
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import numbers
 import operator
 import warnings
 from collections import Counter
@@ -197,6 +198,16 @@ def assert_distribution_equivalent(
     Returns the :class:`ChiSquare` result.
     """
     _check_generator("assert_distribution_equivalent()", generator, main=False)
+    where = "assert_distribution_equivalent()"
+    if isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1:
+        raise ValueError(f"{where}: rows={rows!r}; expected an int >= 1 (samples to draw)")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 1:
+        raise ValueError(  # alpha=0 (or NaN) would pass any generator, alpha >= 1 fail any
+            f"{where}: alpha={alpha!r}; expected a false-alarm rate with 0 < alpha < 1 "
+            "(the default 1e-3)"
+        )
+    if "do_sample" in sampling:
+        raise ValueError(f"{where} draws samples: drop do_sample={sampling['do_sample']!r}")
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
     for key in ("temperature", "top_k", "top_p"):
@@ -264,8 +275,10 @@ def _marginal(exact: Mapping, cut) -> dict:
 
 
 def _deepest(res) -> int:
-    """The longest draft any step of ``res`` verified (0: none, or no statistics)."""
-    return max(getattr(getattr(res, "stats", None), "draft_lengths", None) or [0])
+    """The longest draft any row of any step of ``res`` made (0: none, or no statistics;
+    the lengths a policy asked for are no drafts: a drafter may make fewer)."""
+    steps = getattr(getattr(res, "stats", None), "steps", None) or []
+    return max((max(s.drafted_list(), default=0) for s in steps), default=0)
 
 
 def _warn_if_drafts_were_cut(generator, res, prompt, max_new_tokens, seed, sampling) -> None:

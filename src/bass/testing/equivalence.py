@@ -51,7 +51,8 @@ def _warn_if_vacuous(where: str, generator, res) -> None:
     stats = getattr(res, "stats", None)
     if getattr(generator, "drafter", None) is None or stats is None:
         return
-    if max(stats.draft_lengths, default=0) > 0 or max(map(len, res.sequences), default=0) < 3:
+    # the tokens drafted, not the lengths the policy allowed (a drafter may make none)
+    if stats.drafted_tokens > 0 or max(map(len, res.sequences), default=0) < 3:
         return
     warnings.warn(
         f"{where} passed, but no draft token was made: only plain decoding was checked; "
@@ -193,7 +194,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
 
 
 def assert_sampled_equivalent(
-    generator, prompts, max_new_tokens: int, *, seed: int = 0, **generate_kwargs
+    generator, prompts, max_new_tokens: int, *, seed: int | None = 0, **generate_kwargs
 ):
     """Sampled generation equals plain sampled decoding (``draft=None``) of the same main
     model with the same seed, token for token, with deterministic drafts or a draft
@@ -201,7 +202,8 @@ def assert_sampled_equivalent(
     float64 models, docs/concepts/exactness.md.
 
     Runs ``generator.generate(prompts, max_new_tokens=..., do_sample=True, seed=seed,
-    **generate_kwargs)`` and the plain decoding; raises ``AssertionError`` naming the row,
+    **generate_kwargs)`` and the plain decoding (``seed=None``: one seed drawn from torch's
+    global generator for both, named if they differ); raises ``AssertionError`` naming the row,
     the first differing position and both tokens. A generator with
     ``draft_sampling="rejection"`` and a sampling drafter raises ``ValueError``: its drafts
     are verified by rejection sampling, exact in distribution
@@ -222,6 +224,8 @@ def assert_sampled_equivalent(
         )
     if generate_kwargs.get("do_sample") is False:
         raise ValueError("assert_sampled_equivalent checks sampling: drop do_sample=False")
+    if seed is None:  # one seed for both runs (None: each would draw its own)
+        seed = int(torch.randint(0, 2**62, (1,)).item())
     kw = {**generate_kwargs, "do_sample": True, "seed": seed}
     res = generator.generate(prompts, max_new_tokens=max_new_tokens, **kw)
     plain = Generator(generator.main, None, attention=generator.attention)
