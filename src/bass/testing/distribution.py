@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 MAX_OUTCOMES = 200_000  # V**L continuations enumerated at most
+CHUNK = 4096  # continuations per forward pass of the enumeration
 
 
 @torch.inference_mode()
@@ -62,11 +63,14 @@ def exact_distribution(
     prompt = _check_prompt("exact_distribution()", model, prompt, L)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
-    with _own_attention(model):
-        logits = model(ids).logits[:, len(prompt) - 1 : -1]  # [V^L, L, V]
-    probs = warp_probs(logits.to(torch.float64), params)
-    picked = probs.gather(-1, ids[:, len(prompt) :, None]).squeeze(-1)  # [V^L, L]
-    return dict(zip(seqs, picked.prod(-1).tolist()))
+    picked = []
+    with _own_attention(model):  # in chunks: memory bounded by CHUNK rows, not V^L
+        for chunk in ids.split(CHUNK):
+            logits = model(chunk).logits[:, len(prompt) - 1 : -1]  # [n, L, V]
+            probs = warp_probs(logits.to(torch.float64), params)
+            at = chunk[:, len(prompt) :, None]
+            picked.append(probs.gather(-1, at).squeeze(-1).prod(-1))  # [n]
+    return dict(zip(seqs, torch.cat(picked).tolist()))
 
 
 class ChiSquare(NamedTuple):
