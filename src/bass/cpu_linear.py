@@ -327,7 +327,8 @@ def active(on: bool = True) -> Iterator[None]:
 
 
 # the packed copies, by handle: [weight's data_ptr, its version, the copy, the layer that
-# owns it (a weak reference; its collection frees the copy), the weight's fingerprint]
+# owns it (a weak reference; its collection frees the copy), the weight's fingerprint, the
+# weight packed (a weak reference: which tensor it was)]
 _PACKS: dict[int, list] = {}
 _HANDLES = itertools.count()
 _HANDLE = "_bass_cpu_linear_pack"  # a routed layer's handle (-1: none) and plan code
@@ -388,16 +389,18 @@ def _repack(entry: list, weight: torch.Tensor) -> None:
     except RuntimeError:  # e.g. the model was cast to a dtype oneDNN lacks
         copy = None
     entry[:3] = weight.data_ptr(), _version(weight), copy
-    entry[4] = fingerprint(weight)
+    entry[4:6] = fingerprint(weight), weakref.ref(weight)
 
 
 def _packed(handle: int, weight: torch.Tensor) -> torch.Tensor | None:
     """The packed copy held under ``handle`` (``None``: unknown), packed again if
-    ``weight`` was replaced or its version counter moved."""
+    ``weight`` was replaced or its version counter moved. A replacement is another tensor
+    (a new one may take a freed weight's address, at the same version: its address and
+    version alone would not tell), or the same one at another address (``.data = t``)."""
     entry = _PACKS.get(handle)
     if entry is None:
         return None
-    if entry[0] != weight.data_ptr() or entry[1] != _version(weight):
+    if entry[5]() is not weight or entry[0] != weight.data_ptr() or entry[1] != _version(weight):
         _repack(entry, weight)
     return entry[2]
 
@@ -411,7 +414,7 @@ def refresh(model: torch.nn.Module) -> int:
         for handle in _owned(model)[0]:
             entry = _PACKS[handle]
             w = entry[3]().weight  # the owning layer's (a copy of the model has its own)
-            moved = entry[0] != w.data_ptr() or entry[1] != _version(w)
+            moved = entry[5]() is not w or entry[0] != w.data_ptr() or entry[1] != _version(w)
             if moved or entry[4] != fingerprint(w):
                 _repack(entry, w)
                 repacked += 1
@@ -484,7 +487,7 @@ def install(model: torch.nn.Module, plan: LinearPlan) -> int:
             ptr = m.weight.data_ptr()
             if ptr not in handles:  # a new packed copy, owned by m
                 handles[ptr] = h = next(_HANDLES)
-                _PACKS[h] = entry = [0, 0, None, weakref.ref(m), None]
+                _PACKS[h] = entry = [0, 0, None, weakref.ref(m), None, None]
                 _repack(entry, m.weight)
                 weakref.finalize(m, _PACKS.pop, h, None)
             handle = handles[ptr]

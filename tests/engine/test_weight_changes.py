@@ -217,3 +217,24 @@ def test_a_model_switched_to_eval_after_compiling_in_training_mode_is_compiled_a
         after = gen.generate(PROMPTS, max_new_tokens=8, eos_token_id=None).sequences
     assert after == _reference(model.eval(), PROMPTS, 8)
     torch._dynamo.reset()
+
+
+def test_a_weight_replaced_in_a_stream_by_a_tensor_at_its_address_is_packed_again():
+    """A new weight tensor may take the address the replaced one had, at the same version
+    (0): ``load_state_dict(assign=True)`` twice in a stream's loop body did, most rows. The
+    on-the-spot check compared address and version only, and the rows admitted after ran on
+    the old packed copy, silently. It compares which tensor was packed too."""
+    main = tiny_lm(dtype=torch.float32)
+    head, got = main.lm_head, {}
+    head.weight = torch.nn.Parameter(head.weight.detach().clone())  # as loaded: version 0
+    _packed_everywhere(main)
+    gen = Generator(main, None)
+    for row in gen.stream(PROMPTS[:2], max_new_tokens=6, max_rows=1):
+        got[row.prompt] = row.tokens
+        if row.prompt == 0:  # new values in a new tensor at the old one's address, version 0
+            with torch.no_grad():
+                head.weight.data.neg_()  # (.data: unseen by the version counter)
+            head.weight = torch.nn.Parameter(head.weight.data)
+    assert head.weight._version == 0
+    assert got[1] == _reference(main, PROMPTS[1:2], 6)[0]
+    cpu_linear.uninstall(main)
