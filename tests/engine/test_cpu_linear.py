@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models import FAMILIES, tiny_lm
+from models import FAMILIES, perturbed, tiny_lm
 from profiles import examples
 
 from bass import Generator, cpu_linear
@@ -313,8 +313,9 @@ def test_the_fingerprint_follows_the_bits_exactly(dtype):
 @needs_packing
 def test_generation_follows_a_weight_negated_in_place():
     main = tiny_lm(dtype=torch.float32)
+    draft = perturbed(main)  # drafts every step (n-grams found no match here: no verify)
     install(main, _plan(main, range(1, 17), "packed", above="packed"))
-    gen = Generator(main, "ngram", policy="constant", policy_options={"k": 2})
+    gen = Generator(main, draft, policy="constant", policy_options={"k": 2})
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7]]
     before = assert_greedy_equivalent(gen, prompts, max_new_tokens=10).sequences
     assert main.lm_head.weight.shape == (64, 32)  # even: every bit flips evenly per row, column
