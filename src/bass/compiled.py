@@ -133,6 +133,13 @@ class CompiledForward:
         return torch.compile(forward_packed, **kw)
 
     def __call__(self, model, *args):
+        if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
+            raise UnsupportedModelError(
+                "compile= does not run under torch.autocast (its keys and values come out "
+                "in two dtypes, which the compiled cache appends refuse): generate outside "
+                "the autocast block, cast the model instead (model.to(torch.bfloat16)), or "
+                "generate without compile= (eager passes follow autocast)"
+            )
         entry = self._regions.get(id(model))
         if entry is None or entry[0] is not model:
             entry = self._regions[id(model)] = (model, self._compile())

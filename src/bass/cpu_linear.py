@@ -463,6 +463,8 @@ def _routed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w, b = self.weight, self.bias
     if not _ACTIVE or x.device.type != "cpu" or x.dim() == 0:
         return F.linear(x, w, b)
+    if torch.is_autocast_enabled("cpu"):  # autocast casts F.linear's inputs (oneDNN's op:
+        return F.linear(x, w, b)  # not), so precision would depend on the layout
     if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
         return F.linear(x, w, b)  # autograd goes through torch's own op
     plan, handle = getattr(self, _CODE), getattr(self, _HANDLE)

@@ -13,6 +13,7 @@ from models import tiny_lm
 
 from bass import Generator, cpu_linear
 from bass.cpu_linear import LinearPlan, install
+from bass.errors import UnsupportedModelError
 from bass.testing import greedy_reference
 
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9]]
@@ -237,4 +238,24 @@ def test_a_weight_replaced_in_a_stream_by_a_tensor_at_its_address_is_packed_agai
             head.weight = torch.nn.Parameter(head.weight.data)
     assert head.weight._version == 0
     assert got[1] == _reference(main, PROMPTS[1:2], 6)[0]
+    cpu_linear.uninstall(main)
+
+
+def test_generation_under_autocast_follows_it_on_every_layout():
+    """oneDNN's packed op has no autocast rule (F.linear has): under ``torch.autocast`` the
+    packed layers computed in float32 while the others computed in bf16, so the rows
+    depended on the layout each pass took. Under autocast every layer takes F.linear (the
+    rows equal torch's layout's); compiled passes refuse it, saying so (they failed as
+    "could not compile the model")."""
+    main = tiny_lm(dtype=torch.float32, hidden=128, vocab=1024, sharpen=1.0)
+    plain = copy.deepcopy(main)
+    _packed_everywhere(main)
+    torch_layout = Generator(plain, None, cpu_linear="torch")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = torch_layout.generate(PROMPTS, max_new_tokens=16).sequences
+        assert Generator(main, None).generate(PROMPTS, max_new_tokens=16).sequences == want
+        compiled = Generator(main, None, compile=_eager_backend)
+        with pytest.raises(UnsupportedModelError, match=r"does not run under torch\.autocast"):
+            compiled.generate(PROMPTS, max_new_tokens=8)
+    assert torch_layout.generate(PROMPTS, max_new_tokens=16).sequences != want  # it mattered
     cpu_linear.uninstall(main)
