@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -64,9 +65,11 @@ class ModelDrafter(Drafter):
         self.passes = hf.Passes()
         self.cache: RaggedKVCache | None = None
         self.logits_slots: int | None = None  # static shapes: logits rows per pass
+        self.pair = None  # make_drafter's: the main model and both models' vocab sizes
 
     def start(self, state, passes, max_len: int, device) -> int:
         """Allocate the draft cache, one row per slot (filled by :meth:`admit`)."""
+        _check_unresized(self.pair)
         self.passes, self.state = passes, state
         slots = len(state.seqs)
         # static shapes (CUDA graphs): every pass computes the logits of all slots
@@ -490,7 +493,32 @@ def make_drafter(draft, main, shared_vocab: int | None = None) -> Drafter | None
         )
     hf.check_loaded(draft, "draft")
     tokens = _check_vocab(main, draft, shared_vocab)
-    return ModelDrafter(draft, tokens=tokens, out_vocab=_vocab_size(main))
+    drafter = ModelDrafter(draft, tokens=tokens, out_vocab=_vocab_size(main))
+    drafter.pair = (weakref.ref(main), _sizes(main), weakref.ref(draft), _sizes(draft))
+    return drafter
+
+
+def _sizes(model) -> tuple[int, int]:
+    return model.get_input_embeddings().weight.shape[0], _vocab_size(model)
+
+
+def _check_unresized(pair) -> None:
+    """Refuse, when a generation starts, a draft model or a main model whose vocabulary
+    was resized since the drafter was made (``resize_token_embeddings``): the drafter's
+    ids and widths are the old ones (a bare IndexError inside an embedding, or the draft's
+    probabilities refused as the wrong width)."""
+    if pair is None:
+        return
+    for role, (ref, sizes) in (("main", pair[:2]), ("draft", pair[2:])):
+        model = ref()
+        if model is not None and _sizes(model) != sizes:
+            raise ValueError(
+                f"the {role} model's vocabulary changed since this Generator was built (input "
+                f"and output ids {sizes[0]}/{sizes[1]} -> {_sizes(model)[0]}/"
+                f"{_sizes(model)[1]}: resize_token_embeddings?); a draft model drafts the "
+                "vocabulary it was paired with: build a new Generator with both models "
+                "resized alike, or draft with 'ngram'"
+            )
 
 
 def _check_vocab(main, draft, shared_vocab: int | None) -> int:

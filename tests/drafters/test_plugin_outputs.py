@@ -155,6 +155,18 @@ def test_a_vocabulary_resized_after_the_generator_was_built_is_read_again():
     assert gen.generate(prompts, max_new_tokens=8).sequences == want
 
 
+@pytest.mark.parametrize(("which", "rows"), [("main", 80), ("main", 48), ("draft", 80)])
+def test_a_draft_models_pair_resized_after_the_generator_was_built_is_refused(which, rows):
+    """The draft model's drafter keeps the ids and widths it was made with: a bare
+    IndexError in an embedding (or the draft's probabilities refused as its own bug)."""
+    main = tiny_lm()
+    draft = tiny_lm(seed=1)
+    gen = bass.Generator(main, draft, policy="constant")
+    (main if which == "main" else draft).resize_token_embeddings(rows, mean_resizing=False)
+    with pytest.raises(ValueError, match=rf"the {which} model's vocabulary changed .* 64/64 -> "):
+        gen.generate([[1, 2, 3]], max_new_tokens=4)
+
+
 class Flagging(DeviceTokens):
     """Device drafts of the row's last token, with ``bad`` / ``confidence`` as made by
     ``extra(R, K)``."""
