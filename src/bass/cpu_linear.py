@@ -521,10 +521,12 @@ def uninstall(model: torch.nn.Module) -> None:
 
 
 def packed_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the packed copies of ``model``'s routed layers (of the weights copied)."""
+    """Bytes of the packed copies of ``model``'s routed layers (of the weights copied; a
+    weight oneDNN could not pack, in a dtype it lacks, has none)."""
     own = _owned(model)[0]
     seen = {m.__dict__[_HANDLE]: m.weight for m in model.modules() if _HANDLE in m.__dict__}
-    return sum(w.numel() * w.element_size() for h, w in seen.items() if h in own)
+    held = {h for h in own if _PACKS[h][2] is not None}
+    return sum(w.numel() * w.element_size() for h, w in seen.items() if h in held)
 
 
 def linear_bytes(model: torch.nn.Module) -> int:

@@ -231,6 +231,18 @@ def test_packed_models_of_every_family_compute_the_same_logits(family):
 
 
 @needs_packing
+def test_copies_that_could_not_be_packed_are_not_counted():
+    """A model cast to float64 after its copies were made: oneDNN packs none (F.linear
+    runs), and packed_bytes counted 10 MiB of copies that did not exist."""
+    model = tiny_lm(dtype=torch.float32)
+    install(model, _plan(model, range(1, 17), "packed", above="packed"))
+    assert cpu_linear.packed_bytes(model) > 0
+    model.to(torch.float64)
+    assert cpu_linear.refresh(model) > 0 and cpu_linear.packed_bytes(model) == 0
+    uninstall(model)
+
+
+@needs_packing
 def test_packed_copies_follow_their_weights_and_are_freed():
     layer = torch.nn.Linear(8, 6)
     twin = torch.nn.Linear(8, 6)
