@@ -164,29 +164,46 @@ class RandomRows:
         pass
 
 
+class ConfidenceRows(RandomRows):
+    """Every row allowed L - 2 tokens, cut by a draft-confidence stop (bass.hooks.EarlyStop:
+    a draft token whose top-1 probability is under 0.26, near these models' median, is not
+    proposed): some rows stop early, others not (the default policy's own stop, on these
+    models, stopped every draft: nothing was checked)."""
+
+    def draft_lengths(self, ctx):
+        return [L - 2] * len(ctx.prompts)
+
+    def early_stop(self, ctx):
+        return bass.hooks.EarlyStop(min_top1=0.26)
+
+
 @pytest.mark.parametrize(
     "drafter,policy",
     [
         ("model", "adaptive"),
-        ("model", "adaptive-confidence"),
+        ("model", "confidence-rows"),
         ("model", "random-rows"),
         ("ngram", "adaptive"),
         ("ngram", "random-rows"),
     ],
 )
 def test_per_row_draft_lengths_keep_the_distribution(pair, drafter, policy):
-    """Per-row lengths (the default policy's, with and without its draft-confidence stop,
-    and random ones) with either drafter: bass.testing's check against the exact
+    """Per-row lengths (the default policy's, random ones, and fixed ones cut by a
+    draft-confidence stop) with either drafter: bass.testing's check against the exact
     distribution."""
     main, draft = pair
     p, opts = {
         # k_max = L - 2: drafts the test draws whole (its timings pick the lengths, and a
         # deeper draft in the check's probe would warn)
         "adaptive": ("adaptive", {"k_max": L - 2, "k0": L - 2}),
-        "adaptive-confidence": ("adaptive", {"draft_confidence": 1, "k_max": L - 2, "k0": L - 2}),
+        "confidence-rows": (ConfidenceRows(), None),
         "random-rows": (RandomRows(), None),
     }[policy]
     gen = Generator(main, draft if drafter == "model" else "ngram", policy=p, policy_options=opts)
+    if policy == "confidence-rows":  # the stop cuts some drafts, not all
+        res = gen.generate([PROMPT] * 64, max_new_tokens=L, do_sample=True, seed=7, temperature=0.9)
+        made = sum(sum(s.drafted_list()) for s in res.stats.steps)
+        assert 0 < made < sum(len(s.drafted_list()) * (L - 2) for s in res.stats.steps)
     testing.assert_distribution_equivalent(
         gen, main, PROMPT, L, rows=N, alpha=ALPHA, seed=7, temperature=0.9
     )
