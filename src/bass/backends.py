@@ -115,7 +115,7 @@ class CPUBackend(Backend):
 
         mode = self.mode
         if mode == "auto":
-            need = sum(cpu_linear.linear_bytes(m) for m in models)
+            need = sum(cpu_linear.linear_bytes(m) for m in _each_once(models))
             free = available_memory()
             budget = None if free is None else int(self.memory_share * free)
             if budget is None or need > budget:
@@ -133,7 +133,7 @@ class CPUBackend(Backend):
         plans = [cpu_linear.prepare(m, mode) for m in models]
         self.chosen = mode
         self.routed = plans[0] is not None
-        self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
+        self.packed_bytes = _packed_bytes(models)
 
     def refresh(self, models: list[torch.nn.Module]) -> None:
         """Pack again the copies whose weights changed (:func:`bass.cpu_linear.refresh`):
@@ -141,11 +141,11 @@ class CPUBackend(Backend):
         same model installs its plan on it, and :meth:`wrap` routes through that)."""
         if self.chosen in ("", "torch"):
             return  # nothing routes in this Generator's passes
-        self.packed_bytes = sum(cpu_linear.packed_bytes(m) for m in models)
+        self.packed_bytes = _packed_bytes(models)
         if self.packed_bytes == 0:
             return
         t0 = time.perf_counter()
-        self.repacked = sum(cpu_linear.refresh(m) for m in models)
+        self.repacked = sum(cpu_linear.refresh(m) for m in _each_once(models))
         self.check_seconds = time.perf_counter() - t0
 
     def wrap(self, forward: Callable) -> Callable:
@@ -170,6 +170,15 @@ class CPUBackend(Backend):
             out["weight_check_ms"] = round(1e3 * self.check_seconds, 1)
             out["repacked"] = self.repacked
         return out
+
+
+def _each_once(models: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """``models`` without repeats (``Generator(model, model)``: one model, one set of copies)."""
+    return list({id(m): m for m in models}.values())
+
+
+def _packed_bytes(models: list[torch.nn.Module]) -> int:
+    return sum(cpu_linear.packed_bytes(m) for m in _each_once(models))
 
 
 def select_backend(

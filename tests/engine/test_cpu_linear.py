@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from models import FAMILIES, perturbed, tiny_lm
 from profiles import examples
 
-from bass import Generator, cpu_linear
+from bass import Generator, backends, cpu_linear
 from bass.config import ConfigError, load_config
 from bass.cpu_linear import LAYOUTS, LinearPlan, calibrate, choose, install, routing, uninstall
 from bass.testing import assert_greedy_equivalent
@@ -243,6 +243,18 @@ def test_copies_that_could_not_be_packed_are_not_counted():
 
 
 @needs_packing
+def test_a_model_given_as_its_own_draft_counts_its_copies_once():
+    """``Generator(model, model)``: one set of copies, reported (and checked) once."""
+    model = tiny_lm(dtype=torch.float32)
+    install(model, _plan(model, range(1, 17), "packed", above="packed"))
+    backend = backends.CPUBackend()
+    backend.chosen = "auto"  # as prepare() leaves it when it routes
+    backend.refresh([model, model])
+    assert backend.packed_bytes == cpu_linear.packed_bytes(model) > 0
+    uninstall(model)
+
+
+@needs_packing
 def test_packed_copies_follow_their_weights_and_are_freed():
     layer = torch.nn.Linear(8, 6)
     twin = torch.nn.Linear(8, 6)
@@ -447,7 +459,6 @@ def test_packed_copies_only_within_the_memory_budget(monkeypatch):
     """A model whose packed copies would not fit the budget of free memory gets the
     copy-free layouts (a 7B float32 model, 28 GB, on a machine with 32 GB free would
     double its memory): here a small model and a faked free memory."""
-    from bass import backends
 
     main = tiny_lm(dtype=torch.float32, seed=2)
     need = cpu_linear.linear_bytes(main)
