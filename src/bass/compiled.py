@@ -133,13 +133,6 @@ class CompiledForward:
         return torch.compile(forward_packed, **kw)
 
     def __call__(self, model, *args):
-        if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
-            raise UnsupportedModelError(
-                "compile= does not run under torch.autocast (its keys and values come out "
-                "in two dtypes, which the compiled cache appends refuse): generate outside "
-                "the autocast block, cast the model instead (model.to(torch.bfloat16)), or "
-                "generate without compile= (eager passes follow autocast)"
-            )
         entry = self._regions.get(id(model))
         if entry is None or entry[0] is not model:
             entry = self._regions[id(model)] = (model, self._compile())
@@ -149,6 +142,14 @@ class CompiledForward:
                 return entry[1](model, *args)
         except _COMPILE_ERRORS as exc:  # e.g. data-dependent shapes (MoE routing by counts)
             first = (str(exc).strip().splitlines() or [""])[0]
+            if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
+                raise UnsupportedModelError(  # a float32 model under bf16 autocast: its keys
+                    # and values come out in two dtypes, which the cache's appends refuse
+                    f"torch.compile could not compile {model_name(model)}'s forward under "
+                    f"torch.autocast ({type(exc).__name__}: {first}): generate outside the "
+                    "autocast block, cast the model to autocast's dtype instead, or generate "
+                    "without compile= (eager passes follow autocast)"
+                ) from exc
             raise UnsupportedModelError(
                 f"torch.compile (fullgraph) could not compile {model_name(model)}'s forward "
                 f"({type(exc).__name__}: {first}); generate without compile= (eager passes)"

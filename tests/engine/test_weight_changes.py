@@ -245,8 +245,9 @@ def test_generation_under_autocast_follows_it_on_every_layout():
     """oneDNN's packed op has no autocast rule (F.linear has): under ``torch.autocast`` the
     packed layers computed in float32 while the others computed in bf16, so the rows
     depended on the layout each pass took. Under autocast every layer takes F.linear (the
-    rows equal torch's layout's); compiled passes refuse it, saying so (they failed as
-    "could not compile the model")."""
+    rows equal torch's layout's). A float32 model's compiled passes cannot run under bf16
+    autocast: the error says autocast (it said "could not compile the model"); a bf16
+    model's can."""
     main = tiny_lm(dtype=torch.float32, hidden=128, vocab=1024, sharpen=1.0)
     plain = copy.deepcopy(main)
     _packed_everywhere(main)
@@ -255,7 +256,12 @@ def test_generation_under_autocast_follows_it_on_every_layout():
         want = torch_layout.generate(PROMPTS, max_new_tokens=16).sequences
         assert Generator(main, None).generate(PROMPTS, max_new_tokens=16).sequences == want
         compiled = Generator(main, None, compile=_eager_backend)
-        with pytest.raises(UnsupportedModelError, match=r"does not run under torch\.autocast"):
+        with pytest.raises(UnsupportedModelError, match=r"forward under torch\.autocast"):
             compiled.generate(PROMPTS, max_new_tokens=8)
     assert torch_layout.generate(PROMPTS, max_new_tokens=16).sequences != want  # it mattered
     cpu_linear.uninstall(main)
+    half = tiny_lm(dtype=torch.bfloat16)
+    compiled = Generator(half, None, compile=_eager_backend)
+    want = compiled.generate(PROMPTS, max_new_tokens=6).sequences
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled.generate(PROMPTS, max_new_tokens=6).sequences == want
