@@ -52,7 +52,8 @@ def _warn_if_vacuous(where: str, generator, res) -> None:
     if getattr(generator, "drafter", None) is None or stats is None:
         return
     # the tokens drafted, not the lengths the policy allowed (a drafter may make none)
-    if stats.drafted_tokens > 0 or max(map(len, res.sequences), default=0) < 3:
+    made = getattr(stats, "drafted_tokens", None)  # (a generator of another kind: unknown)
+    if made is None or made > 0 or max(map(len, res.sequences), default=0) < 3:
         return
     warnings.warn(
         f"{where} passed, but no draft token was made: only plain decoding was checked; "
