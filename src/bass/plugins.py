@@ -63,7 +63,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503, as pip compares names
 
 
-def _is_own(ep, group: str) -> bool:
+def is_own(ep, group: str) -> bool:
     """Whether entry point ``ep`` is bass's own: registered by bass's distribution, or
     (an entry point that knows no distribution: a source tree, a test's) one of
     :data:`BUILTIN` as it is."""
@@ -148,7 +148,7 @@ def available(group: str, found: Iterable) -> dict[str, Any]:
     own: dict[str, Any] = {}
     others: dict[str, dict[str, Any]] = {}  # name -> value -> entry point (first of each)
     for ep in found:
-        if _is_own(ep, group):
+        if is_own(ep, group):
             own.setdefault(ep.name, ep)
         else:
             others.setdefault(ep.name, {}).setdefault(ep.value, ep)

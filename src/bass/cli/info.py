@@ -18,9 +18,8 @@ def cmd_policies(args) -> int:
         print("no draft-length policies installed (entry-point group 'bass.policies')")
         return 0
     for name, ep in installed.items():
-        own = plugins.is_bass_module(ep.value.partition(":")[0].strip())
         where = ep.value  # another package's: and which (two packages': said below)
-        if not (own or isinstance(ep, plugins.AmbiguousEntryPoint)):
+        if not (plugins.is_own(ep, policies.GROUP) or isinstance(ep, plugins.AmbiguousEntryPoint)):
             where += f", from {plugins.origin(ep)}"
         try:
             target = policies.registry._target(name)[0]  # errors as Python names them

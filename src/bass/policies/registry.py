@@ -154,9 +154,7 @@ def _loader(name: str, options: Mapping[str, Any]) -> Callable[[], Policy]:
             option="policy_options",
             value=dict(options),
         )
-    # bass's policies check their options themselves (another package's entry point
-    # under a bass name never gets here: plugins ignore it)
-    own = plugins.is_bass_module(ep.value.partition(":")[0].strip())
+    own = plugins.is_own(ep, GROUP)  # bass's policies check their options themselves
     for info in infos:  # a value its default's type refuses: said now, naming the option
         if own or info.name not in options:
             continue
