@@ -447,3 +447,27 @@ def test_a_bad_auto_attention_setting_is_the_users_to_fix_not_a_bug(
     line = one_error_line(err)
     assert rc == 2 and "$BASS_AUTO_ATTENTION='nope' names no ragged attention" in line
     assert "internal error" not in err
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EIO"])
+def test_a_failing_disk_is_the_machines_error_not_a_bug_in_bass(capsys, monkeypatch, code):
+    """``bass policies > /dev/full``: "internal error: OSError ... (a bug in bass: please
+    report it)", status 1. A full disk or a failing device is said as such (status 2)."""
+    import errno
+
+    def full(args):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(cli, "cmd_policies", full)
+    monkeypatch.setattr(cli, "stdout_to_devnull", lambda: None)  # pytest's own stdout
+    rc, _, err = run(capsys, "policies")
+    assert rc == 2 and "internal error" not in err
+    assert f"bass: error: cannot write standard output: {os.strerror(getattr(errno, code))}" in err
+
+    # any other OSError stays what it is: unforeseen
+    def missing(args):
+        raise FileNotFoundError(2, "No such file or directory", "/nonexistent/x")
+
+    monkeypatch.setattr(cli, "cmd_policies", missing)
+    rc, _, err = run(capsys, "policies")
+    assert rc == 1 and "internal error: FileNotFoundError" in err

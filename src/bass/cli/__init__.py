@@ -4,6 +4,7 @@ and exit statuses are in docs/guides/config-and-cli.md."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import re
@@ -129,23 +130,42 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:  # `bass policies | head`: the reader left; not an error of ours
         stdout_to_devnull()
         return 1
+    except OSError as exc:
+        if exc.errno not in _MACHINE_ERRNOS:
+            return _unexpected(exc, debug)
+        # a full disk or a failing device (`bass policies > /dev/full`): the machine's
+        where = exc.filename or "standard output"
+        stdout_to_devnull()  # not the same error again when Python flushes at exit
+        _report(f"bass: error: cannot write {where}: {exc.strerror}", exc, debug)
+        return 2
     except Exception as exc:  # a bug in bass: one line, the traceback on request
-        if _peer_stopped(exc):  # torchrun: this rank's collective lost another rank
-            _report(
-                "bass: error: another rank of this torchrun job stopped or did not answer "
-                f"(its own error is in its output): {one_line(exc)}",
-                exc,
-                debug,
-            )
-            return 1
-        hint = "" if debug else "; rerun with --debug (or BASS_DEBUG=1) for the traceback"
+        return _unexpected(exc, debug)
+
+
+def _unexpected(exc: BaseException, debug: bool) -> int:
+    """An error bass did not foresee: another torchrun rank gone, or a bug in bass (one
+    line naming it, its traceback on request); exit status 1."""
+    if _peer_stopped(exc):  # torchrun: this rank's collective lost another rank
         _report(
-            f"bass: error: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in "
-            f"bass: please report it{hint})",
+            "bass: error: another rank of this torchrun job stopped or did not answer "
+            f"(its own error is in its output): {one_line(exc)}",
             exc,
             debug,
         )
         return 1
+    hint = "" if debug else "; rerun with --debug (or BASS_DEBUG=1) for the traceback"
+    _report(
+        f"bass: error: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in "
+        f"bass: please report it{hint})",
+        exc,
+        debug,
+    )
+    return 1
+
+
+#: A write's errors that say the machine's state (a full disk or quota, a read-only or
+#: failing device), never a bug in bass.
+_MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
 def _peer_stopped(exc: BaseException) -> bool:
