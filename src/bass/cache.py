@@ -15,11 +15,27 @@ import os
 import torch
 
 from .backends import available_memory as _available_memory
+from .errors import UnsupportedModelError
 from .ops import kv_append
 
 #: The share of the free memory the KV caches may take by default, by device type (the
 #: rest: weights' copies, activations, logits): :meth:`RaggedKVCache.default_budget`.
 KV_MEMORY_SHARE = {"cuda": 0.8, "cpu": 0.5}
+
+
+class LayerReadsLength(UnsupportedModelError):
+    """A layer asked the cache for its length (``get_seq_length(layer_idx)``) inside the
+    forward: refused (:func:`bass.hf` names the model)."""
+
+    def __init__(self, layer_idx: int, model: str = "this model"):
+        self.layer_idx = layer_idx
+        super().__init__(
+            f"layer {layer_idx} of {model} reads the cache's length inside its forward "
+            "(cache.get_seq_length(layer_idx), as Llama 4's attention temperature tuning "
+            "does) to compute positions of its own; bass packs rows of different lengths "
+            "into one pass, so there is no one length to give: this model (with this "
+            "config) cannot run through bass"
+        )
 
 
 class RaggedKVCache:
@@ -147,9 +163,14 @@ class RaggedKVCache:
             kv_append(k, v, key_states, value_states, self.lens, self.q_lens)
         return k, v
 
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        # HF uses this for default positions and mask sizes; bass always passes explicit
-        # per-row positions and masks by lengths, so the buffer size is the honest answer.
+    def get_seq_length(self, layer_idx: int | None = None) -> int:
+        # A model's forward asks this (no layer) for default positions and mask sizes; bass
+        # always passes explicit per-row positions and masks by lengths, so the buffer size
+        # is the honest answer. A layer asking for its own (Llama 4's attention temperature
+        # tuning: query scales from the cache's length) would get one length for rows of
+        # many: refused, not run on the buffer's size.
+        if layer_idx is not None:
+            raise LayerReadsLength(layer_idx)
         return self.max_len
 
     def get_mask_sizes(self, query, layer_idx: int = 0) -> tuple[int, int]:

@@ -164,6 +164,15 @@ def rope_switch(cfg) -> int | None:
     return min(limits) if limits else None
 
 
+def scales_queries_by_position(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is an attention layer that scales its queries by positions it
+    computes itself from the cache's length (Llama 4's temperature tuning in its layers
+    without rotary embeddings: ``get_seq_length(layer_idx)`` from transformers 5.x,
+    ``cache_position`` before), which no packed pass can give per row."""
+    tuning = getattr(module, "attn_temperature_tuning", False) is True
+    return tuning and getattr(module, "use_rope", True) in (False, 0)
+
+
 def attn_implementation(model: torch.nn.Module) -> str | None:
     """Shim 9: the attention implementation ``model``'s decoder layers run (its text
     config's)."""

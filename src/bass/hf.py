@@ -24,7 +24,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
 from . import compat
-from .cache import RaggedKVCache
+from .cache import LayerReadsLength, RaggedKVCache
 from .errors import UnsupportedModelError
 from .ops import flex, reference
 from .ops.plan import AUTO_OVERRIDE, Plan, resolve
@@ -318,6 +318,15 @@ def prepare(
     bidirectional = sorted(
         {type(m).__name__ for m in decoder.modules() if getattr(m, "is_causal", None) is False}
     )
+    tuned = [m for m in decoder.modules() if compat.scales_queries_by_position(m)]
+    if tuned:
+        raise UnsupportedModelError(
+            f"{name}'s {type(tuned[0]).__name__} scales its queries by their positions, which "
+            "it reads from the cache (Llama 4's attention temperature tuning in its layers "
+            "without rotary embeddings); bass packs rows of different lengths into one pass, "
+            "so there is no one length to give: load it with attn_temperature_tuning=False (a "
+            "model that differs past floor_scale positions) or run it without bass"
+        )
     if bidirectional:
         raise UnsupportedModelError(
             f"{name}'s attention is not causal ({', '.join(bidirectional)}.is_causal is False: "
@@ -559,6 +568,8 @@ def _first_run(passes: Passes, model, cache, batch: PackedPass) -> torch.Tensor:
             f"{model_name(model)} reads {exc.name!r} of transformers' Cache, which bass's "
             "ragged KV cache does not provide: this model cannot run through bass"
         ) from exc
+    except LayerReadsLength as exc:
+        raise LayerReadsLength(exc.layer_idx, model_name(model)) from None
     except _NoLengthsError as exc:
         raise UnsupportedModelError(
             f"{model_name(model)} does not hand the keyword arguments of its forward down to "

@@ -85,3 +85,16 @@ def test_values_may_be_narrower_than_keys():
         vc[1, :, :1], v[1, :, :1]
     )
     assert vc[1, :, 1:].abs().sum() == 0
+
+
+def test_a_layer_asking_the_cache_for_its_length_is_refused():
+    """A model's forward may ask the cache's length (its default positions, which bass
+    overrides): the buffer size. A layer asking for its own (``get_seq_length(layer_idx)``,
+    Llama 4's temperature tuning) got the same buffer size, one length for rows of many,
+    and computed positions of its own from it: silently other tokens. Refused."""
+    from bass.cache import LayerReadsLength
+
+    cache = RaggedKVCache(2, 16, 2, torch.device("cpu"))
+    assert cache.get_seq_length() == 16
+    with pytest.raises(LayerReadsLength, match="layer 1 of this model reads the cache's length"):
+        cache.get_seq_length(1)

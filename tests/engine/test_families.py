@@ -27,6 +27,8 @@ BASE = dict(
 )
 HEAD8 = dict(head_dim=8)
 NO_PAD = dict(pad_token_id=None)  # their default pad id lies past a 64-token vocabulary
+LLAMA4 = HEAD8 | NO_PAD | dict(attention_chunk_size=None, no_rope_layers=[1, 0])
+LLAMA4 |= dict(num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=64)
 
 # family: (config class, model class, config overrides)
 SUPPORTED = {
@@ -57,6 +59,12 @@ SUPPORTED = {
         dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=8),
     ),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4)),
+    # Llama 4 without chunked attention, its layers without rotary embeddings untuned
+    "llama4": (
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        LLAMA4 | dict(attn_temperature_tuning=False),
+    ),
     # a BERT-like built as a decoder (causal); without is_decoder it is refused (REFUSED)
     "roberta_decoder": ("RobertaConfig", "RobertaForCausalLM", dict(is_decoder=True)),
 }
@@ -120,6 +128,13 @@ REFUSED = {
         | dict(mamba_d_state=4),
         "recurrent state|types",
     ),
+    # its layers without rotary embeddings scale queries by positions read from the cache
+    "llama4_tuned": (
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        LLAMA4 | dict(attn_temperature_tuning=True),
+        "Llama4TextAttention scales its queries by their positions",
+    ),
     # their forwards read parts of transformers' Cache bass's cache lacks
     "dory": ("DoryConfig", "DoryForCausalLM", {}, "reads 'layers' of transformers' Cache"),
     "hrm": ("HrmTextConfig", "HrmTextForCausalLM", {}, "reads 'is_initialized'"),
@@ -133,6 +148,7 @@ REFUSED = {
     ),
 }
 MOE = {
+    "llama4",
     "qwen3_moe",
     "mixtral",
     "gpt_oss",
@@ -147,7 +163,11 @@ def build(config_name, model_name, overrides, dtype=torch.float64):
     if config_cls is None or model_cls is None:
         pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
     torch.manual_seed(0)
-    model = model_cls(config_cls(**(BASE | overrides))).eval().to(dtype)
+    config = config_cls(**(BASE | overrides))
+    chunked = "chunked_attention" in (getattr(config, "layer_types", None) or [])
+    if chunked and "chunked_attention" not in str(overrides):  # Llama 4 before 5.24 or so
+        pytest.skip(f"transformers {transformers.__version__} chunks {model_name}'s attention")
+    model = model_cls(config).eval().to(dtype)
     with torch.no_grad():  # decisive greedy choices (as tests/models.py's tiny_lm)
         model.get_output_embeddings().weight.mul_(25.0)
         if model_name in {m for _, m, _ in BEYOND.values()}:  # scores large enough that a
