@@ -311,13 +311,7 @@ def prepare(
             f"{name} does not route attention through transformers' AttentionInterface "
             "(_supports_attention_backend is False), so bass cannot replace it"
         )
-    # attention that sees later tokens (an encoder's, BERT-likes built without is_decoder):
-    # bass's ragged attention is causal, it would silently give other tokens
-    # (the text decoder's: a multimodal model's vision tower does not see the text)
-    decoder = compat.text_decoder(model)
-    bidirectional = sorted(
-        {type(m).__name__ for m in decoder.modules() if getattr(m, "is_causal", None) is False}
-    )
+    decoder = compat.text_decoder(model)  # the text decoder's layers
     tuned = [m for m in decoder.modules() if compat.scales_queries_by_position(m)]
     if tuned:
         raise UnsupportedModelError(
@@ -327,6 +321,12 @@ def prepare(
             "so there is no one length to give: load it with attn_temperature_tuning=False (a "
             "model that differs past floor_scale positions) or run it without bass"
         )
+    # attention that sees later tokens (an encoder's, BERT-likes built without is_decoder):
+    # bass's ragged attention is causal, it would silently give other tokens
+    # (the text decoder's: a multimodal model's vision tower does not see the text)
+    bidirectional = sorted(
+        {type(m).__name__ for m in decoder.modules() if getattr(m, "is_causal", None) is False}
+    )
     if bidirectional:
         raise UnsupportedModelError(
             f"{name}'s attention is not causal ({', '.join(bidirectional)}.is_causal is False: "
