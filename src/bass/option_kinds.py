@@ -319,6 +319,13 @@ def stop_strings(v: Any, ctx: Mapping) -> list[str]:
             raise Refused("token ids go in stop_sequences" if _is_ids(s) else "")
         if not s:
             raise Refused("an empty string would stop every row at once")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: a byte of a command line not UTF-8
+            raise Refused(
+                f"{s!r} is not valid Unicode text (no decoded text holds it: it could never "
+                "match)"
+            ) from None
     return list(stops)
 
 

@@ -375,6 +375,9 @@ def test_stop_string_errors(llama, tok):
         gen.generate(PROMPTS, max_new_tokens=2, stop_strings=["a", ""], tokenizer=tok)
     with pytest.raises(ValueError, match="empty string"):
         gen.generate(PROMPTS, max_new_tokens=2, stop_strings="")
+    # a lone surrogate (a command line's byte that is not UTF-8): no text holds it
+    with pytest.raises(ValueError, match="not valid Unicode text"):
+        gen.generate(PROMPTS, max_new_tokens=2, stop_strings=["a", "\udcff"], tokenizer=tok)
     with pytest.raises(TypeError, match="stop_sequences"):
         gen.generate(PROMPTS, max_new_tokens=2, stop_strings=[[3, 4]], tokenizer=tok)
     # no stop strings: no tokenizer needed; a single string is one stop string

@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     shown = warnings.showwarning
     warnings.showwarning = _warning_line
+    # a terminal or pipe that is not UTF-8 (PYTHONIOENCODING=ascii, a Latin-1 locale): a
+    # row's text it cannot encode is printed escaped (as stderr does), never an error that
+    # ends the run before the row is written to --output
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         return _main(None)
     except KeyboardInterrupt:  # Ctrl-C in the first seconds: while the modules import

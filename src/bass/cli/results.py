@@ -249,10 +249,22 @@ def scan_lines(path: Path, each, start: bytes, refuse, *, truncate: bool = True)
 def _compared(theirs: dict, ours: dict) -> tuple[dict, dict]:
     """A row's settings and this run's as ``--resume`` compares them now: ``chat`` left
     out (null, on either side) agrees here, as whether the template applies is known
-    once the tokenizer is (:func:`check_chat`)."""
+    once the tokenizer is (:func:`check_chat`); stop strings as a set (none: ``[]`` or
+    null; repeated or in another order: the same rows)."""
+    theirs, ours = ({**d, "stop_strings": _stops(d.get("stop_strings"))} for d in (theirs, ours))
     if theirs.get("chat") is None or ours.get("chat") is None:
         return {**theirs, "chat": None}, {**ours, "chat": None}
     return theirs, ours
+
+
+def _stops(value):
+    """A results line's ``stop_strings`` as a set (``None`` for none); a value of another
+    shape as it is (it differs from any run's)."""
+    if value is None or value == []:
+        return None
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return sorted(set(value))
+    return value
 
 
 def check_chat(chats: dict, chat: bool, tokenizer) -> None:

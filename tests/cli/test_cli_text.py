@@ -1,0 +1,75 @@
+"""``bass generate``'s text at the edges: a standard output that cannot encode a row's text,
+stop strings that are not text, and ``--resume`` comparing stop strings as the engine uses
+them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from cli_support import one_error_line, read_jsonl, run, save_model_dir
+
+FAST = "--cpu-linear torch --dtype float64 --draft none --max-new-tokens 2 --batch-size 1"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+def test_a_standard_output_that_cannot_encode_a_row_loses_no_row(model_dir, tmp_path):
+    """``PYTHONIOENCODING=ascii`` (a Latin-1 locale, a cp1252 console): printing a row
+    with text it cannot encode raised ``UnicodeEncodeError`` before the row was written,
+    "internal error ... a bug in bass", status 1, the row and every later one lost. The
+    text is printed escaped (as Python's stderr does) and every row is written."""
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    args = f"generate --main {model_dir} {FAST} -o {out}".split()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bass", *args, "hello", "the sea \u65e5\u672c", "hello sea"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert ">>> the sea \\u65e5\\u672c" in proc.stdout
+    rows = read_jsonl(out)
+    assert [r["prompt"] for r in rows] == ["hello", "the sea \u65e5\u672c", "hello sea"]
+
+
+def test_a_stop_string_that_is_not_text_is_refused(model_dir, capsys):
+    """``--stop $'\\xff'``: a byte that is not UTF-8 reached the run as a lone surrogate
+    and was accepted, a stop string no decoded text can hold (it never matched). Refused
+    as a prompt with such a byte is."""
+    rc, _, err = run(capsys, f"generate --main {model_dir} {FAST} --stop \udcff hello")
+    assert rc == 2 and "is not valid Unicode text" in one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    "theirs, ours",
+    [([], ""), (None, "--stop zz"), (["zz", "zz"], "--stop zz"), (["b", "a"], "--stop a --stop b")],
+)
+def test_resume_compares_stop_strings_as_the_engine_uses_them(
+    model_dir, tmp_path, capsys, theirs, ours
+):
+    """A file made with ``stop_strings = []`` resumed without stop strings, or with one
+    stop string given twice, was refused ("[] there, null now"): the same rows. Stop
+    strings compare as a set; none (``[]`` or null) as none."""
+    out = tmp_path / "out.jsonl"
+    base = f"generate --main {model_dir} {FAST} -o {out}"
+    rc, _, err = run(capsys, f"{base} {ours}", "hello", "the sea")
+    assert rc == 0, err
+    if theirs is None:  # the file's run had none: a different set, refused
+        row = read_jsonl(out)[0]
+        row["settings"]["stop_strings"] = None
+        out.write_text(json.dumps(row) + "\n")
+        rc, _, err = run(capsys, f"{base} {ours} --resume", "hello", "the sea")
+        assert rc == 2 and "stop_strings: null there" in one_error_line(err)
+        return
+    row = read_jsonl(out)[0]
+    row["settings"]["stop_strings"] = theirs  # as a run that said it so left it
+    out.write_text(json.dumps(row) + "\n")
+    rc, _, err = run(capsys, f"{base} {ours} --resume", "hello", "the sea")
+    assert rc == 0 and "1 of 2 rows are already in" in err, err
+    assert len(read_jsonl(out)) == 2
