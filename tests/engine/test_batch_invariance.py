@@ -94,6 +94,9 @@ def test_rows_finishing_mid_step(llama, drafts, draft, policy, how):
     assert len({len(s) for s in res.sequences}) > 1  # rows ended at different steps
 
 
+# a draw may draft nothing (rows that end at once, n-grams that never match: still a check
+# of plain decoding), which bass.testing warns of; the examples as a whole draft
+@pytest.mark.filterwarnings("ignore:assert_greedy_equivalent.. passed, but no draft token")
 @settings(max_examples=examples(12), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     prompts=ragged_prompts(VOCAB, max_rows=6, max_len=20),

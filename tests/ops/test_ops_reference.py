@@ -230,8 +230,12 @@ def test_attention_entry_points_agree(case):
     args = case.tensors(torch.float32, "cpu")
     expected = torch.ops.bass.ragged_attention(*args, "reference")
     assert torch.equal(bass.ops.ragged_attention(*args, impl="reference"), expected)
+    # float32 rounding where auto runs another implementation (the values' scale: random
+    # draws of magnitude 4 met 1.1e-6 against a fixed atol of 1e-6)
+    rtol, atol = TOLERANCES[torch.float32]
+    vmax = float(args[2].abs().max()) if args[2].numel() else 1.0
     for out in (torch.ops.bass.ragged_attention(*args), bass.ops.ragged_attention(*args)):
-        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out, expected, rtol=rtol, atol=atol * vmax)
 
 
 @settings(max_examples=examples(60), deadline=None)
