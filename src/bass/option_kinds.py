@@ -323,8 +323,7 @@ def stop_strings(v: Any, ctx: Mapping) -> list[str]:
             s.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: a byte of a command line not UTF-8
             raise Refused(
-                f"{s!r} is not valid Unicode text (no decoded text holds it: it could never "
-                "match)"
+                f"{s!r} is not valid Unicode text (no decoded text holds it: it could never match)"
             ) from None
     return list(stops)
 
