@@ -30,11 +30,11 @@ class LayerReadsLength(UnsupportedModelError):
     def __init__(self, layer_idx: int, model: str = "this model"):
         self.layer_idx = layer_idx
         super().__init__(
-            f"layer {layer_idx} of {model} reads the cache's length inside its forward "
+            f"layer {layer_idx} of {model} asks the cache for its length inside its forward "
             "(cache.get_seq_length(layer_idx), as Llama 4's attention temperature tuning "
-            "does) to compute positions of its own; bass packs rows of different lengths "
-            "into one pass, so there is no one length to give: this model (with this "
-            "config) cannot run through bass"
+            "does); bass's cache holds one length per row, the rows packed into one pass, so "
+            "there is no one length to give: this model (with this config) cannot run "
+            "through bass"
         )
 
 

@@ -169,8 +169,8 @@ def scales_queries_by_position(module: torch.nn.Module) -> bool:
     computes itself from the cache's length (Llama 4's temperature tuning in its layers
     without rotary embeddings: ``get_seq_length(layer_idx)`` from transformers 5.x,
     ``cache_position`` before), which no packed pass can give per row."""
-    tuning = getattr(module, "attn_temperature_tuning", False) is True
-    return tuning and getattr(module, "use_rope", True) in (False, 0)
+    tuning = bool(getattr(module, "attn_temperature_tuning", False))  # transformers': truthy
+    return tuning and not getattr(module, "use_rope", True)
 
 
 def attn_implementation(model: torch.nn.Module) -> str | None:

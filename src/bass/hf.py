@@ -569,7 +569,7 @@ def _first_run(passes: Passes, model, cache, batch: PackedPass) -> torch.Tensor:
             "ragged KV cache does not provide: this model cannot run through bass"
         ) from exc
     except LayerReadsLength as exc:
-        raise LayerReadsLength(exc.layer_idx, model_name(model)) from None
+        raise LayerReadsLength(exc.layer_idx, model_name(model)) from exc
     except _NoLengthsError as exc:
         raise UnsupportedModelError(
             f"{model_name(model)} does not hand the keyword arguments of its forward down to "

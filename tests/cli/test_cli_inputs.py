@@ -449,23 +449,37 @@ def test_a_bad_auto_attention_setting_is_the_users_to_fix_not_a_bug(
     assert "internal error" not in err
 
 
-@pytest.mark.parametrize("code", ["ENOSPC", "EIO"])
-def test_a_failing_disk_is_the_machines_error_not_a_bug_in_bass(capsys, monkeypatch, code):
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_under_standard_output_is_the_machines_error_not_a_bug_in_bass():
     """``bass policies > /dev/full``: "internal error: OSError ... (a bug in bass: please
-    report it)", status 1. A full disk or a failing device is said as such (status 2)."""
+    report it)", status 1. Said as what it is, status 2."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "bass", "policies"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "internal error" not in proc.stderr
+    assert "bass: error: No space left on device (writing standard output or an open" in proc.stderr
+
+
+@pytest.mark.parametrize("filename", [None, "/data/shard.jsonl"])
+def test_a_failing_device_elsewhere_does_not_blame_standard_output(capsys, monkeypatch, filename):
+    """An EIO or a full disk on another file (a shard merge's write, which names no file):
+    the machine's error, status 2, naming the file where the error does."""
     import errno
 
-    def full(args):
-        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+    def failing(args):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), *([filename] if filename else []))
 
-    monkeypatch.setattr(cli, "cmd_policies", full)
+    monkeypatch.setattr(cli, "cmd_policies", failing)
     monkeypatch.setattr(cli, "stdout_to_devnull", lambda: None)  # pytest's own stdout
     rc, _, err = run(capsys, "policies")
     assert rc == 2 and "internal error" not in err
-    assert f"bass: error: cannot write standard output: {os.strerror(getattr(errno, code))}" in err
+    said = f"{filename}: {os.strerror(errno.EIO)}" if filename else os.strerror(errno.EIO)
+    assert f"bass: error: {said}" in err
 
-    # any other OSError stays what it is: unforeseen
-    def missing(args):
+    def missing(args):  # any other OSError stays what it is: unforeseen
         raise FileNotFoundError(2, "No such file or directory", "/nonexistent/x")
 
     monkeypatch.setattr(cli, "cmd_policies", missing)

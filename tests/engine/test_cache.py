@@ -96,5 +96,5 @@ def test_a_layer_asking_the_cache_for_its_length_is_refused():
 
     cache = RaggedKVCache(2, 16, 2, torch.device("cpu"))
     assert cache.get_seq_length() == 16
-    with pytest.raises(LayerReadsLength, match="layer 1 of this model reads the cache's length"):
+    with pytest.raises(LayerReadsLength, match="layer 1 of this model asks the cache"):
         cache.get_seq_length(1)

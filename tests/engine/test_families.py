@@ -238,6 +238,17 @@ def test_family_bass_cannot_compute_is_refused_by_name(family):
         Generator(model, "ngram").generate([[1, 2, 3]], max_new_tokens=4)
 
 
+def test_a_layer_asking_the_cache_for_its_length_is_refused_naming_the_model(monkeypatch):
+    """Past the up-front check (a model it does not know): Llama 4's tuned layer asks
+    bass's cache for its length in the first pass, refused naming the model."""
+    from bass.cache import LayerReadsLength
+
+    model = build(*REFUSED["llama4_tuned"][:3])
+    monkeypatch.setattr(compat, "scales_queries_by_position", lambda module: False)
+    with pytest.raises(LayerReadsLength, match="layer 1 of Llama4ForCausalLM asks the cache"):
+        Generator(model, "ngram").generate([[1, 2, 3]], max_new_tokens=4)
+
+
 # Gemma 2 in float32 with a head dim flex takes on a CPU (>= 32): its cap runs as flex's
 # score_mod (float64 and head dims of 8 above run the reference)
 FLEX_GEMMA2 = ("Gemma2Config", "Gemma2ForCausalLM", BEYOND["gemma2"][2] | dict(head_dim=32))

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     # a terminal or pipe that is not UTF-8 (PYTHONIOENCODING=ascii, a Latin-1 locale): a
     # row's text it cannot encode is printed escaped (as stderr does), never an error that
     # ends the run before the row is written to --output
+    errors = getattr(sys.stdout, "errors", None)
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         warnings.showwarning = shown
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stdout.reconfigure(errors=errors)
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
@@ -138,10 +141,16 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:
         if exc.errno not in _MACHINE_ERRNOS:
             return _unexpected(exc, debug)
-        # a full disk or a failing device (`bass policies > /dev/full`): the machine's
-        where = exc.filename or "standard output"
+        # a full disk or a failing device: the machine's. A write to standard output (`bass
+        # policies > /dev/full`) or to an open file names no file: said as either
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()  # what stdout holds, out now (a healthy one)
+        if exc.filename:
+            said = f"{exc.filename}: {exc.strerror}"
+        else:
+            said = f"{exc.strerror} (writing standard output or an open file)"
         stdout_to_devnull()  # not the same error again when Python flushes at exit
-        _report(f"bass: error: cannot write {where}: {exc.strerror}", exc, debug)
+        _report(f"bass: error: {said}", exc, debug)
         return 2
     except Exception as exc:  # a bug in bass: one line, the traceback on request
         return _unexpected(exc, debug)
