@@ -319,12 +319,7 @@ def stop_strings(v: Any, ctx: Mapping) -> list[str]:
             raise Refused("token ids go in stop_sequences" if _is_ids(s) else "")
         if not s:
             raise Refused("an empty string would stop every row at once")
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: a byte of a command line not UTF-8
-            raise Refused(
-                f"{s!r} is not valid Unicode text (no decoded text holds it: it could never match)"
-            ) from None
+        _unicode(s, show(s, 30), "; no decoded text holds it: it could never match")
     return list(stops)
 
 
@@ -356,14 +351,20 @@ def texts(v: Any, ctx: Mapping) -> list[str]:
     if bad:
         raise Refused(f"{show(bad[0], 30)} is not a string (token ids go to generate())")
     for i, t in enumerate(v):
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate: no tokenizer can take it
-            raise Refused(
-                f"text {i} is not valid Unicode ({show(t[exc.start : exc.end])} at character "
-                f"{exc.start}: a lone surrogate, e.g. from undecodable bytes)"
-            ) from None
+        _unicode(t, f"text {i}")  # no tokenizer can take a lone surrogate
     return list(v)
+
+
+def _unicode(text: str, what: str, why: str = "") -> None:
+    """:class:`Refused` where ``text`` holds a lone surrogate (a byte that was not UTF-8,
+    decoded with ``surrogateescape``, or ``"\\ud800"`` written out)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Refused(
+            f"{what} is not valid Unicode text ({show(text[exc.start : exc.end])} at character "
+            f"{exc.start}: a lone surrogate, e.g. from undecodable bytes{why})"
+        ) from None
 
 
 def has(*methods: str, call: bool = False) -> Callable[[Any, Mapping], Any]:
