@@ -68,12 +68,6 @@ def bass_attention_forward(
             "lengths; run the model through bass.Generator (or pass bass_q_lens and "
             "bass_kv_lens to its forward)",
         )
-    if sliding_window is not None and sliding_window < key.shape[2]:
-        raise UnsupportedModelError(
-            f"{name} uses sliding-window attention (window {sliding_window}) but the cache "
-            f"holds {key.shape[2]} positions; bass's ragged attention is full causal. "
-            "Keep prompt + max_new_tokens within the window or use a full-attention model"
-        )
     ignored = [k for k in _NOT_COMPUTED if kwargs.get(k) is not None]
     if attention_mask is not None:  # bass's mask function returns None: the model's own
         ignored.insert(0, "attention_mask")
@@ -86,22 +80,29 @@ def bass_attention_forward(
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
     softcap, sinks = softcap or None, kwargs.get("s_aux")  # a cap of 0: none, as flash-attn
     latent = value.shape[-1] != key.shape[-1]  # MLA: values narrower than keys
-    if softcap is not None or sinks is not None or latent:  # beyond the contract (pass_impl)
+    # a window that hides keys the cache holds (one as long as the cache hides none)
+    window = (
+        sliding_window if sliding_window is not None and sliding_window < key.shape[2] else None
+    )
+    if window is not None and bass_plan is not None and not torch.compiler.is_compiling():
+        bass_plan.windowed = True  # a layer brought it (Passes.run checks one did)
+    beyond = softcap is not None or sinks is not None or latent or window is not None
+    if beyond:  # beyond the contract (pass_impl)
         if bass_cu_q_lens is None:
             raise UnsupportedModelError(
-                f"{name} needs logit soft-capping, attention sinks or values narrower than "
-                "keys, which bass computes in its packed passes only (bass.Generator), not "
-                "through ragged_attention"
+                f"{name} needs logit soft-capping, attention sinks, values narrower than "
+                "keys or a sliding window shorter than the cache, which bass computes in its "
+                "packed passes only (bass.Generator), not through ragged_attention"
             )
         if sinks is None and bass_plan is not None and bass_plan.impl.name == "flex":
-            out = flex.run(bass_plan.state, query, key, value, scale, softcap)  # a score_mod
-            return out.transpose(1, 2), None
+            out = flex.run(bass_plan.state, query, key, value, scale, softcap, window=window)
+            return out.transpose(1, 2), None  # the cap and the window: a score_mod
         if bass_plan is not None:  # the pass's, made once for every layer
             starts, q_lens = bass_plan.starts, bass_plan.q_lens
         else:
             starts, q_lens = bass_cu_q_lens[:-1], bass_cu_q_lens.diff()
         out = reference.attention(
-            query, key, value, starts, q_lens, bass_kv_lens, scale, softcap, sinks
+            query, key, value, starts, q_lens, bass_kv_lens, scale, softcap, sinks, window
         )
         return out.transpose(1, 2), None
     if bass_plan is not None:  # packed: token-major output, the transpose back is free
@@ -210,15 +211,17 @@ def check_loaded(model, role: str) -> None:
 
 
 SOFTCAP, SINKS, LATENT = "logit soft-capping", "attention sinks", "values narrower than keys"
+WINDOW = "sliding-window attention"
 
 
 class Beyond(NamedTuple):
     """What a model's attention needs beyond the ops' contract (:func:`beyond_contract`),
     as its passes plan for it (:func:`pass_impl`)."""
 
-    need: str  # SOFTCAP or SINKS
+    need: str  # SOFTCAP, SINKS, LATENT or WINDOW, or one of the first three "and" WINDOW
     cap: float | None  # the one soft-cap every attention layer holds (and passes), else None
     flex: bool  # flex takes the model's dtype and head dim on its device (flex.takes)
+    window: int | None = None  # the sliding window, where the generation outgrows it
 
 
 # model -> needs(model), set by prepare (each generation), read by every pass
@@ -228,15 +231,18 @@ _BEYOND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def beyond_contract(model) -> str | None:
     """What ``model``'s attention needs that the ops' contract lacks, which
     :func:`bass_attention_forward` computes itself (:func:`pass_impl`): ``"logit
-    soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), or ``None``. A cap of 0
-    is none."""
+    soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), ``"values narrower than
+    keys"`` (DeepSeek V2/V3), two of them joined by "and", or ``None``; a sliding window,
+    which a generation may outgrow, only with one (:func:`needs`). A cap of 0 is none."""
     beyond = needs(model)
     return beyond.need if beyond is not None else None
 
 
-def needs(model) -> Beyond | None:
-    """:func:`beyond_contract` with what planning needs: the layers' one cap, and whether
-    flex takes the model (``None``: nothing beyond the contract)."""
+def needs(model, fed: int | None = None) -> Beyond | None:
+    """:func:`beyond_contract` with what planning needs: the layers' one cap, whether flex
+    takes the model, its window (``None``: nothing beyond the contract). ``fed``: the
+    positions a generation feeds, a window shorter than which is ``"sliding-window
+    attention"`` (``None``: no generation known, no window counted)."""
     cfg, p = model.config.get_text_config(), next(model.parameters())
     # the cap each attention layer stores and hands its attention function (Gemma 2)
     caps = {float(c) for m in model.modules() if (c := getattr(m, "attn_logit_softcapping", 0))}
@@ -247,26 +253,34 @@ def needs(model) -> Beyond | None:
     elif getattr(cfg, "v_head_dim", None) not in (None, compat.head_dim(cfg)):
         need = LATENT  # multi-head latent attention (DeepSeek V2/V3, MiniCPM3)
     else:
+        need = None
+    window = sliding_window(model)
+    if window is not None and fed is not None and window < fed:
+        need = WINDOW if need is None else f"{need} and {WINDOW}"
+    else:
+        window = None
+    if need is None:
         return None
     cap = caps.pop() if len(caps) == 1 else None
-    return Beyond(need, cap, flex.takes(p.dtype, compat.head_dim(cfg), p.device.type))
+    return Beyond(need, cap, flex.takes(p.dtype, compat.head_dim(cfg), p.device.type), window)
 
 
 def pass_impl(impl: str, beyond: Beyond | None, device_type: str) -> tuple[str, str]:
     """The implementation a pass plans for a model that needs ``beyond`` (:func:`needs`)
-    when ``impl`` is asked for on ``device_type``, and why: ``flex`` computes a soft-cap (a
-    ``score_mod``) where asked for, and is ``auto``'s pick on a CPU (``$BASS_AUTO_ATTENTION``
-    forces ``auto``'s); the ``reference`` computes both, and runs in every other case."""
+    when ``impl`` is asked for on ``device_type``, and why: ``flex`` computes a soft-cap and
+    a sliding window (a ``score_mod``) where asked for, and is ``auto``'s pick on a CPU
+    (``$BASS_AUTO_ATTENTION`` forces ``auto``'s); the ``reference`` computes every need,
+    and runs in every other case."""
     if beyond is None:
         return impl, ""
     if impl == "auto":
         impl = os.environ.get(AUTO_OVERRIDE) or ("flex" if device_type == "cpu" else "")
         if not impl:
-            return "reference", "flex with a cap not yet run on a GPU (attention='flex' asks)"
-    if beyond.need != SOFTCAP:
+            return "reference", "flex's score_mod not yet run on a GPU (attention='flex' asks)"
+    if SINKS in beyond.need or LATENT in beyond.need:
         return "reference", f"only the reference computes {beyond.need}"
     if impl != "flex":
-        return "reference", f"attention={impl!r} computes no cap"
+        return "reference", f"attention={impl!r} computes none of it"
     if not beyond.flex:
         return "reference", "flex takes no float64, nor head dims under 32 on a CPU (16 on CUDA)"
     return "flex", "as a score_mod"
@@ -279,10 +293,10 @@ def prepare(
 
     Raises :class:`UnsupportedModelError` naming the model when its attention does not go
     through transformers' attention interface, it is not a decoder-only causal LM, or its
-    sliding window or its rotary embedding's switch (:func:`bass.compat.rope_switch`) is
-    shorter than the positions a generation feeds: ``max_len`` (the longest prompt plus
-    ``max_new_tokens``) less one. ``role`` (``"main"``, ``"draft"``) names the model's
-    part in the errors.
+    rotary embedding's switch (:func:`bass.compat.rope_switch`) is shorter than the
+    positions a generation feeds: ``max_len`` (the longest prompt plus ``max_new_tokens``)
+    less one (a sliding window shorter than that is planned for: :func:`needs`). ``role``
+    (``"main"``, ``"draft"``) names the model's part in the errors.
     """
     name = model_name(model) if role is None else f"the {role} model {model_name(model)}"
     if not isinstance(model, PreTrainedModel):
@@ -336,19 +350,6 @@ def prepare(
     # the positions a generation feeds: the longest prompt plus max_new_tokens, less one
     # (a row's last new token is never fed back)
     fed = None if max_len is None else max_len - 1
-    window = sliding_window(model)
-    if window is not None and fed is not None and window < fed:
-        raise UnsupportedModelError(
-            f"{name} uses a sliding window of {window} tokens but this generation feeds "
-            f"{fed} positions (the longest prompt plus max_new_tokens, less the last new "
-            "token); bass's ragged attention is full causal and would attend past the "
-            f"window: keep the longest prompt plus max_new_tokens within {window + 1} tokens"
-            + (
-                " (or use another draft: a model without a window, 'ngram')"
-                if role == "draft"
-                else ""
-            )
-        )
     switch = compat.rope_switch(text)
     if switch is not None and fed is not None and switch < fed:
         raise UnsupportedModelError(
@@ -360,7 +361,7 @@ def prepare(
             f"max_new_tokens within {switch + 1} tokens"
         )
     compat.cache_argument(model)  # read the signature here, not inside a compiled pass
-    _BEYOND[model] = needs(model)
+    _BEYOND[model] = needs(model, fed)
     previous = compat.attn_implementations(model)
     model.set_attn_implementation(ATTN_NAME)
     if (now := compat.attn_implementation(model)) != ATTN_NAME:
@@ -463,6 +464,8 @@ class Passes:
         """Run ``batch`` through ``model`` (appending to ``cache``); returns ``[N or L,
         V]`` logits. The pass's attention is planned here, once for every layer."""
         beyond = _BEYOND.get(model)
+        window = beyond and beyond.window  # planned for, where it hides keys the cache holds
+        window = window if window and window < cache.max_len else None
         plan = Plan.for_pass(
             pass_impl(self.impl, beyond, batch.cu_q_lens.device.type)[0],
             batch.q_lens,
@@ -474,6 +477,7 @@ class Passes:
             cache.max_len,
             self.pass_kind,
             beyond.cap if beyond is not None else None,
+            window,
         )
         logits = self.forward(
             model,
@@ -486,6 +490,13 @@ class Passes:
             batch.logits_index,
             plan,
         )
+        if window is not None and plan.kind == "eager" and not plan.windowed:
+            raise UnsupportedModelError(
+                f"{model_name(model)}'s config sets a sliding window of {window} tokens "
+                "(shorter than this generation) but none of its layers passed one to its "
+                "attention function, so bass cannot tell which layers slide: this model "
+                "cannot run past its window through bass"
+            )
         return logits[0]
 
     def prefill(

@@ -417,13 +417,14 @@ def test_ops_names_a_device_it_cannot_tell_about(capsys, no_model_load, device):
 
 
 def test_a_model_bass_refuses_is_a_user_error(tmp_path, capsys):
-    """A refused model (here: a sliding window shorter than the generation, found once the
-    job's lengths are known) is one ``bass: error:`` line with status 2: not reported as a
-    bug of bass, and without advice to ``--resume`` (no rerun would generate)."""
+    """A refused model (here: a config's sliding window that no layer passes to its
+    attention, found in the first pass past the window) is one ``bass: error:`` line with
+    status 2: not reported as a bug of bass, and without advice to ``--resume`` (no rerun
+    would generate)."""
     from cli_support import WORDS, word_tokenizer
     from models import tiny_lm
 
-    model = tiny_lm("mistral")
+    model = tiny_lm("llama")
     model.config.sliding_window = 8
     model.save_pretrained(tmp_path / "m")
     word_tokenizer(WORDS).save_pretrained(tmp_path / "m")
@@ -432,7 +433,7 @@ def test_a_model_bass_refuses_is_a_user_error(tmp_path, capsys):
     rc, _, err = run(capsys, cmd, "hello world")
     assert rc == 2
     line = one_error_line(err)
-    assert "uses a sliding window of 8 tokens but this generation feeds 21 positions" in line
+    assert "config sets a sliding window of 8 tokens (shorter than this generation)" in line
     assert "bug" not in err and "--resume" not in err
 
 

@@ -1,5 +1,5 @@
 """The engine's errors on tiny random models: bad prompts and arguments refused before
-any work, models whose attention cannot be routed, sliding windows, non-finite logits;
+any work, models whose attention cannot be routed, non-finite logits;
 and what a generation leaves unchanged (the model, the config's defaults)."""
 
 from __future__ import annotations
@@ -127,37 +127,6 @@ def test_a_prompt_filling_the_context_gets_its_one_new_token():
     testing.assert_greedy_equivalent(Generator(model, model), [[5, 6, 7]], 14)  # draft model
     with pytest.raises(ValueError, match=r"16 tokens\) \+ max_new_tokens \(2\) = 18 exceeds"):
         Generator(model, "ngram").generate(full, max_new_tokens=2)
-
-
-def test_sliding_window_shorter_than_context_is_refused():
-    from bass import hf
-
-    model = tiny_lm("mistral")
-    model.config.sliding_window = 16
-    with pytest.raises(UnsupportedModelError, match="sliding window of 16"):
-        hf.prepare(model, max_len=64)
-
-
-def test_a_generation_that_fits_its_sliding_window_runs_and_one_past_it_is_refused():
-    """The window is checked against the positions the generation really feeds (the
-    longest prompt plus max_new_tokens, less the last new token, never fed back), not the
-    cache's rounded-up length: 14 tokens (13 fed) in a 13-token window equal transformers'
-    own greedy decoding, 15 are refused."""
-    model = tiny_lm("mistral")
-    model.config.sliding_window = 13
-    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
-    testing.assert_greedy_equivalent(Generator(model, "ngram"), prompts, 9)
-    testing.assert_greedy_equivalent(Generator(model, model), prompts, 9)  # a draft model
-    with pytest.raises(
-        UnsupportedModelError, match=r"^the main model Mistral.*feeds 14 .*within 14 tokens$"
-    ):
-        Generator(model, "ngram").generate(prompts, max_new_tokens=10)
-    # a draft's window: the error says it is the draft's, and what else to draft with
-    with pytest.raises(
-        UnsupportedModelError,
-        match=r"^the draft model Mistral.*within 14 tokens \(or use another draft",
-    ):
-        Generator(tiny_lm("mistral"), model).generate(prompts, max_new_tokens=10)
 
 
 def test_a_window_no_layer_uses_is_no_limit():

@@ -258,7 +258,7 @@ def counting_flex(monkeypatch) -> list:
     from bass.ops import flex
 
     calls, real = [], flex.run
-    monkeypatch.setattr(flex, "run", lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(flex, "run", lambda *a, **kw: calls.append(a[-1]) or real(*a, **kw))
     return calls
 
 

@@ -1,8 +1,9 @@
-"""Logit soft-capping (Gemma 2) and attention sinks (gpt-oss): not in the ops' contract,
-computed by :func:`bass.ops.reference.attention` (both) and :func:`bass.ops.flex.run` (the
-cap, as a ``score_mod``) when bass's attention function gets them
-(tests/engine/test_families.py runs the models). Checked here against a naive float64
-loop over rows, heads and queries written for this file."""
+"""Logit soft-capping (Gemma 2), attention sinks (gpt-oss) and sliding windows: not in the
+ops' contract, computed by :func:`bass.ops.reference.attention` (all three) and
+:func:`bass.ops.flex.run` (the cap and the window, as a ``score_mod``) when bass's attention
+function gets them (tests/engine/test_families.py and test_sliding_window.py run the
+models). Checked here against a naive float64 loop over rows, heads and queries written for
+this file."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from bass.ops import flex, plan, reference
 from bass.testing import strategies
 
 
-def naive(q, k, v, cu, kv_lens, scale, softcap, sinks):
+def naive(q, k, v, cu, kv_lens, scale, softcap, sinks, window=None):
     q, k, v = (t.double() for t in (q, k, v))
     _, Hq, N, D = q.shape
     G = Hq // k.shape[1]
@@ -27,15 +28,16 @@ def naive(q, k, v, cu, kv_lens, scale, softcap, sinks):
     for b in range(len(kv_lens)):
         q_len = cu[b + 1] - cu[b]
         for i in range(q_len):
-            pos = kv_lens[b] - q_len + i  # sees keys 0..pos
+            pos = kv_lens[b] - q_len + i  # sees keys 0..pos (the window's last ones)
+            lo = 0 if window is None else max(0, pos - window + 1)
             for h in range(Hq):
-                s = k[b, h // G, : pos + 1] @ q[0, h, cu[b] + i] * scale
+                s = k[b, h // G, lo : pos + 1] @ q[0, h, cu[b] + i] * scale
                 if softcap is not None:
                     s = softcap * torch.tanh(s / softcap)
                 if sinks is not None:
                     s = torch.cat([s, sinks[h : h + 1].double()])
-                w = torch.softmax(s, dim=0)[: pos + 1]
-                out[0, h, cu[b] + i] = w @ v[b, h // G, : pos + 1]
+                w = torch.softmax(s, dim=0)[: pos + 1 - lo]
+                out[0, h, cu[b] + i] = w @ v[b, h // G, lo : pos + 1]
     return out
 
 
@@ -44,16 +46,17 @@ def naive(q, k, v, cu, kv_lens, scale, softcap, sinks):
     case=strategies.packed_attention_inputs(),
     softcap=st.none() | st.floats(0.05, 50.0),
     sink_scale=st.none() | st.floats(0.0, 8.0),
+    window=st.none() | st.integers(1, 40),
     seed=st.integers(0, 2**16),
 )
-def test_soft_capping_and_sinks_match_a_naive_loop(case, softcap, sink_scale, seed):
+def test_soft_capping_sinks_and_windows_match_a_naive_loop(case, softcap, sink_scale, window, seed):
     q, k, v, cu, kv_lens, scale = case
     q = q * 6.0  # scores large enough for a cap to bend them
     Hq = q.shape[1]
     g = torch.Generator().manual_seed(seed)
     sinks = None if sink_scale is None else torch.randn(Hq, generator=g) * sink_scale
-    got = reference.attention(q, k, v, cu[:-1], cu.diff(), kv_lens, scale, softcap, sinks)
-    want = naive(q, k, v, cu, kv_lens, scale, softcap, sinks)
+    got = reference.attention(q, k, v, cu[:-1], cu.diff(), kv_lens, scale, softcap, sinks, window)
+    want = naive(q, k, v, cu, kv_lens, scale, softcap, sinks, window)
     torch.testing.assert_close(got.double(), want, rtol=1e-10, atol=1e-12)
 
 
@@ -80,8 +83,10 @@ def test_a_cap_and_sinks_change_the_output():
     plain = reference.attention(q, k, v, cu[:-1], cu.diff(), kv, 0.35)
     capped = reference.attention(q, k, v, cu[:-1], cu.diff(), kv, 0.35, softcap=1.0)
     sunk = reference.attention(q, k, v, cu[:-1], cu.diff(), kv, 0.35, sinks=torch.ones(4))
+    slid = reference.attention(q, k, v, cu[:-1], cu.diff(), kv, 0.35, window=2)
     assert (plain - capped).abs().max() > 1e-2
     assert (plain - sunk).abs().max() > 1e-2
+    assert (plain - slid).abs().max() > 1e-2
 
 
 @torch.compile(fullgraph=True, dynamic=True)
@@ -128,3 +133,45 @@ def test_flex_soft_capping_matches_a_naive_loop(case, kind, dtype, device):
     uncapped = naive(q, k, v, cu, kv, scale, None, None)
     if sum(case.q_lens) and (want - uncapped).abs().max() > 0.1:  # the cap shows: not ignored
         assert (got.double() - uncapped).abs().max() > 0.05
+
+
+@torch.compile(fullgraph=True, dynamic=True)
+def compiled_flex_window(p, q, k, v, scale: float):
+    return flex.run(p.state, q, k, v, scale, None, 3)  # the window a constant, as a layer's
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype", "device"),
+    [
+        ("eager", torch.float32, "cpu"),
+        ("compiled", torch.float32, "cpu"),
+        *(pytest.param(kind, torch.bfloat16, "cuda", marks=CUDA) for kind in ("eager", "compiled")),
+    ],
+    ids=str,
+)
+@settings(max_examples=examples(3), deadline=None)
+@given(case=st.sampled_from(EDGES) | flex_cases())
+def test_flex_windows_match_a_naive_loop(case, kind, dtype, device):
+    """flex with a sliding window of 3 as a score_mod (what Mistral's and Gemma 3's passes
+    run past their window where ``attention`` is ``auto`` on a CPU, or ``flex``), eager and
+    traced into a compiled graph (the window the plan's tensor there); never the reference."""
+    args = case.tensors(dtype)
+    q, k, v, cu, kv, scale = (a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    lens = kv - cu.diff()
+    p = plan.Plan.for_pass("flex", list(case.q_lens), lens.tolist(), case.N, cu, lens, kv,
+                           case.S, kind, window=3)  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reference, "attention", None)  # flex alone
+        if kind == "eager":
+            got = flex.run(p.state, q, k, v, scale, None, 3)
+        else:
+            with torch._dynamo.config.patch(recompile_limit=64):
+                got = compiled_flex_window(p, q, k, v, scale)
+    assert got.shape == q.shape and got.dtype == dtype
+    q, k, v, cu, kv, got = (t.cpu() for t in (q, k, v, cu, kv, got))
+    want = naive(q, k, v, cu, kv, scale, None, None, window=3)
+    rtol, atol = KERNEL_TOLERANCES[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * 3)
+    full = naive(q, k, v, cu, kv, scale, None, None)
+    if sum(case.q_lens) and (want - full).abs().max() > 0.1:  # the window shows: not ignored
+        assert (got.double() - full).abs().max() > 0.05

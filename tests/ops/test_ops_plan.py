@@ -148,7 +148,7 @@ def test_plans_build_everything_on_the_pass_device(q_lens, lens, impl):
     else:  # the tensor work of flex's prepare, and its gather and scatter
         p = types.SimpleNamespace(starts=cut[:-1], q_lens=cut.diff(), kv_lens=kvt, width=4,
                                   cache_size=10, num_tokens=N, kind="compiled",
-                                  softcap=None)  # fmt: skip
+                                  softcap=None, window=None)  # fmt: skip
         state = plan.flex.prepare(p)
         assert {t.device for t in (state.src, state.back, *state.blocks)} == {meta}
         out = reference.from_rows(reference.to_rows(q, state.src), state.back)

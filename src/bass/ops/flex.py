@@ -31,6 +31,7 @@ class FlexState(NamedTuple):
     blocks: tuple  # kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices
     block_mask: BlockMask | None  # built once for eager passes
     cap: torch.Tensor | None = None  # float32 0-d: the plan's soft-cap (compiled passes')
+    window: torch.Tensor | None = None  # int32 0-d: the plan's sliding window (compiled)
 
 
 def prepare(plan) -> FlexState:
@@ -59,8 +60,9 @@ def prepare(plan) -> FlexState:
                         device=dev)  # fmt: skip
     table[0, :B], table[1, :B] = q_lens, kv_lens - q_lens
     torch._dynamo.mark_static(table)
-    cap = None if plan.softcap is None else _cap(float(plan.softcap), dev)
-    state = FlexState(src, back, plan.starts, q_lens, kv_lens, table, blocks, None, cap)
+    cap = None if plan.softcap is None else _scalar(float(plan.softcap), dev)
+    window = None if plan.window is None else _scalar(int(plan.window), dev)
+    state = FlexState(src, back, plan.starts, q_lens, kv_lens, table, blocks, None, cap, window)
     return state._replace(block_mask=_block_mask(state, S)) if plan.kind == "eager" else state
 
 
@@ -79,23 +81,29 @@ def _block_mask(state: FlexState, S: int) -> BlockMask:
     )
 
 
-def _call(q, k, v, block_mask, scale, gqa, cap=None):
+def _call(q, k, v, block_mask, scale, gqa, cap=None, window=None, offsets=None):
     # CUDA: the Triton template by name ("AUTO" found no kernel on an H100; the docs' "flex")
     options = {"BACKEND": "TRITON"} if q.is_cuda else None
 
-    def capped(score, b, h, q_idx, kv_idx):  # logit soft-capping (Gemma 2), before the mask
-        return torch.tanh(score / cap) * cap
+    def score_mod(score, b, h, q_idx, kv_idx):  # beyond the contract: the cap (Gemma 2),
+        if cap is not None:  # before the mask
+            score = torch.tanh(score / cap) * cap
+        if window is not None:  # a sliding window: query q_idx of row b sits at offsets[b]
+            score = torch.where(offsets[b] + q_idx - kv_idx < window, score, -float("inf"))
+        return score
 
-    return flex_attention(q, k, v, None if cap is None else capped, block_mask, scale=scale,
-                          enable_gqa=gqa, kernel_options=options)  # fmt: skip
+    mod = None if cap is None and window is None else score_mod
+    return flex_attention(q, k, v, mod, block_mask, scale=scale, enable_gqa=gqa,
+                          kernel_options=options)  # fmt: skip
 
 
 @functools.cache
-def _cap(softcap: float, device: torch.device) -> torch.Tensor:
-    """The soft-cap as a 0-d tensor, an input of the flex kernel like q: torch 2.13's CPU flex
-    template fails to lower a cap captured as a (symbolic) Python float, or as a tensor made
-    inside the graph."""
-    return torch.tensor(softcap, dtype=torch.float32, device=device)
+def _scalar(value: float | int, device: torch.device) -> torch.Tensor:
+    """A soft-cap (float32) or a window (int32) as a 0-d tensor, an input of the flex kernel
+    like q: torch 2.13's CPU flex template fails to lower a cap captured as a (symbolic)
+    Python float, or as a tensor made inside the graph."""
+    dtype = torch.int32 if isinstance(value, int) else torch.float32
+    return torch.tensor(value, dtype=dtype, device=device)
 
 
 @functools.cache
@@ -117,29 +125,38 @@ def takes(dtype: torch.dtype, head_dim: int, device_type: str) -> bool:
     return dtype != torch.float64 and head_dim >= (16 if device_type == "cuda" else 32)
 
 
-def run(state: FlexState, q, k, v, scale: float, softcap: float | None = None) -> torch.Tensor:
-    """One layer: one FlexAttention call, plus the gather into rows and back. ``softcap``
-    (beyond the ops' contract; bass's attention function passes it for Gemma 2): scores
-    become ``softcap * tanh(scores / softcap)``, as a ``score_mod``."""
+def run(state: FlexState, q, k, v, scale: float, softcap: float | None = None,
+        window: int | None = None) -> torch.Tensor:  # fmt: skip
+    """One layer: one FlexAttention call, plus the gather into rows and back. Beyond the
+    ops' contract (bass's attention function passes them): ``softcap`` (Gemma 2), scores
+    become ``softcap * tanh(scores / softcap)``; ``window`` (sliding-window layers), a
+    query at position ``p`` sees keys ``p - window + 1 .. p`` only; both in a ``score_mod``."""
     _, Hq, N, D = q.shape
     B, Hkv, S, _ = k.shape
     compiling = torch.compiler.is_compiling()  # traced into the caller's graph: one kernel
-    # inputs flex does not take, and (traced) a cap the plan was not given: the reference
-    if not supports(q) or (compiling and softcap is not None and state.cap is None):
+    # inputs flex does not take, and (traced) a cap or window the plan was not given: the
+    # reference
+    unplanned = (softcap is not None and state.cap is None) or (
+        window is not None and state.window is None
+    )
+    if not supports(q) or (compiling and unplanned):
         starts, q_lens, kv_lens = state.starts, state.q_lens, state.kv_lens
-        return reference.attention(q, k, v, starts, q_lens, kv_lens, scale, softcap)
+        return reference.attention(q, k, v, starts, q_lens, kv_lens, scale, softcap, window=window)
     if N == 0 or B == 0:
         return token_major(q, zero=True)
+    offsets = state.table[1]
     if compiling:
         # one 4-D gather: the CPU template needs a [B, Hq, T, D] buffer (docs: "flex")
         qr = q[0][:, state.src].transpose(0, 1).contiguous()
-        cap = None if softcap is None else state.cap  # the layer's cap, as the plan's tensor
-        o = _call(qr, k, v, _block_mask(state, S), scale, Hq != Hkv, cap)
+        cap = None if softcap is None else state.cap  # the layer's, as the plan's tensor
+        win = None if window is None else state.window
+        o = _call(qr, k, v, _block_mask(state, S), scale, Hq != Hkv, cap, win, offsets)
     else:
         qr = reference.to_rows(q, state.src)  # [B, Hq, T, D]
         bm = state.block_mask if state.block_mask is not None else _block_mask(state, S)
         ones = tuple(n == 1 for n in (*qr.shape[:3:2], *state.blocks[1].shape[2:], N))
-        cap = None if softcap is None else _cap(float(softcap), q.device)
-        kernel = _compiled((q.device.type, q.dtype, Hq, Hkv, D, *ones, cap is None))
-        o = kernel(qr, k, v, bm, scale, Hq != Hkv, cap)
+        cap = None if softcap is None else _scalar(float(softcap), q.device)
+        win = None if window is None else _scalar(int(window), q.device)
+        key = (q.device.type, q.dtype, Hq, Hkv, D, *ones, cap is None, win is None)
+        o = _compiled(key)(qr, k, v, bm, scale, Hq != Hkv, cap, win, offsets)
     return reference.from_rows(o, state.back)

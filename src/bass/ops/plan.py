@@ -201,9 +201,11 @@ class Plan:
 
     def __init__(self, impl: str, starts, q_lens, kv_lens, num_tokens: int, cache_size: int, *,
                  kind: str = "eager", host: HostLengths | None = None, width: int | None = None,
-                 cu_q_lens=None, cache_lens=None, softcap: float | None = None):  # fmt: skip
+                 cu_q_lens=None, cache_lens=None, softcap: float | None = None,
+                 window: int | None = None):  # fmt: skip
         self.device = q_lens.device
-        self.softcap = softcap  # the model's logit soft-cap, beyond the contract (flex's)
+        # beyond the contract (flex's): the model's logit soft-cap, its sliding window
+        self.softcap, self.window = softcap, window
         self.kind = kind
         self.impl, self.reason = resolve(impl, self.device, kind)
         self.starts, self.q_lens, self.kv_lens = starts, q_lens, kv_lens
@@ -216,20 +218,23 @@ class Plan:
         opaque = kind != "eager" and not self.impl.traceable
         self.state = None if opaque else self.impl.prepare(self)
         self._index = None  # eager engine passes: the (row, slot) pairs (for_pass)
+        self.windowed = False  # a layer computed a sliding window (bass's attention function)
 
     @classmethod
     def for_pass(cls, impl: str, q_lens: Sequence[int], cache_lens: Sequence[int], num_tokens: int,
                  cu_q_lens, cache_lens_t, kv_lens_t, cache_size: int, kind: str = "eager",
-                 softcap: float | None = None) -> Plan:  # fmt: skip
+                 softcap: float | None = None, window: int | None = None) -> Plan:  # fmt: skip
         """An engine's packed pass: row ``b`` brings ``q_lens[b]`` tokens after
         ``cache_lens[b]`` cached (host lists); the device tensors ``cu_q_lens`` ``[B+1]``,
-        ``cache_lens_t`` and ``kv_lens_t`` ``[B]``; ``softcap``: the model's logit soft-cap
-        (bass's attention function passes it to flex; outside the ops' contract)."""
+        ``cache_lens_t`` and ``kv_lens_t`` ``[B]``; ``softcap``, ``window``: the model's logit
+        soft-cap and sliding window (bass's attention function passes them to flex; outside
+        the ops' contract)."""
         starts = [0, *itertools.accumulate(q_lens)][:-1]
         kv = [n + q for n, q in zip(cache_lens, q_lens)]
         plan = cls(impl, cu_q_lens[:-1], kv_lens_t - cache_lens_t, kv_lens_t, num_tokens,
                    cache_size, kind=kind, host=HostLengths(starts, list(q_lens), kv),
-                   cu_q_lens=cu_q_lens, cache_lens=cache_lens_t, softcap=softcap)  # fmt: skip
+                   cu_q_lens=cu_q_lens, cache_lens=cache_lens_t, softcap=softcap,
+                   window=window)  # fmt: skip
         if kind == "eager":
             plan._index = reference.append_index(q_lens, cache_lens, plan.device)
         return plan

@@ -58,7 +58,16 @@ def from_rows(o: torch.Tensor, back: torch.Tensor) -> torch.Tensor:
 
 
 def attention(
-    q, k, v, starts, q_lens, kv_lens, scale: float, softcap: float | None = None, sinks=None
+    q,
+    k,
+    v,
+    starts,
+    q_lens,
+    kv_lens,
+    scale: float,
+    softcap: float | None = None,
+    sinks=None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Each token's row of ``k``/``v`` gathered next to it, one masked softmax per (token,
     head) over all ``S`` slots, in chunks of tokens under :data:`GATHER_BUDGET`.
@@ -68,7 +77,9 @@ def attention(
     multi-head latent attention, also outside the contract). ``softcap``: scores become
     ``softcap * tanh(scores / softcap)`` before the mask (Gemma 2); ``sinks`` ``[Hq]``: one
     logit per query head that joins every softmax and takes its share of the weight
-    without a value (gpt-oss). Neither is part of the ops' contract: bass's attention
+    without a value (gpt-oss); ``window``: a sliding window, the token at position ``p``
+    sees keys ``p - window + 1 .. p`` only (transformers' sliding-window layers: Mistral,
+    Gemma 2/3, gpt-oss). None of them is part of the ops' contract: bass's attention
     function calls this directly for models that need them.
     """
     _, Hq, N, D = q.shape
@@ -84,6 +95,8 @@ def attention(
     # token j sees keys 0..pos[j] of its row; value slots past kv_len are zeroed (0 * NaN)
     slot = torch.arange(S, device=q.device)
     allowed = (slot <= pos[:, None]) & live[:, None]  # [N, S]
+    if window is not None:  # transformers' sliding_window_overlay: kv > q - window
+        allowed &= slot > pos[:, None] - window
     zero = torch.zeros((), dtype=cdt, device=q.device)
     in_row = (slot < kv_lens.to(torch.long)[:, None])[:, None, :, None]  # [B, 1, S, 1]
     v = torch.where(in_row, v.to(cdt), zero)
