@@ -94,7 +94,8 @@ def bass_attention_forward(
                 "keys or a sliding window shorter than the cache, which bass computes in its "
                 "packed passes only (bass.Generator), not through ragged_attention"
             )
-        if sinks is None and bass_plan is not None and bass_plan.impl.name == "flex":
+        flexed = bass_plan is not None and bass_plan.impl.name == "flex"
+        if flexed and sinks is None and window in (None, bass_plan.window):  # as planned
             out = flex.run(bass_plan.state, query, key, value, scale, softcap, window=window)
             return out.transpose(1, 2), None  # the cap and the window: a score_mod
         if bass_plan is not None:  # the pass's, made once for every layer
@@ -492,10 +493,12 @@ class Passes:
         )
         if window is not None and plan.kind == "eager" and not plan.windowed:
             raise UnsupportedModelError(
-                f"{model_name(model)}'s config sets a sliding window of {window} tokens "
-                "(shorter than this generation) but none of its layers passed one to its "
-                "attention function, so bass cannot tell which layers slide: this model "
-                "cannot run past its window through bass"
+                f"{model_name(model)}'s config sets a sliding window of {window} tokens, "
+                "shorter than this generation, but none of its layers passed one to its "
+                "attention function, so bass cannot see which layers slide (if any: this "
+                "model may ignore it) and does not guess: keep the longest prompt plus "
+                f"max_new_tokens within {window + 1} tokens, or remove sliding_window from "
+                "the config if the model attends to every earlier token"
             )
         return logits[0]
 

@@ -70,10 +70,10 @@ class Job(NamedTuple):
         texts = StopStrings(kw["stop_strings"], kw["tokenizer"]) if kw["stop_strings"] else None
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
-        if windows and need - 1 <= min(windows) < max_len:  # a generation within its
-            max_len = need - 1  # window runs the ops' own attention (bass.hf.needs): no
-            # rounding past it (a row's last new token is never fed back, so its cache
-            # holds one token less than prompt + new ones)
+        if any(need - 1 <= w < max_len for w in windows):  # a model whose window the
+            max_len = need - 1  # generation stays within runs the ops' own attention
+            # (bass.hf.needs): no rounding past it (a row's last new token is never fed
+            # back, so its cache holds one token less than prompt + new ones)
         stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
         return cls(prompts, kw, params, stops, ids, need, max_len, call=call)
 

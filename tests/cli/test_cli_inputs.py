@@ -433,7 +433,7 @@ def test_a_model_bass_refuses_is_a_user_error(tmp_path, capsys):
     rc, _, err = run(capsys, cmd, "hello world")
     assert rc == 2
     line = one_error_line(err)
-    assert "config sets a sliding window of 8 tokens (shorter than this generation)" in line
+    assert "config sets a sliding window of 8 tokens, shorter than this generation" in line
     assert "bug" not in err and "--resume" not in err
 
 

@@ -111,6 +111,18 @@ def test_a_generation_within_the_window_runs_the_ops_own_attention():
     assert "sliding-window" in past.stats.attention["eager"]
 
 
+def test_each_model_is_planned_by_its_own_window():
+    """A main model whose window the generation stays within, beside a draft whose window
+    it outgrows: the cache is not rounded past the main model's window, so its passes run
+    the ops' own attention while the draft's compute its window."""
+    main, draft = tiny_lm("mistral"), tiny_lm("mistral", seed=1)
+    main.config.sliding_window, draft.config.sliding_window = 12, 4
+    gen = Generator(main, draft, policy="constant", policy_options={"k": 2})
+    res = testing.assert_greedy_equivalent(gen, [[1, 2, 3, 4, 5, 6, 7, 8]], 2)  # 9 fed
+    assert "sliding" not in res.stats.attention["eager"]
+    assert "sliding-window" in res.stats.attention["draft eager"]
+
+
 def test_a_window_the_layers_never_pass_is_refused_by_name():
     """A config with a window whose layers pass none to their attention function (Llama's
     ignore one): bass cannot tell which layers slide, so it refuses past the window instead

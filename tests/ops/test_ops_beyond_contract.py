@@ -153,25 +153,35 @@ def compiled_flex_window(p, q, k, v, scale: float):
 @given(case=st.sampled_from(EDGES) | flex_cases())
 def test_flex_windows_match_a_naive_loop(case, kind, dtype, device):
     """flex with a sliding window of 3 as a score_mod (what Mistral's and Gemma 3's passes
-    run past their window where ``attention`` is ``auto`` on a CPU, or ``flex``), eager and
-    traced into a compiled graph (the window the plan's tensor there); never the reference."""
+    run past their window where ``attention`` is ``auto`` on a CPU, or ``flex``), eager with
+    a soft-cap too (Gemma 2's), and traced into a compiled graph (the window the plan's
+    tensor there); never the reference."""
     args = case.tensors(dtype)
     q, k, v, cu, kv, scale = (a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
     lens = kv - cu.diff()
+    cap = 3.0 if kind == "eager" else None  # a cap of 3.0 beside a window of 3 (flex._scalar)
+    q = q * 6.0 if cap else q  # scores large enough for a cap to bend them
     p = plan.Plan.for_pass("flex", list(case.q_lens), lens.tolist(), case.N, cu, lens, kv,
                            case.S, kind, window=3)  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reference, "attention", None)  # flex alone
         if kind == "eager":
-            got = flex.run(p.state, q, k, v, scale, None, 3)
+            got = flex.run(p.state, q, k, v, scale, cap, 3)
         else:
             with torch._dynamo.config.patch(recompile_limit=64):
                 got = compiled_flex_window(p, q, k, v, scale)
     assert got.shape == q.shape and got.dtype == dtype
     q, k, v, cu, kv, got = (t.cpu() for t in (q, k, v, cu, kv, got))
-    want = naive(q, k, v, cu, kv, scale, None, None, window=3)
+    want = naive(q, k, v, cu, kv, scale, cap, None, window=3)
     rtol, atol = KERNEL_TOLERANCES[dtype]
     torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * 3)
-    full = naive(q, k, v, cu, kv, scale, None, None)
+    full = naive(q, k, v, cu, kv, scale, cap, None)
     if sum(case.q_lens) and (want - full).abs().max() > 0.1:  # the window shows: not ignored
         assert (got.double() - full).abs().max() > 0.05
+
+
+def test_a_cap_and_a_window_of_equal_value_stay_apart():
+    """flex's kernel inputs: the cap float32, the window int32, even where they are equal."""
+    dev = torch.device("cpu")
+    assert flex._scalar(4.0, dev).dtype == torch.float32
+    assert flex._scalar(4, dev).dtype == torch.int32

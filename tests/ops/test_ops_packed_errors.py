@@ -229,6 +229,35 @@ def test_a_registered_implementation_runs_by_name_and_replacing_it_takes_effect(
     assert calls == ["first", "second"]
 
 
+BAD_OUTPUTS = {
+    "float64": (lambda out: out.double(), r"torch.float64 \[1, 4, 5, 8\]"),
+    "shape": (lambda out: out[:, :, :-1], r"torch.float32 \[1, 4, 4, 8\]"),
+    "head-major": (lambda out: out.contiguous(), r"torch.float32 \[1, 4, 5, 8\] on cpu, not token"),
+    "none": (lambda out: None, r"a NoneType"),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_OUTPUTS))
+def test_a_registered_implementations_output_is_checked_naming_it(bad, monkeypatch):
+    """What a registered ``run`` returns must be the contract's output (q's shape, dtype and
+    device, token-major): anything else is named at the op, not a failure layers later."""
+    monkeypatch.setattr(plan, "IMPLEMENTATIONS", dict(plan.IMPLEMENTATIONS))
+    change, said = BAD_OUTPUTS[bad]
+
+    def run(state, q, k, v, scale):
+        return change(plan.reference.attention(q, k, v, *state, scale))
+
+    bass.ops.register(dataclasses.replace(plan.IMPLEMENTATIONS["reference"], name="mine", run=run))
+    with pytest.raises(
+        bass.errors.PluginOutputError, match=r"implementation 'mine' returned " + said
+    ):
+        torch.ops.bass.ragged_attention_packed(
+            torch.randn(1, 5, 4, 8).transpose(1, 2), *[torch.zeros(2, 2, 6, 8)] * 2,
+            torch.tensor([0, 2, 5], dtype=torch.int32), torch.tensor([4, 6], dtype=torch.int32),
+            0.5, "mine",
+        )  # fmt: skip
+
+
 @pytest.mark.parametrize("names", [("q",), ("k", "v")], ids="+".join)
 def test_attention_is_inference_only(names):
     args = dict(zip(("q", "k", "v"), ARGS[:3]))

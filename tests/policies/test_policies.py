@@ -456,3 +456,17 @@ def test_a_policy_without_a_name_is_named_by_its_class():
 
     with pytest.raises(PluginOutputError, match=r"^policy Neg\.draft_length\(\) returned -1;"):
         bind(Neg()).draft_lengths(DraftContext(prompts=[0], caps=[3]))
+
+
+@pytest.mark.parametrize("got", [{0: 2, 1: 2}, {2, 3}, "22"], ids=["dict", "set", "str"])
+def test_lengths_that_are_no_sequence_are_refused(got):
+    """A dict (its keys would be read as the lengths), a set (no order) or a string: not
+    one length per row in row order."""
+    from bass.errors import PluginOutputError
+
+    class Odd(Policy):
+        def draft_lengths(self, ctx):
+            return got
+
+    with pytest.raises(PluginOutputError, match=r"^policy Odd\.draft_lengths returned .*expected"):
+        bind(Odd()).draft_lengths(DraftContext(prompts=[0, 1], caps=[3, 3]))

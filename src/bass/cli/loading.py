@@ -82,7 +82,8 @@ def check_kv_budget(config: Config, gib: float | None, tp: int = 1) -> None:
             per_token += kv_bytes_per_token(cfg, itemsize, tp if i == 0 else 1)
             windowed |= bool(getattr(cfg.get_text_config(), "sliding_window", None))
     # a row's cache: its prompt plus max_new_tokens, one position less with a sliding
-    # window (the last token is never fed back; bass.scheduler.Job)
+    # window the generation stays within (the last token is never fed back;
+    # bass.scheduler.Job): a lower bound, as this check must be
     new = config.generation.max_new_tokens
     positions, counted = (new, "max_new_tokens") if windowed else (new + 1, "1 + max_new_tokens")
     if per_token and positions * per_token > gib * 2**30:

@@ -97,7 +97,7 @@ def _call(q, k, v, block_mask, scale, gqa, cap=None, window=None, offsets=None):
                           kernel_options=options)  # fmt: skip
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None, typed=True)  # a cap of 4.0 is no window of 4
 def _scalar(value: float | int, device: torch.device) -> torch.Tensor:
     """A soft-cap (float32) or a window (int32) as a 0-d tensor, an input of the flex kernel
     like q: torch 2.13's CPU flex template fails to lower a cap captured as a (symbolic)

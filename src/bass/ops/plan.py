@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PluginOutputError
 from . import contract, cutlass, flex, fused, reference, sdpa
 from .contract import (
     LENGTH_DTYPE,
@@ -246,7 +246,10 @@ class Plan:
             return torch.ops.bass.ragged_attention_packed(
                 q, k, v, self.cu_q_lens, self.kv_lens, scale, self.impl.name
             )
-        return self.impl.run(self.state, q, k, v, scale)
+        out = self.impl.run(self.state, q, k, v, scale)
+        if not torch.compiler.is_compiling():  # eager: an implementation's output checked
+            _check_output(self.impl.name, out, q)
+        return out
 
     def append(self, k_cache, v_cache, k_new, v_new) -> None:
         """One layer's KV append of a packed pass (``k_new``, ``v_new``: ``[1, Hkv, N,
@@ -257,6 +260,26 @@ class Plan:
             torch.ops.bass.kv_append_packed(
                 k_cache, v_cache, k_new, v_new, self.cu_q_lens, self.cache_lens
             )
+
+
+def _check_output(name: str, out, q: torch.Tensor) -> None:
+    """What an implementation's ``run`` returned is the contract's output (q's shape, dtype
+    and device, token-major): a registered one that is not fails here, named, not layers
+    later in a matrix product (metadata only, no device read)."""
+    if isinstance(out, torch.Tensor):
+        same = (out.shape, out.dtype, out.device) == (q.shape, q.dtype, q.device)
+        if same and out.transpose(1, 2).is_contiguous():
+            return
+        got = f"{out.dtype} {list(out.shape)} on {out.device}" + (", not token-major" * same)
+    else:
+        got = f"a {type(out).__name__}"
+    raise PluginOutputError(
+        f"ragged attention implementation {name!r} returned {got}; its run must return "
+        f"{q.dtype} {list(q.shape)} on {q.device} (q's), stored token-major "
+        "(out.transpose(1, 2) contiguous): docs/reference/ops.md",
+        plugin=name,
+        hook="run",
+    )
 
 
 # --------------------------------------------------------------------------- op kernels

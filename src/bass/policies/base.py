@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,7 +41,7 @@ def _checked_lengths(name: str, who, per_row, single, ctx: DraftContext) -> list
             k = _length(k, f"{name}.draft_length() returned", who, "draft_length")
         return [min(k, c) for c in caps]
     got = per_row(ctx)
-    if isinstance(got, (str, bytes)) or not hasattr(got, "__len__"):
+    if isinstance(got, (str, bytes, Mapping, AbstractSet)) or not hasattr(got, "__len__"):
         raise PluginOutputError(
             f"policy {name}.draft_lengths returned {got!r}; expected a sequence of "
             f"{ctx.num_rows} draft lengths (integers >= 0), one per active row",

@@ -209,7 +209,9 @@ def assert_sampled_equivalent(
     ``draft_sampling="rejection"`` and a sampling drafter raises ``ValueError``: its drafts
     are verified by rejection sampling, exact in distribution
     (:func:`bass.testing.assert_distribution_equivalent`) but not draw for draw. Returns
-    the generator's :class:`bass.GenerationResult`.
+    the generator's :class:`bass.GenerationResult`. The plain decoding runs the generator's
+    own ``attention``: this judges the speculation, not the attention implementation
+    (:func:`assert_greedy_equivalent` and the op oracles check kernels).
     """
     from ..engine import Generator
 

@@ -277,7 +277,8 @@ def packed_attention_inputs(
     ``q [1, Hq, N, D]`` (a transposed view, as a decoder hands it over, with up to
     ``max_pad`` padding tokens past ``cu_q_lens[B]``, NaN), ``k, v [B, Hkv, S, D]`` with
     NaN past each row's ``kv_len`` (any of their layouts); ``scale`` as
-    :func:`attention_inputs`'."""
+    :func:`attention_inputs`'. A row brings at most ``max_q`` queries and ``max_s`` keys:
+    set both past a kernel's query and key tiles."""
     where = "packed_attention_inputs()"
     _check_op_sizes(where, head_dims, max_pad, max_batch=max_batch, max_q=max_q, max_s=max_s)
     Hq, Hkv, D = _heads(draw, head_dims)
