@@ -247,8 +247,8 @@ class Plan:
                 q, k, v, self.cu_q_lens, self.kv_lens, scale, self.impl.name
             )
         out = self.impl.run(self.state, q, k, v, scale)
-        if not torch.compiler.is_compiling():  # eager: an implementation's output checked
-            _check_output(self.impl.name, out, q)
+        if self.impl is not _BUILT_IN.get(self.impl.name) and not torch.compiler.is_compiling():
+            _check_output(self.impl.name, out, q)  # a registered one's, in eager passes
         return out
 
     def append(self, k_cache, v_cache, k_new, v_new) -> None:
@@ -449,3 +449,4 @@ for _impl in (
     ),
 ):  # fmt: skip
     register(_impl)
+_BUILT_IN = dict(IMPLEMENTATIONS)  # bass's own (its tests check their outputs): unchecked
