@@ -112,27 +112,34 @@ def test_flex_soft_capping_matches_a_naive_loop(case, kind, dtype, device):
     """flex with the cap as a score_mod (what Gemma 2's passes run where ``attention`` is
     ``auto`` or ``flex``), eager and traced into a compiled graph (the cap the plan's
     tensor there), float32 and bfloat16; never the reference."""
+    flex_against_naive(case, kind, dtype, device, 2.5, None, compiled_flex)
+
+
+def flex_against_naive(case, kind, dtype, device, cap, window, compiled):
+    """flex alone (eager, or ``compiled``) with ``cap`` and ``window`` against the naive
+    loop; where they show in the naive output, flex's differs from it without them."""
     args = case.tensors(dtype)
     q, k, v, cu, kv, scale = (a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-    q = q * 6.0  # scores large enough for a cap to bend them
+    q = q * 6.0 if cap else q  # scores large enough for a cap to bend them
     lens = kv - cu.diff()
     p = plan.Plan.for_pass("flex", list(case.q_lens), lens.tolist(), case.N, cu, lens, kv,
-                           case.S, kind, softcap=2.5)  # fmt: skip
+                           case.S, kind, softcap=cap, window=window)  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reference, "attention", None)  # flex alone
         if kind == "eager":
-            got = flex.run(p.state, q, k, v, scale, 2.5)
+            got = flex.run(p.state, q, k, v, scale, cap, window)
         else:
             with torch._dynamo.config.patch(recompile_limit=64):
-                got = compiled_flex(p, q, k, v, scale)
+                got = compiled(p, q, k, v, scale)
     assert got.shape == q.shape and got.dtype == dtype
     q, k, v, cu, kv, got = (t.cpu() for t in (q, k, v, cu, kv, got))
-    want = naive(q, k, v, cu, kv, scale, 2.5, None)
+    want = naive(q, k, v, cu, kv, scale, cap, None, window)
     rtol, atol = KERNEL_TOLERANCES[dtype]
     torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * 3)
-    uncapped = naive(q, k, v, cu, kv, scale, None, None)
-    if sum(case.q_lens) and (want - uncapped).abs().max() > 0.1:  # the cap shows: not ignored
-        assert (got.double() - uncapped).abs().max() > 0.05
+    # without what is checked (the window where one is, else the cap): not ignored
+    without = naive(q, k, v, cu, kv, scale, None if window is None else cap, None)
+    if sum(case.q_lens) and (want - without).abs().max() > 0.1:
+        assert (got.double() - without).abs().max() > 0.05
 
 
 @torch.compile(fullgraph=True, dynamic=True)
@@ -156,28 +163,8 @@ def test_flex_windows_match_a_naive_loop(case, kind, dtype, device):
     run past their window where ``attention`` is ``auto`` on a CPU, or ``flex``), eager with
     a soft-cap too (Gemma 2's), and traced into a compiled graph (the window the plan's
     tensor there); never the reference."""
-    args = case.tensors(dtype)
-    q, k, v, cu, kv, scale = (a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-    lens = kv - cu.diff()
     cap = 3.0 if kind == "eager" else None  # a cap of 3.0 beside a window of 3 (flex._scalar)
-    q = q * 6.0 if cap else q  # scores large enough for a cap to bend them
-    p = plan.Plan.for_pass("flex", list(case.q_lens), lens.tolist(), case.N, cu, lens, kv,
-                           case.S, kind, window=3)  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reference, "attention", None)  # flex alone
-        if kind == "eager":
-            got = flex.run(p.state, q, k, v, scale, cap, 3)
-        else:
-            with torch._dynamo.config.patch(recompile_limit=64):
-                got = compiled_flex_window(p, q, k, v, scale)
-    assert got.shape == q.shape and got.dtype == dtype
-    q, k, v, cu, kv, got = (t.cpu() for t in (q, k, v, cu, kv, got))
-    want = naive(q, k, v, cu, kv, scale, cap, None, window=3)
-    rtol, atol = KERNEL_TOLERANCES[dtype]
-    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * 3)
-    full = naive(q, k, v, cu, kv, scale, cap, None)
-    if sum(case.q_lens) and (want - full).abs().max() > 0.1:  # the window shows: not ignored
-        assert (got.double() - full).abs().max() > 0.05
+    flex_against_naive(case, kind, dtype, device, cap, 3, compiled_flex_window)
 
 
 def test_a_cap_and_a_window_of_equal_value_stay_apart():

@@ -57,18 +57,8 @@ def from_rows(o: torch.Tensor, back: torch.Tensor) -> torch.Tensor:
     return torch.cat([o, o.new_zeros(1, Hq, D)]).index_select(0, back)[None].transpose(1, 2)
 
 
-def attention(
-    q,
-    k,
-    v,
-    starts,
-    q_lens,
-    kv_lens,
-    scale: float,
-    softcap: float | None = None,
-    sinks=None,
-    window: int | None = None,
-) -> torch.Tensor:
+def attention(q, k, v, starts, q_lens, kv_lens, scale: float, softcap: float | None = None,
+              sinks=None, window: int | None = None) -> torch.Tensor:  # fmt: skip
     """Each token's row of ``k``/``v`` gathered next to it, one masked softmax per (token,
     head) over all ``S`` slots, in chunks of tokens under :data:`GATHER_BUDGET`.
 
