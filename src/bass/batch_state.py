@@ -83,6 +83,8 @@ class BatchState:
         texts: StopStrings | None = None,
         *,
         slots: int,
+        row_ids: list[int] | None = None,
+        logprobs: bool = False,
     ):
         self.by_prompt = prompts  # prompt + committed tokens, per prompt
         self.seqs: list[list[int]] = [[] for _ in range(slots)]  # per slot: its prompt's list
@@ -91,7 +93,9 @@ class BatchState:
         self.done = [True] * slots  # per slot: nothing to generate (finished or free)
         self.outputs: list[list[int]] = [[] for _ in prompts]  # per prompt
         self.reasons: list[str | None] = [None] * len(prompts)  # per prompt, once finished
-        self.row_ids = list(range(len(prompts)))  # per prompt: what keys its sampled draws
+        # per prompt: what keys its sampled draws; its new tokens' log-probabilities
+        self.row_ids = list(range(len(prompts))) if row_ids is None else row_ids
+        self.logprobs = [[] for _ in prompts] if logprobs else None
         self.finished: list[int] = []  # prompts ended since last handed over (in order)
         self.tokens = 0  # the new tokens of the rows handed over
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
@@ -138,10 +142,11 @@ class BatchState:
         if self.texts is not None:  # its stop-string window: not kept past the row
             self.texts.rows.pop(p, None)
 
-    def append(self, slots: list[int], new: list[list[int]]) -> None:
-        """Append each given row's accepted tokens, cutting after the first that ends it
-        (eos, a stop sequence, a stop string, ``max_new``)."""
-        for s, toks in zip(slots, new, strict=True):
+    def append(self, slots: list[int], new: list[list[int]], logprobs=None) -> None:
+        """Append each given row's accepted tokens (and their log-probabilities, where
+        kept), cutting after the first that ends it (eos, a stop sequence, a stop string,
+        ``max_new``)."""
+        for r, (s, toks) in enumerate(zip(slots, new, strict=True)):
             p = self.prompt_of[s]
             out = self.outputs[p]
             before = len(out)
@@ -161,10 +166,20 @@ class BatchState:
                     if drop:
                         del out[-drop:], self.seqs[s][-drop:]
                     reason = "stop"
+            if self.logprobs is not None:
+                self.logprobs[p] += logprobs[r][: len(out) - before]
             if reason is None and len(out) >= self.max_new:
                 reason = "length"
             if reason is not None:
                 self.finish(s, reason)
+
+    def results(self, keep: bool) -> dict:
+        """A :class:`bass.GenerationResult`'s rows (``keep`` false, a stream's: none)."""
+        return {
+            "sequences": self.outputs if keep else [],
+            "finish_reasons": list(self.reasons),
+            "logprobs": self.logprobs if keep else None,
+        }
 
     def compact(self, keep: list[int]) -> None:
         """Slots ``keep`` (ascending) become slots ``0..len(keep)-1``."""

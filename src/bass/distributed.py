@@ -340,7 +340,10 @@ def generate(generator, prompts, **kwargs):
             error = e.at(mine[e.prompt])
         except Exception as e:  # told to rank 0 at the gather, then raised here
             error = e
-    local = [] if res is None else list(zip(res.sequences, res.finish_reasons))
+    local = []
+    if res is not None:
+        lps = res.logprobs or [None] * len(res.sequences)
+        local = list(zip(res.sequences, res.finish_reasons, lps))
     failed = None if error is None else f"{type(error).__name__}: {error}"
     try:
         rows = gather(local, mine, len(prompts), topo, failed)
@@ -352,10 +355,11 @@ def generate(generator, prompts, **kwargs):
         raise error
     if rows is None:
         return None
-    sequences = [s for s, _ in rows]
-    reasons = [r for _, r in rows]
+    sequences, reasons, lps = (list(col) for col in zip(*rows)) if rows else ([], [], [])
     ranks = [None] * len(prompts)
     for r in range(0, topo.world, topo.tp):  # each group's first rank
         for i in shard(len(prompts), Topology(topo.world, r, topo.tp)):
             ranks[i] = r
-    return GenerationResult(sequences, None if res is None else res.stats, reasons, ranks)
+    stats = None if res is None else res.stats
+    lps = lps if job.params.logprobs is not None else None
+    return GenerationResult(sequences, stats, reasons, ranks, lps)

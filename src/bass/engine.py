@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from . import backends, compat, compiled, hf, locking, models, options, policies, scheduler
-from .batch_state import BatchState, NonFiniteLogitsError
+from .batch_state import NonFiniteLogitsError
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
 from .drafters import make_drafter
@@ -318,6 +318,7 @@ class Generator:
         max_rows: int | None = None,
         kv_budget_gib: float | None = None,
         on_finish=None,
+        logprobs: bool | str | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths,
         any number of them).
@@ -331,7 +332,9 @@ class Generator:
         when a step accepted more tokens after it, and keeps the tokens that spell it
         (generate_text cuts the text before it). ``time_budget`` (seconds) stops a row
         where it is once that long has passed since it started (its prefill).
-        ``result.finish_reasons`` says which rows ended how. A keyword passed as ``None``
+        ``result.finish_reasons`` says which rows ended how; ``logprobs`` (``"raw"`` or
+        ``True``, ``"processed"``) adds each new token's log-probability
+        (:attr:`bass.GenerationResult.logprobs`). A keyword passed as ``None``
         counts as not given: the config's value (``Generator(config=...)``) applies.
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
@@ -439,10 +442,7 @@ class Generator:
         self.stats = stats  # the running generation's statistics (on_step callbacks read it)
         # 1) the rows at once (slots): max_rows, and what the KV budget holds
         slots = scheduler.rows_at_once(job, self.models, device, self.coord.share, stats)
-        state = BatchState(
-            [list(p) for p in prompts], kw["max_new_tokens"], *job.stops, slots=slots
-        )
-        state.row_ids = job.row_ids  # what keys each prompt's sampled draws
+        state = job.new_state(slots)
         n_layers = self.main.config.get_text_config().num_hidden_layers
         self.cache = RaggedKVCache(slots, job.max_len, n_layers, device)
         if self.drafter is not None:
@@ -482,7 +482,7 @@ class Generator:
         stats.stopped_by_time_budget = "time" in state.reasons
         stats.wall_seconds = time.perf_counter() - t0
         stats.tokens_generated = state.tokens  # counted as rows were handed over
-        return GenerationResult(state.outputs if job.keep else [], stats, list(state.reasons))
+        return GenerationResult(stats=stats, **state.results(job.keep))
 
     def _hand_over(self, state, keep: bool, queue, theirs: list):
         """The finished rows to the caller, if any; the time its code takes with them (a
@@ -533,14 +533,14 @@ class Generator:
         # 4) accept (on the device), then the step's one host read (+ new rows' first tokens)
         acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
         tail = scheduler.first_read(state, fill, logits[v.n : v.n + v.filled], sampling)
-        accepted, rows, conf, firsts = read_step(acc, logits, v, prop, prompts, step, self, tail)
+        accepted, rows, conf, first, lp = read_step(acc, logits, v, prop, prompts, step, self, tail)
         t_end = time.perf_counter()
         # 5) commit: the drafter keeps its accepted drafts; rows append [d_1..d_a, next]
         if drafter is not None:
             drafter.commit(prop, accepted)
-        state.append(slots, rows)
+        state.append(slots, rows, lp)
         if fill:  # the new rows' first tokens (raises on their non-finite logits)
-            scheduler.take_first(self.main, state, fill, firsts)
+            scheduler.take_first(self.main, state, fill, first)
             stats.riding_admissions += 1
         # 6) learn: the step's one record, for the statistics and the policy
         rec = StepRecord(

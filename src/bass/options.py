@@ -42,6 +42,8 @@ __all__ = [
 #: The most rows generating at once when ``max_rows`` is not given (vLLM's
 #: ``max_num_seqs`` default; :mod:`bass.scheduler`); the KV budget may allow fewer.
 MAX_ROWS = 256
+#: What ``logprobs`` may ask for (:attr:`bass.GenerationResult.logprobs`).
+LOGPROBS = ("raw", "processed")
 
 
 # --------------------------------------------------------------------------- kinds needing
@@ -118,6 +120,14 @@ def _row_ids(v: Any, ctx: Mapping) -> list[int]:
     return ids
 
 
+def _logprobs(v: Any, ctx: Mapping) -> str | None:
+    if isinstance(v, (bool, np.bool_)):  # true: the raw ones (vLLM's default)
+        return "raw" if v else None
+    if v in LOGPROBS:
+        return v
+    raise Refused()
+
+
 def _device(v: Any, ctx: Mapping) -> Any:
     import torch
 
@@ -184,6 +194,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("stop_strings", Value(kinds.stop_strings, _STOPS), "a row ends once its text "
            "contains one of these (its tokens are kept)", RUN, absent="no stop strings",
            table="generation", flag="--stop", metavar="TEXT"),
+    Option("logprobs", Value(_logprobs, "raw, processed, true (raw) or false (none)", str),
+           "each new token's log-probability under the main model: raw (its own "
+           "distribution) or processed (the one sampled from: temperature, top-k, top-p)", RUN,
+           absent="none", table="generation", flag="--logprobs", metavar="MODE"),
     Option("main_source", Value(kinds.source, _SOURCE), "the main model: a Hugging Face name, "
            "a local directory or a .gguf file", LOAD, keyword="main", table="model",
            absent_config="the embedded SmolLM2-135M-Instruct", flag="--main", metavar="MODEL"),

@@ -22,6 +22,8 @@ __all__ = [
     "sample",
     "sample_keyed",
     "speculative_accept",
+    "token_logprobs",
+    "warp_logits",
     "warp_probs",
 ]
 
@@ -37,6 +39,7 @@ class SamplingParams:
     temperature: float = 1.0  # > 0 when do_sample
     top_k: int | None = None  # None (no limit) or >= 1
     top_p: float | None = None  # None (no limit) or 0 < top_p <= 1
+    logprobs: str | None = None  # None, "raw" or "processed": :func:`token_logprobs`
 
 
 def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -52,6 +55,13 @@ def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     Returns:
         ``[..., V]`` probabilities, float32 (float64 if ``logits`` is float64).
     """
+    return torch.softmax(warp_logits(logits, params), dim=-1)
+
+
+def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """:func:`warp_probs` before its softmax: the warped logits, float32 (float64 for
+    float64 ``logits``), shifted so each row's largest is 0, ``-inf`` where a token is
+    dropped."""
     if not logits.is_floating_point():
         raise TypeError(f"warp_probs needs floating-point logits, got {logits.dtype}")
     if params.temperature <= 0:
@@ -82,7 +92,24 @@ def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         drop_sorted[..., -1] = False  # the most likely token always stays (top_p ~ 0 too)
         drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # [..., V]
         x = x.masked_fill(drop, -math.inf)
-    return torch.softmax(x, dim=-1)
+    return x
+
+
+def token_logprobs(
+    logits: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor, params: SamplingParams
+) -> torch.Tensor:
+    """Each token's log-probability: row ``index`` of ``logits`` ``[N, V]`` at ``tokens``
+    (``index`` and ``tokens`` int64 of one shape; returned float64 in that shape, no host
+    sync). ``params.logprobs`` ``"raw"``: under the model's own distribution (the logits'
+    log-softmax, as a forward pass over the sequence gives it); ``"processed"``: under the
+    one tokens are drawn from (:func:`warp_logits`: temperature, top-k, top-p; greedy
+    decoding: the raw one)."""
+    if params.logprobs == "processed" and params.do_sample:
+        x = warp_logits(logits, params)  # [N, V]
+    else:
+        x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lse = torch.logsumexp(x, dim=-1)  # [N]
+    return (x[index, tokens] - lse[index]).double()
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -242,6 +269,9 @@ class Acceptance:
     next_tokens: torch.Tensor  # int64 [B]: correction if accepted < draft_lens, else bonus
     # bool [B] (rejection sampling): a drafted token its reported q gives no probability
     unlikely: torch.Tensor | None = None
+    # float64 [B, K+1] (params.logprobs): the log-probability of each token a row emits,
+    # its accepted drafts then its next token (past those: the next token's, unread)
+    logprobs: torch.Tensor | None = None
 
 
 def _accept_prefix(accept: torch.Tensor) -> torch.Tensor:

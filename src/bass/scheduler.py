@@ -15,13 +15,14 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from . import hf, options, verify
-from .batch_state import as_prompts, check_prompts, raise_if_nonfinite
+from .batch_state import BatchState, as_prompts, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import nonfinite
-from .sampling import SamplingParams, sample_keyed, warp_probs
+from .sampling import SamplingParams, sample_keyed, token_logprobs, warp_probs
 from .stats import FinishedRow
 from .stopping import StopStrings
 
@@ -63,7 +64,9 @@ class Job(NamedTuple):
         ids = given.pop("row_ids")
         vocab = models[0].get_output_embeddings().weight.shape[0]
         kw = options.generation_kwargs(given, defaults, vocab=vocab, call=call)
-        params = SamplingParams(kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"])
+        params = SamplingParams(
+            kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"], kw["logprobs"]
+        )
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, kw["max_new_tokens"], models)
         ids = options.row_ids(ids, len(prompts), call)
@@ -76,6 +79,15 @@ class Job(NamedTuple):
             # back, so its cache holds one token less than prompt + new ones)
         stops = (kw["eos_token_id"], kw["stop_sequences"], texts)
         return cls(prompts, kw, params, stops, ids, need, max_len, call=call)
+
+    def new_state(self, slots: int) -> BatchState:
+        """The generation's host state, ``slots`` cache rows (row ids key each prompt's
+        sampled draws)."""
+        prompts = [list(p) for p in self.prompts]
+        return BatchState(
+            prompts, self.kw["max_new_tokens"], *self.stops, slots=slots,
+            row_ids=self.row_ids, logprobs=self.params.logprobs is not None,
+        )  # fmt: skip
 
 
 def rows_at_once(job: Job, models, device, share, stats) -> int:
@@ -224,16 +236,24 @@ def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
         keys = torch.tensor(state.keys(seed, fill, 1, first=True), dtype=torch.int64)
         keys_t = keys.to(logits.device, non_blocking=True)
         first = sample_keyed(warp_probs(logits, params), keys_t)
-    return torch.cat([first, nonfinite(logits).long()])
+    read = [first, nonfinite(logits).long()]
+    if params.logprobs is not None:  # float64, read as int64 bits
+        at = torch.arange(len(fill), device=logits.device)
+        read.append(token_logprobs(logits, at, first, params).view(torch.int64))
+    return torch.cat(read)
 
 
 def take_first(main, state, fill: list[int], host: list[int]) -> None:
-    """Append the new rows' first tokens (``host``: :func:`first_read` read back);
-    non-finite logits raise, naming their prompts."""
+    """Append the new rows' first tokens (``host``: :func:`first_read` read back, with
+    their log-probabilities where asked for); non-finite logits raise, naming their
+    prompts."""
     F = len(fill)
     prompts = [state.prompt_of[s] for s in fill]
-    raise_if_nonfinite(host[F:], main, "main", prompts, "the prefill")
-    state.append(fill, [[t] for t in host[:F]])
+    raise_if_nonfinite(host[F : 2 * F], main, "main", prompts, "the prefill")
+    lps = None
+    if state.logprobs is not None:
+        lps = np.array(host[2 * F : 3 * F], dtype=np.int64).view(np.float64)[:, None].tolist()
+    state.append(fill, [[t] for t in host[:F]], lps)
 
 
 def hand_over(state, keep: bool = True) -> Iterator[FinishedRow]:
@@ -242,7 +262,12 @@ def hand_over(state, keep: bool = True) -> Iterator[FinishedRow]:
     done, state.finished = state.finished, []
     for p in done:
         out = state.outputs[p]
+        lp = None if state.logprobs is None else state.logprobs[p]
         state.tokens += len(out)
         if not keep:  # a stream's row is the caller's now
             state.outputs[p] = state.by_prompt[p] = None
-        yield FinishedRow(p, list(out) if keep else out, state.reasons[p])
+            if lp is not None:
+                state.logprobs[p] = None
+        elif lp is not None:
+            lp = list(lp)
+        yield FinishedRow(p, list(out) if keep else out, state.reasons[p], lp)

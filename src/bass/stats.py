@@ -232,11 +232,13 @@ class GenerationStats:
 class FinishedRow:
     """One row, handed over the moment it finishes (:meth:`bass.Generator.stream`,
     ``generate(on_finish=...)``): ``prompt`` its index among the call's prompts, ``tokens``
-    its new token ids, ``finish_reason`` as in :attr:`GenerationResult.finish_reasons`."""
+    its new token ids, ``finish_reason`` as in :attr:`GenerationResult.finish_reasons`,
+    ``logprobs`` as in :attr:`GenerationResult.logprobs`."""
 
     prompt: int
     tokens: list[int]
     finish_reason: str
+    logprobs: list[float] | None = None
 
 
 @dataclass
@@ -246,9 +248,13 @@ class GenerationResult:
     ``"stop"`` (a stop sequence or stop string; its tokens are kept), ``"length"``
     (``max_new_tokens``) or ``"time"`` (the time budget ran out first). ``ranks``: in a
     data-parallel job (:func:`bass.distributed.generate`), the rank that generated each
-    row."""
+    row. ``logprobs`` (``generate(logprobs=...)``; else ``None``): per prompt, each new
+    token's log-probability under the main model, ``"raw"`` (its own distribution: what a
+    forward pass over the sequence gives) or ``"processed"`` (the one the token was drawn
+    from: temperature, top-k, top-p applied; greedy decoding: the raw one)."""
 
     sequences: list[list[int]]
     stats: GenerationStats
     finish_reasons: list[str] = field(default_factory=list)
     ranks: list[int] | None = None  # data-parallel jobs: the rank that generated each row
+    logprobs: list[list[float]] | None = None

@@ -27,6 +27,7 @@ from .sampling import (
     greedy_accept_ids,
     sample_keyed,
     speculative_accept,
+    token_logprobs,
     warp_probs,
 )
 
@@ -152,7 +153,19 @@ def accept(
 ) -> Acceptance:
     """4) The verdict for every active row, batched on the device (no host read;
     docs/concepts/engine.md); ``forced`` (benchmarks only): each draft kept with that
-    probability."""
+    probability. With ``params.logprobs``, the log-probabilities of the tokens each row
+    emits (:attr:`Acceptance.logprobs`)."""
+    acc = _verdict(v, logits, prop, params, generator, forced)
+    if params.logprobs is not None:  # [R, K+1]: d_1..d_a, then the next token (and past it)
+        pos = torch.arange(v.index.shape[1], device=v.index.device)
+        nxt = acc.next_tokens[:, None]
+        emitted = torch.cat([v.drafts.long(), nxt], 1)
+        emitted = torch.where(pos < acc.accepted[:, None], emitted, nxt)
+        acc.logprobs = token_logprobs(logits[: v.n], v.index, emitted, params)
+    return acc
+
+
+def _verdict(v: VerifyPass, logits, prop: Proposal, params, generator, forced) -> Acceptance:
     if forced is not None:
         best = logits.argmax(dim=-1)[v.index]  # [R, K+1]
         return forced_accept(v.drafted, best, forced, generator)
@@ -387,10 +400,14 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     ``gen``'s main and draft models (raised as
     :class:`~bass.batch_state.NonFiniteLogitsError`), device drafts, the drafted tokens'
     confidences and ``tail`` (an int64 tensor, e.g. new rows' first tokens; else none).
-    Returns ``(accepted, rows, confidence, tail)``, ``rows[r]`` what row ``r`` appends:
-    its accepted drafts, then the main model's next token."""
+    Returns ``(accepted, rows, confidence, tail, logprobs)``, ``rows[r]`` what row ``r``
+    appends: its accepted drafts, then the main model's next token; ``logprobs[r]`` their
+    log-probabilities (``None`` unless asked for: :attr:`Acceptance.logprobs`)."""
     R, K = len(prompts), v.drafts.shape[1]
     read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
+    n_lp = 0 if acc.logprobs is None else R * (K + 1)  # float64 read as int64 bits
+    if n_lp:
+        read.append(acc.logprobs.reshape(-1).view(torch.int64))
     device_drafts = prop.host_tokens is None
     if device_drafts:  # their non-finite flags, then as proposed (ids outside: negative)
         bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
@@ -401,6 +418,7 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     unlikely = [] if acc.unlikely is None else [acc.unlikely.long()]
     host = torch.cat([*read, *unlikely, *([] if tail is None else [tail])]).tolist()  # the sync
     host, tail_host = host[: len(host) - n_tail], host[len(host) - n_tail :]
+    lp_bits, host = host[3 * R : 3 * R + n_lp], host[: 3 * R] + host[3 * R + n_lp :]
     n_q = R if unlikely else 0
     host, unlikely = host[: len(host) - n_q], host[len(host) - n_q :]
     accepted, where = host[:R], f"step {step}"
@@ -435,4 +453,8 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     if prop.confidence is not None:  # an early stop's: each drafted token's top-1
         conf = prop.confidence.tolist()
         confidence = [conf[r][: prop.drafted[r]] for r in range(R)]
-    return accepted, rows, confidence, tail_host
+    logprobs = None
+    if n_lp:
+        lp = np.array(lp_bits, dtype=np.int64).view(np.float64).reshape(R, K + 1).tolist()
+        logprobs = [row[: a + 1] for row, a in zip(lp, accepted)]
+    return accepted, rows, confidence, tail_host, logprobs

@@ -91,6 +91,7 @@ def main(spec_path: str, out_dir: str) -> int:
                     "sequences": res.sequences,
                     "reasons": res.finish_reasons,
                     "ranks": res.ranks,
+                    "logprobs": res.logprobs,
                     "stopped_by_time": res.stats.stopped_by_time_budget if res.stats else None,
                     "finished": finished,
                 }

@@ -150,11 +150,12 @@ def test_two_ranks_equal_one_process(dirs, tmp_path, mode):
 
 def test_data_parallel_api_takes_what_generate_takes(dirs, tmp_path):
     """``bass.distributed.generate`` with 1-D tensor prompts, a closure for ``on_finish``
-    and ``row_ids`` (sampling keys): the rows of one process's ``generate``, and each
-    finished row named by its index among the whole call's prompts. (Tensors were refused
-    as "different prompts" on the ranks, the closure failed to pickle, ``row_ids``
-    collided with the shard's own, and ``on_finish`` got shard-local indices.)"""
-    gen_kw = dict(max_new_tokens=6, do_sample=True, seed=3, row_ids=[7, 5, 9, 1])
+    and ``row_ids`` (sampling keys): the rows (and log-probabilities) of one process's
+    ``generate``, and each finished row named by its index among the whole call's
+    prompts. (Tensors were refused as "different prompts" on the ranks, the closure failed
+    to pickle, ``row_ids`` collided with the shard's own, and ``on_finish`` got shard-local
+    indices.)"""
+    gen_kw = dict(max_new_tokens=6, do_sample=True, seed=3, row_ids=[7, 5, 9, 1], logprobs=True)
     case = dict(name="api", draft="ngram", as_tensors=True, on_finish=True, prompts=PROMPTS,
                 generate=gen_kw)  # fmt: skip
     spec = dict(mode="dp", tp=1, main=str(dirs / "main"), draft=None, cases=[case], timeout=60)
@@ -164,6 +165,9 @@ def test_data_parallel_api_takes_what_generate_takes(dirs, tmp_path):
     got = results[0]["api"]
     assert "error" not in got, got
     assert got["sequences"] == want.sequences
+    assert [len(lp) for lp in got["logprobs"]] == [len(s) for s in want.sequences]
+    for theirs, ours in zip(got["logprobs"], want.logprobs, strict=True):  # each row's, in order
+        assert theirs == pytest.approx(ours, abs=1e-9)
     assert sorted(got["finished"]) == [0, 1] and sorted(results[1]["api"]["finished"]) == [2, 3]
 
 

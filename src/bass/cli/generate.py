@@ -245,6 +245,7 @@ def row_settings(config) -> dict:
         **{k: getattr(g, k) if g.do_sample else None for k in sampling},
         "eos_token_id": g.eos_token_id,
         "stop_strings": g.stop_strings,
+        **({"logprobs": g.logprobs} if g.logprobs else {}),  # (a row's fields; else absent)
     }
     return json.loads(json.dumps(settings))  # as a results file holds them
 
@@ -310,8 +311,8 @@ def cmd_generate(args) -> int:
     if out_path is not None:
         scale.check_shared(out_path)  # ranks on several machines: one directory for all
         scale.first(lambda: scaleout.check_files(out_path))
-    if out_path is not None and not (args.resume or args.overwrite):  # finished rows kept
-        scale.first(lambda: scaleout.check_unused(out_path))
+        if not (args.resume or args.overwrite):  # finished rows kept
+            scale.first(lambda: scaleout.check_unused(out_path))
     if config.generation.do_sample and config.generation.seed is None:
         # one seed for the run, every row's, so --resume draws what the run would have
         # (rank 0's reading: a rank that read the shards as rank 0 merged them would
@@ -432,6 +433,8 @@ def cmd_generate(args) -> int:
                         "stats": progress.row_stats(row.prompt),
                         "settings": settings,
                     }
+                    if row.logprobs is not None:  # each new token's (a stop string's too)
+                        record |= {"token_ids": row.tokens, "logprobs": row.logprobs}
                     progress.row_done(len(row.tokens))
                     if scale.sharded:  # rank 0 prints every group's rows at the end
                         if out_path is None:  # (with --output: from the merged file)

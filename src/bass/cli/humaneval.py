@@ -108,6 +108,10 @@ def cmd_humaneval(args) -> int:
         raise UsageError("bass eval humaneval runs in one process; run it without torchrun")
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults={"model": {"chat": False}})
+    if config.generation.logprobs is not None:  # (a config file shared with bass generate)
+        say("note: logprobs: an evaluation scores completions and keeps no log-probabilities: "
+            "not computed (bass generate --logprobs writes them)")  # fmt: skip
+        config.generation.logprobs = None
     check_output_flags(args)
     if args.resume and args.overwrite:
         raise UsageError(

@@ -54,6 +54,7 @@ def _compile_text(v: str):
 _SPECIAL = {
     "compile": {"nargs": "?", "const": True, "type": _compile_text},
     "stop_strings": {"action": "append", "type": unescape},
+    "logprobs": {"type": _compile_text},  # (true, false: as in a config file)
 }
 # Where a flag means more on the command line than its option's one-line doc says
 _NOTES = {
@@ -61,6 +62,7 @@ _NOTES = {
     "backslash, \\- a dash (another backslash is refused); "
     "the text is shown without it",
     "seed": "eval: per problem, the same for every method",
+    "logprobs": "written with each row's token ids in --output",
     "chat": "eval: no",
     "time_budget": "per row from its start / per problem",
 }
