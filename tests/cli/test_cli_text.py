@@ -73,3 +73,31 @@ def test_resume_compares_stop_strings_as_the_engine_uses_them(
     rc, _, err = run(capsys, f"{base} {ours} --resume", "hello", "the sea")
     assert rc == 0 and "1 of 2 rows are already in" in err, err
     assert len(read_jsonl(out)) == 2
+
+
+def test_control_characters_reach_a_terminal_escaped_and_the_file_as_they_are(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    """A row's text with terminal controls (a prompt's here; a model's completion alike):
+    on a terminal, shown as ``\\x1b`` escapes (it could clear the screen, move the cursor,
+    retitle the window); newlines and tabs kept; a pipe and ``--output`` get the text as it
+    is."""
+    from bass.cli.report import for_terminal
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    assert for_terminal("a\x1b[2Jb\tc\nd\r\x9b\x7f\x00", Tty()) == (
+        "a\\x1b[2Jb\tc\nd\\x0d\\x9b\\x7f\\x00"
+    )
+    assert for_terminal("a\x1b[2J", object()) == "a\x1b[2J"  # not a terminal: as it is
+    prompt = "hello \x1b]0;owned\x07 world"
+    out = tmp_path / "o.jsonl"
+    rc, piped, err = run(capsys, f"generate --main {model_dir} {FAST} -o {out}", prompt)
+    assert rc == 0 and "\x1b]0;owned\x07" in piped, err
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rc, shown, err = run(capsys, f"generate --main {model_dir} {FAST} -o {out} --overwrite", prompt)
+    assert rc == 0, err
+    assert "\x1b" not in shown and "\x07" not in shown and "\\x1b]0;owned\\x07" in shown
+    assert read_jsonl(out)[0]["prompt"] == prompt

@@ -21,7 +21,7 @@ from .filelock import lock_outputs
 from .loading import check_kv_budget, check_sources, load_models, make_generator, use_chat
 from .progress import Progress
 from .progress import shown as progress_shown
-from .report import comparison_text, plot_steps, summary_text
+from .report import comparison_text, for_terminal, plot_steps, summary_text
 from .results import (
     LineWriter,
     Prompt,
@@ -523,7 +523,7 @@ def _print(records: list[dict], n: int) -> None:
         tag = f" (sample {r['sample'] + 1}/{n})" if n > 1 else ""
         first, _, rest = r["prompt"].strip().partition("\n")
         head = first + (" [...]" if rest.strip() else "")
-        print(f">>> {head}{tag}\n{r['completion']}\n", flush=True)
+        print(for_terminal(f">>> {head}{tag}\n{r['completion']}\n"), flush=True)
 
 
 def _print_new(out: Path, done: set, n: int, expected: int) -> None:

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
-__all__ = ["comparison_text", "plot_steps", "short_trace", "summary_text"]
+__all__ = ["comparison_text", "for_terminal", "plot_steps", "short_trace", "summary_text"]
+
+# C0 controls but tab and newline, DEL, C1 controls: what a terminal acts on
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str, stream=None) -> str:
+    """``text`` as printed to ``stream`` (standard output): where that is a terminal, its
+    control characters but newline and tab shown as escapes (``\\x1b``), so a model's
+    output cannot move the cursor, clear the screen or retitle the window (the results file
+    holds the text as it is)."""
+    stream = sys.stdout if stream is None else stream
+    if not (getattr(stream, "isatty", None) and stream.isatty()):
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def short_trace(trace: list[int], head: int = 16, tail: int = 8) -> str:
