@@ -186,7 +186,8 @@ def _verdict(v: VerifyPass, logits, prop: Proposal, params, generator, forced) -
     at = v.drafts.clamp(0, q.shape[-1] - 1).unsqueeze(-1)
     live = torch.arange(K, device=q.device) < v.drafted.unsqueeze(-1)
     q_at = q.gather(-1, at).squeeze(-1)
-    acc.unlikely = (live & ~((q_at > 0) & (q_at <= 1))).any(dim=1)  # (read_step raises)
+    broken = ~torch.isfinite(q.sum(dim=-1))  # NaN or inf for another token (every draft
+    acc.unlikely = (live & (broken | ~((q_at > 0) & (q_at <= 1)))).any(dim=1)  # rejected)
     return acc
 
 
@@ -444,7 +445,8 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
             gen._drafting,
             "propose",
             f" reported probs that are no probability (0 or less, over 1, or NaN) for a "
-            f"token it drafted, for the row of prompt {prompts[r]} (step {step}): probs must "
+            f"token it drafted, or NaN or inf for another, for the row of prompt {prompts[r]} "
+            f"(step {step}): probs must "
             "be the distribution each draft token was drawn from (probabilities, not "
             "log-probabilities or logits)",
         )

@@ -244,8 +244,8 @@ def test_passes_a_drafter_says_it_ran_must_be_a_count(hook, got):
 
 class LogProbs(Drafter):
     """Draws uniformly but reports another thing as ``probs``: log-probabilities (all
-    negative: read as no mass), logits or scores over 1, or inf (every draft was rejected,
-    unseen)."""
+    negative: read as no mass), logits or scores over 1, inf, NaN for a token it never
+    draws (every draft was rejected, unseen)."""
 
     name = "log-probs"
     deterministic = False
@@ -255,18 +255,30 @@ class LogProbs(Drafter):
 
     def propose(self, view, lengths):
         R, K, V = len(lengths), max(lengths), 64
-        q = torch.full((R, K, V), 1.0 / V)
+        q = torch.full((R, K, V), 1.0 / (V - 1))
+        q[..., -1] = 0  # the last token is never drawn
         tokens = torch.multinomial(q.view(-1, V), 1, generator=view.generator).view(R, K)
         return Proposal(drafted=list(lengths), tokens=tokens, probs=self.how(q))
 
 
+def _nan_elsewhere(q):  # a probability for every drafted token, NaN for the last token
+    return torch.cat([q[..., :-1], torch.full_like(q[..., -1:], torch.nan)], dim=-1)
+
+
 @pytest.mark.parametrize(
-    "how", [torch.log, lambda q: q * 100, lambda q: q * float("inf"), lambda q: q * torch.nan]
+    "how",
+    [
+        torch.log,
+        lambda q: q * 100,
+        lambda q: q * float("inf"),
+        lambda q: q * torch.nan,
+        _nan_elsewhere,
+    ],
 )
 def test_probs_that_are_no_probability_for_a_drafted_token_are_refused(how):
     kw = dict(policy="constant", draft_sampling="rejection")
     gen = bass.Generator(tiny_lm(), LogProbs(how), **kw)
-    said = r"no probability \(0 or less, over 1, or NaN\) for a token it drafted"
+    said = r"no probability \(0 or less, over 1, or NaN\) for a token it drafted, or NaN"
     with pytest.raises(PluginOutputError, match=said) as err:
         gen.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0)
     assert err.value.plugin.startswith("drafter 'log-probs'") and err.value.hook == "propose"
