@@ -220,7 +220,7 @@ class Coordinator(Solo):
     def agree_generation(self, prompts, settings: dict, row_ids) -> None:
         """:meth:`agree` on one ``generate`` call's prompts and checked settings."""
         keys = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed")
-        keys += ("time_budget", "stop_strings")
+        keys += ("min_p", "time_budget", "stop_strings")
         payload = [settings.get(k) for k in keys]
         payload += [sorted(settings["eos_token_id"]), settings["stop_sequences"], row_ids]
         self.agree("prompts and settings", (prompts, payload))

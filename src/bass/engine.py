@@ -307,6 +307,7 @@ class Generator:
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
+        min_p: float | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         seed: int | None = None,
         time_budget: float | None = None,
@@ -324,7 +325,7 @@ class Generator:
         any number of them).
 
         Greedy output equals the main model's own greedy decoding token for token; sampled
-        output follows the main model's (temperature/top-k/top-p warped) distribution
+        output follows the main model's (temperature/top-k/top-p/min-p warped) distribution
         exactly. A row also stops after its new tokens end with one of ``stop_sequences``
         (token-id lists; the stop sequence is kept, as eos is), or once the text of its new
         tokens (decoded with ``tokenizer``, special tokens skipped) contains one of
@@ -333,9 +334,8 @@ class Generator:
         (generate_text cuts the text before it). ``time_budget`` (seconds) stops a row
         where it is once that long has passed since it started (its prefill).
         ``result.finish_reasons`` says which rows ended how; ``logprobs`` (``"raw"`` or
-        ``True``, ``"processed"``) adds each new token's log-probability
-        (:attr:`bass.GenerationResult.logprobs`). A keyword passed as ``None``
-        counts as not given: the config's value (``Generator(config=...)``) applies.
+        ``True``, ``"processed"``) adds each new token's log-probability (its attribute).
+        A keyword passed as ``None`` counts as not given: the config's value applies.
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
         once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot

@@ -123,8 +123,8 @@ def _row_ids(v: Any, ctx: Mapping) -> list[int]:
 def _logprobs(v: Any, ctx: Mapping) -> str | None:
     if isinstance(v, (bool, np.bool_)):  # true: the raw ones (vLLM's default)
         return "raw" if v else None
-    if v in LOGPROBS:
-        return v
+    if isinstance(v, str) and v in LOGPROBS:
+        return str(v)
     raise Refused()
 
 
@@ -177,6 +177,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
                           text="a number with 0 < top_p <= 1"),
            "sample among the likeliest tokens whose probabilities sum to top_p (nucleus)", RUN,
            absent="no limit", table="generation", flag="--top-p", metavar="P"),
+    Option("min_p", Range(float, low=0, high=1, text="a number in [0, 1]"),
+           "sample among the tokens at least min_p times as likely as the likeliest", RUN,
+           absent="no limit", table="generation", flag="--min-p", metavar="P"),
     Option("seed", Range(int, low=0, high=2**63 - 1, text="an integer >= 0 and < 2**63"),
            "the seed: each row's draws are keyed by it and the row's index, however rows are "
            "batched", RUN, absent="a seed drawn from torch's global generator",

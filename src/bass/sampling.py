@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "SAMPLING",
     "Acceptance",
     "SamplingParams",
     "forced_accept",
@@ -39,14 +40,20 @@ class SamplingParams:
     temperature: float = 1.0  # > 0 when do_sample
     top_k: int | None = None  # None (no limit) or >= 1
     top_p: float | None = None  # None (no limit) or 0 < top_p <= 1
+    min_p: float | None = None  # None (no limit) or 0 <= min_p <= 1
     logprobs: str | None = None  # None, "raw" or "processed": :func:`token_logprobs`
+
+
+#: :class:`SamplingParams`' fields, the options of ``generate`` they come from.
+SAMPLING = tuple(SamplingParams.__dataclass_fields__)
 
 
 def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The sampling distribution ``params`` defines over each row of ``logits``:
     temperature, top-k (ties with the k-th logit kept), top-p (the smallest most likely
     set of mass ``>= top_p``, at least one token, computed as transformers' warper
-    computes it: the same tokens kept), softmax; ``do_sample`` is not read.
+    computes it: the same tokens kept), min-p (tokens at least ``min_p`` times as likely
+    as the likeliest), softmax; ``do_sample`` is not read.
 
     Args:
         logits: ``[..., V]`` any floating dtype.
@@ -92,6 +99,9 @@ def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         drop_sorted[..., -1] = False  # the most likely token always stays (top_p ~ 0 too)
         drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # [..., V]
         x = x.masked_fill(drop, -math.inf)
+    if params.min_p:  # as transformers' MinPLogitsWarper: a token less likely than min_p
+        probs = torch.softmax(x, dim=-1)  # times the likeliest is dropped
+        x = x.masked_fill(probs < params.min_p * probs.amax(dim=-1, keepdim=True), -math.inf)
     return x
 
 

@@ -22,7 +22,7 @@ from . import hf, options, verify
 from .batch_state import BatchState, as_prompts, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import nonfinite
-from .sampling import SamplingParams, sample_keyed, token_logprobs, warp_probs
+from .sampling import SAMPLING, SamplingParams, sample_keyed, token_logprobs, warp_probs
 from .stats import FinishedRow
 from .stopping import StopStrings
 
@@ -64,9 +64,7 @@ class Job(NamedTuple):
         ids = given.pop("row_ids")
         vocab = models[0].get_output_embeddings().weight.shape[0]
         kw = options.generation_kwargs(given, defaults, vocab=vocab, call=call)
-        params = SamplingParams(
-            kw["do_sample"], kw["temperature"], kw["top_k"], kw["top_p"], kw["logprobs"]
-        )
+        params = SamplingParams(**{k: kw[k] for k in SAMPLING})
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, kw["max_new_tokens"], models)
         ids = options.row_ids(ids, len(prompts), call)

@@ -205,7 +205,8 @@ def test_stop_ends_rows_and_is_cut_from_the_text(model_dir, tmp_path, capsys):
 def test_logprobs_are_written_with_each_rows_token_ids(model_dir, tmp_path, capsys):
     """``--logprobs raw``: each row's token ids and their
     log-probabilities, those of the same generation through the API; ``--resume`` refuses
-    a file whose rows hold other ones; a bad mode is refused naming the flag."""
+    a file whose rows hold other ones; a bad mode is refused naming the flag; without
+    ``--output`` a note says they go nowhere; an evaluation has no such flag."""
     from bass import Generator, load_causal_lm
 
     base = f"generate --main {model_dir} --draft ngram --max-new-tokens 8 -o {tmp_path}/o.jsonl"
@@ -231,6 +232,10 @@ def test_logprobs_are_written_with_each_rows_token_ids(model_dir, tmp_path, caps
     assert rc == 2 and 'logprobs: "raw" there, null now' in one_error_line(err)
     rc, _, err = run(capsys, f"generate --main {model_dir} --logprobs all", "hello")
     assert rc == 2 and "--logprobs = 'all' is not allowed; expected raw, processed" in err
+    rc, _, err = run(capsys, f"generate --main {model_dir} --max-new-tokens 2 --logprobs raw", "hi")
+    assert rc == 0 and "note: logprobs are written to --output only" in err
+    rc, _, err = run(capsys, f"eval humaneval --main {model_dir} --logprobs raw")
+    assert rc == 2 and "unrecognized arguments: --logprobs raw" in err  # it keeps none
 
 
 def test_stop_escapes(capsys):

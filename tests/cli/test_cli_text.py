@@ -75,6 +75,23 @@ def test_resume_compares_stop_strings_as_the_engine_uses_them(
     assert len(read_jsonl(out)) == 2
 
 
+def test_resume_reads_a_setting_an_older_row_lacks_as_null(model_dir, tmp_path, capsys):
+    """Rows of a bass before ``min_p`` and ``logprobs`` were settings (their keys absent)
+    resume a run that leaves them out; one that sets them is refused, naming the key."""
+    out = tmp_path / "out.jsonl"
+    base = f"generate --main {model_dir} {FAST} -o {out}"
+    rc, _, err = run(capsys, base, "hello", "the sea")
+    assert rc == 0, err
+    row = read_jsonl(out)[0]
+    for key in ("min_p", "logprobs"):
+        del row["settings"][key]
+    out.write_text(json.dumps(row) + "\n")
+    rc, _, err = run(capsys, f"{base} --logprobs raw --resume", "hello", "the sea")
+    assert rc == 2 and 'logprobs: null there, "raw" now' in one_error_line(err)
+    rc, _, err = run(capsys, f"{base} --resume", "hello", "the sea")
+    assert rc == 0 and "1 of 2 rows are already in" in err, err
+
+
 def test_control_characters_reach_a_terminal_escaped_and_the_file_as_they_are(
     model_dir, tmp_path, capsys, monkeypatch
 ):

@@ -2,13 +2,17 @@
 to what one forward pass over the whole sequence gives (the model's own attention, no bass
 in it), whatever drafted the token, how many tokens a step accepted, where the row ended
 (eos, a stop sequence, a stop string cut mid-step, the length) and who shared the batch.
-"``processed``" is the distribution sampled from, warped by transformers' own warpers."""
+"``processed``" is the distribution sampled from, warped by transformers' own warpers
+(temperature, top-k, top-p, min-p): a token sampled outside the warped set would have a
+log-probability of -inf there."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from transformers.generation.logits_process import (
+    MinPLogitsWarper,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -29,7 +33,8 @@ class CharTokenizer:
         return "".join(chr(0x100 + t) for t in ids)
 
 
-def forward_logprobs(model, prompt, out, mode="raw", temperature=1.0, top_k=None, top_p=None):
+def forward_logprobs(model, prompt, out, mode="raw", temperature=1.0, top_k=None, top_p=None,
+                     min_p=None):  # fmt: skip
     """The log-probabilities of ``out`` after ``prompt`` from one forward pass over both
     (float64), warped by transformers' warpers for ``"processed"``."""
     with torch.no_grad():
@@ -39,6 +44,7 @@ def forward_logprobs(model, prompt, out, mode="raw", temperature=1.0, top_k=None
         warpers = [TemperatureLogitsWarper(temperature)]
         warpers += [TopKLogitsWarper(top_k)] if top_k else []
         warpers += [TopPLogitsWarper(top_p)] if top_p else []
+        warpers += [MinPLogitsWarper(min_p)] if min_p else []
         for w in warpers:
             logits = w(None, logits)
     lp = torch.log_softmax(logits, dim=-1)
@@ -52,7 +58,8 @@ def check_rows(model, res, prompts=PROMPTS, **how):
         assert lps == pytest.approx(forward_logprobs(model, p, out, **how), abs=1e-9)
 
 
-SAMPLED = dict(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, seed=3)
+SAMPLED = dict(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05, seed=3)
+WARPS = ("temperature", "top_k", "top_p", "min_p")
 
 
 @pytest.mark.parametrize("draft", ["none", "ngram", "same", "perturbed"])
@@ -72,7 +79,7 @@ def test_logprobs_equal_one_forward_pass(llama, drafts, draft, mode, kw):
     gen = Generator(llama, drafts[draft], policy="constant", policy_options={"k": 3})
     res = gen.generate(PROMPTS, max_new_tokens=MAX_NEW, logprobs=mode, max_rows=2, **kw)
     assert res.stats.mean_accepted > 0 or draft in ("none", "ngram")
-    how = {k: kw[k] for k in ("temperature", "top_k", "top_p") if k in kw}
+    how = {k: kw[k] for k in WARPS if k in kw}
     check_rows(llama, res, mode=mode if kw else "raw", **how)
 
 
@@ -81,7 +88,7 @@ def test_rejection_sampling_logprobs(llama, drafts):
     gen = Generator(llama, drafts["perturbed"], policy="constant", policy_options={"k": 3},
                     draft_sampling="rejection")  # fmt: skip
     res = gen.generate(PROMPTS, max_new_tokens=MAX_NEW, logprobs="processed", **SAMPLED)
-    how = {k: SAMPLED[k] for k in ("temperature", "top_k", "top_p")}
+    how = {k: SAMPLED[k] for k in WARPS}
     check_rows(llama, res, mode="processed", **how)
 
 
@@ -131,7 +138,7 @@ def test_without_logprobs_none_are_computed(llama):
     assert all(r.logprobs is None for r in gen.stream(PROMPTS[:2], max_new_tokens=4))
 
 
-@pytest.mark.parametrize("bad", ["bogus", 1, "RAW", ["raw"]])
+@pytest.mark.parametrize("bad", ["bogus", 1, "RAW", ["raw"], np.array(["raw"])])
 def test_a_bad_logprobs_value_is_refused_naming_it(llama, bad):
     gen = Generator(llama, None)
     with pytest.raises(

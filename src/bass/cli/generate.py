@@ -235,7 +235,7 @@ def row_settings(config) -> dict:
         with contextlib.suppress(ModelNotFoundError):  # the embedded default, named: as null
             if main == str(default_model_file().resolve()):
                 main = None
-    sampling = ("temperature", "top_k", "top_p", "seed")  # none of them when greedy
+    sampling = ("temperature", "top_k", "top_p", "min_p", "seed")  # none of them when greedy
     settings = {
         "main": main,
         "dtype": m.dtype,
@@ -245,7 +245,7 @@ def row_settings(config) -> dict:
         **{k: getattr(g, k) if g.do_sample else None for k in sampling},
         "eos_token_id": g.eos_token_id,
         "stop_strings": g.stop_strings,
-        **({"logprobs": g.logprobs} if g.logprobs else {}),  # (a row's fields; else absent)
+        "logprobs": g.logprobs,  # what a row holds
     }
     return json.loads(json.dumps(settings))  # as a results file holds them
 

@@ -22,6 +22,7 @@ from .results import (
     check_output_flags,
     check_writable,
     differences,
+    nulled,
     scan_lines,
 )
 from .scaleout import check_unused, seed_in
@@ -288,9 +289,10 @@ def _line(line: bytes, where: str, chosen: set, names: list[str], n: int, settin
             f"{where}: a line of {task}, which --problems does not select; --resume needs the "
             "--problems of the evaluation that wrote the file (or use another --output)"
         )
-    if theirs != settings:
-        if not isinstance(theirs, dict):
-            raise _not_a_line(where)
+    if not isinstance(theirs, dict):
+        raise _not_a_line(where)
+    theirs, ours = nulled(theirs, settings)  # (a setting an older bass's line lacks: null)
+    if theirs != ours:
         raise UsageError(
             f"{where}: a line evaluated with other settings ({differences(theirs, settings)}); "
             "--resume continues an "

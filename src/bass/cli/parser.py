@@ -159,8 +159,9 @@ _GENERATE_FLAGS = [
     ("--resume", {"action": "store_true", "help": "continue a stopped run: skip the rows "
                   "--output already holds, append the rest. The file must come from the same "
                   "prompts, --n and settings that change the rows (main model, dtype, chat, "
-                  "max_new_tokens, sampling with its temperature/top-k/top-p/seed, eos, "
-                  "stop strings; every row stores them); the draft, policy, batch size, "
+                  "max_new_tokens, sampling with its temperature/top-k/top-p/min-p/seed, eos, "
+                  "stop strings, logprobs; every row stores them); the draft, policy, batch "
+                  "size, "
                   "attention and time budget may differ. Rows of an older bass (without "
                   "settings) are taken unchecked"}),
     ("--overwrite", {"action": "store_true", "help": "replace an --output that holds rows "
@@ -181,7 +182,7 @@ _HUMANEVAL_FLAGS = [
                   "problems --output already holds, append the rest. --problems must select "
                   "every problem the file holds; the file must come from the same --n, methods "
                   "(draft, policy) and settings (main model, dtype, chat, max_new_tokens, "
-                  "sampling with its temperature/top-k/top-p/seed, eos, stop strings, time "
+                  "sampling with its temperature/top-k/top-p/min-p/seed, eos, stop strings, time "
                   "budget, --timeout, --executor; every line stores them); the table counts "
                   "every problem, tokens/s and mean accepted this run's"}),
     ("--overwrite", {"action": "store_true", "help": "replace an --output that holds results "
@@ -229,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     for p, own in ((gen, _GENERATE_FLAGS + _BATCH_FLAGS), (he, _HUMANEVAL_FLAGS + _BATCH_FLAGS)):
         _add(p, "input and output" if p is gen else "evaluation", own)
         _add(p, "models", _MODEL_FLAGS)
-        _add(p, "generation", _GENERATION_FLAGS)
+        # (an evaluation keeps no log-probabilities: no --logprobs there)
+        _add(p, "generation", [f for f in _GENERATION_FLAGS if p is gen or f[0] != "--logprobs"])
     info = [
         sub.add_parser("policies", help="list installed draft-length policies and their options"),
         ops := sub.add_parser("ops", help="ragged attention implementations and what auto picks"),

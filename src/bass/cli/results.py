@@ -25,6 +25,7 @@ __all__ = [
     "check_writable",
     "deferred_interrupts",
     "not_a_row",
+    "nulled",
     "read_done",
     "scan_lines",
 ]
@@ -246,11 +247,20 @@ def scan_lines(path: Path, each, start: bytes, refuse, *, truncate: bool = True)
             f.truncate(kept)
 
 
+def nulled(theirs: dict, ours: dict) -> tuple[dict, dict]:
+    """Both with every key of either: a setting one lacks (a row of an older bass, before
+    it had ``min_p``) reads as null."""
+    keys = dict.fromkeys([*ours, *theirs])
+    return {**keys, **theirs}, {**keys, **ours}
+
+
 def _compared(theirs: dict, ours: dict) -> tuple[dict, dict]:
-    """A row's settings and this run's as ``--resume`` compares them now: ``chat`` left
+    """A row's settings and this run's as ``--resume`` compares them now (:func:`nulled`);
+    ``chat`` left
     out (null, on either side) agrees here, as whether the template applies is known
     once the tokenizer is (:func:`check_chat`); stop strings as a set (none: ``[]`` or
     null; repeated or in another order: the same rows)."""
+    theirs, ours = nulled(theirs, ours)
     theirs, ours = ({**d, "stop_strings": _stops(d.get("stop_strings"))} for d in (theirs, ours))
     if theirs.get("chat") is None or ours.get("chat") is None:
         return {**theirs, "chat": None}, {**ours, "chat": None}

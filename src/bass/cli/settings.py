@@ -136,13 +136,16 @@ def _check_draft_source(config: Config, where: str | None) -> None:
 
 
 def note_sampling(args, config: Config, n: int = 1) -> None:
-    """Notes on stderr about sampling flags that have no effect."""
+    """Notes on stderr about sampling flags (and ``logprobs``) that have no effect."""
+    if config.generation.logprobs and getattr(args, "output", None) is None:
+        say("note: logprobs are written to --output only, and none is given: add -o FILE.jsonl")
     if n > 1 and not config.generation.do_sample:
         say(
             f"note: greedy decoding gives {n} identical samples per prompt; add --sample "
             "(and --temperature) for distinct ones"
         )
-    given = [f for f in ("temperature", "top_k", "top_p") if getattr(args, f, None) is not None]
+    warps = ("temperature", "top_k", "top_p", "min_p")
+    given = [f for f in warps if getattr(args, f, None) is not None]
     if given and not config.generation.do_sample:
         flags = ", ".join("--" + f.replace("_", "-") for f in given)
         verb = "applies" if len(given) == 1 else "apply"

@@ -40,6 +40,7 @@ def exact_distribution(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
 ) -> dict[tuple[int, ...], float]:
     """The exact probability of every continuation of ``prompt`` of ``max_new_tokens``
     tokens under ``model``'s warped sampling distribution (what sampling with the main
@@ -57,9 +58,11 @@ def exact_distribution(
             f"{MAX_OUTCOMES}); use a model with a smaller vocabulary or fewer tokens"
         )
     where = "exact_distribution()"
-    kw = options.check_keywords(where, temperature=temperature, top_k=top_k, top_p=top_p)
+    kw = options.check_keywords(
+        where, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+    )
     options.check_sampling(True, kw["temperature"], where)
-    params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"])
+    params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"], kw["min_p"])
     prompt = _check_prompt("exact_distribution()", model, prompt, L)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
@@ -168,7 +171,7 @@ def assert_distribution_equivalent(
 ):
     """Draw ``rows`` continuations of ``prompt`` with ``generator`` (one call with
     ``rows`` identical prompts, ``do_sample=True``, ``**sampling``: temperature, top_k,
-    top_p; at most ``max_rows`` of them at once, the others admitted as rows finish) and
+    top_p, min_p; at most ``max_rows`` of them at once, the others admitted as rows finish) and
     test them against :func:`exact_distribution` of ``model`` (the main model)
     with :func:`chi_square_test`: the whole continuations, and each new token's and each
     adjacent pair's distribution (a wrong draft position moves the continuations' mass
@@ -214,7 +217,7 @@ def assert_distribution_equivalent(
         raise ValueError(f"{where} draws samples: drop do_sample={sampling['do_sample']!r}")
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
-    for key in ("temperature", "top_k", "top_p"):
+    for key in ("temperature", "top_k", "top_p", "min_p"):
         if key not in sampling and defaults.get(key) is not None:
             sampling[key] = defaults[key]
     res = generator.generate(
