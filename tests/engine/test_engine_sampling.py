@@ -43,8 +43,9 @@ def pair():
 def exact_distribution(model, params: SamplingParams) -> dict[tuple[int, ...], float]:
     """P(x_1..x_L | PROMPT) under the warped main model, by enumeration."""
     return testing.exact_distribution(
-        model, PROMPT, L, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p
-    )
+        model, PROMPT, L, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+        min_p=params.min_p,
+    )  # fmt: skip
 
 
 def goodness_of_fit(samples: list[tuple[int, ...]], exact: dict) -> float:
@@ -62,6 +63,7 @@ def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None
         temperature=params.temperature,
         top_k=params.top_k,
         top_p=params.top_p,
+        min_p=params.min_p,
         seed=seed,
     )
     assert all(len(s) == L for s in res.sequences)
@@ -74,12 +76,19 @@ def draw(main, draft, params: SamplingParams, seed: int, k: int = 2, policy=None
         (SamplingParams(True, 1.0), "model", "coupled"),
         (SamplingParams(True, 1.0), "model", "rejection"),
         (SamplingParams(True, 0.7, top_k=3, top_p=0.9), "model", "coupled"),
-        (SamplingParams(True, 0.7, top_k=3, top_p=0.9), "model", "rejection"),
+        (SamplingParams(True, 0.7, top_k=3, top_p=0.9, min_p=0.5), "model", "rejection"),
         (SamplingParams(True, 1.3), "ngram", None),
     ],
-    ids=["t1", "t1-rejection", "t0.7-topk3-topp0.9", "t0.7-topk3-topp0.9-rejection", "ngram-t1.3"],
+    ids=[
+        "t1",
+        "t1-rejection",
+        "t0.7-topk3-topp0.9",
+        "t0.7-topk3-topp0.9-minp0.5-rejection",
+        "ngram-t1.3",
+    ],
 )
 def test_continuations_follow_the_main_model(pair, params, drafter, mode):
+    """(min_p 0.5 drops 15 of the 81 continuations top-k and top-p keep here.)"""
     main, draft = pair
     d = draft if drafter == "model" else "ngram"
     samples, res = draw(main, d, params, seed=1234, mode=mode)

@@ -64,6 +64,8 @@ def gen(seed: int) -> torch.Generator:
         ({"top_k": True}, "top_k"),
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
+        ({"min_p": -0.1}, "min_p"),
+        ({"min_p": 1.5}, "min_p"),
     ],
 )
 def test_sampling_settings_are_checked_where_a_user_gives_them(kwargs, option):
