@@ -54,3 +54,22 @@ def test_greedy_rows_are_exact_on_cuda(cuda_pair, draft, attention):
     d = {"none": None, "ngram": "ngram", "model": model_draft}[draft]
     gen = Generator(main, d, attention=attention)
     assert_greedy_equivalent(gen, PROMPTS * 2, 16)
+
+
+@pytest.mark.parametrize("mode", ["raw", "processed"])
+def test_logprobs_equal_a_forward_pass_on_cuda(cuda_pair, mode):
+    """Each new token's log-probability (float64 bits through the step's one host read)
+    equals the model's own forward pass over the finished row, sampled with a draft model
+    (float32: to rounding)."""
+    main, draft = cuda_pair
+    kw = dict(do_sample=True, temperature=0.8, top_k=20, seed=1)
+    res = Generator(main, draft).generate(PROMPTS, max_new_tokens=12, logprobs=mode, **kw)
+    for prompt, out, lps in zip(PROMPTS, res.sequences, res.logprobs, strict=True):
+        with torch.no_grad():
+            logits = main(torch.tensor([prompt + out], device="cuda")).logits[0].double()
+        logits = logits[len(prompt) - 1 : -1]
+        if mode == "processed":
+            kth = logits.topk(20, dim=-1).values[:, -1:]
+            logits = (logits / 0.8).masked_fill(logits < kth, -torch.inf)
+        want = torch.log_softmax(logits, -1)[torch.arange(len(out)), torch.tensor(out)]
+        assert lps == pytest.approx(want.tolist(), abs=1e-4)
