@@ -231,6 +231,8 @@ def test_small_bounds_are_kept(data, max_rows, max_len):
         (lambda: bst.example_batches(0), r"example_batches\(\): vocab_size must be an int >= 1"),
         (lambda: bst.attention_inputs(max_t=5, max_s=3), "max_s=3 < max_t=5"),
         (lambda: bst.kv_append_inputs(max_batch=0), "max_batch must be an int >= 1"),
+        (lambda: bst.attention_inputs(dtype=torch.int32), "dtype=torch.int32; .* floating"),
+        (lambda: bst.packed_attention_inputs(dtype="float32"), "dtype=.float32.; .* floating"),
     ],
 )
 def test_bounds_a_strategy_cannot_keep_are_named(build, match):
