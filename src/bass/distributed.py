@@ -196,6 +196,12 @@ class Solo:
         pass
 
 
+#: The settings of a ``generate`` call every rank of a group must agree on, beside the eos
+#: ids, the stop sequences and the row ids (every ``[generation]`` option: a test checks).
+AGREED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
+AGREED += ("time_budget", "stop_strings", "logprobs")
+
+
 class Coordinator(Solo):
     """One TP group's host decisions, on the group's gloo group: its first rank decides,
     the others follow (docs/guides/scale-out.md, "What keeps the ranks together")."""
@@ -219,9 +225,7 @@ class Coordinator(Solo):
 
     def agree_generation(self, prompts, settings: dict, row_ids) -> None:
         """:meth:`agree` on one ``generate`` call's prompts and checked settings."""
-        keys = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed")
-        keys += ("min_p", "time_budget", "stop_strings")
-        payload = [settings.get(k) for k in keys]
+        payload = [settings.get(k) for k in AGREED]
         payload += [sorted(settings["eos_token_id"]), settings["stop_sequences"], row_ids]
         self.agree("prompts and settings", (prompts, payload))
 

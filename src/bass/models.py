@@ -377,7 +377,7 @@ _NOT_APPLIED |= dict.fromkeys(
      "suppress_tokens", "begin_suppress_tokens", "forced_bos_token_id",
      "forced_eos_token_id", "min_length", "min_new_tokens", "sequence_bias",
      "exponential_decay_length_penalty", "penalty_alpha", "epsilon_cutoff", "eta_cutoff",
-     "min_p", "diversity_penalty", "dola_layers", "watermarking_config"),
+     "diversity_penalty", "dola_layers", "watermarking_config"),
     None,
 )  # fmt: skip
 

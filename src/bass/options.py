@@ -167,7 +167,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            key="options"),
     Option("max_new_tokens", Range(int, low=1), "the most new tokens of a row", RUN, 128,
            table="generation", flag="--max-new-tokens", metavar="N"),
-    Option("do_sample", BOOL, "sample (with temperature, top_k, top_p), else greedy", RUN,
+    Option("do_sample", BOOL, "sample (with temperature, top_k, top_p, min_p), else greedy", RUN,
            False, "greedy decoding", table="generation", flag="--sample"),
     Option("temperature", Range(float, low=0), "the sampling temperature", RUN, 1.0, "1.0",
            table="generation", flag="--temperature", metavar="T"),
@@ -199,7 +199,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            table="generation", flag="--stop", metavar="TEXT"),
     Option("logprobs", Value(_logprobs, "raw, processed, true (raw) or false (none)", str),
            "each new token's log-probability under the main model: raw (its own "
-           "distribution) or processed (the one sampled from: temperature, top-k, top-p)", RUN,
+           "distribution) or processed (the one sampled from: the warps applied)", RUN,
            absent="none", table="generation", flag="--logprobs", metavar="MODE"),
     Option("main_source", Value(kinds.source, _SOURCE), "the main model: a Hugging Face name, "
            "a local directory or a .gguf file", LOAD, keyword="main", table="model",

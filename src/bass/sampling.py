@@ -106,20 +106,25 @@ def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def token_logprobs(
-    logits: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor, params: SamplingParams
+    logits: torch.Tensor,
+    index: torch.Tensor,
+    tokens: torch.Tensor,
+    params: SamplingParams,
+    warped: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each token's log-probability: row ``index`` of ``logits`` ``[N, V]`` at ``tokens``
     (``index`` and ``tokens`` int64 of one shape; returned float64 in that shape, no host
     sync). ``params.logprobs`` ``"raw"``: under the model's own distribution (the logits'
     log-softmax, as a forward pass over the sequence gives it); ``"processed"``: under the
-    one tokens are drawn from (:func:`warp_logits`: temperature, top-k, top-p; greedy
-    decoding: the raw one)."""
+    one tokens are drawn from (:func:`warp_logits`, or ``warped``, its value already
+    computed: temperature, top-k, top-p, min-p; greedy decoding: the raw one)."""
     if params.logprobs == "processed" and params.do_sample:
-        x = warp_logits(logits, params)  # [N, V]
-    else:
-        x = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    lse = torch.logsumexp(x, dim=-1)  # [N]
-    return (x[index, tokens] - lse[index]).double()
+        x = warp_logits(logits, params) if warped is None else warped  # [N, V]
+        return (x[index, tokens] - torch.logsumexp(x, dim=-1)[index]).double()
+    # half-precision logits normalised in float32, 256 rows at a time: no [N, V] copy
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    lse = torch.cat([torch.logsumexp(c.to(dtype), dim=-1) for c in logits.split(256)])
+    return (logits[index, tokens].to(dtype) - lse[index]).double()
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -22,7 +22,7 @@ from . import hf, options, verify
 from .batch_state import BatchState, as_prompts, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import nonfinite
-from .sampling import SAMPLING, SamplingParams, sample_keyed, token_logprobs, warp_probs
+from .sampling import SAMPLING, SamplingParams, sample_keyed, token_logprobs, warp_logits
 from .stats import FinishedRow
 from .stopping import StopStrings
 
@@ -228,16 +228,18 @@ def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
     if not fill:
         return None
     params, _, seed = sampling
+    warped = None
     if not params.do_sample:
         first = logits.argmax(dim=-1)
     else:  # drawn with the key of (seed, row id, position 0), as any other draw
         keys = torch.tensor(state.keys(seed, fill, 1, first=True), dtype=torch.int64)
         keys_t = keys.to(logits.device, non_blocking=True)
-        first = sample_keyed(warp_probs(logits, params), keys_t)
+        warped = warp_logits(logits, params)  # (its log-probabilities read it too)
+        first = sample_keyed(torch.softmax(warped, dim=-1), keys_t)
     read = [first, nonfinite(logits).long()]
     if params.logprobs is not None:  # float64, read as int64 bits
         at = torch.arange(len(fill), device=logits.device)
-        read.append(token_logprobs(logits, at, first, params).view(torch.int64))
+        read.append(token_logprobs(logits, at, first, params, warped).view(torch.int64))
     return torch.cat(read)
 
 

@@ -251,7 +251,7 @@ class GenerationResult:
     row. ``logprobs`` (``generate(logprobs=...)``; else ``None``): per prompt, each new
     token's log-probability under the main model, ``"raw"`` (its own distribution: what a
     forward pass over the sequence gives) or ``"processed"`` (the one the token was drawn
-    from: temperature, top-k, top-p applied; greedy decoding: the raw one)."""
+    from: temperature, top-k, top-p, min-p applied; greedy decoding: the raw one)."""
 
     sequences: list[list[int]]
     stats: GenerationStats

@@ -28,6 +28,7 @@ from .sampling import (
     sample_keyed,
     speculative_accept,
     token_logprobs,
+    warp_logits,
     warp_probs,
 )
 
@@ -155,17 +156,21 @@ def accept(
     docs/concepts/engine.md); ``forced`` (benchmarks only): each draft kept with that
     probability. With ``params.logprobs``, the log-probabilities of the tokens each row
     emits (:attr:`Acceptance.logprobs`)."""
-    acc = _verdict(v, logits, prop, params, generator, forced)
+    warped = None  # the verify tokens' warped logits, where keyed draws or logprobs take them
+    keyed = forced is None and v.keys is not None
+    if params.do_sample and (keyed or params.logprobs == "processed"):
+        warped = warp_logits(logits[: v.n], params)  # [n, V]
+    acc = _verdict(v, logits, prop, params, generator, forced, warped)
     if params.logprobs is not None:  # [R, K+1]: d_1..d_a, then the next token (and past it)
         pos = torch.arange(v.index.shape[1], device=v.index.device)
         nxt = acc.next_tokens[:, None]
         emitted = torch.cat([v.drafts.long(), nxt], 1)
         emitted = torch.where(pos < acc.accepted[:, None], emitted, nxt)
-        acc.logprobs = token_logprobs(logits[: v.n], v.index, emitted, params)
+        acc.logprobs = token_logprobs(logits[: v.n], v.index, emitted, params, warped)
     return acc
 
 
-def _verdict(v: VerifyPass, logits, prop: Proposal, params, generator, forced) -> Acceptance:
+def _verdict(v: VerifyPass, logits, prop: Proposal, params, generator, forced, warped):
     if forced is not None:
         best = logits.argmax(dim=-1)[v.index]  # [R, K+1]
         return forced_accept(v.drafted, best, forced, generator)
@@ -174,8 +179,7 @@ def _verdict(v: VerifyPass, logits, prop: Proposal, params, generator, forced) -
     if v.keys is not None:  # deterministic drafts: kept while equal to the keyed draws
         # drawn at the pass's real tokens only (the [R, K+1] grid repeats a short row's
         # last token: warping and drawing over the vocabulary there would be wasted)
-        n = v.keys.shape[0]
-        draws = sample_keyed(warp_probs(logits[:n], params), v.keys)  # [n]
+        draws = sample_keyed(torch.softmax(warped, dim=-1), v.keys)  # [n]
         return greedy_accept_ids(v.drafts, draws[v.index], v.drafted)
     p = warp_probs(logits[v.index], params)  # [R, K+1, V]
     K = v.drafts.shape[1]  # sampled drafts: lossless rejection sampling

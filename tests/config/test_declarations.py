@@ -208,3 +208,12 @@ def test_the_core_never_imports_the_configuration_or_the_command_line(module):
         m for m in reach(import_graph(), module) if m == "bass.config" or m.startswith("bass.cli")
     )
     assert not above, f"{module} imports {above} (the layers above the core)"
+
+
+def test_ranks_agree_on_every_generation_option():
+    """A tensor-parallel group (and ``bass.distributed.generate``'s ranks) refuses ranks
+    whose calls differ in any ``[generation]`` option (``logprobs`` was left out: ranks
+    asking for other ones merged silently); the eos ids are compared apart, as a set."""
+    from bass.distributed import AGREED
+
+    assert set(AGREED) == set(options.GENERATE) - {"eos_token_id"}

@@ -131,7 +131,12 @@ def test_a_rows_logprobs_do_not_depend_on_the_batch(llama, drafts):
     assert alone.logprobs[0] == pytest.approx(together.logprobs[2], abs=1e-9)
 
 
-def test_without_logprobs_none_are_computed(llama):
+def test_without_logprobs_none_are_computed(llama, monkeypatch):
+    def computed(*args, **kwargs):
+        raise AssertionError("log-probabilities computed, not asked for")
+
+    for module in ("verify", "scheduler"):
+        monkeypatch.setattr(f"bass.{module}.token_logprobs", computed)
     gen = Generator(llama, "ngram")
     res = gen.generate(PROMPTS[:2], max_new_tokens=4, logprobs=False)
     assert res.logprobs is None

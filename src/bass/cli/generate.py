@@ -412,7 +412,7 @@ def cmd_generate(args) -> int:
     try:
         if todo:
             if plain is not None:  # drafting off first: the same rows and settings
-                off = plain.generate([encoded[i] for i, _ in todo], **job)
+                off = plain.generate([encoded[i] for i, _ in todo], **job | {"logprobs": False})
             # each row printed and appended to --output the moment it finishes, then released
             stream = gen.stream([encoded[i] for i, _ in todo], on_step=progress.on_step, **job)
             with contextlib.closing(stream):  # a failed write ends the generation

@@ -294,7 +294,7 @@ def _line(line: bytes, where: str, chosen: set, names: list[str], n: int, settin
     theirs, ours = nulled(theirs, settings)  # (a setting an older bass's line lacks: null)
     if theirs != ours:
         raise UsageError(
-            f"{where}: a line evaluated with other settings ({differences(theirs, settings)}); "
+            f"{where}: a line evaluated with other settings ({differences(theirs, ours)}); "
             "--resume continues an "
             "evaluation with the same settings: rerun with those of the run that wrote the "
             "file, or use another --output"
