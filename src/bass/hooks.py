@@ -207,11 +207,11 @@ class Proposal:
     ``drafted`` (host ``list[int]``, or any integers): tokens per row,
     ``0 <= drafted[r] <= lengths[r]``. The tokens either on the device, ``tokens`` an
     integer tensor ``[R, >= K]`` (past a row's count: padding), or on the host,
-    ``host_tokens`` (``list[list[int]]``); ids within the main model's vocabulary. ``probs``
-    ``[R, >= K, V]`` over the main model's ``V`` logits: the distributions sampled tokens
-    were drawn from, for rejection sampling (probabilities, each in ``[0, 1]``, a drafted
-    token's above 0; a row's sum need not be exactly 1: the verifier normalises it;
-    ``None`` for deterministic or coupled drafts).
+    ``host_tokens`` (``list[list[int]]``), not both; ids within the main model's
+    vocabulary. ``probs`` ``[R, >= K, V]`` over the main model's ``V`` logits: the
+    distributions sampled tokens were drawn from, for rejection sampling (probabilities,
+    each in ``[0, 1]``, a drafted token's above 0; a row's sum need not be exactly 1: the
+    verifier normalises it; ``None`` for deterministic or coupled drafts).
     ``bad`` bool ``[R]``: rows whose draft logits were not finite; ``confidence``
     ``[R, K]``: the drafted tokens' top-1 probabilities (with an early stop); both read
     with the step's one host read.

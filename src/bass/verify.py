@@ -296,6 +296,13 @@ def check_proposal(
         )
     if prop.host_tokens is None and prop.tokens is None:
         raise _fail(drafter, "propose", " returned a Proposal with neither tokens nor host_tokens")
+    if prop.host_tokens is not None and prop.tokens is not None:  # which would be verified?
+        raise _fail(
+            drafter,
+            "propose",
+            " returned a Proposal with both tokens and host_tokens: give one (host_tokens "
+            "for ids on the host, tokens for a device tensor)",
+        )
     if prop.host_tokens is not None:
         if [len(t) for t in prop.host_tokens] != drafted:
             raise _fail(

@@ -199,6 +199,15 @@ def test_a_drafter_that_breaks_the_protocol_gets_a_clear_error():
             ValueError,
             "got torch.int64 \\[3, 1\\]",
         ),
+        (  # the host ids would be verified, a device tensor that says otherwise ignored
+            lambda n: Proposal(
+                drafted=list(n),
+                host_tokens=[[1] * k for k in n],
+                tokens=torch.full((len(n), max(n)), 2),
+            ),
+            ValueError,
+            "both tokens and host_tokens: give one",
+        ),
     ]
     for make, error, match in cases:
         gen = bass.Generator(tiny_lm(), Bad(make), policy="constant", policy_options={"k": 2})
