@@ -15,7 +15,9 @@ __all__ = [
     "SAMPLING",
     "Acceptance",
     "SamplingParams",
+    "as_bits",
     "forced_accept",
+    "from_bits",
     "generator_seed",
     "greedy_accept_ids",
     "position_keys",
@@ -125,6 +127,16 @@ def token_logprobs(
     dtype = torch.promote_types(logits.dtype, torch.float32)
     lse = torch.cat([torch.logsumexp(c.to(dtype), dim=-1) for c in logits.split(256)])
     return (logits[index, tokens].to(dtype) - lse[index]).double()
+
+
+def as_bits(x: torch.Tensor) -> torch.Tensor:
+    """float64 ``x`` as the int64 of its bits: it rides in a step's int64 host read."""
+    return x.view(torch.int64)
+
+
+def from_bits(host: list[int]) -> np.ndarray:
+    """What :func:`as_bits` sent, read back on the host: float64, exact."""
+    return np.array(host, dtype=np.int64).view(np.float64)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -15,14 +15,21 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from . import hf, options, verify
 from .batch_state import BatchState, as_prompts, check_prompts, raise_if_nonfinite
 from .cache import RaggedKVCache
 from .drafters import nonfinite
-from .sampling import SAMPLING, SamplingParams, sample_keyed, token_logprobs, warp_logits
+from .sampling import (
+    SAMPLING,
+    SamplingParams,
+    as_bits,
+    from_bits,
+    sample_keyed,
+    token_logprobs,
+    warp_logits,
+)
 from .stats import FinishedRow
 from .stopping import StopStrings
 
@@ -239,7 +246,7 @@ def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
     read = [first, nonfinite(logits).long()]
     if params.logprobs is not None:  # float64, read as int64 bits
         at = torch.arange(len(fill), device=logits.device)
-        read.append(token_logprobs(logits, at, first, params, warped).view(torch.int64))
+        read.append(as_bits(token_logprobs(logits, at, first, params, warped)))
     return torch.cat(read)
 
 
@@ -252,7 +259,7 @@ def take_first(main, state, fill: list[int], host: list[int]) -> None:
     raise_if_nonfinite(host[F : 2 * F], main, "main", prompts, "the prefill")
     lps = None
     if state.logprobs is not None:
-        lps = np.array(host[2 * F : 3 * F], dtype=np.int64).view(np.float64)[:, None].tolist()
+        lps = from_bits(host[2 * F : 3 * F])[:, None].tolist()
     state.append(fill, [[t] for t in host[:F]], lps)
 
 

@@ -23,7 +23,9 @@ from .hooks import Offer, Proposal
 from .packing import Extra, PackedPass
 from .sampling import (
     Acceptance,
+    as_bits,
     forced_accept,
+    from_bits,
     greedy_accept_ids,
     sample_keyed,
     speculative_accept,
@@ -419,7 +421,7 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
     read = [acc.accepted, acc.next_tokens, nonfinite(logits)[v.index].any(dim=1).long()]
     n_lp = 0 if acc.logprobs is None else R * (K + 1)  # float64 read as int64 bits
     if n_lp:
-        read.append(acc.logprobs.reshape(-1).view(torch.int64))
+        read.append(as_bits(acc.logprobs.reshape(-1)))
     device_drafts = prop.host_tokens is None
     if device_drafts:  # their non-finite flags, then as proposed (ids outside: negative)
         bad = prop.bad if prop.bad is not None else torch.zeros_like(acc.accepted)
@@ -468,6 +470,6 @@ def read_step(acc: Acceptance, logits, v: VerifyPass, prop: Proposal, prompts, s
         confidence = [conf[r][: prop.drafted[r]] for r in range(R)]
     logprobs = None
     if n_lp:
-        lp = np.array(lp_bits, dtype=np.int64).view(np.float64).reshape(R, K + 1).tolist()
+        lp = from_bits(lp_bits).reshape(R, K + 1).tolist()
         logprobs = [row[: a + 1] for row, a in zip(lp, accepted)]
     return accepted, rows, confidence, tail_host, logprobs
