@@ -37,6 +37,7 @@ from .hooks import DraftContext, Drafter, Proposal, StepView
 from .ops import length_checks, resolve
 from .options import generator_defaults
 from .packing import TOKEN_BUCKETS
+from .repetition import SeenTokens
 from .sampling import generator_seed
 from .stats import FinishedRow, GenerationResult, GenerationStats, StepRecord
 from .stopping import decode_rows
@@ -113,9 +114,8 @@ class Generator:
         attention: the packed attention implementation (``"auto"``, ``"reference"``,
             ``"sdpa"``...: ``bass ops`` lists them).
         forced_acceptance: BENCHMARKING ONLY. Accept each drafted token with this
-            probability regardless of the models (the main model's argmax follows), so
-            random-weight models of real shapes can be timed at a known mean accepted
-            length. Output is meaningless text; ``stats.forced_acceptance`` records it.
+            probability regardless of the models (the main model's argmax follows):
+            random-weight models timed at a known acceptance (``stats.forced_acceptance``).
         config: a TOML file path (a :class:`bass.config.Config`, a dict): its
             ``[policy]``, ``[generation]`` and ``[model]`` (``chat`` for generate_text)
             are the defaults; arguments given explicitly win (``compile=False`` too). Its
@@ -308,6 +308,7 @@ class Generator:
         top_k: int | None = None,
         top_p: float | None = None,
         min_p: float | None = None,
+        repetition_penalty: float | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         seed: int | None = None,
         time_budget: float | None = None,
@@ -326,16 +327,16 @@ class Generator:
 
         Greedy output equals the main model's own greedy decoding token for token; sampled
         output follows the main model's (temperature/top-k/top-p/min-p warped) distribution
-        exactly. A row also stops after its new tokens end with one of ``stop_sequences``
-        (token-id lists; the stop sequence is kept, as eos is), or once the text of its new
-        tokens (decoded with ``tokenizer``, special tokens skipped) contains one of
-        ``stop_strings``: the row ends with the token that completes the stop string, even
-        when a step accepted more tokens after it, and keeps the tokens that spell it
-        (generate_text cuts the text before it). ``time_budget`` (seconds) stops a row
-        where it is once that long has passed since it started (its prefill).
-        ``result.finish_reasons`` says which rows ended how; ``logprobs`` (``"raw"`` or
-        ``True``, ``"processed"``) adds each new token's log-probability (its attribute).
-        A keyword passed as ``None`` counts as not given: the config's value applies.
+        exactly; ``repetition_penalty`` changes both as transformers' does. A row also stops
+        after its new tokens end with one of ``stop_sequences`` (token-id lists; the stop
+        sequence is kept, as eos is), or once the text of its new tokens (decoded with
+        ``tokenizer``, special tokens skipped) contains one of ``stop_strings``: it ends
+        with the token that completes the stop string, even when a step accepted more tokens
+        after it, and keeps the tokens that spell it (generate_text cuts the text before
+        it). ``time_budget`` (seconds) stops a row where it is once that long has passed
+        since it started (its prefill). ``result.finish_reasons`` says which rows ended how;
+        ``logprobs`` (``"raw"`` or ``True``, ``"processed"``) adds each new token's
+        log-probability. A keyword passed as ``None`` counts as not given: the config's applies.
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
         once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot
@@ -448,13 +449,13 @@ class Generator:
         if self.drafter is not None:
             n = self._drafting.start(state, self.passes, job.max_len, device)
             stats.draft_passes += check_passes(self._drafting, "start", n)
-        queue, sampling = scheduler.Queue(len(prompts)), (job.params, gen, seed)
+        seen = SeenTokens.start(job.params.repetition_penalty, slots, self.width, device)
+        queue, sampling = scheduler.Queue(len(prompts)), (job.params, gen, seed, seen)
 
         # 2) steps until every row has finished: waiting prompts take the slots of finished
         #    rows (their prefill first), rows past their time budget stop where they are
         while True:
-            # first: before a prefill fails
-            yield from self._hand_over(state, job.keep, queue, theirs)
+            yield from self._hand_over(state, job.keep, queue, theirs)  # before a prefill fails
             first = stats.admissions == 0
             # admitted rows: prefilled now, or riding in this step's verify pass (fill)
             fill = scheduler.admit_waiting(self, state, queue, sampling, stats)
@@ -464,8 +465,7 @@ class Generator:
                         torch._dynamo.mark_static_address(buf)  # prefill's must not move
             running = [s for s in state.active() if s not in fill]
             slots = queue.expire(state, running, time_budget, self.coord.share)
-            # ended by a first token, time
-            yield from self._hand_over(state, job.keep, queue, theirs)
+            yield from self._hand_over(state, job.keep, queue, theirs)  # first token, time
             if not slots:
                 if fill:  # no verify pass to ride in after all: a prefill pass of their own
                     scheduler.prefill(self, state, fill, sampling, stats, admitted=True)
@@ -486,9 +486,8 @@ class Generator:
 
     def _hand_over(self, state, keep: bool, queue, theirs: list):
         """The finished rows to the caller, if any; the time its code takes with them (a
-        stream's loop body, ``on_finish``) is no running row's time budget
-        (``queue.paused``), and it may run the models: they have the attention they came
-        with (``theirs``) meanwhile, once per wave of rows (:func:`bass.hf.handed_back`)."""
+        stream's loop body, ``on_finish``) is no row's time budget (``queue.paused``); the
+        models have their own attention meanwhile (``theirs``, :func:`bass.hf.handed_back`)."""
         if not state.finished:
             return
         t = time.perf_counter()
@@ -502,7 +501,7 @@ class Generator:
         lengths -> propose -> verify -> accept -> commit -> learn (docs/concepts/engine.md
         walks through it)."""
         t_start = time.perf_counter()
-        params, gen, seed = sampling
+        params, gen, seed, seen = sampling
         prompts = [state.prompt_of[s] for s in slots]
         caps = tuple(state.remaining(s) - 1 for s in slots)  # (main model: +1); no plugin edits
         view = StepView(slots, prompts, caps, state, params, gen, agree=self.coord.share_mask)
@@ -531,7 +530,8 @@ class Generator:
         logits = self.passes.run(self.main, self.cache, v.batch)
         forward_seconds = time.perf_counter() - t_fwd
         # 4) accept (on the device), then the step's one host read (+ new rows' first tokens)
-        acc = accept(v, logits, prop, params, gen, self.forced_acceptance)
+        scores = seen and seen.verify_scores(logits[: v.n], v, state, slots)  # (penalised)
+        acc = accept(v, logits, prop, params, gen, self.forced_acceptance, scores)
         tail = scheduler.first_read(state, fill, logits[v.n : v.n + v.filled], sampling)
         accepted, rows, conf, first, lp = read_step(acc, logits, v, prop, prompts, step, self, tail)
         t_end = time.perf_counter()

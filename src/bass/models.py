@@ -403,7 +403,13 @@ def warn_unapplied(model) -> None:
         warnings.warn(
             f"Generator(): the main model's generation_config sets {said}, which bass does "
             "not apply (it gives the model's own distribution): rows differ from "
-            "model.generate()'s; unset them on model.generation_config to silence this",
+            "model.generate()'s; unset them on model.generation_config to silence this"
+            + (
+                "; pass repetition_penalty to generate() (or [generation] repetition_penalty, "
+                "--repetition-penalty) to apply it"
+                if "repetition_penalty" in unapplied
+                else ""
+            ),
             UserWarning,
             stacklevel=3,
         )

@@ -180,6 +180,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("min_p", Range(float, low=0, high=1, text="a number in [0, 1]"),
            "sample among the tokens at least min_p times as likely as the likeliest", RUN,
            absent="no limit", table="generation", flag="--min-p", metavar="P"),
+    Option("repetition_penalty", Range(float, low=0, low_open=True, text="a number > 0"),
+           "divide the logits of tokens already in a row (prompt included) by this where "
+           "positive, multiply where negative (transformers' repetition_penalty; 1: none)",
+           RUN, absent="none", table="generation", flag="--repetition-penalty", metavar="R"),
     Option("seed", Range(int, low=0, high=2**63 - 1, text="an integer >= 0 and < 2**63"),
            "the seed: each row's draws are keyed by it and the row's index, however rows are "
            "batched", RUN, absent="a seed drawn from torch's global generator",

@@ -234,19 +234,21 @@ def first_read(state, fill: list[int], logits, sampling) -> torch.Tensor | None:
     such rows."""
     if not fill:
         return None
-    params, _, seed = sampling
+    params, _, seed, seen = sampling
+    scores = logits if seen is None else seen.first_scores(logits, state, fill)  # penalised
     warped = None
     if not params.do_sample:
-        first = logits.argmax(dim=-1)
+        first = scores.argmax(dim=-1)
     else:  # drawn with the key of (seed, row id, position 0), as any other draw
         keys = torch.tensor(state.keys(seed, fill, 1, first=True), dtype=torch.int64)
         keys_t = keys.to(logits.device, non_blocking=True)
-        warped = warp_logits(logits, params)  # (its log-probabilities read it too)
+        warped = warp_logits(scores, params)  # (its log-probabilities read it too)
         first = sample_keyed(torch.softmax(warped, dim=-1), keys_t)
     read = [first, nonfinite(logits).long()]
     if params.logprobs is not None:  # float64, read as int64 bits
         at = torch.arange(len(fill), device=logits.device)
-        read.append(as_bits(token_logprobs(logits, at, first, params, warped)))
+        lp_of = logits if params.logprobs == "raw" else scores
+        read.append(as_bits(token_logprobs(lp_of, at, first, params, warped)))
     return torch.cat(read)
 
 

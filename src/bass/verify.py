@@ -153,22 +153,28 @@ def accept(
     params,
     generator: torch.Generator,
     forced: float | None,
+    scores: torch.Tensor | None = None,
 ) -> Acceptance:
     """4) The verdict for every active row, batched on the device (no host read;
     docs/concepts/engine.md); ``forced`` (benchmarks only): each draft kept with that
-    probability. With ``params.logprobs``, the log-probabilities of the tokens each row
-    emits (:attr:`Acceptance.logprobs`)."""
+    probability; ``scores``: the verify tokens' logits ``[n, V]`` the choice reads where
+    they are not the model's own (a repetition penalty: :mod:`bass.repetition`). With
+    ``params.logprobs``, the log-probabilities of the tokens each row emits
+    (:attr:`Acceptance.logprobs`)."""
+    raw = logits[: v.n]
+    scores = raw if scores is None else scores  # [n, V]
     warped = None  # the verify tokens' warped logits, where keyed draws or logprobs take them
     keyed = forced is None and v.keys is not None
     if params.do_sample and (keyed or params.logprobs == "processed"):
-        warped = warp_logits(logits[: v.n], params)  # [n, V]
-    acc = _verdict(v, logits, prop, params, generator, forced, warped)
+        warped = warp_logits(scores, params)  # [n, V]
+    acc = _verdict(v, scores, prop, params, generator, forced, warped)
     if params.logprobs is not None:  # [R, K+1]: d_1..d_a, then the next token (and past it)
         pos = torch.arange(v.index.shape[1], device=v.index.device)
         nxt = acc.next_tokens[:, None]
         emitted = torch.cat([v.drafts.long(), nxt], 1)
         emitted = torch.where(pos < acc.accepted[:, None], emitted, nxt)
-        acc.logprobs = token_logprobs(logits[: v.n], v.index, emitted, params, warped)
+        lp_of = raw if params.logprobs == "raw" else scores
+        acc.logprobs = token_logprobs(lp_of, v.index, emitted, params, warped)
     return acc
 
 

@@ -246,14 +246,14 @@ def row_settings(config) -> dict:
         "eos_token_id": g.eos_token_id,
         "stop_strings": g.stop_strings,
         "logprobs": g.logprobs,  # what a row holds
+        "repetition_penalty": None if g.repetition_penalty == 1 else g.repetition_penalty,
     }
     return json.loads(json.dumps(settings))  # as a results file holds them
 
 
 def _stdout_closed(out_path, exc: OSError) -> bool:
-    """Standard output's reader left (a pipe into ``head``), or a write to it failed (a
-    full disk): what would be printed goes nowhere from now on, the rows go on to
-    ``--output``; said on stderr."""
+    """Standard output's reader left (a pipe into ``head``) or a write to it failed (a full
+    disk): what would be printed goes nowhere, the rows go on to ``--output`` (stderr says)."""
     stdout_to_devnull()
     why = (
         "was closed (its reader left)"
@@ -547,7 +547,7 @@ def _print_new(out: Path, done: set, n: int, expected: int) -> None:
 
 
 def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> str:
-    """The last line of a run that stopped early: how many rows were kept, and how to go on."""
+    """The last line of a run that stopped early: the rows kept, and how to go on."""
     if scale.sharded and out_path is not None:
         return (
             f"rank {scale.topo.rank}: {written} rows of its share are in "

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from .. import options
+from ..repetition import penalize
 from ..sampling import SamplingParams, warp_probs
 from .equivalence import _check_generator, _check_prompt, _own_attention, _warn_if_vacuous
 
@@ -41,10 +42,12 @@ def exact_distribution(
     top_k: int | None = None,
     top_p: float | None = None,
     min_p: float | None = None,
+    repetition_penalty: float | None = None,
 ) -> dict[tuple[int, ...], float]:
     """The exact probability of every continuation of ``prompt`` of ``max_new_tokens``
     tokens under ``model``'s warped sampling distribution (what sampling with the main
-    model alone produces), by enumeration: ``{tokens: probability}``, summing to 1.
+    model alone produces; a ``repetition_penalty`` first, as transformers applies it), by
+    enumeration: ``{tokens: probability}``, summing to 1.
 
     Needs a tiny vocabulary: ``V ** max_new_tokens`` at most 200,000.
     """
@@ -59,18 +62,25 @@ def exact_distribution(
         )
     where = "exact_distribution()"
     kw = options.check_keywords(
-        where, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
-    )
+        where, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty,
+    )  # fmt: skip
     options.check_sampling(True, kw["temperature"], where)
     params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"], kw["min_p"])
+    penalty = kw["repetition_penalty"]
     prompt = _check_prompt("exact_distribution()", model, prompt, L)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
     picked = []
     with _own_attention(model):  # in chunks: memory bounded by CHUNK rows, not V^L
         for chunk in ids.split(CHUNK):
-            logits = model(chunk).logits[:, len(prompt) - 1 : -1]  # [n, L, V]
-            probs = warp_probs(logits.to(torch.float64), params)
+            logits = model(chunk).logits[:, len(prompt) - 1 : -1].to(torch.float64)  # [n, L, V]
+            if penalty is not None:  # position t reads the prompt and the t tokens before it
+                seen = torch.zeros(len(chunk), L, V, dtype=torch.bool, device=chunk.device)
+                for t in range(L):
+                    seen[:, t].scatter_(1, chunk[:, : len(prompt) + t], True)
+                logits = penalize(logits, seen, penalty)
+            probs = warp_probs(logits, params)
             at = chunk[:, len(prompt) :, None]
             picked.append(probs.gather(-1, at).squeeze(-1).prod(-1))  # [n]
     return dict(zip(seqs, torch.cat(picked).tolist()))
@@ -169,15 +179,15 @@ def assert_distribution_equivalent(
     max_rows: int | None = None,
     **sampling,
 ):
-    """Draw ``rows`` continuations of ``prompt`` with ``generator`` (one call with
-    ``rows`` identical prompts, ``do_sample=True``, ``**sampling``: temperature, top_k,
-    top_p, min_p; at most ``max_rows`` of them at once, the others admitted as rows finish) and
-    test them against :func:`exact_distribution` of ``model`` (the main model)
+    """Draw ``rows`` continuations of ``prompt`` with ``generator`` (one call with ``rows``
+    identical prompts, ``do_sample=True``, ``**sampling``: temperature, top_k, top_p, min_p,
+    repetition_penalty; at most ``max_rows`` of them at once, the others admitted as rows
+    finish) and test them against :func:`exact_distribution` of ``model`` (the main model)
     with :func:`chi_square_test`: the whole continuations, and each new token's and each
-    adjacent pair's distribution (a wrong draft position moves the continuations' mass
-    by little when they are many, most pooled into one cell: ``V**L`` outcomes at
-    ``rows`` samples; it moves its own position's by much). Raises ``AssertionError``
-    naming the test that rejects, its statistic, degrees of freedom and p-value.
+    adjacent pair's distribution (a wrong draft position moves the continuations' mass by
+    little when they are many, most pooled into one cell: ``V**L`` outcomes at ``rows``
+    samples; it moves its own position's by much). Raises ``AssertionError`` naming the test
+    that rejects, its statistic, degrees of freedom and p-value.
 
     False alarms: a lossless generator fails with probability at most ``alpha`` (1e-3)
     for a random seed: each of the ``m`` tests runs at ``alpha / m`` (Bonferroni; ``m =
@@ -217,7 +227,7 @@ def assert_distribution_equivalent(
         raise ValueError(f"{where} draws samples: drop do_sample={sampling['do_sample']!r}")
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
-    for key in ("temperature", "top_k", "top_p", "min_p"):
+    for key in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):
         if key not in sampling and defaults.get(key) is not None:
             sampling[key] = defaults[key]
     res = generator.generate(
