@@ -330,6 +330,7 @@ def generate(generator, prompts, **kwargs):
     if topo.world > 1:  # the checked values (a set of stop strings pickles per process)
         Coordinator(range(topo.world)).agree_generation(prompts, job.kw, ids)
     kwargs.pop("row_ids", None)
+    kwargs.pop("n", None)  # job.prompts holds each prompt's n rows, keyed by ids
     mine = shard(len(prompts), topo)
     theirs = kwargs.get("on_finish")
     if theirs is not None:  # the row's index among the whole call's prompts

@@ -317,6 +317,7 @@ class Generator:
         tokenizer=None,
         on_step=None,
         row_ids: Sequence[int] | None = None,
+        n: int | None = None,
         max_rows: int | None = None,
         kv_budget_gib: float | None = None,
         on_finish=None,
@@ -339,16 +340,16 @@ class Generator:
         log-probability. A keyword passed as ``None`` counts as not given: the config's applies.
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
-        once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot
-        goes to the next waiting prompt, in order. No row depends on when it was
-        admitted. ``on_finish`` gets each :class:`bass.FinishedRow` as it
-        finishes (:meth:`stream`: the same as an iterator).
+        once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot goes
+        to the next waiting prompt, in order. No row depends on when it was admitted.
+        ``on_finish`` gets each :class:`bass.FinishedRow` as it finishes (:meth:`stream`).
 
         ``on_step`` is called with ``(generator, state)`` after each step (tests use it to
         check the bookkeeping invariant). ``row_ids``: one int >= 0 per prompt that keys its
-        sampled draws with the seed (default: its index): a job split over several calls or
-        ranks (:func:`bass.distributed.generate`) draws the same samples as one call when
-        each row keeps its global index.
+        sampled draws with the seed (default: its index): a job split over calls or ranks
+        (:func:`bass.distributed.generate`) draws the same samples as one call when each row
+        keeps its global index. ``n``: samples per prompt (rows ``i*n .. i*n+n-1`` of the
+        result are prompt ``i``'s; ``FinishedRow.prompt`` counts rows).
 
         Runs under ``torch.inference_mode`` (``torch.no_grad`` for models FSDP wraps:
         :func:`bass.compat.generation_mode`). With a tensor-parallel main model every rank
@@ -384,9 +385,8 @@ class Generator:
 
     def _job(self, prompts, given: dict, call: str = "generate") -> scheduler.Job:
         given = {k: v for k, v in given.items() if k not in ("self", "prompts")}
-        return scheduler.Job.check(
-            prompts, given, self.generate_defaults, self.models, self._KEYWORDS, call
-        )
+        defaults, keywords = self.generate_defaults, self._KEYWORDS
+        return scheduler.Job.check(prompts, given, defaults, self.models, keywords, call)
 
     def _run(self, job: scheduler.Job):
         """The generation of ``job``, as a generator of :class:`FinishedRow` that returns
@@ -463,8 +463,8 @@ class Generator:
                 for cache in (self.cache, getattr(self.drafter, "cache", None)):  # the first
                     for buf in cache.buffers() if isinstance(cache, RaggedKVCache) else ():
                         torch._dynamo.mark_static_address(buf)  # prefill's must not move
-            running = [s for s in state.active() if s not in fill]
-            slots = queue.expire(state, running, time_budget, self.coord.share)
+            slots = [s for s in state.active() if s not in fill]  # running ones, in time:
+            slots = queue.expire(state, slots, time_budget, self.coord.share)
             yield from self._hand_over(state, job.keep, queue, theirs)  # first token, time
             if not slots:
                 if fill:  # no verify pass to ride in after all: a prefill pass of their own
@@ -594,7 +594,7 @@ class Generator:
         if kw.get("eos_token_id") is None and self.generate_defaults.get("eos_token_id") is None:
             kw["eos_token_id"] = models.default_eos(tokenizer, self.main)  # after explicit, config
         kw.setdefault("tokenizer", tokenizer)
-        res = self._drain(self._job(prompts, kw, "generate_text"), kw.get("on_finish"))
-        stops = kw.get("stop_strings")
+        job = self._job(prompts, kw, "generate_text")  # (n rows per text with n)
+        res, stops = self._drain(job, kw.get("on_finish")), kw.get("stop_strings")
         stops = self.generate_defaults.get("stop_strings") if stops is None else stops
-        return decode_rows(tokenizer, res, stops, prompts)
+        return decode_rows(tokenizer, res, stops, job.prompts)

@@ -22,10 +22,12 @@ from .batch_state import BatchState, as_prompts, check_prompts, raise_if_nonfini
 from .cache import RaggedKVCache
 from .drafters import nonfinite
 from .sampling import (
+    SAMPLE_BITS,
     SAMPLING,
     SamplingParams,
     as_bits,
     from_bits,
+    row_key,
     sample_keyed,
     token_logprobs,
     warp_logits,
@@ -75,6 +77,8 @@ class Job(NamedTuple):
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, kw["max_new_tokens"], models)
         ids = options.row_ids(ids, len(prompts), call)
+        if kw["n"] > 1:  # each prompt's samples one after another, keyed (prompt, sample)
+            prompts, ids = samples(prompts, ids, kw["n"], call)
         texts = StopStrings(kw["stop_strings"], kw["tokenizer"]) if kw["stop_strings"] else None
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
@@ -93,6 +97,17 @@ class Job(NamedTuple):
             prompts, self.kw["max_new_tokens"], *self.stops, slots=slots,
             row_ids=self.row_ids, logprobs=self.params.logprobs is not None,
         )  # fmt: skip
+
+
+def samples(prompts: list, ids: list[int], n: int, call: str) -> tuple[list, list[int]]:
+    """``n`` rows per prompt, one after another, and their row ids: sample ``j`` of the
+    prompt of row id ``i`` is keyed by :func:`bass.sampling.row_key` ``(i, j)``, as ``bass
+    generate --n`` keys it."""
+    if max(ids) >= 2 ** (63 - SAMPLE_BITS):
+        why = f"ints < 2**{63 - SAMPLE_BITS} with n > 1 (each keys its samples: row_key)"
+        raise options.fail("row_ids", max(ids), why, where=f"{call}()")
+    rows = [p for p in prompts for _ in range(n)]
+    return rows, [row_key(i, j) for i in ids for j in range(n)]
 
 
 def rows_at_once(job: Job, models, device, share, stats) -> int:

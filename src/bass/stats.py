@@ -231,9 +231,11 @@ class GenerationStats:
 @dataclass(frozen=True)
 class FinishedRow:
     """One row, handed over the moment it finishes (:meth:`bass.Generator.stream`,
-    ``generate(on_finish=...)``): ``prompt`` its index among the call's prompts, ``tokens``
-    its new token ids, ``finish_reason`` as in :attr:`GenerationResult.finish_reasons`,
-    ``logprobs`` as in :attr:`GenerationResult.logprobs`."""
+    ``generate(on_finish=...)``): ``prompt`` its index among the call's prompts (with
+    ``n`` samples per prompt, among its rows: sample ``prompt % n`` of ``prompt // n``),
+    ``tokens`` its new token ids, ``finish_reason`` as in
+    :attr:`GenerationResult.finish_reasons`, ``logprobs`` as in
+    :attr:`GenerationResult.logprobs`."""
 
     prompt: int
     tokens: list[int]
