@@ -106,6 +106,8 @@ class ModelDrafter(Drafter):
         bad = torch.zeros(R, dtype=torch.bool, device=device)
         drafted = [0] * R
         order = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
+        pen = view.penalty  # a repetition penalty: drafts read their row and drafts before
+        seen = None if pen is None else pen.rows(view.state, slots)  # [R, V+1]
         # 1) the first pass feeds each drafting row's pending tokens (docs/concepts/engine.md,
         #    the invariant), in the cache's row order (active slots ascend)
         q_lens, lens = [0] * self.cache.batch_size, view.state.draft_lens
@@ -144,6 +146,8 @@ class ModelDrafter(Drafter):
             if logits.shape[-1] > self.tokens:  # padding rows: never proposed
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
+            if seen is not None:
+                logits = pen.drafts(logits, seen[index])
             if not params.do_sample:
                 tok = logits.argmax(dim=-1)
                 probs = torch.softmax(logits.float(), dim=-1) if stop is not None else None
@@ -157,6 +161,8 @@ class ModelDrafter(Drafter):
                     probs_out = probs.new_zeros(R, K, self.out_vocab)
                 probs_out[index, j, : probs.shape[-1]] = probs
             tokens[index, j] = tok
+            if seen is not None:
+                seen[index, tok] = True
             ok = [True] * len(order)
             if stop is not None:  # the policy's early stop: a refused token is not proposed
                 keep, conf = stop.keep(probs, survival, index)

@@ -496,15 +496,15 @@ class Generator:
         queue.paused += time.perf_counter() - t
 
     def _step(self, state, hooks, sampling, stats, slots, waiting: int, fill=()) -> None:
-        """One speculative step for the active rows ``slots`` (``waiting`` prompts wait
-        for a slot; ``fill``: rows just admitted, whose prefill rides in the verify pass):
-        lengths -> propose -> verify -> accept -> commit -> learn (docs/concepts/engine.md
-        walks through it)."""
+        """One speculative step for the active rows ``slots`` (``waiting`` prompts wait for a
+        slot; ``fill``: rows just admitted, whose prefill rides in the verify pass): lengths
+        -> propose -> verify -> accept -> commit -> learn (docs/concepts/engine.md)."""
         t_start = time.perf_counter()
         params, gen, seed, seen = sampling
         prompts = [state.prompt_of[s] for s in slots]
         caps = tuple(state.remaining(s) - 1 for s in slots)  # (main model: +1); no plugin edits
         view = StepView(slots, prompts, caps, state, params, gen, agree=self.coord.share_mask)
+        view.penalty = seen
         drafter, step = self._drafting, stats.step_count
         # 1) lengths: what the drafter has (n-grams), then the policy's lengths and stop
         lengths, ctx = [0] * len(slots), None

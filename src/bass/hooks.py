@@ -22,6 +22,7 @@ from .stats import StepRecord
 if TYPE_CHECKING:
     from .batch_state import BatchState
     from .hf import Passes
+    from .repetition import SeenTokens
 
 __all__ = [
     "DraftContext",
@@ -182,6 +183,11 @@ class StepView:
     ``agree``: a per-row decision (bool ``[R']``) as the whole tensor-parallel group
     takes it (its first rank's); the identity in one process.
 
+    ``penalty``: the generation's repetition penalty (a
+    :class:`bass.repetition.SeenTokens`), else ``None``: a drafter whose drafts should
+    follow the penalised choice penalises its logits with it (:class:`ModelDrafter
+    <bass.drafters.ModelDrafter>` does; the result is exact either way).
+
     The view and what it holds (``state`` above all) are the engine's: read them, never
     change them (a drafter keeps its own state); another package's drafter that changes
     a row (its list, length or newest token) is stopped with a PluginError.
@@ -197,6 +203,7 @@ class StepView:
     offer: Offer | None = None
     stop: EarlyStop | None = None
     agree: Callable[[torch.Tensor], torch.Tensor] = lambda mask: mask
+    penalty: SeenTokens | None = None
 
 
 @dataclass

@@ -180,7 +180,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("min_p", Range(float, low=0, high=1, text="a number in [0, 1]"),
            "sample among the tokens at least min_p times as likely as the likeliest", RUN,
            absent="no limit", table="generation", flag="--min-p", metavar="P"),
-    Option("repetition_penalty", Range(float, low=0, low_open=True, text="a number > 0"),
+    Option("repetition_penalty", Range(float, low=1e-3, high=1e3,
+                                       text="a number in [0.001, 1000] (1: none)"),
            "divide the logits of tokens already in a row (prompt included) by this where "
            "positive, multiply where negative (transformers' repetition_penalty; 1: none)",
            RUN, absent="none", table="generation", flag="--repetition-penalty", metavar="R"),

@@ -1,8 +1,9 @@
 """``repetition_penalty``: transformers' ``RepetitionPenaltyLogitsProcessor`` over ragged
 rows (:mod:`bass.repetition`). Greedy rows equal ``model.generate(repetition_penalty=)``
 token for token with every drafter, rows admitted as others finish; sampled rows follow
-the penalised distribution; processed log-probabilities read it, raw ones do not; the
-option is checked as every other (API, config, CLI)."""
+the penalised distribution; a draft model proposes as penalised; processed
+log-probabilities read the penalty, raw ones do not; the option is checked as every other
+(API, config, CLI)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from models import perturbed, tiny_lm
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from bass import Generator, testing
+from bass import Generator, repetition, testing
 from bass.options import OptionError
 from bass.repetition import penalize
 
@@ -64,9 +65,10 @@ def soft():
 @pytest.mark.parametrize("penalty", [1.3, 0.7])
 @pytest.mark.parametrize("drafter", ["ngram", "same", "perturbed", "none"])
 def test_greedy_rows_equal_transformers_generate(soft, drafter, penalty):
-    """Every drafter (the main model itself drafting: every draft accepted, so each verify
-    position must read the drafts before it), two rows at once (the others admitted into
-    finished rows' slots, compacted at the end); the penalty changes the rows."""
+    """Every drafter, two rows at once (the others admitted into finished rows' slots,
+    compacted at the end); the penalty changes the rows. The main model drafting for
+    itself: each draft position reads the drafts before it, as the verify pass does, so
+    every draft is accepted."""
     draft = {"ngram": "ngram", "same": soft, "perturbed": perturbed(soft), "none": None}[drafter]
     policy = dict(policy="constant", policy_options={"k": 4})  # deep drafts, every step
     want = _theirs(soft, PROMPTS, 20, penalty)
@@ -76,7 +78,29 @@ def test_greedy_rows_equal_transformers_generate(soft, drafter, penalty):
     )
     assert res.sequences == want
     if drafter == "same":
-        assert res.stats.accepted_tokens > 0
+        assert res.stats.accepted_tokens == res.stats.drafted_tokens > 0
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_verify_tokens_penalised_in_chunks(soft, monkeypatch, chunk):
+    """Verify tokens are penalised a chunk of rows at a time: chunks that split a row's
+    positions (and its drafts) give the same rows."""
+    monkeypatch.setattr(repetition, "CHUNK", chunk)
+    policy = dict(policy="constant", policy_options={"k": 4})
+    res = Generator(soft, soft, **policy).generate(
+        PROMPTS, max_new_tokens=20, repetition_penalty=1.3, max_rows=3
+    )
+    assert res.sequences == _theirs(soft, PROMPTS, 20, 1.3)
+    assert res.stats.accepted_tokens == res.stats.drafted_tokens > 0
+
+
+def test_sampled_drafts_of_the_main_model_itself_are_all_accepted(soft):
+    """Sampled drafts from the main model itself, penalised as the main model is: the
+    same distribution at every position, so rejection sampling keeps every draft."""
+    gen = Generator(soft, soft, draft_sampling="rejection", policy="constant",
+                    policy_options={"k": 3})  # fmt: skip
+    res = gen.generate(PROMPTS, max_new_tokens=16, do_sample=True, seed=1, repetition_penalty=2.0)
+    assert res.stats.accepted_tokens == res.stats.drafted_tokens > 0
 
 
 @pytest.mark.parametrize("mode", ["coupled", "rejection"])
@@ -122,9 +146,10 @@ def test_logprobs_processed_read_the_penalty_raw_do_not(soft):
         assert lq != pytest.approx(lr, abs=1e-6)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1.2", True])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1.2", True, 1e-40, 1e4])
 def test_bad_penalties_are_refused_by_name(soft, bad):
-    with pytest.raises(OptionError, match=r"repetition_penalty.*a number > 0"):
+    """(Past [0.001, 1000] a penalised logit may overflow to inf: NaN probabilities.)"""
+    with pytest.raises(OptionError, match=r"repetition_penalty.*a number in \[0\.001, 1000\]"):
         Generator(soft, "ngram").generate([[1, 2]], max_new_tokens=2, repetition_penalty=bad)
 
 
