@@ -73,3 +73,17 @@ def test_logprobs_equal_a_forward_pass_on_cuda(cuda_pair, mode):
             logits = (logits / 0.8).masked_fill(logits < kth, -torch.inf)
         want = torch.log_softmax(logits, -1)[torch.arange(len(out)), torch.tensor(out)]
         assert lps == pytest.approx(want.tolist(), abs=1e-4)
+
+
+def test_repetition_penalty_rows_equal_transformers_on_cuda(cuda_pair):
+    """The penalty's mask lives on the device (bass.repetition): greedy rows with a draft
+    model equal transformers' own penalised greedy decoding on CUDA."""
+    main, draft = cuda_pair
+    res = Generator(main, draft).generate(PROMPTS, max_new_tokens=16, repetition_penalty=1.3)
+    for prompt, out in zip(PROMPTS, res.sequences, strict=True):
+        ids = torch.tensor([prompt], device="cuda")
+        want = main.generate(
+            ids, max_new_tokens=16, do_sample=False, repetition_penalty=1.3, pad_token_id=0,
+            eos_token_id=None,
+        )  # fmt: skip
+        assert out == want[0, len(prompt) :].tolist()
