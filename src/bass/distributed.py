@@ -342,7 +342,7 @@ def generate(generator, prompts, **kwargs):
                 [prompts[i] for i in mine], row_ids=[ids[i] for i in mine], **kwargs
             )
         except (PromptError, NonFiniteLogitsError) as e:  # named by its index in the call
-            error = e.at(mine[e.prompt])
+            error = e.at(mine[e.prompt] // (job.kw["n"] or 1))  # (n rows a prompt)
         except Exception as e:  # told to rank 0 at the gather, then raised here
             error = e
     local = []

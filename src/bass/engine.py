@@ -404,7 +404,7 @@ class Generator:
                 self.vocab = self.main.get_input_embeddings().weight.shape[0]
                 self.width = self.main.get_output_embeddings().weight.shape[0]
                 self.coord.agree_generation(job.prompts, job.kw, job.row_ids)  # TP ranks
-                work = self._generate(job, theirs)
+                work = scheduler.named_by_prompt(job, self._generate(job, theirs))
                 mode = compat.generation_mode(models)  # (reads every module: once)
                 try:  # grad mode, no host-side length checks (valid by construction: tests
                     while True:  # check the invariant every step): the work's, not the caller's

@@ -241,7 +241,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            "called with (generator, state) after each step", RUN, absent="no callback"),
     Option("n", Range(int, low=1, high=2**24, text="an integer in [1, 2**24]"), "samples per "
            "prompt: row i*n + j of the result is sample j of prompt i, its draws keyed by "
-           "bass.sampling.row_key(i, j) (i: the prompt's row id)", RUN, 1, "1"),
+           "bass.sampling.row_key(i, j) (i: the prompt's row id), as bass generate keys them",
+           RUN, absent="one row per prompt, its draws keyed by its row id"),
     Option("max_rows", Range(int, low=1), "the most rows generating at once: when one "
            "finishes, the next waiting prompt takes its cache slot (continuous batching)",
            RUN, absent=f"as many as the KV budget holds, at most {MAX_ROWS}"),

@@ -18,7 +18,13 @@ from typing import NamedTuple
 import torch
 
 from . import hf, options, verify
-from .batch_state import BatchState, as_prompts, check_prompts, raise_if_nonfinite
+from .batch_state import (
+    BatchState,
+    NonFiniteLogitsError,
+    as_prompts,
+    check_prompts,
+    raise_if_nonfinite,
+)
 from .cache import RaggedKVCache
 from .drafters import nonfinite
 from .sampling import (
@@ -77,8 +83,8 @@ class Job(NamedTuple):
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, kw["max_new_tokens"], models)
         ids = options.row_ids(ids, len(prompts), call)
-        if kw["n"] > 1:  # each prompt's samples one after another, keyed (prompt, sample)
-            prompts, ids = samples(prompts, ids, kw["n"], call)
+        if kw["n"] is not None:  # each prompt's samples one after another, keyed (prompt,
+            prompts, ids = samples(prompts, ids, kw["n"], call)  # sample) as the CLI keys them
         texts = StopStrings(kw["stop_strings"], kw["tokenizer"]) if kw["stop_strings"] else None
         max_len = -(-need // 8) * 8  # a multiple of 8 (gpt-fast): fewer distinct shapes
         windows = [w for w in map(hf.sliding_window, models) if w is not None]
@@ -99,12 +105,33 @@ class Job(NamedTuple):
         )  # fmt: skip
 
 
+#: The most rows one call with ``n`` makes (``bass generate``'s bound on a job, too).
+MAX_ROWS_N = 10_000_000
+
+
+def named_by_prompt(job: Job, work):
+    """``work`` (a generation of ``job``), its :class:`NonFiniteLogitsError` naming the
+    caller's prompt where ``n`` made several rows of each."""
+    try:
+        return (yield from work)
+    except NonFiniteLogitsError as e:
+        if job.kw["n"] in (None, 1):
+            raise
+        raise e.at(e.prompt // job.kw["n"]) from None
+
+
 def samples(prompts: list, ids: list[int], n: int, call: str) -> tuple[list, list[int]]:
     """``n`` rows per prompt, one after another, and their row ids: sample ``j`` of the
     prompt of row id ``i`` is keyed by :func:`bass.sampling.row_key` ``(i, j)``, as ``bass
-    generate --n`` keys it."""
-    if max(ids) >= 2 ** (63 - SAMPLE_BITS):
-        why = f"ints < 2**{63 - SAMPLE_BITS} with n > 1 (each keys its samples: row_key)"
+    generate`` keys it (``--n`` or not). At most :data:`MAX_ROWS_N` rows."""
+    if len(prompts) * n > MAX_ROWS_N:
+        why = (
+            f"at most {MAX_ROWS_N:,} rows a call: {len(prompts)} prompts x n={n} is "
+            f"{len(prompts) * n:,}; split the job over calls (row_ids: each prompt's index)"
+        )
+        raise options.fail("n", n, why, where=f"{call}()")
+    if ids and max(ids) >= 2 ** (63 - SAMPLE_BITS):
+        why = f"ints < 2**{63 - SAMPLE_BITS} with n (each keys its samples: row_key)"
         raise options.fail("row_ids", max(ids), why, where=f"{call}()")
     rows = [p for p in prompts for _ in range(n)]
     return rows, [row_key(i, j) for i in ids for j in range(n)]

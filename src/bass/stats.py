@@ -245,12 +245,13 @@ class FinishedRow:
 
 @dataclass
 class GenerationResult:
-    """``sequences``: the new token ids per prompt, in prompt order. ``finish_reasons``:
-    per prompt, why its row ended: ``"eos"`` (an eos token, kept as the last id),
+    """``sequences``: the new token ids per row, in prompt order (one row per prompt; with
+    ``generate(n=)``, ``n`` rows per prompt, one after another). ``finish_reasons``: per
+    row, why it ended: ``"eos"`` (an eos token, kept as the last id),
     ``"stop"`` (a stop sequence or stop string; its tokens are kept), ``"length"``
     (``max_new_tokens``) or ``"time"`` (the time budget ran out first). ``ranks``: in a
     data-parallel job (:func:`bass.distributed.generate`), the rank that generated each
-    row. ``logprobs`` (``generate(logprobs=...)``; else ``None``): per prompt, each new
+    row. ``logprobs`` (``generate(logprobs=...)``; else ``None``): per row, each new
     token's log-probability under the main model, ``"raw"`` (its own distribution: what a
     forward pass over the sequence gives) or ``"processed"`` (the one the token was drawn
     from: temperature, top-k, top-p, min-p applied; greedy decoding: the raw one)."""

@@ -225,6 +225,8 @@ def assert_distribution_equivalent(
         )
     if "do_sample" in sampling:
         raise ValueError(f"{where} draws samples: drop do_sample={sampling['do_sample']!r}")
+    if sampling.get("n") is not None:
+        raise ValueError(f"{where} draws rows of one prompt already: drop n={sampling['n']!r}")
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
     for key in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):

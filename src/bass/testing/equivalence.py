@@ -36,6 +36,15 @@ def _check_generator(where: str, generator, main: bool = True) -> None:
         )
 
 
+def _check_no_n(where: str, kwargs) -> None:
+    """The checks compare one row per prompt: ``n`` (samples per prompt) is refused."""
+    if kwargs.get("n") is not None:
+        raise ValueError(
+            f"{where} checks one row per prompt: drop n={kwargs['n']!r} and repeat the "
+            "prompts (with row_ids=[bass.sampling.row_key(i, j) ...] for n's keys)"
+        )
+
+
 def _check_row_count(res, prompts) -> None:
     if len(res.sequences) != len(prompts):
         raise AssertionError(
@@ -175,6 +184,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
     _check_generator("assert_greedy_equivalent()", generator)
     if generate_kwargs.get("do_sample"):
         raise ValueError("assert_greedy_equivalent checks greedy decoding: drop do_sample")
+    _check_no_n("assert_greedy_equivalent()", generate_kwargs)
     res = generator.generate(prompts, max_new_tokens=max_new_tokens, **generate_kwargs)
     _check_row_count(res, prompts)
     # what the generator will apply: explicit arguments, else its config file's defaults
@@ -227,6 +237,7 @@ def assert_sampled_equivalent(
         )
     if generate_kwargs.get("do_sample") is False:
         raise ValueError("assert_sampled_equivalent checks sampling: drop do_sample=False")
+    _check_no_n("assert_sampled_equivalent()", generate_kwargs)
     if seed is None:  # one seed for both runs (None: each would draw its own)
         seed = int(torch.randint(0, 2**62, (1,)).item())
     kw = {**generate_kwargs, "do_sample": True, "seed": seed}
