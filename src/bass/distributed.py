@@ -199,7 +199,8 @@ class Solo:
 #: The settings of a ``generate`` call every rank of a group must agree on, beside the eos
 #: ids, the stop sequences and the row ids (every ``[generation]`` option: a test checks).
 AGREED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
-AGREED += ("repetition_penalty", "time_budget", "stop_strings", "logprobs")
+AGREED += ("repetition_penalty", "frequency_penalty", "presence_penalty", "time_budget")
+AGREED += ("stop_strings", "logprobs")
 
 
 class Coordinator(Solo):

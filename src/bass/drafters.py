@@ -107,7 +107,7 @@ class ModelDrafter(Drafter):
         drafted = [0] * R
         order = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
         pen = view.penalty  # a repetition penalty: drafts read their row and drafts before
-        seen = None if pen is None else pen.rows(view.state, slots)  # [R, V+1]
+        seen = None if pen is None else pen.rows(view.state, slots)
         # 1) the first pass feeds each drafting row's pending tokens (docs/concepts/engine.md,
         #    the invariant), in the cache's row order (active slots ascend)
         q_lens, lens = [0] * self.cache.batch_size, view.state.draft_lens
@@ -147,7 +147,7 @@ class ModelDrafter(Drafter):
                 logits = logits[..., : self.tokens]
             bad[index] |= nonfinite(logits)
             if seen is not None:
-                logits = pen.drafts(logits, seen[index])
+                logits = pen.drafts(logits, seen, index)
             if not params.do_sample:
                 tok = logits.argmax(dim=-1)
                 probs = torch.softmax(logits.float(), dim=-1) if stop is not None else None
@@ -162,7 +162,7 @@ class ModelDrafter(Drafter):
                 probs_out[index, j, : probs.shape[-1]] = probs
             tokens[index, j] = tok
             if seen is not None:
-                seen[index, tok] = True
+                pen.drafted(seen, index, tok)
             ok = [True] * len(order)
             if stop is not None:  # the policy's early stop: a refused token is not proposed
                 keep, conf = stop.keep(probs, survival, index)

@@ -129,8 +129,7 @@ class Generator:
             :data:`bass.packing.TOKEN_BUCKETS`, the cache never compacted nor reallocated
             (docs/concepts/engine.md, "Static shapes"). Default: on with
             ``compile="reduce-overhead"``, else off (eager passes compute real tokens only).
-        prefill_chunk_tokens: the most tokens one prefill pass feeds (longer batches are
-            prefilled in chunks; a prompt may span chunks).
+        prefill_chunk_tokens: the most tokens one prefill pass feeds (a prompt may span passes).
         cpu_linear: models on a CPU (:class:`bass.backends.CPUBackend`): ``"auto"``
             (default): each linear layer's matrix product in the layout measured fastest
             for the pass's row count, a packed copy of the weights where memory allows
@@ -143,8 +142,7 @@ class Generator:
             take, kept while it equals the main model's; every sampled row equals plain
             sampling with the same seed) or ``"rejection"`` (rejection sampling; which
             sample comes out depends on the batch): docs/concepts/exactness.md.
-        shared_vocab: a draft model whose logit count differs from the main model's only
-            by embedding padding: the tokenizer's length (see :mod:`bass.drafters`).
+        shared_vocab: the tokenizer's length, for a draft whose logits differ by padding only.
 
     Every argument here and of :meth:`generate` is checked before any work
     (:mod:`bass.options`: an :class:`~bass.options.OptionError` names it). Threads: one
@@ -309,6 +307,8 @@ class Generator:
         top_p: float | None = None,
         min_p: float | None = None,
         repetition_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        presence_penalty: float | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         seed: int | None = None,
         time_budget: float | None = None,
@@ -328,7 +328,7 @@ class Generator:
 
         Greedy output equals the main model's own greedy decoding token for token; sampled
         output follows the main model's (temperature/top-k/top-p/min-p warped) distribution
-        exactly; ``repetition_penalty`` changes both as transformers' does. A row also stops
+        exactly; penalties change both (:mod:`bass.repetition`). A row also stops
         after its new tokens end with one of ``stop_sequences`` (token-id lists; the stop
         sequence is kept, as eos is), or once the text of its new tokens (decoded with
         ``tokenizer``, special tokens skipped) contains one of ``stop_strings``: it ends
@@ -449,7 +449,7 @@ class Generator:
         if self.drafter is not None:
             n = self._drafting.start(state, self.passes, job.max_len, device)
             stats.draft_passes += check_passes(self._drafting, "start", n)
-        seen = SeenTokens.start(job.params.repetition_penalty, slots, self.width, device)
+        seen = SeenTokens.start(job.params, slots, self.width, device)
         queue, sampling = scheduler.Queue(len(prompts)), (job.params, gen, seed, seen)
 
         # 2) steps until every row has finished: waiting prompts take the slots of finished

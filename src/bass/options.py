@@ -156,6 +156,7 @@ _ATTENTION = Choice(lambda: ["auto", *implementations()], note="available here; 
                     docs="auto, or an implementation that runs here: reference, sdpa (CPU), "
                     "fused (CUDA), ... (`bass ops` lists them)")
 _SOURCE = "a model name, directory or .gguf file"
+_PENALTY = Range(float, low=-2, high=2, text="a number in [-2, 2] (0: none)")
 
 OPTIONS: dict[str, Option] = {o.name: o for o in [
     Option("policy", Value(_policy, _policy_text), "the draft-length policy", G,
@@ -185,6 +186,12 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            "divide the logits of tokens already in a row (prompt included) by this where "
            "positive, multiply where negative (transformers' repetition_penalty; 1: none)",
            RUN, absent="none", table="generation", flag="--repetition-penalty", metavar="R"),
+    Option("frequency_penalty", _PENALTY, "lower the logit of a token by this times its count "
+           "among the row's new tokens (OpenAI's and vLLM's frequency_penalty)", RUN,
+           absent="none", table="generation", flag="--frequency-penalty", metavar="F"),
+    Option("presence_penalty", _PENALTY, "lower the logit of a token already among the row's "
+           "new tokens by this (OpenAI's and vLLM's presence_penalty)", RUN, absent="none",
+           table="generation", flag="--presence-penalty", metavar="P"),
     Option("seed", Range(int, low=0, high=2**63 - 1, text="an integer >= 0 and < 2**63"),
            "the seed: each row's draws are keyed by it and the row's index, however rows are "
            "batched", RUN, absent="a seed drawn from torch's global generator",

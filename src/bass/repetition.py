@@ -1,13 +1,17 @@
-"""The repetition penalty (``generate(repetition_penalty=)``): transformers'
-``RepetitionPenaltyLogitsProcessor`` over ragged rows. A token that already occurs in a
-row (its prompt or its new tokens) has its logit divided by the penalty where positive,
-multiplied where negative, before any warping, for the main model's choice (greedy or
-sampled) and its processed log-probabilities, and for a draft model's proposals (each
-draft position reads the row and the drafts before it, as the main model will).
+"""Penalties on what a row already holds, before any warping, for the main model's choice
+(greedy or sampled), its processed log-probabilities and a draft model's proposals:
+
+- ``repetition_penalty`` (transformers' ``RepetitionPenaltyLogitsProcessor``): the logit
+  of a token already in the row (its prompt or its new tokens) divided by the penalty
+  where positive, multiplied where negative;
+- then ``frequency_penalty`` and ``presence_penalty`` (OpenAI's and vLLM's): the logit of
+  a token that occurs ``c`` times among the row's *new* tokens lowered by ``frequency *
+  c``, and by ``presence`` if ``c > 0``.
 
 In a verify pass, position ``i`` of a row reads the row's tokens and its drafts
-``d_1..d_i`` (the tokens a plain decoding would have fed before it): so speculation keeps
-the penalised distribution exactly, as it keeps the unpenalised one.
+``d_1..d_i`` (the tokens a plain decoding would have fed before it), and so does a draft
+model's ``i``-th proposal: speculation keeps the penalised distribution exactly, as it
+keeps the unpenalised one.
 """
 
 from __future__ import annotations
@@ -19,41 +23,74 @@ __all__ = ["SeenTokens", "penalize"]
 CHUNK = 256  # verify tokens penalised at a time (bounds the [rows, V] temporaries)
 
 
-def penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """``logits`` ``[..., V]`` with each token ``seen`` (bool, same shape) penalised as
-    transformers' ``RepetitionPenaltyLogitsProcessor`` does it: divided by ``penalty``
-    where positive, multiplied where negative; float32 (float64 for float64 ``logits``),
-    the dtype transformers' ``generate`` scores in."""
-    x = logits.to(_dtype(logits))
-    return torch.where(seen, torch.where(x < 0, x * penalty, x / penalty), x)
+def penalize(
+    logits: torch.Tensor,
+    seen: torch.Tensor | None,
+    penalty: float | None,
+    counts: torch.Tensor | None = None,
+    frequency: float = 0.0,
+    presence: float = 0.0,
+) -> torch.Tensor:
+    """``logits`` ``[..., V]`` penalised: each token ``seen`` (bool, same shape; the
+    prompt's and the new tokens) as transformers' ``RepetitionPenaltyLogitsProcessor``
+    does it, divided by ``penalty`` where positive, multiplied where negative (``None``:
+    not); then lowered by ``frequency * counts`` and by ``presence`` where ``counts > 0``
+    (``counts``: each token's occurrences among the new tokens, any integer dtype, same
+    shape), as vLLM applies them. float32 (float64 for float64 ``logits``), the dtype
+    transformers' ``generate`` scores in."""
+    dtype = _float(logits)
+    x = logits.to(dtype)
+    if seen is not None and penalty is not None:
+        x = torch.where(seen, torch.where(x < 0, x * penalty, x / penalty), x)
+    if counts is not None and frequency:
+        x = x - frequency * counts.to(dtype)
+    if counts is not None and presence:
+        x = x - presence * (counts > 0).to(dtype)
+    return x
 
 
-def _dtype(logits: torch.Tensor) -> torch.dtype:
+def _float(logits: torch.Tensor) -> torch.dtype:
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
 class SeenTokens:
-    """Which token ids each cache slot's row holds (prompt and new tokens), a ``[slots,
-    V]`` mask on the device brought up to date from the host rows before each pass reads
-    it (only the tokens added since; a slot a new prompt took starts over), and the
-    penalty it applies (:meth:`first_scores`, :meth:`verify_scores`)."""
+    """What each cache slot's row holds, on the device: a ``[slots, V+1]`` mask of its
+    tokens (prompt and new ones) for a repetition penalty, and ``[slots, V+1]`` counts of
+    its new tokens for frequency and presence penalties (each only where its penalty is
+    on; one column past the vocabulary, where padding drafts are written), brought up to
+    date from the host rows before each pass reads them (only the tokens added since; a
+    slot a new prompt took starts over); and the penalties they apply
+    (:meth:`first_scores`, :meth:`verify_scores`, and a drafter's :meth:`rows`,
+    :meth:`drafts`, :meth:`drafted`)."""
 
-    def __init__(self, penalty: float, slots: int, width: int, device):
-        self.penalty = penalty
-        # one column past the vocabulary: where a verify pass's padding drafts are written
-        self.mask = torch.zeros(slots, width + 1, dtype=torch.bool, device=device)
-        self.held = [(-1, 0)] * slots  # per slot: (its prompt, its tokens in the mask)
+    def __init__(self, params, slots: int, width: int, device):
+        rep = params.repetition_penalty
+        self.penalty = None if rep is None or rep == 1 else rep
+        self.frequency = params.frequency_penalty or 0.0
+        self.presence = params.presence_penalty or 0.0
+        shape = (slots, width + 1)
+        self.mask = self.counts = None
+        if self.penalty is not None:
+            self.mask = torch.zeros(shape, dtype=torch.bool, device=device)
+        if self.frequency or self.presence:
+            self.counts = torch.zeros(shape, dtype=torch.int32, device=device)
+        self.device = device
+        self.held = [(-1, 0)] * slots  # per slot: (its prompt, its tokens counted)
 
     @classmethod
-    def start(cls, penalty: float | None, slots: int, width: int, device) -> SeenTokens | None:
-        """The mask of a generation with ``slots`` cache rows; ``None`` without a penalty
-        (``None`` or 1.0: nothing to track)."""
-        return None if penalty is None or penalty == 1.0 else cls(penalty, slots, width, device)
+    def start(cls, params, slots: int, width: int, device) -> SeenTokens | None:
+        """The state of a generation with ``slots`` cache rows and ``params``' penalties
+        (a :class:`bass.sampling.SamplingParams`); ``None`` without any (nothing to
+        track)."""
+        rep = params.repetition_penalty
+        if rep in (None, 1) and not params.frequency_penalty and not params.presence_penalty:
+            return None
+        return cls(params, slots, width, device)
 
     def _update(self, state, slots: list[int]) -> torch.Tensor:
         """Add the tokens ``slots``' rows gained since the last update (one small copy to
         the device, no sync); returns ``slots`` on the device."""
-        reset, rows, cols = [], [], []
+        reset, rows, cols, new_rows, new_cols = [], [], [], [], []
         for s in slots:
             prompt, seq = state.prompt_of[s], state.seqs[s]
             owner, n = self.held[s]
@@ -62,31 +99,59 @@ class SeenTokens:
                 n = 0
             rows += [s] * (len(seq) - n)
             cols += seq[n:]
+            first_new = max(n, len(seq) - len(state.outputs[prompt]))  # past the prompt
+            new_rows += [s] * (len(seq) - first_new)
+            new_cols += seq[first_new:]
             self.held[s] = (prompt, len(seq))
-        host = torch.tensor([*slots, *reset, *rows, *cols], dtype=torch.int64)
-        dev = host.to(self.mask.device, non_blocking=True)
-        slots_t, reset_t, rows_t, cols_t = dev.split([len(slots), len(reset), len(rows), len(rows)])
-        if reset:
+        parts = [slots, reset, rows, cols, new_rows, new_cols]
+        host = torch.tensor([t for p in parts for t in p], dtype=torch.int64)
+        dev = host.to(self.device, non_blocking=True).split([len(p) for p in parts])
+        slots_t, reset_t, rows_t, cols_t, new_rows_t, new_cols_t = dev
+        if self.mask is not None:
             self.mask[reset_t] = False
-        if rows:
             self.mask[rows_t, cols_t] = True
+        if self.counts is not None:
+            self.counts[reset_t] = 0
+            one = torch.ones((), dtype=torch.int32, device=self.device)
+            self.counts.index_put_((new_rows_t, new_cols_t), one.expand(len(new_rows)), True)
         return slots_t
 
-    def rows(self, state, slots: list[int]) -> torch.Tensor:
-        """A copy of the masks of ``slots``' rows, ``[R, V+1]`` bool (one column past the
-        vocabulary): a drafter adds each token it drafts (``mask[rows, tokens] = True``)
-        and penalises its next logits with :meth:`drafts`."""
-        return self.mask[self._update(state, slots)]
+    def _gather(self, slots_t: torch.Tensor) -> tuple:
+        """Copies of the rows of ``slots_t``: ``(mask, counts)``, each ``None`` where off."""
+        return tuple(None if t is None else t[slots_t] for t in (self.mask, self.counts))
 
-    def drafts(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """A draft model's logits ``[R', V']`` penalised by the rows' masks ``[R', V+1]``
-        (:meth:`rows`, with the drafts so far), over the logits' width."""
-        return penalize(logits, mask[:, : logits.shape[-1]], self.penalty)
+    def _apply(self, logits: torch.Tensor, seen: tuple) -> torch.Tensor:
+        V = logits.shape[-1]
+        mask, counts = (None if t is None else t[:, :V] for t in seen)
+        return penalize(logits, mask, self.penalty, counts, self.frequency, self.presence)
+
+    def _add(self, seen: tuple, rows: torch.Tensor, cols: torch.Tensor) -> None:
+        """Add tokens ``cols`` (new ones) to rows ``rows`` of ``seen`` (any shapes, equal;
+        duplicates counted)."""
+        mask, counts = seen
+        if mask is not None:
+            mask[rows, cols] = True
+        if counts is not None:
+            one = torch.ones((), dtype=counts.dtype, device=counts.device)
+            counts.index_put_((rows.reshape(-1), cols.reshape(-1)), one.expand(rows.numel()), True)
+
+    def rows(self, state, slots: list[int]) -> tuple:
+        """What ``slots``' rows hold, copied for a drafter: it penalises its logits with
+        :meth:`drafts` and adds each token it drafts with :meth:`drafted`."""
+        return self._gather(self._update(state, slots))
+
+    def drafts(self, logits: torch.Tensor, seen: tuple, index: torch.Tensor) -> torch.Tensor:
+        """A draft model's logits ``[R', V']`` for rows ``index`` of ``seen`` (:meth:`rows`,
+        with the drafts so far) penalised, over the logits' width."""
+        return self._apply(logits, tuple(None if t is None else t[index] for t in seen))
+
+    def drafted(self, seen: tuple, index: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Rows ``index`` of ``seen`` drafted ``tokens`` (one each)."""
+        self._add(seen, index, tokens)
 
     def first_scores(self, logits: torch.Tensor, state, fill: list[int]) -> torch.Tensor:
         """The penalised logits ``[F, V]`` of the prompts just prefilled into ``fill``."""
-        seen = self.mask[self._update(state, fill), :-1]
-        return penalize(logits, seen, self.penalty)
+        return self._apply(logits, self._gather(self._update(state, fill)))
 
     def verify_scores(self, logits: torch.Tensor, v, state, slots: list[int]) -> torch.Tensor:
         """The penalised logits ``[n, V]`` of a verify pass's tokens (``v``: its
@@ -99,18 +164,17 @@ class SeenTokens:
         row = torch.arange(R, device=dev).repeat_interleave(K1)  # each verify token's row
         owner = torch.empty(n, dtype=torch.int64, device=dev).scatter_(0, v.index.view(-1), row)
         owner = slots_t[owner]  # [n]: each verify token's slot
-        # + the drafts before each position (i < j, within the row's drafts)
-        i = torch.arange(K1 - 1, device=dev)
-        live = (i[None, :] < torch.arange(K1, device=dev)[:, None])[None]  # [1, K+1, K]
-        live = live & (i < v.drafted[:, None])[:, None, :]  # [R, K+1, K]
+        # + the drafts before each position j: d_i, i < j <= the row's drafts (the positions
+        # past them repeat its last logits row: not counted again)
+        i, j = torch.arange(K1 - 1, device=dev), torch.arange(K1, device=dev)[:, None]
+        live = (i < j)[None] & (j <= v.drafted[:, None, None])  # [R, K+1, K]
         drafts, at = v.drafts[:, None, :].long(), v.index[:, :, None]  # [R, 1, K], [R, K+1, 1]
-        out = torch.empty(n, V, dtype=_dtype(logits), device=dev)
+        out = torch.empty(n, V, dtype=_float(logits), device=dev)
         for lo in range(0, n, CHUNK):  # CHUNK rows at a time: no [n, V] temporaries
             c = min(CHUNK, n - lo)
-            seen = self.mask[owner[lo : lo + c]]  # [c, V+1]: what each row holds
+            seen = self._gather(owner[lo : lo + c])  # [c, V+1] each: what each row holds
             if K1 > 1:  # (entries of other chunks, or past a row's drafts: column V)
                 col = torch.where(live & (at >= lo) & (at < lo + c), drafts, V)  # [R, K+1, K]
-                flat = (at - lo).clamp(0, c - 1) * (V + 1) + col
-                seen.view(-1)[flat.view(-1)] = True
-            out[lo : lo + c] = penalize(logits[lo : lo + c], seen[:, :V], self.penalty)
+                self._add(seen, (at - lo).clamp(0, c - 1).expand_as(col), col)
+            out[lo : lo + c] = self._apply(logits[lo : lo + c], seen)
         return out

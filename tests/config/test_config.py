@@ -249,7 +249,7 @@ def test_unknown_table_and_key_list_the_allowed_ones():
         Config.from_dict({"generation": {"max_tokens": 3}})
     msg = str(info.value)
     assert "unknown key in [generation] 'max_tokens'" in msg
-    assert "do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed" in msg
+    assert "min_p, repetition_penalty, frequency_penalty, presence_penalty, seed" in msg
     with pytest.raises(ConfigError, match="allowed: main, draft, attention, dtype, chat"):
         Config.from_dict({"model": {"device": "cuda"}})
     with pytest.raises(ConfigError, match=r"\[model\] = 'x' is not allowed; expected a table"):

@@ -247,6 +247,7 @@ def row_settings(config) -> dict:
         "stop_strings": g.stop_strings,
         "logprobs": g.logprobs,  # what a row holds
         "repetition_penalty": None if g.repetition_penalty == 1 else g.repetition_penalty,
+        **{k: getattr(g, k) or None for k in ("frequency_penalty", "presence_penalty")},
     }
     return json.loads(json.dumps(settings))  # as a results file holds them
 
@@ -265,8 +266,7 @@ def _stdout_closed(out_path, exc: OSError) -> bool:
 
 
 def check_stop_flag(stops, tokenizer) -> None:
-    """Refuse, before the first row, a ``--stop`` that could never match (it holds a
-    special token's text), named as its flag."""
+    """Refuse, before the first row, a ``--stop`` that could never match (special tokens)."""
     try:
         check_stops_shown(stops, tokenizer, "--stop (or [generation] stop_strings)", "the stop")
     except OptionError as exc:

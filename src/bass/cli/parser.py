@@ -160,7 +160,7 @@ _GENERATE_FLAGS = [
                   "--output already holds, append the rest. The file must come from the same "
                   "prompts, --n and settings that change the rows (main model, dtype, chat, "
                   "max_new_tokens, sampling with its temperature/top-k/top-p/min-p/seed, "
-                  "repetition penalty, eos, stop strings, logprobs; every row stores them); the "
+                  "penalties, eos, stop strings, logprobs; every row stores them); the "
                   "draft, policy, batch size, attention and time budget may differ. Rows of "
                   "an older bass (without settings) are taken unchecked"}),
     ("--overwrite", {"action": "store_true", "help": "replace an --output that holds rows "
@@ -181,7 +181,7 @@ _HUMANEVAL_FLAGS = [
                   "problems --output already holds, append the rest. --problems must select "
                   "every problem the file holds; the file must come from the same --n, methods "
                   "(draft, policy) and settings (main model, dtype, chat, max_new_tokens, "
-                  "sampling with its temperature/top-k/top-p/min-p/seed, repetition penalty, "
+                  "sampling with its temperature/top-k/top-p/min-p/seed, penalties, "
                   "eos, stop strings, time budget, --timeout, --executor; every line stores "
                   "them); the table counts every problem, tokens/s and mean accepted this "
                   "run's"}),

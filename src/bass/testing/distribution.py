@@ -43,11 +43,14 @@ def exact_distribution(
     top_p: float | None = None,
     min_p: float | None = None,
     repetition_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
 ) -> dict[tuple[int, ...], float]:
     """The exact probability of every continuation of ``prompt`` of ``max_new_tokens``
     tokens under ``model``'s warped sampling distribution (what sampling with the main
-    model alone produces; a ``repetition_penalty`` first, as transformers applies it), by
-    enumeration: ``{tokens: probability}``, summing to 1.
+    model alone produces; the penalties first, as :func:`bass.repetition.penalize` applies
+    them to each position's context), by enumeration: ``{tokens: probability}``, summing
+    to 1.
 
     Needs a tiny vocabulary: ``V ** max_new_tokens`` at most 200,000.
     """
@@ -63,11 +66,12 @@ def exact_distribution(
     where = "exact_distribution()"
     kw = options.check_keywords(
         where, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repetition_penalty=repetition_penalty,
+        repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty,
     )  # fmt: skip
     options.check_sampling(True, kw["temperature"], where)
     params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"], kw["min_p"])
-    penalty = kw["repetition_penalty"]
+    pen = {k: kw[f"{k}_penalty"] for k in ("repetition", "frequency", "presence")}
     prompt = _check_prompt("exact_distribution()", model, prompt, L)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
@@ -75,11 +79,15 @@ def exact_distribution(
     with _own_attention(model):  # in chunks: memory bounded by CHUNK rows, not V^L
         for chunk in ids.split(CHUNK):
             logits = model(chunk).logits[:, len(prompt) - 1 : -1].to(torch.float64)  # [n, L, V]
-            if penalty is not None:  # position t reads the prompt and the t tokens before it
+            if any(pen.values()):  # position t reads the prompt and the t tokens before it
                 seen = torch.zeros(len(chunk), L, V, dtype=torch.bool, device=chunk.device)
+                counts = torch.zeros(len(chunk), L, V, dtype=torch.int64, device=chunk.device)
                 for t in range(L):
                     seen[:, t].scatter_(1, chunk[:, : len(prompt) + t], True)
-                logits = penalize(logits, seen, penalty)
+                    new = chunk[:, len(prompt) : len(prompt) + t]  # the new tokens before t
+                    counts[:, t].scatter_add_(1, new, torch.ones_like(new))
+                f, p = pen["frequency"] or 0.0, pen["presence"] or 0.0
+                logits = penalize(logits, seen, pen["repetition"], counts, f, p)
             probs = warp_probs(logits, params)
             at = chunk[:, len(prompt) :, None]
             picked.append(probs.gather(-1, at).squeeze(-1).prod(-1))  # [n]
@@ -181,13 +189,14 @@ def assert_distribution_equivalent(
 ):
     """Draw ``rows`` continuations of ``prompt`` with ``generator`` (one call with ``rows``
     identical prompts, ``do_sample=True``, ``**sampling``: temperature, top_k, top_p, min_p,
-    repetition_penalty; at most ``max_rows`` of them at once, the others admitted as rows
-    finish) and test them against :func:`exact_distribution` of ``model`` (the main model)
-    with :func:`chi_square_test`: the whole continuations, and each new token's and each
-    adjacent pair's distribution (a wrong draft position moves the continuations' mass by
-    little when they are many, most pooled into one cell: ``V**L`` outcomes at ``rows``
-    samples; it moves its own position's by much). Raises ``AssertionError`` naming the test
-    that rejects, its statistic, degrees of freedom and p-value.
+    repetition_penalty, frequency_penalty, presence_penalty; at most ``max_rows`` of them at
+    once, the others admitted as rows finish) and test them against
+    :func:`exact_distribution` of ``model`` (the main model) with :func:`chi_square_test`:
+    the whole continuations, and each new token's and each adjacent pair's distribution (a
+    wrong draft position moves the continuations' mass by little when they are many, most
+    pooled into one cell: ``V**L`` outcomes at ``rows`` samples; it moves its own position's
+    by much). Raises ``AssertionError`` naming the test that rejects, its statistic, degrees
+    of freedom and p-value.
 
     False alarms: a lossless generator fails with probability at most ``alpha`` (1e-3)
     for a random seed: each of the ``m`` tests runs at ``alpha / m`` (Bonferroni; ``m =
@@ -229,7 +238,8 @@ def assert_distribution_equivalent(
         raise ValueError(f"{where} draws rows of one prompt already: drop n={sampling['n']!r}")
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
-    for key in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):
+    keys = ("temperature", "top_k", "top_p", "min_p")
+    for key in (*keys, "repetition_penalty", "frequency_penalty", "presence_penalty"):
         if key not in sampling and defaults.get(key) is not None:
             sampling[key] = defaults[key]
     res = generator.generate(
