@@ -185,8 +185,8 @@ class StepView:
 
     ``penalty``: the generation's repetition penalty (a
     :class:`bass.repetition.SeenTokens`), else ``None``: a drafter whose drafts should
-    follow the penalised choice penalises its logits with it (:class:`ModelDrafter
-    <bass.drafters.ModelDrafter>` does; the result is exact either way).
+    follow the penalised choice penalises its logits with it
+    (:class:`bass.drafters.ModelDrafter` does; the result is exact either way).
 
     The view and what it holds (``state`` above all) are the engine's: read them, never
     change them (a drafter keeps its own state); another package's drafter that changes
