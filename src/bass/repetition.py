@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SeenTokens", "penalize"]
+__all__ = ["PENALTIES", "SeenTokens", "penalize"]
+
+#: The penalties' options (``generate`` keywords, ``[generation]`` keys).
+PENALTIES = ("repetition_penalty", "frequency_penalty", "presence_penalty")
 
 CHUNK = 256  # verify tokens penalised at a time (bounds the [rows, V] temporaries)
 

@@ -136,3 +136,20 @@ def test_cli_flags_are_recorded_and_resume_compares_them(tmp_path, capsys):
     assert rc == 2 and "presence_penalty: 1.0 there, null now" in one_error_line(err)
     rc, _, err = run(capsys, f"{base} --presence-penalty 3", "hello")
     assert rc == 2 and "--presence-penalty = 3" in one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    "case", [dict(repetition_penalty=1.3), dict(frequency_penalty=0.8, presence_penalty=-0.5)]
+)
+def test_the_greedy_check_applies_the_penalties_to_its_reference(soft, case):
+    """``bass.testing.assert_greedy_equivalent`` with penalties: transformers' own decoding
+    penalised alike is the reference (it passes a generator that applies them, fails one
+    that drops them)."""
+
+    class Unpenalised(Generator):
+        def generate(self, prompts, **kw):
+            return super().generate(prompts, **{k: v for k, v in kw.items() if k not in case})
+
+    testing.assert_greedy_equivalent(Generator(soft, perturbed(soft)), PROMPTS, 12, **case)
+    with pytest.raises(AssertionError, match="differs from the main model's own greedy"):
+        testing.assert_greedy_equivalent(Unpenalised(soft, "ngram"), PROMPTS, 12, **case)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from .. import options
-from ..repetition import penalize
+from ..repetition import PENALTIES, penalize
 from ..sampling import SamplingParams, warp_probs
 from .equivalence import _check_generator, _check_prompt, _own_attention, _warn_if_vacuous
 
@@ -71,7 +71,7 @@ def exact_distribution(
     )  # fmt: skip
     options.check_sampling(True, kw["temperature"], where)
     params = SamplingParams(True, kw["temperature"], kw["top_k"], kw["top_p"], kw["min_p"])
-    pen = {k: kw[f"{k}_penalty"] for k in ("repetition", "frequency", "presence")}
+    pen = {k.removesuffix("_penalty"): kw[k] for k in PENALTIES}
     prompt = _check_prompt("exact_distribution()", model, prompt, L)
     seqs = list(itertools.product(range(V), repeat=L))
     ids = torch.tensor([[*prompt, *s] for s in seqs], device=model.device)
@@ -239,7 +239,7 @@ def assert_distribution_equivalent(
     # the warping the generator applies: explicit arguments, else its config's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
     keys = ("temperature", "top_k", "top_p", "min_p")
-    for key in (*keys, "repetition_penalty", "frequency_penalty", "presence_penalty"):
+    for key in (*keys, *PENALTIES):
         if key not in sampling and defaults.get(key) is not None:
             sampling[key] = defaults[key]
     res = generator.generate(

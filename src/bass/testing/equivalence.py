@@ -12,6 +12,7 @@ import torch
 from ..batch_state import PromptError, as_prompts, check_prompts
 from ..compat import attn_implementation
 from ..hf import attention_restored
+from ..repetition import PENALTIES, penalize
 
 __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_reference"]
 
@@ -119,10 +120,15 @@ def greedy_reference(
     stop_sequences=None,
     stop_strings=None,
     tokenizer=None,
+    repetition_penalty=None,
+    frequency_penalty=None,
+    presence_penalty=None,
 ) -> list[int]:
     """The main model's own greedy continuation of ``prompt`` alone, cut where a row of
-    bass must stop (docs/reference/testing.md, "Greedy and seeded sampling")."""
-    from transformers import GenerationConfig
+    bass must stop (docs/reference/testing.md, "Greedy and seeded sampling"); penalised
+    as bass penalises it: ``repetition_penalty`` by transformers' own processor, the
+    frequency and presence penalties by a processor of the new tokens' counts."""
+    from transformers import GenerationConfig, LogitsProcessorList
 
     prompt = _check_prompt("greedy_reference()", model, prompt, max_new_tokens)
     ids = torch.tensor([prompt], device=model.device)
@@ -140,6 +146,10 @@ def greedy_reference(
                 max_new_tokens=max_new_tokens,
                 eos_token_id=None,
                 pad_token_id=0,
+                repetition_penalty=repetition_penalty,
+                logits_processor=LogitsProcessorList(
+                    [_NewTokenPenalties(len(prompt), frequency_penalty, presence_penalty)]
+                ),
             )
     finally:
         model.generation_config = saved
@@ -150,6 +160,23 @@ def greedy_reference(
             "(a stopping rule of the model's generation config?): cannot compare"
         )
     return _cut(tokens, eos_token_id, stop_sequences, stop_strings, tokenizer)
+
+
+class _NewTokenPenalties:
+    """A transformers logits processor: the frequency and presence penalties of the tokens
+    after the first ``start`` (:func:`bass.repetition.penalize`), after transformers' own
+    repetition penalty (custom processors come after its own)."""
+
+    def __init__(self, start: int, frequency, presence):
+        self.start, self.frequency, self.presence = start, frequency or 0.0, presence or 0.0
+
+    def __call__(self, input_ids, scores):
+        if not (self.frequency or self.presence):
+            return scores
+        new = input_ids[:, self.start :]
+        counts = torch.zeros_like(scores, dtype=torch.int64)
+        counts.scatter_add_(1, new, torch.ones_like(new))
+        return penalize(scores, None, None, counts, self.frequency, self.presence)
 
 
 def _first_difference(got: list[int], want: list[int], other: str = "main model alone") -> str:
@@ -189,7 +216,7 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
     _check_row_count(res, prompts)
     # what the generator will apply: explicit arguments, else its config file's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
-    keys = ("eos_token_id", "stop_sequences", "stop_strings", "tokenizer")
+    keys = ("eos_token_id", "stop_sequences", "stop_strings", "tokenizer", *PENALTIES)
     ref_kw = {k: generate_kwargs.get(k, defaults.get(k)) for k in keys}
     if defaults.get("do_sample") and "do_sample" not in generate_kwargs:
         raise ValueError("the generator's config samples: pass do_sample=False to check it")
