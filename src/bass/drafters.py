@@ -106,7 +106,7 @@ class ModelDrafter(Drafter):
         bad = torch.zeros(R, dtype=torch.bool, device=device)
         drafted = [0] * R
         order = [r for r in range(R) if lengths[r] > 0]  # rows drafting this pass
-        pen = view.penalty  # a repetition penalty: drafts read their row and drafts before
+        pen = view.penalty  # penalties: each draft reads its row and the drafts before it
         seen = None if pen is None else pen.rows(view.state, slots)
         # 1) the first pass feeds each drafting row's pending tokens (docs/concepts/engine.md,
         #    the invariant), in the cache's row order (active slots ascend)

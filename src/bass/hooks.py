@@ -183,7 +183,7 @@ class StepView:
     ``agree``: a per-row decision (bool ``[R']``) as the whole tensor-parallel group
     takes it (its first rank's); the identity in one process.
 
-    ``penalty``: the generation's repetition penalty (a
+    ``penalty``: the generation's penalties (repetition, frequency, presence: a
     :class:`bass.repetition.SeenTokens`), else ``None``: a drafter whose drafts should
     follow the penalised choice penalises its logits with it
     (:class:`bass.drafters.ModelDrafter` does; the result is exact either way).

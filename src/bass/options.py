@@ -246,7 +246,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            absent="none; needed only with stop_strings"),
     Option("on_step", Value(kinds.has(call=True), "a function of (generator, state)"),
            "called with (generator, state) after each step", RUN, absent="no callback"),
-    Option("n", Range(int, low=1, high=2**24, text="an integer in [1, 2**24]"), "samples per "
+    Option("n", Range(int, low=1, high=10**7, text="an integer in [1, 10**7]"), "samples per "
            "prompt: row i*n + j of the result is sample j of prompt i, its draws keyed by "
            "bass.sampling.row_key(i, j) (i: the prompt's row id), as bass generate keys them",
            RUN, absent="one row per prompt, its draws keyed by its row id"),

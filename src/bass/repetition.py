@@ -77,7 +77,7 @@ class SeenTokens:
             self.mask = torch.zeros(shape, dtype=torch.bool, device=device)
         if self.frequency or self.presence:
             self.counts = torch.zeros(shape, dtype=torch.int32, device=device)
-        self.device = device
+        self.device, self.width = device, width
         self.held = [(-1, 0)] * slots  # per slot: (its prompt, its tokens counted)
 
     @classmethod
@@ -100,11 +100,12 @@ class SeenTokens:
             if owner != prompt:  # admitted here, or moved here by compaction
                 reset.append(s)
                 n = 0
-            rows += [s] * (len(seq) - n)
-            cols += seq[n:]
+            # (a prompt id past the logits' width, the input embeddings': no logit to penalise)
             first_new = max(n, len(seq) - len(state.outputs[prompt]))  # past the prompt
-            new_rows += [s] * (len(seq) - first_new)
-            new_cols += seq[first_new:]
+            for to_rows, to_cols, start in ((rows, cols, n), (new_rows, new_cols, first_new)):
+                ids = [t for t in seq[start:] if t < self.width]
+                to_rows += [s] * len(ids)
+                to_cols += ids
             self.held[s] = (prompt, len(seq))
         parts = [slots, reset, rows, cols, new_rows, new_cols]
         host = torch.tensor([t for p in parts for t in p], dtype=torch.int64)

@@ -43,7 +43,7 @@ class SamplingParams:
     top_k: int | None = None  # None (no limit) or >= 1
     top_p: float | None = None  # None (no limit) or 0 < top_p <= 1
     min_p: float | None = None  # None (no limit) or 0 <= min_p <= 1
-    repetition_penalty: float | None = None  # None or > 0: bass.repetition
+    repetition_penalty: float | None = None  # None or in [0.001, 1000]: bass.repetition
     frequency_penalty: float | None = None  # None or in [-2, 2]: bass.repetition
     presence_penalty: float | None = None  # None or in [-2, 2]: bass.repetition
     logprobs: str | None = None  # None, "raw" or "processed": :func:`token_logprobs`

@@ -254,7 +254,8 @@ class GenerationResult:
     row. ``logprobs`` (``generate(logprobs=...)``; else ``None``): per row, each new
     token's log-probability under the main model, ``"raw"`` (its own distribution: what a
     forward pass over the sequence gives) or ``"processed"`` (the one the token was drawn
-    from: temperature, top-k, top-p, min-p applied; greedy decoding: the raw one)."""
+    from: the penalties, temperature, top-k, top-p, min-p applied; greedy decoding: the raw
+    one, penalised where a penalty is given)."""
 
     sequences: list[list[int]]
     stats: GenerationStats

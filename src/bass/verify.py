@@ -158,7 +158,7 @@ def accept(
     """4) The verdict for every active row, batched on the device (no host read;
     docs/concepts/engine.md); ``forced`` (benchmarks only): each draft kept with that
     probability; ``scores``: the verify tokens' logits ``[n, V]`` the choice reads where
-    they are not the model's own (a repetition penalty: :mod:`bass.repetition`). With
+    they are not the model's own (penalties: :mod:`bass.repetition`). With
     ``params.logprobs``, the log-probabilities of the tokens each row emits
     (:attr:`Acceptance.logprobs`)."""
     raw = logits[: v.n]

@@ -37,7 +37,7 @@ def _plain(model, prompt, max_new, repetition_penalty=None, frequency_penalty=0.
         for _ in range(max_new):
             logits = model(torch.tensor([seq])).logits[0, -1]
             seen = torch.zeros(V, dtype=torch.bool)
-            seen[seq] = True
+            seen[[t for t in seq if t < V]] = True  # (an id with no logit: nothing to penalise)
             counts = torch.bincount(torch.tensor(seq[len(prompt) :], dtype=torch.long), minlength=V)
             scores = penalize(logits, seen, repetition_penalty, counts, frequency_penalty,
                               presence_penalty)  # fmt: skip
@@ -153,3 +153,27 @@ def test_the_greedy_check_applies_the_penalties_to_its_reference(soft, case):
     testing.assert_greedy_equivalent(Generator(soft, perturbed(soft)), PROMPTS, 12, **case)
     with pytest.raises(AssertionError, match="differs from the main model's own greedy"):
         testing.assert_greedy_equivalent(Unpenalised(soft, "ngram"), PROMPTS, 12, **case)
+
+
+def test_prompt_ids_past_the_logits_are_not_penalised(soft):
+    """Input embeddings wider than the logits (a prompt id with no logit): nothing to
+    penalise there, the rest penalised as without it."""
+    import copy
+
+    model = copy.deepcopy(soft)
+    emb = torch.nn.Embedding(80, 32).to(torch.float64)
+    with torch.no_grad():
+        emb.weight[:64] = model.get_input_embeddings().weight
+    model.set_input_embeddings(emb)
+    res = Generator(model, "ngram").generate([[1, 2, 70, 3]], max_new_tokens=6, **CASES[2])
+    assert res.sequences == [_plain(model, [1, 2, 70, 3], 6, **CASES[2])]
+
+
+def test_the_checks_read_a_penalty_passed_as_none_from_the_config(soft):
+    """``None`` counts as not given, in the checks as in ``generate``: the config's
+    penalty shapes the reference."""
+    config = {"generation": {"frequency_penalty": 1.0}}
+    gen = Generator(soft, soft, policy="constant", policy_options={"k": 3}, config=config)
+    testing.assert_greedy_equivalent(gen, PROMPTS, 12, frequency_penalty=None)
+    with pytest.raises(OptionError, match="frequency_penalty=5"):
+        testing.greedy_reference(soft, [1, 2], 4, frequency_penalty=5)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import UnsupportedModelError
 from ..options import OPTIONS, OptionError, check, check_config_eos, check_stops_shown
+from ..scheduler import MAX_ROWS_N
 from ..stats import GenerationStats
 from . import scaleout
 from .errors import UsageError, add_note, flag_error, say, stdout_to_devnull
@@ -42,9 +43,8 @@ __all__ = [
     "row_settings",
 ]
 
-#: The most rows (prompts x ``--n``) one ``bass generate`` run takes (their bookkeeping,
-#: about 1.5 GB at the bound, is built before any model loads).
-MAX_JOB_ROWS = 10_000_000
+#: The most rows (prompts x ``--n``) one run takes: the library's bound on one call's.
+MAX_JOB_ROWS = MAX_ROWS_N
 
 
 def _a_compile_mode(text: str) -> bool:

@@ -240,7 +240,7 @@ def assert_distribution_equivalent(
     defaults = getattr(generator, "generate_defaults", None) or {}
     keys = ("temperature", "top_k", "top_p", "min_p")
     for key in (*keys, *PENALTIES):
-        if key not in sampling and defaults.get(key) is not None:
+        if sampling.get(key) is None and defaults.get(key) is not None:  # None: not given
             sampling[key] = defaults[key]
     res = generator.generate(
         [list(prompt)] * rows,

@@ -12,6 +12,7 @@ import torch
 from ..batch_state import PromptError, as_prompts, check_prompts
 from ..compat import attn_implementation
 from ..hf import attention_restored
+from ..options import check_keywords
 from ..repetition import PENALTIES, penalize
 
 __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_reference"]
@@ -131,6 +132,10 @@ def greedy_reference(
     from transformers import GenerationConfig, LogitsProcessorList
 
     prompt = _check_prompt("greedy_reference()", model, prompt, max_new_tokens)
+    pen = check_keywords(
+        "greedy_reference()", repetition_penalty=repetition_penalty,
+        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+    )  # fmt: skip
     ids = torch.tensor([prompt], device=model.device)
     # transformers fills every field a GenerationConfig leaves unset from the model's own
     # (eos, repetition_penalty, ...): swap in a blank one so this is plain greedy decoding
@@ -146,10 +151,8 @@ def greedy_reference(
                 max_new_tokens=max_new_tokens,
                 eos_token_id=None,
                 pad_token_id=0,
-                repetition_penalty=repetition_penalty,
-                logits_processor=LogitsProcessorList(
-                    [_NewTokenPenalties(len(prompt), frequency_penalty, presence_penalty)]
-                ),
+                repetition_penalty=pen["repetition_penalty"],
+                logits_processor=LogitsProcessorList([_NewTokenPenalties(len(prompt), **pen)]),
             )
     finally:
         model.generation_config = saved
@@ -167,8 +170,9 @@ class _NewTokenPenalties:
     after the first ``start`` (:func:`bass.repetition.penalize`), after transformers' own
     repetition penalty (custom processors come after its own)."""
 
-    def __init__(self, start: int, frequency, presence):
-        self.start, self.frequency, self.presence = start, frequency or 0.0, presence or 0.0
+    def __init__(self, start: int, frequency_penalty, presence_penalty, **_):
+        self.start, self.frequency = start, frequency_penalty or 0.0
+        self.presence = presence_penalty or 0.0
 
     def __call__(self, input_ids, scores):
         if not (self.frequency or self.presence):
@@ -217,7 +221,9 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
     # what the generator will apply: explicit arguments, else its config file's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
     keys = ("eos_token_id", "stop_sequences", "stop_strings", "tokenizer", *PENALTIES)
-    ref_kw = {k: generate_kwargs.get(k, defaults.get(k)) for k in keys}
+    # (None: not given, the config's applies, as in generate)
+    given = {k: v for k, v in generate_kwargs.items() if v is not None}
+    ref_kw = {k: given.get(k, defaults.get(k)) for k in keys}
     if defaults.get("do_sample") and "do_sample" not in generate_kwargs:
         raise ValueError("the generator's config samples: pass do_sample=False to check it")
     for i, (prompt, got) in enumerate(zip(prompts, res.sequences)):
