@@ -112,6 +112,8 @@ def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> Co
         home = [t for t, keys in TABLES.items() if name in keys and f"[{t}]" not in what]
         if home:
             hints.append(f"{name!r} belongs in [{home[0]}]")
+        elif name in OPTIONS and OPTIONS[name].table is None:  # the API's alone (n, ...)
+            hints.append(f"{name!r} is an argument of {OPTIONS[name].call}(), not a config key")
         elif close := difflib.get_close_matches(
             name.lower(), [a.strip("[]") for a in allowed], n=1
         ):

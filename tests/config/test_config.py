@@ -167,6 +167,7 @@ def test_unknown_keys_say_where_they_belong_or_what_they_are_close_to():
         ({"generation": {"max_new_token": 3}}, "did you mean 'max_new_tokens'?"),
         ({"Generaton": {}}, "did you mean 'generation'?"),
         ({"policy": {"k_max": 3}}, "'k_max' too, go in [policy.options]"),
+        ({"generation": {"n": 3}}, "'n' is an argument of generate(), not a config key"),
     ]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             Config.from_dict(doc)
