@@ -381,17 +381,35 @@ _NOT_APPLIED |= dict.fromkeys(
     None,
 )  # fmt: skip
 
+# settings bass applies only when passed to it (not read from the generation_config)
+# transformers' sampling settings: (name, its value where unset, the value that changes nothing)
+_SAMPLING = (("temperature", 1.0, 1.0), ("top_k", 50, 0), ("top_p", 1.0, 1.0), ("min_p", None, 0))
+_APPLIED_WHEN_PASSED = {
+    "repetition_penalty": "pass repetition_penalty to generate() (or [generation] "
+    "repetition_penalty, --repetition-penalty) to apply it",
+    "do_sample": "bass decodes greedily unless told: pass do_sample=True and the sampling "
+    "settings to generate() (or [generation], --sample) to sample as it does",
+}
+
 
 def unapplied_generation_settings(model) -> dict:
     """The settings of ``model.generation_config`` that make transformers' ``generate``
     give other tokens than the model's distribution (penalties, banned or forced tokens,
-    a minimum length, beams...), which bass does not apply: name -> value."""
+    a minimum length, beams...) or than greedy decoding (``do_sample`` and the settings it
+    samples with), which bass does not apply: name -> value."""
     config = getattr(model, "generation_config", None)
     found = {}
     for name, neutral in _NOT_APPLIED.items():
         value = getattr(config, name, None)
         if value is not None and value != neutral and (neutral is not None or value):
             found[name] = value
+    if getattr(config, "do_sample", False) is True:  # transformers samples, bass unless told
+        found["do_sample"] = True
+        for name, unset, neutral in _SAMPLING:
+            value = getattr(config, name, None)
+            value = unset if value is None else value  # (what transformers samples with)
+            if value is not None and value != neutral:
+                found[name] = value
     return found
 
 
@@ -404,11 +422,8 @@ def warn_unapplied(model) -> None:
             f"Generator(): the main model's generation_config sets {said}, which bass does "
             "not apply (it gives the model's own distribution): rows differ from "
             "model.generate()'s; unset them on model.generation_config to silence this"
-            + (
-                "; pass repetition_penalty to generate() (or [generation] repetition_penalty, "
-                "--repetition-penalty) to apply it"
-                if "repetition_penalty" in unapplied
-                else ""
+            + "".join(
+                f"; {how}" for name, how in _APPLIED_WHEN_PASSED.items() if name in unapplied
             ),
             UserWarning,
             stacklevel=3,

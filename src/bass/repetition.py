@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PENALTIES", "SeenTokens", "penalize"]
+__all__ = ["PENALTIES", "SeenTokens", "occurrences", "penalize"]
 
 #: The penalties' options (``generate`` keywords, ``[generation]`` keys).
 PENALTIES = ("repetition_penalty", "frequency_penalty", "presence_penalty")
@@ -52,6 +52,15 @@ def penalize(
     return x
 
 
+def occurrences(ids: torch.Tensor, width: int) -> torch.Tensor:
+    """Each token's count among ``ids`` ``[..., n]``: ``[..., width]`` int64 (an id past
+    ``width``, with no logit, counts nowhere). ``> 0`` is :func:`penalize`'s ``seen`` of
+    tokens ``ids``; the new tokens' counts are its ``counts``."""
+    out = torch.zeros(*ids.shape[:-1], width + 1, dtype=torch.int64, device=ids.device)
+    ids = ids.long().clamp(max=width)
+    return out.scatter_add_(-1, ids, torch.ones_like(ids))[..., :width]
+
+
 def _float(logits: torch.Tensor) -> torch.dtype:
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
@@ -67,10 +76,7 @@ class SeenTokens:
     :meth:`drafts`, :meth:`drafted`)."""
 
     def __init__(self, params, slots: int, width: int, device):
-        rep = params.repetition_penalty
-        self.penalty = None if rep is None or rep == 1 else rep
-        self.frequency = params.frequency_penalty or 0.0
-        self.presence = params.presence_penalty or 0.0
+        self.penalty, self.frequency, self.presence = _active(params)
         shape = (slots, width + 1)
         self.mask = self.counts = None
         if self.penalty is not None:
@@ -79,16 +85,14 @@ class SeenTokens:
             self.counts = torch.zeros(shape, dtype=torch.int32, device=device)
         self.device, self.width = device, width
         self.held = [(-1, 0)] * slots  # per slot: (its prompt, its tokens counted)
+        self.last = ((), None)  # the slots of the last update, on the device
 
     @classmethod
     def start(cls, params, slots: int, width: int, device) -> SeenTokens | None:
         """The state of a generation with ``slots`` cache rows and ``params``' penalties
         (a :class:`bass.sampling.SamplingParams`); ``None`` without any (nothing to
         track)."""
-        rep = params.repetition_penalty
-        if rep in (None, 1) and not params.frequency_penalty and not params.presence_penalty:
-            return None
-        return cls(params, slots, width, device)
+        return cls(params, slots, width, device) if any(_active(params)) else None
 
     def _update(self, state, slots: list[int]) -> torch.Tensor:
         """Add the tokens ``slots``' rows gained since the last update (one small copy to
@@ -107,6 +111,8 @@ class SeenTokens:
                 to_rows += [s] * len(ids)
                 to_cols += ids
             self.held[s] = (prompt, len(seq))
+        if not (reset or rows or new_rows) and self.last[0] == tuple(slots):
+            return self.last[1]  # (a drafter's update this step already brought them)
         parts = [slots, reset, rows, cols, new_rows, new_cols]
         host = torch.tensor([t for p in parts for t in p], dtype=torch.int64)
         dev = host.to(self.device, non_blocking=True).split([len(p) for p in parts])
@@ -118,6 +124,7 @@ class SeenTokens:
             self.counts[reset_t] = 0
             one = torch.ones((), dtype=torch.int32, device=self.device)
             self.counts.index_put_((new_rows_t, new_cols_t), one.expand(len(new_rows)), True)
+        self.last = (tuple(slots), slots_t)
         return slots_t
 
     def _gather(self, slots_t: torch.Tensor) -> tuple:
@@ -182,3 +189,14 @@ class SeenTokens:
                 self._add(seen, (at - lo).clamp(0, c - 1).expand_as(col), col)
             out[lo : lo + c] = self._apply(logits[lo : lo + c], seen)
         return out
+
+
+def _active(params) -> tuple:
+    """``(repetition, frequency, presence)`` penalties of ``params`` that change logits:
+    ``None`` / ``0.0`` for each that is off."""
+    rep = params.repetition_penalty
+    return (
+        None if rep in (None, 1) else rep,
+        params.frequency_penalty or 0.0,
+        params.presence_penalty or 0.0,
+    )

@@ -16,7 +16,7 @@ from models import perturbed, tiny_lm
 
 from bass import Generator, repetition, testing
 from bass.options import OptionError
-from bass.repetition import SeenTokens, penalize
+from bass.repetition import SeenTokens, occurrences, penalize
 from bass.sampling import SamplingParams
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3, 3, 10], [11, 12], [5]]
@@ -36,9 +36,8 @@ def _plain(model, prompt, max_new, repetition_penalty=None, frequency_penalty=0.
     with torch.no_grad():
         for _ in range(max_new):
             logits = model(torch.tensor([seq])).logits[0, -1]
-            seen = torch.zeros(V, dtype=torch.bool)
-            seen[[t for t in seq if t < V]] = True  # (an id with no logit: nothing to penalise)
-            counts = torch.bincount(torch.tensor(seq[len(prompt) :], dtype=torch.long), minlength=V)
+            seen = occurrences(torch.tensor(seq), V) > 0  # (an id past V: no logit, not seen)
+            counts = occurrences(torch.tensor(seq[len(prompt) :], dtype=torch.long), V)
             scores = penalize(logits, seen, repetition_penalty, counts, frequency_penalty,
                               presence_penalty)  # fmt: skip
             seq.append(int(scores.argmax()))

@@ -208,6 +208,13 @@ def test_generation_config_settings_bass_does_not_apply_are_said():
                       r"which bass does not apply"):  # fmt: skip
         Generator(model, "ngram")
     model.generation_config.repetition_penalty = model.generation_config.min_new_tokens = None
+    # a checkpoint that samples by default (Llama 3's, Qwen's): its settings, as transformers
+    # samples with them (its top_k default of 50 included), and how to sample in bass
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.6
+    with pytest.warns(UserWarning, match=r"sets do_sample=True, temperature=0\.6, top_k=50, .*"
+                      r"pass do_sample=True"):  # fmt: skip
+        Generator(model, "ngram")
+    model.generation_config.do_sample = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Generator(model, "ngram")

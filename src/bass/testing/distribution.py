@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from .. import options
-from ..repetition import PENALTIES, penalize
+from ..repetition import PENALTIES, occurrences, penalize
 from ..sampling import SamplingParams, warp_probs
 from .equivalence import _check_generator, _check_prompt, _own_attention, _warn_if_vacuous
 
@@ -80,12 +80,9 @@ def exact_distribution(
         for chunk in ids.split(CHUNK):
             logits = model(chunk).logits[:, len(prompt) - 1 : -1].to(torch.float64)  # [n, L, V]
             if any(pen.values()):  # position t reads the prompt and the t tokens before it
-                seen = torch.zeros(len(chunk), L, V, dtype=torch.bool, device=chunk.device)
-                counts = torch.zeros(len(chunk), L, V, dtype=torch.int64, device=chunk.device)
-                for t in range(L):
-                    seen[:, t].scatter_(1, chunk[:, : len(prompt) + t], True)
-                    new = chunk[:, len(prompt) : len(prompt) + t]  # the new tokens before t
-                    counts[:, t].scatter_add_(1, new, torch.ones_like(new))
+                P = len(prompt)
+                seen = torch.stack([occurrences(chunk[:, : P + t], V) > 0 for t in range(L)], 1)
+                counts = torch.stack([occurrences(chunk[:, P : P + t], V) for t in range(L)], 1)
                 f, p = pen["frequency"] or 0.0, pen["presence"] or 0.0
                 logits = penalize(logits, seen, pen["repetition"], counts, f, p)
             probs = warp_probs(logits, params)

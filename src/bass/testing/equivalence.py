@@ -13,7 +13,7 @@ from ..batch_state import PromptError, as_prompts, check_prompts
 from ..compat import attn_implementation
 from ..hf import attention_restored
 from ..options import check_keywords
-from ..repetition import PENALTIES, penalize
+from ..repetition import PENALTIES, occurrences, penalize
 
 __all__ = ["assert_greedy_equivalent", "assert_sampled_equivalent", "greedy_reference"]
 
@@ -177,9 +177,7 @@ class _NewTokenPenalties:
     def __call__(self, input_ids, scores):
         if not (self.frequency or self.presence):
             return scores
-        new = input_ids[:, self.start :]
-        counts = torch.zeros_like(scores, dtype=torch.int64)
-        counts.scatter_add_(1, new, torch.ones_like(new))
+        counts = occurrences(input_ids[:, self.start :], scores.shape[-1])
         return penalize(scores, None, None, counts, self.frequency, self.presence)
 
 
