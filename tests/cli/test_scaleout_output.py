@@ -159,6 +159,20 @@ def test_a_merge_stopped_before_the_shards_were_removed_resumes(model_dir, tmp_p
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before  # nothing touched
 
 
+def test_a_merge_that_cannot_write_names_the_output_and_keeps_the_shards(tmp_path, capsys):
+    """A full disk while the shards are merged: said naming --output (not an anonymous
+    "open file"), the shards and --output as they were, the partial merge removed."""
+    out, shard = tmp_path / "out.jsonl", tmp_path / "out.jsonl.rank1"
+    out.write_text(stale_row(0) + "\n")
+    shard.write_text(stale_row(1) + "\n")
+    before = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    (tmp_path / "out.jsonl.merging").symlink_to("/dev/full")  # every write: ENOSPC
+    with pytest.raises(OSError) as caught:
+        scaleout.merge(out)
+    assert caught.value.filename == str(out) and "--resume" in caught.value.strerror
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before
+
+
 class _TwoMachines(scaleout.Scaleout):
     """Rank ``rank`` of a 2-rank world whose collectives are played here: rank 1 lives on
     another machine, so it never sees the files rank 0 writes (``seen``: what it reports)."""

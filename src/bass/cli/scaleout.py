@@ -310,10 +310,15 @@ def merge(out: Path) -> None:
                     f"prompt {entry[0]}, sample {entry[1]} has two different rows, at {a} and "
                     f"{b}: remove one of them, then rerun with --resume"
                 )
-        dest = stack.enter_context(tmp.open("wb"))
-        for entry in kept:
-            dest.write(line(entry))
-    os.replace(tmp, out)
+        try:
+            with tmp.open("wb") as dest:
+                for entry in kept:
+                    dest.write(line(entry))
+            os.replace(tmp, out)
+        except OSError as exc:  # a full disk: said naming --output, the shards kept
+            tmp.unlink(missing_ok=True)
+            said = f"{exc.strerror} (merging the ranks' rows into --output; the shards are kept: "
+            raise OSError(exc.errno, said + "rerun with --resume)", str(out)) from exc
     for path in parts:
         path.unlink(missing_ok=True)
 
