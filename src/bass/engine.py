@@ -589,7 +589,7 @@ class Generator:
         stop string (it is not included, as vLLM's default)."""
         if chat is None:
             chat = self.chat_default  # the config's [model].chat, if any
-        texts, chat = options.text_arguments(texts, tokenizer, chat)
+        texts, chat = options.text_arguments(texts, tokenizer, chat, kw)
         prompts = [models.encode_prompt(tokenizer, t, chat) for t in texts]
         if kw.get("eos_token_id") is None and self.generate_defaults.get("eos_token_id") is None:
             kw["eos_token_id"] = models.default_eos(tokenizer, self.main)  # after explicit, config
