@@ -146,6 +146,9 @@ def _load_models(config: Config, log, tp: int):
         log(f"loading draft model {draft} ...")
         draft = _load_lm(draft, dtype, "draft")
     log(f"models loaded in {time.perf_counter() - t0:.1f} s")
+    if config.model.compile:  # the first passes wait for Inductor: said, not a silent wait
+        log("compiling the passes as they first run (minutes on a CPU with a cold Inductor "
+            "cache, seconds once it is warm)")  # fmt: skip
     return main, tokenizer, draft
 
 
