@@ -497,7 +497,7 @@ def cmd_generate(args) -> int:
         side = "; times: the slowest group's, of " + ", ".join(f"{w:.2f} s" for w in walls)
     print(summary_text(merged, rows=len(reasons), finish_reasons=reasons))
     if off is not None:
-        print(comparison_text(off, tokens, gen))
+        print(comparison_text(off, tokens, gen, config.generation.do_sample))
     if scale.active:
         t = scale.topo
         print(

@@ -61,11 +61,12 @@ _NOTES = {
     "stop_strings": "repeatable; \\n is a newline, \\t a tab, \\r a carriage return, \\\\ a "
     "backslash, \\- a dash (another backslash is refused); "
     "the text is shown without it",
-    "seed": "eval: per problem, the same for every method",
     "logprobs": "written with each row's token ids in --output",
-    "chat": "eval: no",
-    "time_budget": "per row from its start / per problem",
+    # (a command's own: generate's or eval's)
+    "seed": {"eval": "per problem, the same for every method"},
+    "time_budget": {"generate": "per row from its start", "eval": "per problem"},
 }
+_EVAL_DEFAULTS = {"chat": False}  # where an evaluation's default is not the option's
 
 
 def flag_label(o: Option) -> str:
@@ -73,16 +74,21 @@ def flag_label(o: Option) -> str:
     return f"{o.flag}/--no-{o.flag[2:]}" if o.kind.type is bool else o.flag
 
 
-def _declared(table: str) -> list[tuple[str, dict]]:
-    """The flags of the options of the config's ``[table]``, made from their declarations:
-    each overrides its key (:data:`bass.cli.settings.FLAG_KEYS`)."""
+def _declared(table: str, command: str) -> list[tuple[str, dict]]:
+    """The flags of the options of the config's ``[table]``, made from their declarations,
+    for ``command`` (``"generate"``, ``"eval"``): each overrides its key
+    (:data:`bass.cli.settings.FLAG_KEYS`)."""
     flags = []
     for o in OPTIONS.values():
         if o.table != table or o.flag is None:
             continue
         default = o.default if o.default is not None else o.absent_config or o.absent
+        if command == "eval":
+            default = _EVAL_DEFAULTS.get(o.name, default)
         default = str(default).lower() if isinstance(default, bool) else default  # as TOML
-        notes = "; ".join(n for n in (f"default: {default}", _NOTES.get(o.name)) if n)
+        note = _NOTES.get(o.name)
+        note = note.get(command) if isinstance(note, dict) else note
+        notes = "; ".join(n for n in (f"default: {default}", note) if n)
         kw: dict = {"help": f"{o.doc} ({notes})".replace("%", "%%")}
         if o.kind.type is bool:
             kw.update(action=argparse.BooleanOptionalAction, default=None)
@@ -111,16 +117,18 @@ class _Once(argparse._StoreAction):
 
 _FILE = {"metavar": "FILE", "action": _Once}
 
+
 # CLI-only flags, one per entry (kept out of the formatter, which would give each its own
 # ten lines)
 # fmt: off
-_MODEL_FLAGS = [
-    ("--config", {**_FILE, "help": "TOML config file (flags override it)"}),
-    *_declared("model"),
-    *_declared("policy"),
-    ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
-                         "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
-]
+def _model_flags(command: str) -> list:
+    return [
+        ("--config", {**_FILE, "help": "TOML config file (flags override it)"}),
+        *_declared("model", command),
+        *_declared("policy", command),
+        ("--policy-option", {"metavar": "K=V", "action": "append", "default": [],
+                             "help": "a policy option, repeatable (e.g. --policy-option l0=5)"}),
+    ]
 _BOOL = {"action": argparse.BooleanOptionalAction, "default": None}
 
 
@@ -133,7 +141,6 @@ class _Samples(argparse._StoreAction):
 
 
 _GENERATION_FLAGS = [
-    *_declared("generation"),
     (("--n", "--samples"), {"type": int, "metavar": "N", "dest": "n", "action": _Samples,
                             "help": "samples per prompt (default 1; under torchrun write "
                             "--samples: torchrun takes --n for its own --nnodes)"}),
@@ -228,10 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
         "in separate, limited interpreters.",
     )
     for p, own in ((gen, _GENERATE_FLAGS + _BATCH_FLAGS), (he, _HUMANEVAL_FLAGS + _BATCH_FLAGS)):
+        command = "generate" if p is gen else "eval"
         _add(p, "input and output" if p is gen else "evaluation", own)
-        _add(p, "models", _MODEL_FLAGS)
+        _add(p, "models", _model_flags(command))
         # (an evaluation keeps no log-probabilities: no --logprobs there)
-        _add(p, "generation", [f for f in _GENERATION_FLAGS if p is gen or f[0] != "--logprobs"])
+        flags = _declared("generation", command) + _GENERATION_FLAGS
+        _add(p, "generation", [f for f in flags if p is gen or f[0] != "--logprobs"])
     info = [
         sub.add_parser("policies", help="list installed draft-length policies and their options"),
         ops := sub.add_parser("ops", help="ragged attention implementations and what auto picks"),

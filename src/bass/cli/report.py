@@ -70,9 +70,9 @@ def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
     return "\n".join(lines)
 
 
-def comparison_text(plain, tokens, gen) -> str:
+def comparison_text(plain, tokens, gen, sampled: bool = False) -> str:
     """``--compare``'s report: drafting off (``plain``, its result) against bass (``gen``,
-    which made ``tokens`` of the same rows)."""
+    which made ``tokens`` of the same rows; ``sampled``: rows drawn, not greedy)."""
     off, on = plain.stats, gen.stats
     same = sum(x == y for x, y in zip(plain.sequences, tokens, strict=True))
     drafter = getattr(gen.drafter, "name", "none")
@@ -87,6 +87,12 @@ def comparison_text(plain, tokens, gen) -> str:
         f"  {'identical rows':<24}  {same} of {len(tokens)}",
         f"speedup over drafting off: {speedup:.2f}x",
     ]
+    if sampled and gen.draft_sampling == "rejection" and same < len(tokens):
+        lines[-2] += (
+            " (rejection sampling's draws depend on the batch and the drafts: sampled rows "
+            "differ from drafting off's, each exact in distribution; --draft-sampling coupled "
+            "keeps them equal)"
+        )
     return "\n".join(lines)
 
 
