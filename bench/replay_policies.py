@@ -358,11 +358,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
-    policies = (
-        {spec: parse_policy(spec) for spec in args.policy}
-        if args.policy
-        else {name: (name, opts) for name, opts in POLICIES.items()}
-    )
+    try:  # a policy not installed, a bad option: said as a usage error, not a traceback
+        policies = (
+            {spec: parse_policy(spec) for spec in args.policy}
+            if args.policy
+            else {name: (name, opts) for name, opts in POLICIES.items()}
+        )
+    except ValueError as exc:
+        ap.error(f"--policy: {exc}")
     if args.load is not None:  # an earlier run's traces and costs
         earlier = json.loads(args.load.read_text())
         traces, label = earlier["traces"], earlier["meta"]["setup"]

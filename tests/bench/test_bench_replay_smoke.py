@@ -38,7 +38,7 @@ def test_tables_name_every_method_and_batch(mod, run):
     assert "Default policy: worst cell" in table and "- batch 4: plain" in table
 
 
-def test_load_replays_other_policies_without_the_model(mod, run, tmp_path):
+def test_load_replays_other_policies_without_the_model(mod, run, tmp_path, capsys):
     saved = run / "tiny_policy_replay.json"
     argv = ["--load", str(saved), "--policy", "constant:k=2", "--out", str(tmp_path)]
     for tag in ("a", "b"):
@@ -46,8 +46,10 @@ def test_load_replays_other_policies_without_the_model(mod, run, tmp_path):
     a, b = (json.loads((tmp_path / f"{t}.json").read_text())["cells"] for t in ("a", "b"))
     assert a == b  # deterministic given the traces and the cost table
     assert set(a["ragged"]["4"]) == {mod.OFF, "constant:k=2"}
-    with pytest.raises(ValueError, match="has no option 'q'"):
-        mod.main(["--load", str(saved), "--policy", "constant:q=2", "--out", str(tmp_path)])
+    for spec, said in [("constant:q=2", "has no option 'q'"), ("nope", "unknown policy 'nope'")]:
+        with pytest.raises(SystemExit) as usage:  # a usage error (status 2), not a traceback
+            mod.main(["--load", str(saved), "--policy", spec, "--out", str(tmp_path)])
+        assert usage.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_a_token_count_policy_replays_as_it_generates(mod, run):
