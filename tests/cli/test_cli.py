@@ -580,3 +580,40 @@ def test_ops_lists_implementations_and_the_auto_rule(capsys):
     for name in ("reference", "sdpa", "flex", "fused", "pad", "split"):
         assert f"  {name} " in out
     assert "auto on cpu" in out and "  eager     sdpa" in out
+
+
+def test_compiled_passes_are_announced_before_their_first_wait(model_dir):
+    """``--compile``: the first passes wait minutes for Inductor on a CPU; stderr says
+    that it is compiling (not a silent wait after "models loaded")."""
+    from bass.cli.loading import load_models
+    from bass.config import Config
+
+    config = Config()
+    config.model.main, config.model.draft = model_dir, "ngram"
+    said = []
+    load_models(config, log=said.append, bars=False)
+    assert not any("compiling" in line for line in said)
+    config.model.compile = True
+    said.clear()
+    load_models(config, log=said.append, bars=False)
+    assert said[-1].startswith("compiling the passes as they first run")
+
+
+def test_compare_says_why_rejection_sampled_rows_differ():
+    """--compare with --draft-sampling rejection: sampled rows differ from drafting off's
+    by design; the report says so (a newcomer read "identical rows 0 of 2" as a bug), and
+    says nothing for coupled draws or greedy rows."""
+    from types import SimpleNamespace
+
+    from bass.cli.report import comparison_text
+    from bass.stats import GenerationStats
+
+    stats = GenerationStats(rows=2)
+    plain = SimpleNamespace(stats=stats, sequences=[[1, 2], [3, 4]])
+    for mode, sampled, said in [("rejection", True, True), ("coupled", True, False),
+                                ("rejection", False, False)]:  # fmt: skip
+        gen = SimpleNamespace(stats=stats, drafter=None, policy_spec=("adaptive",),
+                              draft_sampling=mode)  # fmt: skip
+        text = comparison_text(plain, [[1, 5], [3, 6]], gen, sampled)
+        assert "identical rows            0 of 2" in text
+        assert ("each exact in distribution" in text) == said, (mode, sampled)
