@@ -420,7 +420,7 @@ def warn_unapplied(model) -> None:
         said = ", ".join(f"{k}={v!r}" for k, v in unapplied.items())
         warnings.warn(
             f"Generator(): the main model's generation_config sets {said}, which bass does "
-            "not apply (it gives the model's own distribution): rows differ from "
+            "not apply: rows differ from "
             "model.generate()'s; unset them on model.generation_config to silence this"
             + "".join(
                 f"; {how}" for name, how in _APPLIED_WHEN_PASSED.items() if name in unapplied
