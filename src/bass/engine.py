@@ -585,8 +585,8 @@ class Generator:
         has one, unless ``chat=False``), generates, decodes the new tokens.
 
         ``stop_strings`` (in ``kw`` or the config) stop rows as in :meth:`generate`, and
-        the returned text of a row that a stop string ended is cut right before the
-        stop string (it is not included, as vLLM's default)."""
+        a row a stop string ended is cut right before it (as vLLM's default); ``logprobs``
+        only with ``on_finish`` (its rows carry them; the texts do not)."""
         if chat is None:
             chat = self.chat_default  # the config's [model].chat, if any
         texts, chat = options.text_arguments(texts, tokenizer, chat, kw)

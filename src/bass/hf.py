@@ -277,7 +277,10 @@ def pass_impl(impl: str, beyond: Beyond | None, device_type: str) -> tuple[str, 
     if impl == "auto":
         impl = os.environ.get(AUTO_OVERRIDE) or ("flex" if device_type == "cpu" else "")
         if not impl:
-            return "reference", "flex's score_mod not yet run on a GPU (attention='flex' asks)"
+            return (
+                "reference",
+                "flex's score_mod passed on a GPU for a soft-cap only (attention='flex' asks)",
+            )
     if SINKS in beyond.need or LATENT in beyond.need:
         return "reference", f"only the reference computes {beyond.need}"
     if impl != "flex":

@@ -382,35 +382,59 @@ _NOT_APPLIED |= dict.fromkeys(
 )  # fmt: skip
 
 # settings bass applies only when passed to it (not read from the generation_config)
-# transformers' sampling settings: (name, its value where unset, the value that changes nothing)
-_SAMPLING = (("temperature", 1.0, 1.0), ("top_k", 50, 0), ("top_p", 1.0, 1.0), ("min_p", None, 0))
 _APPLIED_WHEN_PASSED = {
     "repetition_penalty": "pass repetition_penalty to generate() (or [generation] "
     "repetition_penalty, --repetition-penalty) to apply it",
-    "do_sample": "bass decodes greedily unless told: pass do_sample=True and the sampling "
-    "settings to generate() (or [generation], --sample) to sample as it does",
 }
+# transformers' sampling settings: (name, its value where unset, the value that changes nothing)
+_SAMPLING = (("temperature", 1.0, 1.0), ("top_k", 50, 0), ("top_p", 1.0, 1.0), ("min_p", None, 0))
 
 
 def unapplied_generation_settings(model) -> dict:
     """The settings of ``model.generation_config`` that make transformers' ``generate``
     give other tokens than the model's distribution (penalties, banned or forced tokens,
-    a minimum length, beams...) or than greedy decoding (``do_sample`` and the settings it
-    samples with), which bass does not apply: name -> value."""
+    a minimum length, beams...), which bass does not apply: name -> value."""
     config = getattr(model, "generation_config", None)
     found = {}
     for name, neutral in _NOT_APPLIED.items():
         value = getattr(config, name, None)
         if value is not None and value != neutral and (neutral is not None or value):
             found[name] = value
-    if getattr(config, "do_sample", False) is True:  # transformers samples, bass unless told
-        found["do_sample"] = True
-        for name, unset, neutral in _SAMPLING:
-            value = getattr(config, name, None)
-            value = unset if value is None else value  # (what transformers samples with)
-            if value is not None and value != neutral:
-                found[name] = value
     return found
+
+
+def sampling_settings(model) -> dict:
+    """How ``model.generation_config`` has transformers' ``generate`` sample by default:
+    ``do_sample=True`` and the temperature, top-k, top-p and min-p it samples with (top-k
+    50 where unset, as transformers), those that change anything; empty where it decodes
+    greedily."""
+    config = getattr(model, "generation_config", None)
+    if getattr(config, "do_sample", False) is not True:
+        return {}
+    found = {"do_sample": True}
+    for name, unset, neutral in _SAMPLING:
+        value = getattr(config, name, None)
+        value = unset if value is None else value
+        if value is not None and value != neutral:
+            found[name] = value
+    return found
+
+
+def warn_greedy(model, call: str) -> None:
+    """A ``UserWarning`` for a ``call`` that decodes greedily because nothing said
+    ``do_sample`` (neither the call nor a config file, whose ``[generation]`` has it
+    false unless set), on a model whose generation_config samples
+    (:func:`sampling_settings`): transformers' ``generate`` would sample."""
+    if said := sampling_settings(model):
+        settings = ", ".join(f"{k}={v!r}" for k, v in said.items())
+        warnings.warn(
+            f"{call}(): the main model's generation_config samples ({settings}), as "
+            "transformers' generate() does by default; bass decodes greedily unless told: "
+            "pass do_sample=True and those settings (or set [generation] do_sample) to "
+            "sample, or do_sample=False to decode greedily without this warning",
+            UserWarning,
+            stacklevel=5,  # (here, Job.check, Generator._job, generate: the caller's line)
+        )
 
 
 def warn_unapplied(model) -> None:

@@ -470,9 +470,9 @@ def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
 def text_arguments(texts, tokenizer, chat, kw: dict) -> tuple[list[str], bool]:
     """``generate_text``'s own arguments, checked: the texts, the tokenizer, and whether to
     apply the chat template (``None``: when the tokenizer has one; ``True`` needs one).
-    Its texts carry no log-probabilities: ``logprobs`` in ``kw`` is refused, and a
-    config's not computed, unless an ``on_finish`` callback takes the rows (``kw``'s
-    ``logprobs`` set to ``False``)."""
+    Its texts carry no log-probabilities: ``logprobs`` in ``kw`` is refused unless an
+    ``on_finish`` callback takes the rows (a config's is computed all the same: ranks of
+    a tensor-parallel group that pass ``on_finish`` or not must agree on it)."""
     texts = check("texts", texts, where="generate_text()")
     check("text_tokenizer", tokenizer, where="generate_text()")
     chat = check_keywords("generate_text()", chat=chat)["chat"]
@@ -482,12 +482,10 @@ def text_arguments(texts, tokenizer, chat, kw: dict) -> tuple[list[str], bool]:
             "chat", chat, "False or None: this tokenizer has no chat template",
             where="generate_text()",
         )  # fmt: skip
-    if kw.get("on_finish") is None:
-        if kw.get("logprobs") not in (None, False):
-            allowed = (
-                "false: generate_text() returns text only; call generate(), or pass "
-                "on_finish (its rows carry them)"
-            )
-            raise fail("logprobs", kw["logprobs"], allowed, where="generate_text()")
-        kw["logprobs"] = False
+    if kw.get("on_finish") is None and kw.get("logprobs") not in (None, False):
+        allowed = (
+            "false: generate_text() returns text only; call generate(), or pass on_finish "
+            "(its rows carry them)"
+        )
+        raise fail("logprobs", kw["logprobs"], allowed, where="generate_text()")
     return texts, has_template if chat is None else chat

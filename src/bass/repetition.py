@@ -85,7 +85,7 @@ class SeenTokens:
             self.counts = torch.zeros(shape, dtype=torch.int32, device=device)
         self.device, self.width = device, width
         self.held = [(-1, 0)] * slots  # per slot: (its prompt, its tokens counted)
-        self.last = ((), None)  # the slots of the last update, on the device
+        self.last = (None, None)  # the slots of the last update, on the device
 
     @classmethod
     def start(cls, params, slots: int, width: int, device) -> SeenTokens | None:

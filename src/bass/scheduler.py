@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from . import hf, options, verify
+from . import models as models_
 from .batch_state import (
     BatchState,
     NonFiniteLogitsError,
@@ -79,6 +80,8 @@ class Job(NamedTuple):
         ids = given.pop("row_ids")
         vocab = models[0].get_output_embeddings().weight.shape[0]
         kw = options.generation_kwargs(given, defaults, vocab=vocab, call=call)
+        if given.get("do_sample") is None and defaults.get("do_sample") is None:
+            models_.warn_greedy(models[0], call)  # its generation_config may sample
         params = SamplingParams(**{k: kw[k] for k in SAMPLING})
         prompts = as_prompts(prompts)
         need = check_prompts(prompts, kw["max_new_tokens"], models)

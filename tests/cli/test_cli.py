@@ -600,9 +600,10 @@ def test_compiled_passes_are_announced_before_their_first_wait(model_dir):
 
 
 def test_compare_says_why_rejection_sampled_rows_differ():
-    """--compare with --draft-sampling rejection: sampled rows differ from drafting off's
-    by design; the report says so (a newcomer read "identical rows 0 of 2" as a bug), and
-    says nothing for coupled draws or greedy rows."""
+    """--compare with a draft model and --draft-sampling rejection: sampled rows differ
+    from drafting off's by design; the report says so (a newcomer read "identical rows 0
+    of 2" as a bug), and says nothing for coupled draws, greedy rows or n-grams (whose
+    draws are keyed: a difference there has another cause)."""
     from types import SimpleNamespace
 
     from bass.cli.report import comparison_text
@@ -610,10 +611,11 @@ def test_compare_says_why_rejection_sampled_rows_differ():
 
     stats = GenerationStats(rows=2)
     plain = SimpleNamespace(stats=stats, sequences=[[1, 2], [3, 4]])
-    for mode, sampled, said in [("rejection", True, True), ("coupled", True, False),
-                                ("rejection", False, False)]:  # fmt: skip
-        gen = SimpleNamespace(stats=stats, drafter=None, policy_spec=("adaptive",),
-                              draft_sampling=mode)  # fmt: skip
+    cases = [("model", "rejection", True, True), ("model", "coupled", True, False),
+             ("model", "rejection", False, False), ("ngram", "rejection", True, False)]  # fmt: skip
+    for name, mode, sampled, said in cases:
+        gen = SimpleNamespace(stats=stats, drafter=SimpleNamespace(name=name),
+                              policy_spec=("adaptive",), draft_sampling=mode)  # fmt: skip
         text = comparison_text(plain, [[1, 5], [3, 6]], gen, sampled)
         assert "identical rows            0 of 2" in text
-        assert ("each exact in distribution" in text) == said, (mode, sampled)
+        assert ("each exact in distribution" in text) == said, (name, mode, sampled)

@@ -5,6 +5,7 @@ stopped data-parallel run left), and a file another run writes is refused on eve
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -171,6 +172,26 @@ def test_a_merge_that_cannot_write_names_the_output_and_keeps_the_shards(tmp_pat
         scaleout.merge(out)
     assert caught.value.filename == str(out) and "--resume" in caught.value.strerror
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == before
+
+
+def test_a_merge_that_cannot_read_a_shard_names_the_shard(tmp_path, monkeypatch):
+    """A device failing under a shard while the rows are copied: the error names that
+    shard (not --output, which is fine), and no partial merge is left."""
+    out, shard = tmp_path / "out.jsonl", tmp_path / "out.jsonl.rank1"
+    out.write_text(stale_row(0) + "\n")
+    shard.write_text(stale_row(1) + "\n")
+    real = scaleout._read_at
+
+    def failing(f, offset, length):
+        if f.name == str(shard):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(f, offset, length)
+
+    monkeypatch.setattr(scaleout, "_read_at", failing)
+    with pytest.raises(OSError) as caught:
+        scaleout.merge(out)
+    assert caught.value.filename == str(shard) and caught.value.errno == errno.EIO
+    assert not (tmp_path / "out.jsonl.merging").exists() and out.read_text() == stale_row(0) + "\n"
 
 
 class _TwoMachines(scaleout.Scaleout):

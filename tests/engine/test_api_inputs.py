@@ -60,10 +60,10 @@ def test_texts_that_are_not_valid_unicode_are_refused_naming_which(gen, model_di
         gen.generate_text(["fine", "bad \udcff byte"], tok)
 
 
-def test_generate_text_computes_no_logprobs_it_would_drop(model_dir, tmp_path):
+def test_generate_text_refuses_logprobs_it_would_drop(model_dir, tmp_path):
     """generate_text returns text: ``logprobs=`` is refused (pointing to generate() and
-    on_finish), a config's ``[generation] logprobs`` is not computed for nothing, and an
-    ``on_finish`` callback gets them."""
+    on_finish); with ``on_finish`` the rows carry them, and a config's ``[generation]
+    logprobs`` is no error (the same settings on every rank, with a callback or not)."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     config = tmp_path / "bass.toml"
     config.write_text('[generation]\nlogprobs = "raw"\nmax_new_tokens = 3\n')
@@ -73,9 +73,7 @@ def test_generate_text_computes_no_logprobs_it_would_drop(model_dir, tmp_path):
     rows = []
     assert len(g.generate_text(["one"], tok, chat=False, on_finish=rows.append)) == 1
     assert len(rows[0].logprobs) == len(rows[0].tokens) == 3  # the config's, to the callback
-    seen = []
-    g.generate_text(["one"], tok, chat=False, on_step=lambda _, state: seen.append(state.logprobs))
-    assert seen and all(lp is None for lp in seen)  # none computed without a callback
+    assert len(g.generate_text(["one"], tok, chat=False, logprobs=False)) == 1
 
 
 def test_a_policy_class_instead_of_an_instance_is_refused(gen):

@@ -208,13 +208,39 @@ def test_generation_config_settings_bass_does_not_apply_are_said():
                       r"which bass does not apply"):  # fmt: skip
         Generator(model, "ngram")
     model.generation_config.repetition_penalty = model.generation_config.min_new_tokens = None
-    # a checkpoint that samples by default (Llama 3's, Qwen's): its settings, as transformers
-    # samples with them (its top_k default of 50 included), and how to sample in bass
-    model.generation_config.do_sample, model.generation_config.temperature = True, 0.6
-    with pytest.warns(UserWarning, match=r"sets do_sample=True, temperature=0\.6, top_k=50, .*"
-                      r"pass do_sample=True"):  # fmt: skip
-        Generator(model, "ngram")
-    model.generation_config.do_sample = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Generator(model, "ngram")
+
+
+def test_greedy_decoding_by_default_of_a_model_that_samples_is_said():
+    """A checkpoint whose generation_config samples (Llama 3's, Qwen's): transformers'
+    generate samples by default, bass decodes greedily unless told. A call that says
+    nothing of do_sample (nor its config) is warned, at the caller's line, naming the
+    settings transformers samples with (its top_k default of 50 included); one that says
+    do_sample either way, or a model that decodes greedily, is not."""
+    import warnings
+
+    from models import tiny_lm
+
+    from bass import Generator
+
+    model = tiny_lm()
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gen = Generator(model, "ngram")  # said when a call decodes, not when built
+        gen.generate([[1, 2]], max_new_tokens=2, do_sample=False)
+        gen.generate([[1, 2]], max_new_tokens=2, do_sample=True, seed=0)
+    said = r"samples \(do_sample=True, temperature=0\.6, top_k=50\).*pass do_sample=True"
+    for call in (
+        lambda: gen.generate([[1, 2]], max_new_tokens=2),
+        lambda: list(gen.stream([[1, 2]], max_new_tokens=2)),
+    ):
+        with pytest.warns(UserWarning, match=said) as caught:
+            call()
+        assert caught[0].filename == __file__  # the caller's line
+    model.generation_config.do_sample = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gen.generate([[1, 2]], max_new_tokens=2)

@@ -187,3 +187,20 @@ def test_cli_flag_config_and_resume(tmp_path, capsys):
     config.write_text("[generation]\nrepetition_penalty = -2\n")
     rc, _, err = run(capsys, f"{base} --config {config}", "hello")
     assert rc == 2 and "repetition_penalty = -2" in one_error_line(err)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.integers(0, 12), max_size=9), min_size=1, max_size=4),
+    width=st.integers(1, 10),
+)
+def test_occurrences_count_each_token_below_the_width(rows, width):
+    """bass.repetition.occurrences, which the penalties' references (exact_distribution,
+    greedy_reference's processor) count with, against a plain count; an id at or past the
+    width (no logit) counts nowhere."""
+    n = max(map(len, rows))
+    ids = torch.tensor([r + [width] * (n - len(r)) for r in rows], dtype=torch.long)
+    got = repetition.occurrences(ids, width)
+    assert got.shape == (len(rows), width) and got.dtype == torch.int64
+    for r, row in enumerate(rows):
+        assert got[r].tolist() == [row.count(t) for t in range(width)]

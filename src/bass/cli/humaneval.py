@@ -15,6 +15,7 @@ from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
 from .loading import check_kv_budget, check_sources, load_models, make_generator, use_chat
+from .parser import EVAL_DEFAULTS
 from .progress import shown as progress_shown
 from .results import (
     LineWriter,
@@ -108,7 +109,7 @@ def cmd_humaneval(args) -> int:
     if launched():  # every rank would run the whole evaluation, racing for --output
         raise UsageError("bass eval humaneval runs in one process; run it without torchrun")
     problems = he.select_problems(he.load_problems(), args.problems)
-    config = resolve_config(args, defaults={"model": {"chat": False}})
+    config = resolve_config(args, defaults=EVAL_DEFAULTS)
     if config.generation.logprobs is not None:  # (a config file shared with bass generate)
         say("note: logprobs: an evaluation scores completions and keeps no log-probabilities: "
             "not computed (bass generate --logprobs writes them)")  # fmt: skip

@@ -66,7 +66,8 @@ _NOTES = {
     "seed": {"eval": "per problem, the same for every method"},
     "time_budget": {"generate": "per row from its start", "eval": "per problem"},
 }
-_EVAL_DEFAULTS = {"chat": False}  # where an evaluation's default is not the option's
+#: Where ``bass eval``'s defaults are not the options' (config tables, as a config file's)
+EVAL_DEFAULTS = {"model": {"chat": False}}
 
 
 def flag_label(o: Option) -> str:
@@ -84,7 +85,7 @@ def _declared(table: str, command: str) -> list[tuple[str, dict]]:
             continue
         default = o.default if o.default is not None else o.absent_config or o.absent
         if command == "eval":
-            default = _EVAL_DEFAULTS.get(o.name, default)
+            default = EVAL_DEFAULTS.get(o.table, {}).get(o.name, default)
         default = str(default).lower() if isinstance(default, bool) else default  # as TOML
         note = _NOTES.get(o.name)
         note = note.get(command) if isinstance(note, dict) else note

@@ -87,7 +87,8 @@ def comparison_text(plain, tokens, gen, sampled: bool = False) -> str:
         f"  {'identical rows':<24}  {same} of {len(tokens)}",
         f"speedup over drafting off: {speedup:.2f}x",
     ]
-    if sampled and gen.draft_sampling == "rejection" and same < len(tokens):
+    rejection = gen.draft_sampling == "rejection" and drafter == "model"  # (n-grams: keyed)
+    if sampled and rejection and same < len(tokens):
         lines[-2] += (
             " (rejection sampling's draws depend on the batch and the drafts: sampled rows "
             "differ from drafting off's, each exact in distribution; --draft-sampling coupled "

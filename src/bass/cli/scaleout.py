@@ -297,8 +297,10 @@ def merge(out: Path) -> None:
         sources = [stack.enter_context(p.open("rb")) for p in files]
 
         def line(entry) -> bytes:
-            sources[entry[2]].seek(entry[3])
-            return sources[entry[2]].read(entry[4])
+            try:
+                return _read_at(sources[entry[2]], entry[3], entry[4])
+            except OSError as exc:  # (a failing device): named by the file it reads
+                raise OSError(exc.errno, exc.strerror or str(exc), str(files[entry[2]])) from exc
 
         kept = [where[0]] if where else []
         for entry in where[1:]:
@@ -317,10 +319,17 @@ def merge(out: Path) -> None:
             os.replace(tmp, out)
         except OSError as exc:  # a full disk: said naming --output, the shards kept
             tmp.unlink(missing_ok=True)
-            said = f"{exc.strerror} (merging the ranks' rows into --output; the shards are kept: "
-            raise OSError(exc.errno, said + "rerun with --resume)", str(out)) from exc
+            if exc.filename is not None and exc.filename not in (str(tmp), str(out)):
+                raise  # reading a shard
+            said = f"{exc.strerror or exc} (merging the ranks' rows into --output; the shards "
+            raise OSError(exc.errno, said + "are kept: rerun with --resume)", str(out)) from exc
     for path in parts:
         path.unlink(missing_ok=True)
+
+
+def _read_at(f, offset: int, length: int) -> bytes:
+    f.seek(offset)
+    return f.read(length)
 
 
 def start(args) -> Scaleout:
