@@ -332,6 +332,7 @@ def generate(generator, prompts, **kwargs):
         Coordinator(range(topo.world)).agree_generation(prompts, job.kw, ids)
     kwargs.pop("row_ids", None)
     kwargs.pop("n", None)  # job.prompts holds each prompt's n rows, keyed by ids
+    kwargs["do_sample"] = job.kw["do_sample"]  # (as checked: said once, above)
     mine = shard(len(prompts), topo)
     theirs = kwargs.get("on_finish")
     if theirs is not None:  # the row's index among the whole call's prompts

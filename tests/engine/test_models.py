@@ -223,7 +223,7 @@ def test_greedy_decoding_by_default_of_a_model_that_samples_is_said():
 
     from models import tiny_lm
 
-    from bass import Generator
+    from bass import Generator, testing
 
     model = tiny_lm()
     model.generation_config.do_sample, model.generation_config.temperature = True, 0.6
@@ -240,6 +240,9 @@ def test_greedy_decoding_by_default_of_a_model_that_samples_is_said():
         with pytest.warns(UserWarning, match=said) as caught:
             call()
         assert caught[0].filename == __file__  # the caller's line
+    with warnings.catch_warnings():  # bass.testing's greedy check says greedy
+        warnings.simplefilter("error")
+        testing.assert_greedy_equivalent(gen, [[1, 2]], 2)
     model.generation_config.do_sample = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")

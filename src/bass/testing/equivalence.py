@@ -214,10 +214,13 @@ def assert_greedy_equivalent(generator, prompts, max_new_tokens: int, **generate
     if generate_kwargs.get("do_sample"):
         raise ValueError("assert_greedy_equivalent checks greedy decoding: drop do_sample")
     _check_no_n("assert_greedy_equivalent()", generate_kwargs)
-    res = generator.generate(prompts, max_new_tokens=max_new_tokens, **generate_kwargs)
-    _check_row_count(res, prompts)
     # what the generator will apply: explicit arguments, else its config file's defaults
     defaults = getattr(generator, "generate_defaults", None) or {}
+    kw = dict(generate_kwargs)
+    if kw.get("do_sample") is None and not defaults.get("do_sample"):
+        kw["do_sample"] = False  # greedy, said (a model whose generation_config samples)
+    res = generator.generate(prompts, max_new_tokens=max_new_tokens, **kw)
+    _check_row_count(res, prompts)
     keys = ("eos_token_id", "stop_sequences", "stop_strings", "tokenizer", *PENALTIES)
     # (None: not given, the config's applies, as in generate)
     given = {k: v for k, v in generate_kwargs.items() if v is not None}
