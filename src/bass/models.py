@@ -426,9 +426,8 @@ def warn_greedy(model, call: str) -> None:
     false unless set), on a model whose generation_config samples
     (:func:`sampling_settings`): transformers' ``generate`` would sample."""
     if said := sampling_settings(model):
-        settings = ", ".join(f"{k}={v!r}" for k, v in said.items())
         warnings.warn(
-            f"{call}(): the main model's generation_config samples ({settings}), as "
+            f"{call}(): the main model's generation_config samples ({_listed(said)}), as "
             "transformers' generate() does by default; bass decodes greedily unless told: "
             "pass do_sample=True and those settings (or set [generation] do_sample) to "
             "sample, or do_sample=False to decode greedily without this warning",
@@ -437,13 +436,17 @@ def warn_greedy(model, call: str) -> None:
         )
 
 
+def _listed(settings: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in settings.items())
+
+
 def warn_unapplied(model) -> None:
     """A ``UserWarning`` naming :func:`unapplied_generation_settings` of ``model``, if any
     (from the :class:`bass.Generator` that was just given it)."""
     if unapplied := unapplied_generation_settings(model):
-        said = ", ".join(f"{k}={v!r}" for k, v in unapplied.items())
         warnings.warn(
-            f"Generator(): the main model's generation_config sets {said}, which bass does "
+            f"Generator(): the main model's generation_config sets {_listed(unapplied)}, "
+            "which bass does "
             "not apply: rows differ from "
             "model.generate()'s; unset them on model.generation_config to silence this"
             + "".join(
