@@ -241,17 +241,26 @@ class Config:
             raise _unknown(source, "table", unknown, [f"[{t}]" for t in TABLES])
         # in order: a bad [policy] is reported before [generation]
         tables = {f.name: f.default_factory for f in fields(cls)}
-        return cls(
+        config = cls(
             **{
                 t: _table(d, t, make, source, labels or {}, t in build)
                 for t, make in tables.items()
             }
         )
+        generation = d.get("generation")
+        if not (isinstance(generation, dict) and "do_sample" in generation):
+            config._unset = {"do_sample"}  # generate's own default applies (it warns of a
+        return config  # model whose generation_config samples): see generate_kwargs
 
     def to_dict(self) -> dict:
-        """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""
+        """The TOML-shaped dict (``None`` values left out, as TOML has no null, and a
+        ``do_sample`` the source left out)."""
         tables = asdict(self)  # a copy
-        return {t: {k: v for k, v in keys.items() if v is not None} for t, keys in tables.items()}
+        unset = {("generation", k) for k in getattr(self, "_unset", ())}
+        return {
+            t: {k: v for k, v in keys.items() if v is not None and (t, k) not in unset}
+            for t, keys in tables.items()
+        }
 
     def _kwargs(self, call: str) -> dict:
         return {
@@ -268,8 +277,11 @@ class Config:
 
     def generate_kwargs(self) -> dict:
         """Keyword arguments of :meth:`bass.Generator.generate`; ``None`` values (no limit,
-        no seed, the default eos) are left out so the callee's defaults apply."""
-        return {k: v for k, v in self._kwargs("generate").items() if v is not None}
+        no seed, the default eos), and ``do_sample`` where the file or dict this was read
+        from left it out, are left out so the callee's defaults apply."""
+        unset = getattr(self, "_unset", ())
+        kwargs = self._kwargs("generate").items()
+        return {k: v for k, v in kwargs if v is not None and k not in unset}
 
 
 # --------------------------------------------------------------------------- files

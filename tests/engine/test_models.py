@@ -213,7 +213,7 @@ def test_generation_config_settings_bass_does_not_apply_are_said():
         Generator(model, "ngram")
 
 
-def test_greedy_decoding_by_default_of_a_model_that_samples_is_said():
+def test_greedy_decoding_by_default_of_a_model_that_samples_is_said(tmp_path):
     """A checkpoint whose generation_config samples (Llama 3's, Qwen's): transformers'
     generate samples by default, bass decodes greedily unless told. A call that says
     nothing of do_sample (nor its config) is warned, at the caller's line, naming the
@@ -243,6 +243,16 @@ def test_greedy_decoding_by_default_of_a_model_that_samples_is_said():
     with warnings.catch_warnings():  # bass.testing's greedy check says greedy
         warnings.simplefilter("error")
         testing.assert_greedy_equivalent(gen, [[1, 2]], 2)
+    # a config (dict or file) that leaves do_sample out says nothing of it either
+    file = tmp_path / "bass.toml"
+    file.write_text("[generation]\nmax_new_tokens = 2\n")
+    for config in ({"generation": {"max_new_tokens": 2}}, file):
+        with pytest.warns(UserWarning, match=said):
+            Generator(model, "ngram", config=config).generate([[1, 2]])
+    file.write_text("[generation]\nmax_new_tokens = 2\ndo_sample = false\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Generator(model, "ngram", config=file).generate([[1, 2]])
     model.generation_config.do_sample = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")

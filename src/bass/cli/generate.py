@@ -386,7 +386,7 @@ def cmd_generate(args) -> int:
         except PromptError as exc:
             where = prompts[list(encoded)[exc.prompt]].where
             raise UsageError(exc.naming(f"the prompt at {where}")) from exc
-    kwargs = config.generate_kwargs()
+    kwargs = {**config.generate_kwargs(), "do_sample": config.generation.do_sample}
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", default_eos(tokenizer, main))
     stops = kwargs.get("stop_strings")
