@@ -6,8 +6,9 @@ A config file has three tables, all optional; a key left out keeps its default::
     [model]
     main = "HuggingFaceTB/SmolLM2-360M-Instruct"  # HF name, local dir or .gguf file;
                                                    # leave out for the embedded default
-    draft = "ngram"        # a model (name/dir/.gguf), "ngram" (prompt lookup) or "none"
-    attention = "auto"     # attention implementation: "auto", "reference", "sdpa" (CPU), ...
+    draft = "ngram"        # a model (name/dir/.gguf), "ngram" (prompt lookup), "none" or an
+                           # installed drafter's name
+    attention = "auto"     # attention implementation: "auto", "reference", "sdpa", ...
     compile = false        # true: torch.compile each pass; "reduce-overhead": CUDA graphs
     cpu_linear = "auto"    # CPU: GEMM layout per row count, measured ("unpacked", "torch")
     draft_sampling = "coupled"  # sampled drafts: coupled draws, or "rejection" sampling
@@ -16,14 +17,16 @@ A config file has three tables, all optional; a key left out keeps its default::
 
     [generation]
     max_new_tokens = 128
-    do_sample = false      # false: greedy; true: sample with the settings below
-    temperature = 1.0
-    top_k = 50             # leave out for no limit
-    top_p = 0.95           # leave out for no limit
+    do_sample = true       # false: greedy; true: sample with the settings below
+    temperature = 0.8
+    top_p = 0.95           # leave out for no limit (top_k, min_p likewise)
+    repetition_penalty = 1.1  # transformers' repetition penalty; leave out for none
+    presence_penalty = 0.5    # vLLM's/OpenAI's (frequency_penalty likewise), in [-2, 2]
     seed = 0
-    eos_token_id = 2       # an id or a list of ids; leave out for the tokenizer's
     time_budget = 30.0     # seconds per row from its start; leave out for none
-    stop_strings = ["\\n\\n"]  # a row ends once its text contains one; leave out for none
+    stop_strings = ["\\n\\n"]  # a row ends once its text contains one
+    eos_token_id = 2       # an id or a list of ids; leave out for the tokenizer's
+    logprobs = "raw"       # each token's log-probability in --output; leave out for none
 
     [policy]
     name = "adaptive"      # a draft-length policy: see `bass policies`

@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
 import bass.config
 from bass.config import (
+    TABLES,
     Config,
     ConfigError,
     GenerationConfig,
@@ -46,14 +48,22 @@ def test_defaults():
     assert Config.from_dict({}) == c
 
 
-def test_docstring_example_loads(tmp_path):
-    c = load_config(write(tmp_path, docstring_example()))
+def test_docstring_example_loads_names_every_key_and_is_the_guides(tmp_path):
+    """The example ``pydoc bass.config`` shows (config errors point to it) is the config
+    guide's, loads, and names every key of every table (a key or in a comment)."""
+    example = docstring_example()
+    guide = Path(__file__).parents[2] / "docs" / "guides" / "config-and-cli.md"
+    assert example == guide.read_text().split("```toml\n", 1)[1].split("```", 1)[0]
+    c = load_config(write(tmp_path, example))
     assert c.model.main == "HuggingFaceTB/SmolLM2-360M-Instruct"
     assert c.model.draft == "ngram" and c.model.chat is True
-    assert c.generation.top_k == 50 and c.generation.top_p == 0.95
+    assert c.generation.top_p == 0.95 and c.generation.presence_penalty == 0.5
     assert c.generation.eos_token_id == 2 and c.generation.time_budget == 30.0
     assert c.generation.stop_strings == ["\n\n"]
     assert c.policy == PolicyConfig("adaptive", {"k_max": 16})
+    for table, keys in TABLES.items():
+        section = example[example.index(f"[{table}]") :]
+        assert not [k for k in keys if not re.search(rf"\b{k}\b", section)], table
 
 
 def test_engine_kwargs_leave_out_none(tmp_path):

@@ -298,3 +298,35 @@ def test_gpu_llama_step_compiles_without_breaks(impl):
                 for n, x in (("eager", eager), ("compiled", got))}  # fmt: skip
         # bf16 logits lie 1e-3 to 1e-2 from float32 ones by norm (0.6% on the CPU here)
         assert errs["compiled"] <= max(2 * errs["eager"], 2e-3) and errs["eager"] < 2e-2, errs
+
+
+GPU = pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=GPU)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_attention_under_autocast_casts_as_sdpa_eager_and_compiled(dtype, device):
+    """Under ``torch.autocast`` the attention ops cast q, k and v to the autocast dtype, as
+    SDPA does (a caller's bf16 queries beside a float32 cache raised before), eagerly and
+    in a compiled caller; float64 is left alone, and outside autocast nothing is cast."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, h, t, D, generator=g).to(device)
+               for h, t in ((HQ, 2), (HKV, S), (HKV, S)))  # fmt: skip
+    q_lens, kv_lens = (torch.tensor(x, dtype=torch.int32, device=device) for x in ([2, 1], [5, 1]))
+    cu = torch.tensor([0, 2, 3], dtype=torch.int32, device=device)
+    packed = q[:, :, :2].transpose(0, 1).reshape(1, HQ, 2 * B, D)[:, :, :3]
+
+    def both(q, k, v):
+        ops = torch.ops.bass
+        padded = ops.ragged_attention(q, k, v, q_lens, kv_lens, SCALE)
+        return padded, ops.ragged_attention_packed(packed.to(q.dtype), k, v, cu, kv_lens, SCALE)
+
+    expected = both(q.to(dtype), k.to(dtype), v.to(dtype))
+    compiled = torch.compile(both, backend="aot_eager", fullgraph=True)
+    with torch.autocast(device, dtype=dtype):
+        for got in (both(q, k, v), both(q.to(dtype), k, v), compiled(q, k, v)):
+            assert [t.dtype for t in got] == [dtype, dtype]
+            for g_, e in zip(got, expected):
+                torch.testing.assert_close(g_, e, rtol=0, atol=0)
+        assert both(q.double(), k.double(), v.double())[0].dtype == torch.float64
+    assert both(q, k, v)[0].dtype == torch.float32

@@ -59,8 +59,9 @@ def ragged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: 
     Returns:
         ``[B, Hq, T, D]`` in q's dtype, contiguous whatever q's strides.
 
-    Inference only (inputs requiring grad raise). In eager mode the lengths are range-
-    checked on the host (:func:`length_checks` turns that off).
+    Inference only (inputs requiring grad raise). Under ``torch.autocast``, q, k and v are
+    cast to its dtype first, as SDPA's are. In eager mode the lengths are range-checked on
+    the host (:func:`length_checks` turns that off).
 
     Example (row 0: two new tokens after three cached; row 1: one token, no history)::
 

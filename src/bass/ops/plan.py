@@ -390,6 +390,31 @@ def _inference_only(name: str, float_args: tuple[str, ...]) -> None:
     lib.impl(name, kernel, "Autograd", with_keyset=True)
 
 
+def _autocast(name: str, device_type: str) -> None:
+    """The attention op's kernel under ``torch.autocast(device_type)``: as SDPA there, q,
+    k and v (float32, float16, bfloat16; float64 is left as it is) are cast to the
+    autocast dtype, then the op runs with autocast off. ``kv_append`` has none: it writes
+    the caches in place and refuses new keys of another dtype (the cache's dtype is the
+    caller's choice)."""
+    op = getattr(torch.ops.bass, name).default
+    key = getattr(torch._C.DispatchKey, "Autocast" + device_type.upper())
+
+    def cast(x):
+        if not isinstance(x, torch.Tensor) or x.device.type != device_type:
+            return x
+        if x.is_floating_point() and x.dtype != torch.float64:
+            return x.to(torch.get_autocast_dtype(device_type))
+        return x
+
+    def run(*args, **kwargs):
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
+            return op(*map(cast, args), **{k: cast(v) for k, v in kwargs.items()})
+
+    op.py_impl(key)(run)  # what torch.compile traces (torch.library.register_autocast's way)
+    lib.impl(name, lambda _keyset, *args, **kwargs: run(*args, **kwargs),
+             f"Autocast{device_type.upper()}", with_keyset=True)  # fmt: skip
+
+
 for _name, _kernel, _floats in (
     ("ragged_attention", _attention_padded, ("q", "k", "v")),
     ("ragged_attention_packed", _attention_packed, ("q", "k", "v")),
@@ -398,6 +423,8 @@ for _name, _kernel, _floats in (
 ):
     for _key in ("CPU", "CUDA"):
         lib.impl(_name, _kernel, _key)
+        if _name.startswith("ragged_attention"):
+            _autocast(_name, _key.lower())
     _inference_only(_name, _floats)
 
 
