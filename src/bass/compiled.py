@@ -152,5 +152,20 @@ class CompiledForward:
                 ) from exc
             raise UnsupportedModelError(
                 f"torch.compile (fullgraph) could not compile {model_name(model)}'s forward "
-                f"({type(exc).__name__}: {first}); generate without compile= (eager passes)"
+                f"({type(exc).__name__}: {first}); {_own_attention(args)}generate without "
+                "compile= (eager passes)"
             ) from exc
+
+
+def _own_attention(args) -> str:
+    """A hint when the pass traced an attention implementation registered outside bass
+    (``traceable`` defaults to True; a ``run`` reading lengths on the host cannot be)."""
+    impl = getattr(args[-1], "impl", None)  # forward_packed's plan
+    module = getattr(getattr(impl, "run", None), "__module__", None) or ""
+    if not getattr(impl, "traceable", False) or module.startswith("bass."):
+        return ""
+    return (
+        f"the attention implementation {impl.name!r} was traced into the graph: register "
+        "it with traceable=False (compiled passes then call it through the op) or pick "
+        "another attention=, or "
+    )

@@ -520,7 +520,7 @@ class Generator:
         if any(lengths):
             view.stop = hooks.early_stop(ctx)
             view.keys = draft_keys(state, slots, max(lengths), seed, self.main) if coupled else None
-            prop = drafter.propose(view, lengths)
+            prop = drafter.propose(view, list(lengths))  # a copy: checked against ours
             prop = check_proposal(drafter, prop, lengths, params, (self.vocab, self.width), coupled)
         t_verify = time.perf_counter()
         # 3) verify [last, d_1..d_n] of every active row in ONE packed main pass

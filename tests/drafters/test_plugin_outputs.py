@@ -366,3 +366,23 @@ def test_a_deterministic_drafter_that_returns_probs_is_refused_under_rejection_s
     assert len(gen.generate(PROMPTS, max_new_tokens=6).sequences) == 2
     coupled = bass.Generator(tiny_lm(), ArgmaxWithProbs(), policy="constant")
     assert len(coupled.generate(PROMPTS, max_new_tokens=6, do_sample=True, seed=0).sequences) == 2
+
+
+class ZeroingLengths(DeviceTokens):
+    """Proposes what it is allowed, then overwrites the lengths it was given."""
+
+    def propose(self, view, lengths):
+        proposal = super().propose(view, lengths)
+        lengths[:] = [0] * len(lengths)
+        return proposal
+
+
+def test_a_drafter_writing_into_its_lengths_list_changes_nothing_the_engine_checks():
+    """``propose`` gets its own copy of the policy's lengths: a drafter writing into it
+    was checked against its own overwrite ("proposed [3, 3] tokens for rows allowed [0,
+    0]"); the engine checks and records the policy's."""
+    model = tiny_lm()
+    gen = bass.Generator(model, ZeroingLengths(), policy="constant", policy_options={"k": 3})
+    res = gen.generate(PROMPTS, max_new_tokens=6, do_sample=False)
+    assert res.sequences == _greedy(model)
+    assert res.stats.drafted_tokens > 0

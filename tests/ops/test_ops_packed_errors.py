@@ -258,6 +258,37 @@ def test_a_registered_implementations_output_is_checked_naming_it(bad, monkeypat
         )  # fmt: skip
 
 
+def test_a_registered_implementation_that_cannot_be_traced_is_named_by_a_compile_error(
+    monkeypatch,
+):
+    """A user's implementation registered with the defaults (``traceable=True``) whose
+    ``run`` reads lengths on the host cannot be traced: the compile error names it and
+    ``traceable=False`` (it blamed the model alone); registered so, compiled passes run."""
+    from models import tiny_lm
+
+    monkeypatch.setattr(plan, "IMPLEMENTATIONS", dict(plan.IMPLEMENTATIONS))
+    reference = plan.IMPLEMENTATIONS["reference"]
+
+    def run(state, q, k, v, scale):
+        assert int(state[1].max()) >= 0  # a host read: data-dependent under tracing
+        return plan.reference.attention(q, k, v, *state, scale)
+
+    def eager_backend(gm, example_inputs):
+        return gm.forward
+
+    model, prompts = tiny_lm(), [[1, 2, 3], [4, 5]]
+    want = bass.Generator(model, None).generate(prompts, max_new_tokens=4, do_sample=False)
+    bass.ops.register(dataclasses.replace(reference, name="mine", run=run))
+    gen = bass.Generator(model, None, attention="mine", compile=eager_backend)
+    said = r"implementation 'mine' was traced into the graph: register it with traceable=False"
+    with pytest.raises(bass.errors.UnsupportedModelError, match=said):
+        gen.generate(prompts, max_new_tokens=4, do_sample=False)
+    bass.ops.register(dataclasses.replace(reference, name="mine", run=run, traceable=False))
+    gen = bass.Generator(model, None, attention="mine", compile=eager_backend)
+    got = gen.generate(prompts, max_new_tokens=4, do_sample=False)
+    assert got.sequences == want.sequences
+
+
 @pytest.mark.parametrize("names", [("q",), ("k", "v")], ids="+".join)
 def test_attention_is_inference_only(names):
     args = dict(zip(("q", "k", "v"), ARGS[:3]))
