@@ -85,6 +85,7 @@ class BatchState:
         slots: int,
         row_ids: list[int] | None = None,
         logprobs: bool = False,
+        prompt_logprobs: bool = False,
     ):
         self.by_prompt = prompts  # prompt + committed tokens, per prompt
         self.seqs: list[list[int]] = [[] for _ in range(slots)]  # per slot: its prompt's list
@@ -96,6 +97,7 @@ class BatchState:
         # per prompt: what keys its sampled draws; its new tokens' log-probabilities
         self.row_ids = list(range(len(prompts))) if row_ids is None else row_ids
         self.logprobs = [[] for _ in prompts] if logprobs else None
+        self.prompt_logprobs = [None] * len(prompts) if prompt_logprobs else None  # prefilled
         self.finished: list[int] = []  # prompts ended since last handed over (in order)
         self.tokens = 0  # the new tokens of the rows handed over
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
@@ -179,6 +181,7 @@ class BatchState:
             "sequences": self.outputs if keep else [],
             "finish_reasons": list(self.reasons),
             "logprobs": self.logprobs if keep else None,
+            "prompt_logprobs": self.prompt_logprobs if keep else None,
         }
 
     def compact(self, keep: list[int]) -> None:

@@ -27,6 +27,7 @@ A config file has three tables, all optional; a key left out keeps its default::
     stop_strings = ["\\n\\n"]  # a row ends once its text contains one
     eos_token_id = 2       # an id or a list of ids; leave out for the tokenizer's
     logprobs = "raw"       # each token's log-probability in --output; leave out for none
+    # prompt_logprobs = true  # each prompt token's, too
 
     [policy]
     name = "adaptive"      # a draft-length policy: see `bass policies`

@@ -200,7 +200,7 @@ class Solo:
 #: ids, the stop sequences and the row ids (every ``[generation]`` option: a test checks).
 AGREED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 AGREED += ("repetition_penalty", "frequency_penalty", "presence_penalty", "time_budget")
-AGREED += ("stop_strings", "logprobs")
+AGREED += ("stop_strings", "logprobs", "prompt_logprobs")
 
 
 class Coordinator(Solo):
@@ -349,8 +349,9 @@ def generate(generator, prompts, **kwargs):
             error = e
     local = []
     if res is not None:
-        lps = res.logprobs or [None] * len(res.sequences)
-        local = list(zip(res.sequences, res.finish_reasons, lps))
+        none = [None] * len(res.sequences)
+        lps, plps = res.logprobs or none, res.prompt_logprobs or none
+        local = list(zip(res.sequences, res.finish_reasons, lps, plps))
     failed = None if error is None else f"{type(error).__name__}: {error}"
     try:
         rows = gather(local, mine, len(prompts), topo, failed)
@@ -362,11 +363,12 @@ def generate(generator, prompts, **kwargs):
         raise error
     if rows is None:
         return None
-    sequences, reasons, lps = (list(col) for col in zip(*rows)) if rows else ([], [], [])
+    sequences, reasons, lps, plps = (list(c) for c in zip(*rows)) if rows else ([],) * 4
     ranks = [None] * len(prompts)
     for r in range(0, topo.world, topo.tp):  # each group's first rank
         for i in shard(len(prompts), Topology(topo.world, r, topo.tp)):
             ranks[i] = r
     stats = None if res is None else res.stats
     lps = lps if job.params.logprobs is not None else None
-    return GenerationResult(sequences, stats, reasons, ranks, lps)
+    plps = plps if job.kw["prompt_logprobs"] else None
+    return GenerationResult(sequences, stats, reasons, ranks, lps, plps)

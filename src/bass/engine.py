@@ -103,16 +103,14 @@ class Generator:
     Args:
         main: a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, ... any decoder whose
             attention goes through transformers' AttentionInterface).
-        draft: a smaller causal LM with the same vocabulary; ``"ngram"`` for
-            prompt-lookup drafting (or a configured :class:`bass.drafters.NGramDrafter`,
-            e.g. ``NGramDrafter(max_ngram=4, siblings=False)``); any
-            :class:`bass.drafters.Drafter` of yours, or the name of one installed under
-            the ``bass.drafters`` entry points; or ``None`` for regular
-            (non-speculative) decoding.
+        draft: a smaller causal LM with the same vocabulary; ``"ngram"`` for prompt-lookup
+            drafting (or a configured :class:`bass.drafters.NGramDrafter`, e.g.
+            ``NGramDrafter(max_ngram=4, siblings=False)``); a :class:`bass.drafters.Drafter`
+            of yours, or the name of one installed under the ``bass.drafters`` entry points;
+            or ``None`` for regular (non-speculative) decoding.
         policy: a draft-length policy name from :func:`bass.policies.available` or a
             policy instance; ``policy_options`` are its keyword options.
-        attention: the packed attention implementation (``"auto"``, ``"reference"``,
-            ``"sdpa"``...: ``bass ops`` lists them).
+        attention: the packed attention implementation (``"auto"``, ...: ``bass ops`` lists them).
         forced_acceptance: BENCHMARKING ONLY. Accept each drafted token with this
             probability regardless of the models (the main model's argmax follows):
             random-weight models timed at a known acceptance (``stats.forced_acceptance``).
@@ -322,6 +320,7 @@ class Generator:
         kv_budget_gib: float | None = None,
         on_finish=None,
         logprobs: bool | str | None = None,
+        prompt_logprobs: bool | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` for every prompt (token-id lists, any lengths,
         any number of them).
@@ -337,7 +336,8 @@ class Generator:
         it). ``time_budget`` (seconds) stops a row where it is once that long has passed
         since it started (its prefill). ``result.finish_reasons`` says which rows ended how;
         ``logprobs`` (``"raw"`` or ``True``, ``"processed"``) adds each new token's
-        log-probability. A keyword passed as ``None`` counts as not given: the config's applies.
+        log-probability, ``prompt_logprobs`` each prompt token's. A keyword passed as
+        ``None`` counts as not given: the config's applies.
 
         **Continuous batching** (:mod:`bass.scheduler`): at most ``max_rows`` rows run at
         once, no more than ``kv_budget_gib`` GiB of KV caches hold; a finished row's slot goes

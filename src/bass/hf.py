@@ -29,6 +29,7 @@ from .errors import UnsupportedModelError
 from .ops import flex, reference
 from .ops.plan import AUTO_OVERRIDE, Plan, resolve
 from .packing import PackedPass, pack
+from .sampling import SCORED_LOGITS, score_next
 
 ATTN_NAME = "bass"
 
@@ -216,8 +217,8 @@ WINDOW = "sliding-window attention"
 
 
 class Beyond(NamedTuple):
-    """What a model's attention needs beyond the ops' contract (:func:`beyond_contract`),
-    as its passes plan for it (:func:`pass_impl`)."""
+    """What a model's attention needs beyond the ops' contract (:func:`needs`), as its
+    passes plan for it (:func:`pass_impl`)."""
 
     need: str  # SOFTCAP, SINKS, LATENT or WINDOW, or one of the first three "and" WINDOW
     cap: float | None  # the one soft-cap every attention layer holds (and passes), else None
@@ -229,21 +230,14 @@ class Beyond(NamedTuple):
 _BEYOND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def beyond_contract(model) -> str | None:
-    """What ``model``'s attention needs that the ops' contract lacks, which
-    :func:`bass_attention_forward` computes itself (:func:`pass_impl`): ``"logit
-    soft-capping"`` (Gemma 2), ``"attention sinks"`` (gpt-oss), ``"values narrower than
-    keys"`` (DeepSeek V2/V3), two of them joined by "and", or ``None``; a sliding window,
-    which a generation may outgrow, only with one (:func:`needs`). A cap of 0 is none."""
-    beyond = needs(model)
-    return beyond.need if beyond is not None else None
-
-
 def needs(model, fed: int | None = None) -> Beyond | None:
-    """:func:`beyond_contract` with what planning needs: the layers' one cap, whether flex
-    takes the model, its window (``None``: nothing beyond the contract). ``fed``: the
-    positions a generation feeds, a window shorter than which is ``"sliding-window
-    attention"`` (``None``: no generation known, no window counted)."""
+    """What ``model``'s attention needs that the ops' contract lacks, which
+    :func:`bass_attention_forward` computes itself (:func:`pass_impl`), with what planning
+    needs (``None``: nothing): ``need`` is ``"logit soft-capping"`` (Gemma 2), ``"attention
+    sinks"`` (gpt-oss), ``"values narrower than keys"`` (DeepSeek V2/V3), ``"sliding-window
+    attention"`` where ``fed`` (the positions a generation feeds; ``None``: no window
+    counted) outgrows the window, or two joined by "and"; the layers' one cap (0: none),
+    whether flex takes the model, its window."""
     cfg, p = model.config.get_text_config(), next(model.parameters())
     # the cap each attention layer stores and hands its attention function (Gemma 2)
     caps = {float(c) for m in model.modules() if (c := getattr(m, "attn_logit_softcapping", 0))}
@@ -444,7 +438,7 @@ class Passes:
     def attention(self, device, model=None) -> dict[str, str]:
         """The attention implementation its passes run on ``device`` per pass kind
         (prefill passes are eager), and why: for ``res.stats`` and ``bass ops``; for
-        ``model``'s passes where given (:func:`beyond_contract`)."""
+        ``model``'s passes where given (:func:`needs`)."""
         picks, beyond = {}, None
         if model is not None:  # as prepare planned it (bass ops: not prepared)
             beyond = _BEYOND[model] if model in _BEYOND else needs(model)
@@ -505,12 +499,10 @@ class Passes:
             )
         return logits[0]
 
-    def prefill(
-        self, model, cache, prompts: list[list[int]], slots: Sequence[int] | None = None
-    ) -> tuple[torch.Tensor, int]:
+    def prefill(self, model, cache, prompts, slots=None, scores=None) -> tuple[torch.Tensor, int]:
         """:func:`prefill` with these settings, eager (its widths vary) and unpadded."""
         eager = replace(self, forward=self.eager, compiled=False, bucket=None, separate=False)
-        return prefill(model, cache, prompts, eager, slots=slots)
+        return prefill(model, cache, prompts, eager, slots=slots, scores=scores)
 
 
 def prefill(
@@ -521,6 +513,7 @@ def prefill(
     *,
     slots: Sequence[int] | None = None,
     chunk_tokens=None,
+    scores: list | None = None,
 ):
     """Prefill rows ``slots`` (ascending; default: one row per prompt, all of them) of
     ``cache`` with ragged ``prompts`` in packed passes, and commit them; return each
@@ -529,13 +522,18 @@ def prefill(
     Each row starts empty (a finished row's slot is refilled); the other rows bring no
     token. Passes feed at most ``chunk_tokens`` tokens (default ``passes.chunk_tokens``),
     a long prompt spanning several. ``passes``: how passes run (default: eager,
-    ``impl="auto"``).
+    ``impl="auto"``). ``scores``: a list that gets each prompt's tokens' log-probabilities
+    but the first's (float64 ``[len - 1]``, on the device; the passes then feed at most
+    :data:`bass.sampling.SCORED_LOGITS` logits' worth of tokens).
     """
     passes = passes or Passes()
     if chunk_tokens is None:
         chunk_tokens = passes.chunk_tokens
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    if scores is not None:  # every token's logits: [N, V] floats per pass
+        most = SCORED_LOGITS // model.get_output_embeddings().weight.shape[0]
+        chunk_tokens, scored = max(1, min(chunk_tokens, most)), [[] for _ in prompts]
     P = len(prompts)
     slots = list(range(P)) if slots is None else list(slots)
     if len(slots) != P or any(b <= a for a, b in itertools.pairwise(slots)):
@@ -559,16 +557,23 @@ def prefill(
         q_lens, lens = [0] * rows, [0] * rows  # per cache row; rows not refilled bring none
         for j, s in enumerate(slots):
             q_lens[s], lens[s] = len(feed[j]), done[j]
-            done[j] += len(feed[j])
         ids = [t for toks in feed for t in toks]
-        batch = passes.pack(model, q_lens, lens, cache.lens.device, ids=ids, logits_at=last)
-        logits = _first_run(passes, model, cache, batch)[: len(ends)]  # [len(ends), V]
+        at = last if scores is None else list(range(len(ids)))
+        batch = passes.pack(model, q_lens, lens, cache.lens.device, ids=ids, logits_at=at)
+        logits = _first_run(passes, model, cache, batch)[: len(at)]
+        if scores is not None:  # token t's logits score the prompt's token t + 1
+            score_next(logits, prompts, feed, done, cum, scored)
+            logits = logits[last]
+        for j in range(P):
+            done[j] += len(feed[j])
         cache.commit(cache.q_lens)
         n_passes += 1
         if out is None:
             out = logits.new_empty(P, logits.shape[-1])
         if ends:
             out[ends[0] : ends[-1] + 1] = logits  # prompts end in order: a contiguous block
+    if scores is not None:
+        scores += [torch.cat(parts) for parts in scored]
     return out, n_passes
 
 

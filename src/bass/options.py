@@ -213,6 +213,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
            "each new token's log-probability under the main model: raw (its own "
            "distribution) or processed (the one sampled from: the warps applied)", RUN,
            absent="none", table="generation", flag="--logprobs", metavar="MODE"),
+    Option("prompt_logprobs", BOOL, "each prompt token's log-probability under the main "
+           "model given the tokens before it (vLLM's prompt_logprobs; the first token's: "
+           "None)", RUN, absent="none", table="generation", flag="--prompt-logprobs"),
     Option("main_source", Value(kinds.source, _SOURCE), "the main model: a Hugging Face name, "
            "a local directory or a .gguf file", LOAD, keyword="main", table="model",
            absent_config="the embedded SmolLM2-135M-Instruct", flag="--main", metavar="MODEL"),
@@ -470,9 +473,9 @@ def pretrained_arguments(main, draft, dtype, device, config) -> tuple:
 def text_arguments(texts, tokenizer, chat, kw: dict) -> tuple[list[str], bool]:
     """``generate_text``'s own arguments, checked: the texts, the tokenizer, and whether to
     apply the chat template (``None``: when the tokenizer has one; ``True`` needs one).
-    Its texts carry no log-probabilities: ``logprobs`` in ``kw`` is refused unless an
-    ``on_finish`` callback takes the rows (a config's is computed all the same: ranks of
-    a tensor-parallel group that pass ``on_finish`` or not must agree on it)."""
+    Its texts carry no log-probabilities: ``logprobs`` or ``prompt_logprobs`` in ``kw`` is
+    refused unless an ``on_finish`` callback takes the rows (a config's is computed all the
+    same: ranks of a tensor-parallel group that pass ``on_finish`` or not must agree)."""
     texts = check("texts", texts, where="generate_text()")
     check("text_tokenizer", tokenizer, where="generate_text()")
     chat = check_keywords("generate_text()", chat=chat)["chat"]
@@ -482,10 +485,11 @@ def text_arguments(texts, tokenizer, chat, kw: dict) -> tuple[list[str], bool]:
             "chat", chat, "False or None: this tokenizer has no chat template",
             where="generate_text()",
         )  # fmt: skip
-    if kw.get("on_finish") is None and kw.get("logprobs") not in (None, False):
-        allowed = (
-            "false: generate_text() returns text only; call generate(), or pass on_finish "
-            "(its rows carry them)"
-        )
-        raise fail("logprobs", kw["logprobs"], allowed, where="generate_text()")
+    for key in ("logprobs", "prompt_logprobs"):
+        if kw.get("on_finish") is None and kw.get(key) not in (None, False):
+            allowed = (
+                "false: generate_text() returns text only; call generate(), or pass "
+                "on_finish (its rows carry them)"
+            )
+            raise fail(key, kw[key], allowed, where="generate_text()")
     return texts, has_template if chat is None else chat

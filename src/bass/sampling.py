@@ -21,6 +21,7 @@ __all__ = [
     "generator_seed",
     "greedy_accept_ids",
     "position_keys",
+    "raw_logprobs",
     "row_key",
     "sample",
     "sample_keyed",
@@ -126,6 +127,11 @@ def token_logprobs(
     if params.logprobs == "processed" and params.do_sample:
         x = warp_logits(logits, params) if warped is None else warped  # [N, V]
         return (x[index, tokens] - torch.logsumexp(x, dim=-1)[index]).double()
+    return raw_logprobs(logits, index, tokens)
+
+
+def raw_logprobs(logits: torch.Tensor, index: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """:func:`token_logprobs`'s ``"raw"`` ones: under the model's own distribution."""
     # half-precision logits normalised in float32, 256 rows at a time: no [N, V] copy
     dtype = torch.promote_types(logits.dtype, torch.float32)
     lse = torch.cat([torch.logsumexp(c.to(dtype), dim=-1) for c in logits.split(256)])
@@ -408,3 +414,22 @@ def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> A
     ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < drafted[:, None])
     accepted = _accept_prefix(ok)  # [B]
     return Acceptance(accepted, best.gather(1, accepted[:, None]).squeeze(1))
+
+
+SCORED_LOGITS = 2**25  # the most logits (128 MiB of float32) a scored prefill pass makes
+
+
+def score_next(logits, prompts, feed, done, cum, scored) -> None:
+    """A prefill pass's log-probabilities of its prompts' tokens (:func:`bass.hf.prefill`
+    with ``scores``): each fed token's ``logits`` score the next token of its prompt, where
+    there is one (:func:`raw_logprobs`); appended to ``scored``, per prompt."""
+    index, tokens, owner = [], [], []
+    for j, toks in enumerate(feed):
+        start, nxt = cum[j] - len(toks), prompts[j][done[j] + 1 : done[j] + len(toks) + 1]
+        index += range(start, start + len(nxt))
+        tokens += nxt
+        owner.append(len(nxt))
+    as_long = dict(dtype=torch.int64, device=logits.device)
+    lps = raw_logprobs(logits, torch.tensor(index, **as_long), torch.tensor(tokens, **as_long))
+    for j, part in enumerate(lps.split(owner)):  # (a prompt not fed, or fed its last
+        scored[j].append(part)  # token only: an empty part)

@@ -105,6 +105,7 @@ class Job(NamedTuple):
         return BatchState(
             prompts, self.kw["max_new_tokens"], *self.stops, slots=slots,
             row_ids=self.row_ids, logprobs=self.params.logprobs is not None,
+            prompt_logprobs=bool(self.kw.get("prompt_logprobs")),
         )  # fmt: skip
 
 
@@ -230,12 +231,13 @@ def admit_waiting(gen, state, queue: Queue, sampling, stats) -> list[int]:
     """Waiting prompts into the free slots (:meth:`Queue.admit`): prefilled at once, or
     left to ride in the next verify pass (returned: the step's ``fill``) where other rows
     are running, the passes are eager with unpadded shapes (compiled passes and CUDA
-    graphs keep their prefill apart) and the prompts fit in one pass."""
+    graphs keep their prefill apart) and the prompts fit in one pass (and no prompt
+    log-probabilities are asked for: a prefill of its own computes them)."""
     if not queue:
         return []
     slots, _ = queue.admit(state)  # none while no slot is free
     p = gen.passes
-    if slots and not p.compiled and p.bucket is None:
+    if slots and not p.compiled and p.bucket is None and state.prompt_logprobs is None:
         tokens = sum(len(state.seqs[s]) for s in slots)
         if tokens <= p.chunk_tokens and any(s not in slots for s in state.active()):
             admit_rows(gen, state, slots, stats)
@@ -252,7 +254,13 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
         return
     t = time.perf_counter()
     seqs = [state.seqs[s] for s in slots]
-    logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots)
+    scores = None if state.prompt_logprobs is None else []  # per prompt, float64 [len - 1]
+    logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots, scores=scores)
+    if scores is not None:  # (before the first token: it may end the row)
+        host = torch.cat(scores).tolist() if scores else []
+        for s, seq in zip(slots, seqs, strict=True):
+            lps, host = host[: len(seq) - 1], host[len(seq) - 1 :]
+            state.prompt_logprobs[state.prompt_of[s]] = [None, *lps]
     host = first_read(state, slots, logits, sampling).tolist()  # host read
     stats.main_passes += passes
     stats.prefill_passes += passes
@@ -317,11 +325,14 @@ def hand_over(state, keep: bool = True) -> Iterator[FinishedRow]:
     for p in done:
         out = state.outputs[p]
         lp = None if state.logprobs is None else state.logprobs[p]
+        plp = None if state.prompt_logprobs is None else state.prompt_logprobs[p]
         state.tokens += len(out)
         if not keep:  # a stream's row is the caller's now
             state.outputs[p] = state.by_prompt[p] = None
             if lp is not None:
                 state.logprobs[p] = None
-        elif lp is not None:
-            lp = list(lp)
-        yield FinishedRow(p, list(out) if keep else out, state.reasons[p], lp)
+            if plp is not None:
+                state.prompt_logprobs[p] = None
+        else:
+            lp, plp = (None if x is None else list(x) for x in (lp, plp))
+        yield FinishedRow(p, list(out) if keep else out, state.reasons[p], lp, plp)

@@ -234,13 +234,14 @@ class FinishedRow:
     ``generate(on_finish=...)``): ``prompt`` its index among the call's prompts (with
     ``n`` samples per prompt, among its rows: sample ``prompt % n`` of ``prompt // n``),
     ``tokens`` its new token ids, ``finish_reason`` as in
-    :attr:`GenerationResult.finish_reasons`, ``logprobs`` as in
-    :attr:`GenerationResult.logprobs`."""
+    :attr:`GenerationResult.finish_reasons`, ``logprobs`` and ``prompt_logprobs`` as in
+    :attr:`GenerationResult.logprobs` and :attr:`GenerationResult.prompt_logprobs`."""
 
     prompt: int
     tokens: list[int]
     finish_reason: str
     logprobs: list[float] | None = None
+    prompt_logprobs: list[float | None] | None = None
 
 
 @dataclass
@@ -255,10 +256,14 @@ class GenerationResult:
     token's log-probability under the main model, ``"raw"`` (its own distribution: what a
     forward pass over the sequence gives) or ``"processed"`` (the one the token was drawn
     from: the penalties, temperature, top-k, top-p, min-p applied; greedy decoding: the raw
-    one, penalised where a penalty is given)."""
+    one, penalised where a penalty is given). ``prompt_logprobs``
+    (``generate(prompt_logprobs=True)``; else ``None``): per row, one entry per token of its
+    prompt, its log-probability under the main model's own distribution given the tokens
+    before it (what a forward pass over the prompt gives), ``None`` for the first token."""
 
     sequences: list[list[int]]
     stats: GenerationStats
     finish_reasons: list[str] = field(default_factory=list)
     ranks: list[int] | None = None  # data-parallel jobs: the rank that generated each row
     logprobs: list[list[float]] | None = None
+    prompt_logprobs: list[list[float | None]] | None = None

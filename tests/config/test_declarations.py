@@ -45,8 +45,8 @@ def test_every_config_key_is_one_declared_option():
 
 def test_every_flag_sets_its_declared_key():
     """Each declared flag is a flag of `bass generate` and `bass eval humaneval` (but
-    --logprobs, which an evaluation keeps none of), of the declared type or choices, and
-    FLAG_KEYS sends it to the declared key."""
+    --logprobs and --prompt-logprobs, which an evaluation keeps none of), of the declared
+    type or choices, and FLAG_KEYS sends it to the declared key."""
     parser = build_parser()
     subs = parser._subparsers._group_actions[0].choices
     commands = [subs["generate"], subs["eval"]._subparsers._group_actions[0].choices["humaneval"]]
@@ -56,7 +56,7 @@ def test_every_flag_sets_its_declared_key():
         actions = {a.dest: a for a in command._actions}
         for o in flagged:
             dest = o.flag[2:].replace("-", "_")
-            if dest == "logprobs" and command is commands[1]:
+            if dest in ("logprobs", "prompt_logprobs") and command is commands[1]:
                 assert dest not in actions
                 continue
             action = actions[dest]

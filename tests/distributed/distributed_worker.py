@@ -92,6 +92,7 @@ def main(spec_path: str, out_dir: str) -> int:
                     "reasons": res.finish_reasons,
                     "ranks": res.ranks,
                     "logprobs": res.logprobs,
+                    "prompt_logprobs": res.prompt_logprobs,
                     "stopped_by_time": res.stats.stopped_by_time_budget if res.stats else None,
                     "finished": finished,
                 }

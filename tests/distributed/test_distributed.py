@@ -155,7 +155,8 @@ def test_data_parallel_api_takes_what_generate_takes(dirs, tmp_path):
     prompts. (Tensors were refused as "different prompts" on the ranks, the closure failed
     to pickle, ``row_ids`` collided with the shard's own, and ``on_finish`` got shard-local
     indices.)"""
-    gen_kw = dict(max_new_tokens=6, do_sample=True, seed=3, row_ids=[7, 5, 9, 1], logprobs=True)
+    gen_kw = dict(max_new_tokens=6, do_sample=True, seed=3, row_ids=[7, 5, 9, 1], logprobs=True,
+                  prompt_logprobs=True)  # fmt: skip
     case = dict(name="api", draft="ngram", as_tensors=True, on_finish=True, prompts=PROMPTS,
                 generate=gen_kw)  # fmt: skip
     spec = dict(mode="dp", tp=1, main=str(dirs / "main"), draft=None, cases=[case], timeout=60)
@@ -168,6 +169,8 @@ def test_data_parallel_api_takes_what_generate_takes(dirs, tmp_path):
     assert [len(lp) for lp in got["logprobs"]] == [len(s) for s in want.sequences]
     for theirs, ours in zip(got["logprobs"], want.logprobs, strict=True):  # each row's, in order
         assert theirs == pytest.approx(ours, abs=1e-9)
+    for theirs, ours in zip(got["prompt_logprobs"], want.prompt_logprobs, strict=True):
+        assert theirs[0] is ours[0] is None and theirs[1:] == pytest.approx(ours[1:], abs=1e-9)
     assert sorted(got["finished"]) == [0, 1] and sorted(results[1]["api"]["finished"]) == [2, 3]
 
 

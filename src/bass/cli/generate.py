@@ -45,6 +45,7 @@ __all__ = [
 
 #: The most rows (prompts x ``--n``) one run takes: the library's bound on one call's.
 MAX_JOB_ROWS = MAX_ROWS_N
+NO_LOGPROBS = {"logprobs": False, "prompt_logprobs": False}  # --compare's drafting off
 
 
 def _a_compile_mode(text: str) -> bool:
@@ -87,11 +88,8 @@ def read_prompts(args) -> list[Prompt]:
             p.encode("utf-8")
         except UnicodeEncodeError as exc:
             bad = ord(p[exc.start])
-            cause = (
-                f"the byte 0x{bad - 0xDC00:02x}, which is not UTF-8"
-                if 0xDC80 <= bad <= 0xDCFF
-                else "a lone surrogate"
-            )
+            byte = f"the byte 0x{bad - 0xDC00:02x}, which is not UTF-8"
+            cause = byte if 0xDC80 <= bad <= 0xDCFF else "a lone surrogate"
             raise UsageError(
                 f"{p.where}: not valid Unicode text (U+{bad:04X} at character {exc.start + 1}: "
                 f"{cause}); pass UTF-8 text"
@@ -246,6 +244,7 @@ def row_settings(config) -> dict:
         "eos_token_id": g.eos_token_id,
         "stop_strings": g.stop_strings,
         "logprobs": g.logprobs,  # what a row holds
+        "prompt_logprobs": g.prompt_logprobs or None,
         "repetition_penalty": None if g.repetition_penalty == 1 else g.repetition_penalty,
         **{k: getattr(g, k) or None for k in ("frequency_penalty", "presence_penalty")},
     }
@@ -303,8 +302,7 @@ def cmd_generate(args) -> int:
     out_path = _check_paths(args, config)
     device = None  # --output a character device (/dev/null) of a data-parallel run
     if scale.sharded and out_path is not None and out_path.exists() and not out_path.is_file():
-        # no shards beside it (nor a merge, which would replace it with a file): the rows
-        # travel to rank 0, which writes them there at the end
+        # no shards beside it (nor a merge, making it a file): rank 0 writes the rows there
         device, out_path = out_path, None
     # one writer per file: rank 0's
     scale.first(lambda: lock_outputs(args, {"--output": args.output, "--plot": args.plot}))
@@ -412,7 +410,7 @@ def cmd_generate(args) -> int:
     try:
         if todo:
             if plain is not None:  # drafting off first: the same rows and settings
-                off = plain.generate([encoded[i] for i, _ in todo], **job | {"logprobs": False})
+                off = plain.generate([encoded[i] for i, _ in todo], **job | NO_LOGPROBS)
             # each row printed and appended to --output the moment it finishes, then released
             stream = gen.stream([encoded[i] for i, _ in todo], on_step=progress.on_step, **job)
             with contextlib.closing(stream):  # a failed write ends the generation
@@ -435,6 +433,8 @@ def cmd_generate(args) -> int:
                     }
                     if row.logprobs is not None:  # each new token's (a stop string's too)
                         record |= {"token_ids": row.tokens, "logprobs": row.logprobs}
+                    if (plp := row.prompt_logprobs) is not None:  # the first token's: null
+                        record |= {"prompt_token_ids": encoded[i], "prompt_logprobs": plp}
                     progress.row_done(len(row.tokens))
                     if scale.sharded:  # rank 0 prints every group's rows at the end
                         if out_path is None:  # (with --output: from the merged file)

@@ -110,10 +110,12 @@ def cmd_humaneval(args) -> int:
         raise UsageError("bass eval humaneval runs in one process; run it without torchrun")
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults=EVAL_DEFAULTS)
-    if config.generation.logprobs is not None:  # (a config file shared with bass generate)
-        say("note: logprobs: an evaluation scores completions and keeps no log-probabilities: "
-            "not computed (bass generate --logprobs writes them)")  # fmt: skip
-        config.generation.logprobs = None
+    for key in ("logprobs", "prompt_logprobs"):  # (a config file shared with bass generate)
+        if getattr(config.generation, key):
+            flag = "--" + key.replace("_", "-")
+            say(f"note: {key}: an evaluation scores completions and keeps no log-probabilities"
+                f": not computed (bass generate {flag} writes them)")  # fmt: skip
+            setattr(config.generation, key, None)
     check_output_flags(args)
     if args.resume and args.overwrite:
         raise UsageError(

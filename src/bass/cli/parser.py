@@ -62,6 +62,7 @@ _NOTES = {
     "backslash, \\- a dash (another backslash is refused); "
     "the text is shown without it",
     "logprobs": "written with each row's token ids in --output",
+    "prompt_logprobs": "written with each row's prompt token ids in --output",
     # (a command's own: generate's or eval's)
     "seed": {"eval": "per problem, the same for every method"},
     "time_budget": {"generate": "per row from its start", "eval": "per problem"},
@@ -241,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add(p, "models", _model_flags(command))
         # (an evaluation keeps no log-probabilities: no --logprobs there)
         flags = _declared("generation", command) + _GENERATION_FLAGS
-        _add(p, "generation", [f for f in flags if p is gen or f[0] != "--logprobs"])
+        lp = ("--logprobs", "--prompt-logprobs")
+        _add(p, "generation", [f for f in flags if p is gen or f[0] not in lp])
     info = [
         sub.add_parser("policies", help="list installed draft-length policies and their options"),
         ops := sub.add_parser("ops", help="ragged attention implementations and what auto picks"),

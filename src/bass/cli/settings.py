@@ -136,9 +136,10 @@ def _check_draft_source(config: Config, where: str | None) -> None:
 
 
 def note_sampling(args, config: Config, n: int = 1) -> None:
-    """Notes on stderr about sampling flags (and ``logprobs``) that have no effect."""
-    if config.generation.logprobs and getattr(args, "output", None) is None:
-        say("note: logprobs are written to --output only, and none is given: add -o FILE.jsonl")
+    """Notes on stderr about sampling flags (and log-probabilities) that have no effect."""
+    for key in ("logprobs", "prompt_logprobs"):
+        if getattr(config.generation, key) and getattr(args, "output", None) is None:
+            say(f"note: {key} are written to --output only, and none is given: add -o FILE.jsonl")
     if n > 1 and not config.generation.do_sample:
         say(
             f"note: greedy decoding gives {n} identical samples per prompt; add --sample "
