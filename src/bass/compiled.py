@@ -165,7 +165,7 @@ def _own_attention(args) -> str:
     if not getattr(impl, "traceable", False) or module.startswith("bass."):
         return ""
     return (
-        f"the attention implementation {impl.name!r} was traced into the graph: register "
-        "it with traceable=False (compiled passes then call it through the op) or pick "
-        "another attention=, or "
+        f"the attention implementation {impl.name!r} was traced into the graph (if the "
+        "error is in it: register it with traceable=False, compiled passes then call it "
+        "through the op, or pick another attention=), or "
     )

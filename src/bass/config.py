@@ -86,16 +86,22 @@ for _o in OPTIONS.values():
         TABLES.setdefault(_o.table, {})[_o.key or _o.said] = _o
 
 
+#: Keys whose field is ``None`` until set (a file or the code): ``generate``'s own default
+#: applies, which warns where the model's generation_config samples and decodes greedily
+UNSET = ("do_sample",)
+
+
 def _section(table: str, name: str, doc: str) -> type:
     """The dataclass of ``[table]``: one field per key, typed and defaulted as declared."""
 
     def spec(key: str, o: Option) -> tuple:
         hint = o.kind.type or Any
-        if o.default is None and hint is not Any:
+        default = None if o.name in UNSET else o.default
+        if default is None and hint is not Any:
             hint = hint | None
-        if isinstance(o.default, (dict, list)):  # a fresh one per instance
-            return key, hint, field(default_factory=lambda d=o.default: copy.copy(d))
-        return key, hint, field(default=o.default)
+        if isinstance(default, (dict, list)):  # a fresh one per instance
+            return key, hint, field(default_factory=lambda d=default: copy.copy(d))
+        return key, hint, field(default=default)
 
     cls = make_dataclass(name, [spec(k, o) for k, o in TABLES[table].items()])
     cls.__module__, cls.__doc__ = __name__, doc
@@ -245,26 +251,17 @@ class Config:
             raise _unknown(source, "table", unknown, [f"[{t}]" for t in TABLES])
         # in order: a bad [policy] is reported before [generation]
         tables = {f.name: f.default_factory for f in fields(cls)}
-        config = cls(
+        return cls(
             **{
                 t: _table(d, t, make, source, labels or {}, t in build)
                 for t, make in tables.items()
             }
         )
-        generation = d.get("generation")
-        if not (isinstance(generation, dict) and "do_sample" in generation):
-            config._unset = {"do_sample"}  # generate's own default applies (it warns of a
-        return config  # model whose generation_config samples): see generate_kwargs
 
     def to_dict(self) -> dict:
-        """The TOML-shaped dict (``None`` values left out, as TOML has no null, and a
-        ``do_sample`` the source left out)."""
+        """The TOML-shaped dict (``None`` values left out, as TOML has no null)."""
         tables = asdict(self)  # a copy
-        unset = {("generation", k) for k in getattr(self, "_unset", ())}
-        return {
-            t: {k: v for k, v in keys.items() if v is not None and (t, k) not in unset}
-            for t, keys in tables.items()
-        }
+        return {t: {k: v for k, v in keys.items() if v is not None} for t, keys in tables.items()}
 
     def _kwargs(self, call: str) -> dict:
         return {
@@ -281,11 +278,9 @@ class Config:
 
     def generate_kwargs(self) -> dict:
         """Keyword arguments of :meth:`bass.Generator.generate`; ``None`` values (no limit,
-        no seed, the default eos), and ``do_sample`` where the file or dict this was read
-        from left it out, are left out so the callee's defaults apply."""
-        unset = getattr(self, "_unset", ())
-        kwargs = self._kwargs("generate").items()
-        return {k: v for k, v in kwargs if v is not None and k not in unset}
+        no seed, the default eos, ``do_sample`` not set) are left out so the callee's
+        defaults apply."""
+        return {k: v for k, v in self._kwargs("generate").items() if v is not None}
 
 
 # --------------------------------------------------------------------------- files

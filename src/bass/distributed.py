@@ -363,7 +363,7 @@ def generate(generator, prompts, **kwargs):
         raise error
     if rows is None:
         return None
-    sequences, reasons, lps, plps = (list(c) for c in zip(*rows)) if rows else ([],) * 4
+    sequences, reasons, lps, plps = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
     ranks = [None] * len(prompts)
     for r in range(0, topo.world, topo.tp):  # each group's first rank
         for i in shard(len(prompts), Topology(topo.world, r, topo.tp)):

@@ -23,13 +23,12 @@ import torch
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
-from . import compat
+from . import compat, sampling
 from .cache import LayerReadsLength, RaggedKVCache
 from .errors import UnsupportedModelError
 from .ops import flex, reference
 from .ops.plan import AUTO_OVERRIDE, Plan, resolve
 from .packing import PackedPass, pack
-from .sampling import SCORED_LOGITS, score_next
 
 ATTN_NAME = "bass"
 
@@ -532,7 +531,7 @@ def prefill(
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     if scores is not None:  # every token's logits: [N, V] floats per pass
-        most = SCORED_LOGITS // model.get_output_embeddings().weight.shape[0]
+        most = sampling.SCORED_LOGITS // model.get_output_embeddings().weight.shape[0]
         chunk_tokens, scored = max(1, min(chunk_tokens, most)), [[] for _ in prompts]
     P = len(prompts)
     slots = list(range(P)) if slots is None else list(slots)
@@ -562,7 +561,7 @@ def prefill(
         batch = passes.pack(model, q_lens, lens, cache.lens.device, ids=ids, logits_at=at)
         logits = _first_run(passes, model, cache, batch)[: len(at)]
         if scores is not None:  # token t's logits score the prompt's token t + 1
-            score_next(logits, prompts, feed, done, cum, scored)
+            sampling.score_next(logits, prompts, feed, done, cum, scored)
             logits = logits[last]
         for j in range(P):
             done[j] += len(feed[j])

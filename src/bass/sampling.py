@@ -13,6 +13,7 @@ import torch
 
 __all__ = [
     "SAMPLING",
+    "SCORED_LOGITS",
     "Acceptance",
     "SamplingParams",
     "as_bits",
@@ -25,6 +26,7 @@ __all__ = [
     "row_key",
     "sample",
     "sample_keyed",
+    "score_next",
     "speculative_accept",
     "token_logprobs",
     "warp_logits",
@@ -417,6 +419,7 @@ def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> A
 
 
 SCORED_LOGITS = 2**25  # the most logits (128 MiB of float32) a scored prefill pass makes
+# (read when a prefill runs: set it to change the bound)
 
 
 def score_next(logits, prompts, feed, done, cum, scored) -> None:

@@ -43,7 +43,8 @@ def test_defaults():
     c = Config()
     assert c.policy == PolicyConfig("adaptive", {})
     assert c.generation == GenerationConfig()
-    assert c.generation.max_new_tokens == 128 and c.generation.do_sample is False
+    # do_sample: None until set (generate's default: greedy, said where a model samples)
+    assert c.generation.max_new_tokens == 128 and c.generation.do_sample is None
     assert c.model == ModelConfig(None, "ngram", "auto", "float32", None)
     assert Config.from_dict({}) == c
 

@@ -224,6 +224,7 @@ def test_greedy_decoding_by_default_of_a_model_that_samples_is_said(tmp_path):
     from models import tiny_lm
 
     from bass import Generator, testing
+    from bass.config import load_config
 
     model = tiny_lm()
     model.generation_config.do_sample, model.generation_config.temperature = True, 0.6
@@ -253,6 +254,12 @@ def test_greedy_decoding_by_default_of_a_model_that_samples_is_said(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Generator(model, "ngram", config=file).generate([[1, 2]])
+        file.write_text("[generation]\nmax_new_tokens = 2\n")
+        config = load_config(file)  # do_sample left out, then set in code: it counts
+        config.generation.do_sample = True
+        res = Generator(model, "ngram", config=config).generate([[1, 2]], seed=0)
+        assert res.sequences == gen.generate([[1, 2]], max_new_tokens=2, do_sample=True,
+                                             seed=0).sequences  # fmt: skip
     model.generation_config.do_sample = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -239,7 +239,7 @@ def row_settings(config) -> dict:
         "dtype": m.dtype,
         "chat": m.chat,
         "max_new_tokens": g.max_new_tokens,
-        "do_sample": g.do_sample,
+        "do_sample": bool(g.do_sample),
         **{k: getattr(g, k) if g.do_sample else None for k in sampling},
         "eos_token_id": g.eos_token_id,
         "stop_strings": g.stop_strings,
@@ -384,7 +384,7 @@ def cmd_generate(args) -> int:
         except PromptError as exc:
             where = prompts[list(encoded)[exc.prompt]].where
             raise UsageError(exc.naming(f"the prompt at {where}")) from exc
-    kwargs = {**config.generate_kwargs(), "do_sample": config.generation.do_sample}
+    kwargs = {**config.generate_kwargs(), "do_sample": bool(config.generation.do_sample)}
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", default_eos(tokenizer, main))
     stops = kwargs.get("stop_strings")

@@ -154,7 +154,7 @@ def cmd_humaneval(args) -> int:
     check_kv_budget(config, args.kv_budget_gib)  # from their configs
     main, tokenizer, draft = load_models(config, log=say, bars=show, owner=args.owner)
     chat = use_chat(tokenizer, config)
-    kwargs = {**config.generate_kwargs(), "do_sample": config.generation.do_sample}
+    kwargs = {**config.generate_kwargs(), "do_sample": bool(config.generation.do_sample)}
     check_config_eos(kwargs, main, args.config or "config")  # against the loaded model
     kwargs.setdefault("eos_token_id", default_eos(tokenizer, main))
     check_stop_flag(kwargs.get("stop_strings"), tokenizer)
