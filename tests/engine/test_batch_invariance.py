@@ -133,3 +133,19 @@ def test_compaction_and_static_shapes_keep_rows_exact(llama, drafts, static):
     else:
         assert len(set(sizes)) >= 2  # compacted more than once... or at least once
     assert len(set(res.finish_reasons)) >= 1
+
+
+@pytest.mark.parametrize("chunk", [8192, 7])
+def test_prompt_logprobs_do_not_depend_on_the_batch(llama, drafts, chunk):
+    """A row's prompt log-probabilities (computed by its prefill, chunked, in passes shared
+    with other prompts, admitted as rows finish) and its tokens equal the prompt's alone."""
+    prompts = example_batches(VOCAB, seed=3)["bimodal"]
+    gen = Generator(llama, drafts["perturbed"], prefill_chunk_tokens=chunk)
+    kw = dict(max_new_tokens=MAX_NEW, do_sample=False, prompt_logprobs=True)
+    together = gen.generate(prompts, max_rows=3, **kw)
+    for i, prompt in enumerate(prompts):
+        alone = gen.generate([prompt], **kw)
+        assert alone.sequences[0] == together.sequences[i]
+        assert alone.prompt_logprobs[0][0] is together.prompt_logprobs[i][0] is None
+        got, want = together.prompt_logprobs[i][1:], alone.prompt_logprobs[0][1:]
+        assert got == pytest.approx(want, abs=1e-12)
