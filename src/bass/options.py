@@ -20,6 +20,7 @@ from .option_kinds import BOOL, DTYPES, Choice, Option, Range, Refused, Value, s
 
 __all__ = [
     "GENERATE",
+    "LOGPROB_OPTIONS",
     "MAX_ROWS",
     "OPTIONS",
     "Option",
@@ -44,6 +45,9 @@ __all__ = [
 MAX_ROWS = 256
 #: What ``logprobs`` may ask for (:attr:`bass.GenerationResult.logprobs`).
 LOGPROBS = ("raw", "processed")
+#: The options that ask for log-probabilities: rows carry them, texts (``generate_text``)
+#: and evaluations (``bass eval humaneval``) keep none
+LOGPROB_OPTIONS = ("logprobs", "prompt_logprobs")
 
 
 # --------------------------------------------------------------------------- kinds needing
@@ -485,7 +489,7 @@ def text_arguments(texts, tokenizer, chat, kw: dict) -> tuple[list[str], bool]:
             "chat", chat, "False or None: this tokenizer has no chat template",
             where="generate_text()",
         )  # fmt: skip
-    for key in ("logprobs", "prompt_logprobs"):
+    for key in LOGPROB_OPTIONS:
         if kw.get("on_finish") is None and kw.get(key) not in (None, False):
             allowed = (
                 "false: generate_text() returns text only; call generate(), or pass "

@@ -10,6 +10,7 @@ docs/guides/generation.md, "Jobs of any size: continuous batching".
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import time
 from collections.abc import Iterator
@@ -256,10 +257,10 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
     seqs = [state.seqs[s] for s in slots]
     scores = None if state.prompt_logprobs is None else []  # per prompt, float64 [len - 1]
     logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots, scores=scores)
-    if scores is not None:  # (before the first token: it may end the row)
-        host = torch.cat(scores).tolist() if scores else []
+    if scores is not None:  # (before the first token: it may end the row); one host read
+        host = iter(torch.cat(scores).tolist())
         for s, seq in zip(slots, seqs, strict=True):
-            lps, host = host[: len(seq) - 1], host[len(seq) - 1 :]
+            lps = itertools.islice(host, len(seq) - 1)
             state.prompt_logprobs[state.prompt_of[s]] = [None, *lps]
     host = first_read(state, slots, logits, sampling).tolist()  # host read
     stats.main_passes += passes

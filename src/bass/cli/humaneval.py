@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import humaneval as he
 from ..distributed import launched
 from ..models import default_eos, encode_prompt
-from ..options import check_config_eos
+from ..options import LOGPROB_OPTIONS, OPTIONS, check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
@@ -110,9 +110,9 @@ def cmd_humaneval(args) -> int:
         raise UsageError("bass eval humaneval runs in one process; run it without torchrun")
     problems = he.select_problems(he.load_problems(), args.problems)
     config = resolve_config(args, defaults=EVAL_DEFAULTS)
-    for key in ("logprobs", "prompt_logprobs"):  # (a config file shared with bass generate)
+    for key in LOGPROB_OPTIONS:  # (a config file shared with bass generate)
         if getattr(config.generation, key):
-            flag = "--" + key.replace("_", "-")
+            flag = OPTIONS[key].flag
             say(f"note: {key}: an evaluation scores completions and keeps no log-probabilities"
                 f": not computed (bass generate {flag} writes them)")  # fmt: skip
             setattr(config.generation, key, None)

@@ -11,7 +11,7 @@ import re
 from typing import NoReturn
 
 from ..option_kinds import Choice, Option
-from ..options import OPTIONS
+from ..options import LOGPROB_OPTIONS, OPTIONS
 
 __all__ = ["Parser", "build_parser", "flag_label", "unescape"]
 
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add(p, "models", _model_flags(command))
         # (an evaluation keeps no log-probabilities: no --logprobs there)
         flags = _declared("generation", command) + _GENERATION_FLAGS
-        lp = ("--logprobs", "--prompt-logprobs")
+        lp = [OPTIONS[k].flag for k in LOGPROB_OPTIONS]
         _add(p, "generation", [f for f in flags if p is gen or f[0] not in lp])
     info = [
         sub.add_parser("policies", help="list installed draft-length policies and their options"),

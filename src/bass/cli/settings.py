@@ -6,7 +6,7 @@ import argparse
 
 from ..config import Config, ConfigError, read_toml
 from ..errors import PluginLoadError
-from ..options import OPTIONS
+from ..options import LOGPROB_OPTIONS, OPTIONS
 from .errors import UsageError, say
 from .parser import flag_label
 
@@ -137,7 +137,7 @@ def _check_draft_source(config: Config, where: str | None) -> None:
 
 def note_sampling(args, config: Config, n: int = 1) -> None:
     """Notes on stderr about sampling flags (and log-probabilities) that have no effect."""
-    for key in ("logprobs", "prompt_logprobs"):
+    for key in LOGPROB_OPTIONS:
         if getattr(config.generation, key) and getattr(args, "output", None) is None:
             say(f"note: {key} are written to --output only, and none is given: add -o FILE.jsonl")
     if n > 1 and not config.generation.do_sample:
