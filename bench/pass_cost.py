@@ -47,14 +47,14 @@ TABLE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 128)  # calibrated row counts shown
 
 
 def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
-    from bass import cpu_linear, hf
+    from bass import cpu_linear, hf, passes
     from bass.backends import CPUBackend
     from bass.cache import RaggedKVCache
     from bass.packing import pack
 
     backend = CPUBackend(mode="auto")
     backend.chosen = "auto"  # frame every pass as the engine's CPU backend does
-    passes = hf.Passes(forward=backend.wrap(hf.forward_packed))
+    passes = passes.Passes(forward=backend.wrap(passes.forward_packed))
 
     B = len(prompts)
     max_len = max(map(len, prompts)) + 16
@@ -63,7 +63,7 @@ def measure(main, prompts, repeats: int, plan) -> dict[str, dict]:
     times = {(name, lay): [] for name in SHAPES for lay in LAYOUTS}
     unpacked = plan.without_packed()
     with torch.inference_mode():
-        hf.prefill(main, cache, prompts)
+        passes.prefill(main, cache, prompts)
         lens = [len(p) for p in prompts]
         for _ in range(repeats):
             for name, shape in SHAPES.items():

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bass"
 
 # file (under src/bass) -> qualified function names
 FUNCTIONS = {
-    "hf.py": ["prefill"],
+    "passes.py": ["prefill"],
     "drafters.py": ["ModelDrafter.start", "ModelDrafter.admit", "ModelDrafter.compact"],
     "engine.py": ["Generator._compact"],
     "batch_state.py": ["BatchState.compact", "BatchState.admit", "BatchState.free"],

@@ -1,4 +1,4 @@
-"""A Generator's compiled passes (``compile=``): :func:`bass.hf.forward_packed` under
+"""A Generator's compiled passes (``compile=``): :func:`bass.passes.forward_packed` under
 ``torch.compile(fullgraph=True)``, a region per model, compiled again when a model's
 modules change (docs/guides/performance.md, "Compiling")."""
 
@@ -12,7 +12,8 @@ import torch
 
 from . import compat, cpu_linear
 from .errors import UnsupportedModelError
-from .hf import forward_packed, model_name
+from .hf import model_name
+from .passes import forward_packed
 
 # what a failed compile raises: Dynamo's errors (Inductor's are among them) and a guard on
 # a data-dependent value (tolist() on routing counts)

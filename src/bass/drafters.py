@@ -17,6 +17,7 @@ from . import hf, plugins
 from .cache import RaggedKVCache
 from .errors import PluginError, PluginLoadError
 from .hooks import Drafter, Offer, Proposal, StepView
+from .passes import Passes
 from .sampling import sample, sample_keyed, warp_probs
 
 __all__ = [
@@ -62,7 +63,7 @@ class ModelDrafter(Drafter):
         self.tokens = rows if tokens is None else tokens
         self.out_vocab = rows if out_vocab is None else out_vocab
         self.in_vocab = model.get_input_embeddings().weight.shape[0]
-        self.passes = hf.Passes()
+        self.passes = Passes()
         self.cache: RaggedKVCache | None = None
         self.logits_slots: int | None = None  # static shapes: logits rows per pass
         self.pair = None  # make_drafter's: the main model and both models' vocab sizes

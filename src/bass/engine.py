@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from . import backends, compat, compiled, hf, locking, models, options, policies, scheduler
+from . import backends, compat, compiled, hf, locking, models, options, passes, policies, scheduler
 from .batch_state import NonFiniteLogitsError
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
@@ -211,7 +211,7 @@ class Generator:
             static_shapes = graphs
         with locking.exclusive("Generator()"):  # not while a generation runs on them
             self.backend.prepare(self.models)
-        forward = self._compiled = hf.forward_packed
+        forward = self._compiled = passes.forward_packed
         if compile:  # the per-step forward only, N dynamic (docs/concepts/engine.md)
             forward = self._compiled = compiled.CompiledForward(
                 "inductor" if compile in (True, "reduce-overhead") else compile,
@@ -219,9 +219,9 @@ class Generator:
                 dynamic=True,
                 limit=4 * len(TOKEN_BUCKETS) + 8,  # a graph per pass kind and bucket, or a few
             )
-        self.passes = hf.Passes(
+        self.passes = passes.Passes(
             forward=self.backend.wrap(forward),
-            eager=self.backend.wrap(hf.forward_packed),
+            eager=self.backend.wrap(passes.forward_packed),
             compiled=bool(compile),
             impl=self.attention,
             bucket=TOKEN_BUCKETS if static_shapes else None,

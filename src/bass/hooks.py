@@ -21,7 +21,7 @@ from .stats import StepRecord
 
 if TYPE_CHECKING:
     from .batch_state import BatchState
-    from .hf import Passes
+    from .passes import Passes
     from .repetition import SeenTokens
 
 __all__ = [

@@ -13,7 +13,6 @@ import torch
 
 __all__ = [
     "SAMPLING",
-    "SCORED_LOGITS",
     "Acceptance",
     "SamplingParams",
     "as_bits",
@@ -26,7 +25,6 @@ __all__ = [
     "row_key",
     "sample",
     "sample_keyed",
-    "score_next",
     "speculative_accept",
     "token_logprobs",
     "warp_logits",
@@ -416,23 +414,3 @@ def forced_accept(drafted: torch.Tensor, best: torch.Tensor, p: float, gen) -> A
     ok = (u < p) & (torch.arange(K1 - 1, device=best.device) < drafted[:, None])
     accepted = _accept_prefix(ok)  # [B]
     return Acceptance(accepted, best.gather(1, accepted[:, None]).squeeze(1))
-
-
-SCORED_LOGITS = 2**25  # the most logits (128 MiB of float32) a scored prefill pass makes
-# (read when a prefill runs: set it to change the bound)
-
-
-def score_next(logits, prompts, feed, done, cum, scored) -> None:
-    """A prefill pass's log-probabilities of its prompts' tokens (:func:`bass.hf.prefill`
-    with ``scores``): each fed token's ``logits`` score the next token of its prompt, where
-    there is one (:func:`raw_logprobs`); appended to ``scored``, per prompt."""
-    index, tokens, owner = [], [], []
-    for j, toks in enumerate(feed):
-        start, nxt = cum[j] - len(toks), prompts[j][done[j] + 1 : done[j] + len(toks) + 1]
-        index += range(start, start + len(nxt))
-        tokens += nxt
-        owner.append(len(nxt))
-    as_long = dict(dtype=torch.int64, device=logits.device)
-    lps = raw_logprobs(logits, torch.tensor(index, **as_long), torch.tensor(tokens, **as_long))
-    for j, part in enumerate(lps.split(owner)):  # (a prompt not fed, or fed its last
-        scored[j].append(part)  # token only: an empty part)

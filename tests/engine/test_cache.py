@@ -6,7 +6,7 @@ import pytest
 import torch
 from models import tiny_lm
 
-from bass import hf
+from bass import hf, passes
 from bass.cache import RaggedKVCache
 
 
@@ -61,7 +61,7 @@ def test_prefill_refuses_an_empty_chunk_budget():
     hf.prepare(model, 16)
     cache = RaggedKVCache(1, 16, 2, torch.device("cpu"))
     with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
-        hf.prefill(model, cache, [[1, 2]], chunk_tokens=0)
+        passes.prefill(model, cache, [[1, 2]], chunk_tokens=0)
 
 
 @pytest.mark.parametrize("slots", [[0], [1, 0], [2, 2], [0, 1, 2]])
@@ -70,7 +70,7 @@ def test_prefill_refuses_slots_that_are_not_one_ascending_slot_per_prompt(slots)
     hf.prepare(model, 16)
     cache = RaggedKVCache(3, 16, 2, torch.device("cpu"))
     with pytest.raises(ValueError, match="one ascending slot per prompt"):
-        hf.prefill(model, cache, [[1, 2], [3]], slots=slots)
+        passes.prefill(model, cache, [[1, 2], [3]], slots=slots)
 
 
 def test_values_may_be_narrower_than_keys():

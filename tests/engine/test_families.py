@@ -11,7 +11,7 @@ import transformers
 from models import perturbed
 from packaging.version import Version
 
-from bass import Generator, compat, hf, testing
+from bass import Generator, compat, hf, passes, testing
 from bass.cache import RaggedKVCache
 from bass.hf import UnsupportedModelError
 
@@ -404,7 +404,7 @@ def test_the_kv_budget_counts_at_least_what_the_cache_holds(family):
     layers = getattr(text, "num_hidden_layers", None) or text.n_layer
     cache = RaggedKVCache(1, 16, layers, torch.device("cpu"))
     hf.prepare(model)
-    hf.prefill(model, cache, [[1, 2, 3]])
+    passes.prefill(model, cache, [[1, 2, 3]])
     held = sum(t.numel() * t.element_size() for t in cache.buffers()) // 16
     assert held > 0
     if family in LATENT or family == "gemma4":  # latents; the largest layer's head dim

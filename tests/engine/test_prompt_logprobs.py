@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import bass.sampling
+import bass.passes
 from bass import Generator
 from bass.config import load_config
 from bass.errors import ConfigError, OptionError
@@ -56,7 +56,7 @@ def test_a_bounded_number_of_logits_per_pass_and_rows_ended_by_the_prefill(llama
     their prompt's; a stream and ``on_finish`` hand them over with each row."""
     gen = Generator(llama, "ngram")
     wide = gen.generate(PROMPTS, max_new_tokens=4, prompt_logprobs=True)
-    monkeypatch.setattr(bass.sampling, "SCORED_LOGITS", 2 * 64)
+    monkeypatch.setattr(bass.passes, "SCORED_LOGITS", 2 * 64)
     narrow = gen.generate(PROMPTS, max_new_tokens=4, prompt_logprobs=True)
     assert narrow.stats.prefill_passes > wide.stats.prefill_passes
     check_rows(llama, narrow.prompt_logprobs)
@@ -78,7 +78,7 @@ def test_without_prompt_logprobs_none_are_computed(llama, monkeypatch):
     def computed(*args, **kwargs):
         raise AssertionError("prompt log-probabilities computed, not asked for")
 
-    monkeypatch.setattr(bass.sampling, "score_next", computed)
+    monkeypatch.setattr(bass.passes, "score_next", computed)
     gen = Generator(llama, "ngram")
     res = gen.generate(PROMPTS, max_new_tokens=3, prompt_logprobs=False, max_rows=2)
     assert res.prompt_logprobs is None
