@@ -258,10 +258,13 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
     scores = None if state.prompt_logprobs is None else []  # per prompt, float64 [len - 1]
     logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots, scores=scores)
     if scores is not None:  # (before the first token: it may end the row); one host read
-        host = iter(torch.cat(scores).tolist())
+        host, nan = iter(torch.cat(scores).tolist()), []
         for s, seq in zip(slots, seqs, strict=True):
-            lps = itertools.islice(host, len(seq) - 1)
-            state.prompt_logprobs[state.prompt_of[s]] = [None, *lps]
+            lps = [None, *itertools.islice(host, len(seq) - 1)]
+            nan.append(any(x != x for x in lps[1:]))  # NaN logits (or +inf) at a prompt token
+            state.prompt_logprobs[state.prompt_of[s]] = lps
+        prompts = [state.prompt_of[s] for s in slots]
+        raise_if_nonfinite(nan, gen.main, "main", prompts, "a prompt token (prompt_logprobs)")
     host = first_read(state, slots, logits, sampling).tolist()  # host read
     stats.main_passes += passes
     stats.prefill_passes += passes

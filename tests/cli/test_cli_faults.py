@@ -513,17 +513,17 @@ def test_sigint_keeps_finished_rows_and_resume_completes_the_run(
 
 def test_a_cpu_out_of_memory_is_a_user_error_that_says_what_to_lower():
     from bass.cli.errors import UsageError
-    from bass.cli.generate import _row_error
+    from bass.cli.rows import row_error
 
     oom = RuntimeError(
         "[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: can't allocate "
         "memory: you tried to allocate 1099511627776 bytes. Error code 12"
     )
-    err = _row_error(oom, [], [], 1)
+    err = row_error(oom, [], [], 1)
     assert isinstance(err, UsageError) and str(err).startswith("out of memory: [enforce")
     assert str(err).endswith("lower --batch-size, --kv-budget-gib or --max-new-tokens")
     bug = RuntimeError("shape mismatch")
-    assert _row_error(bug, [], [], 1) is bug  # anything else stays a bug
+    assert row_error(bug, [], [], 1) is bug  # anything else stays a bug
 
 
 def test_resume_takes_the_embedded_default_named_by_its_file_as_the_default(tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ from cli_support import (
 
 from bass.cli import scaleout
 from bass.cli.errors import UsageError
-from bass.cli.generate import _print_new
+from bass.cli.rows import print_merged
 from bass.distributed import Topology
 
 FLAGS = "--dtype float64 --cpu-linear torch --samples 2 --sample --seed 3 --max-new-tokens 4"
@@ -237,7 +237,7 @@ def test_a_merge_that_misses_a_groups_rows_is_an_error_not_a_shorter_file(tmp_pa
     out = tmp_path / "out.jsonl"
     out.write_text(stale_row(0) + "\n" + stale_row(2) + "\n")
     with pytest.raises(UsageError, match=r"wrote 3 rows, but only 1 were in the shards"):
-        _print_new(out, done={(0, 0)}, n=1, expected=3)
+        print_merged(out, done={(0, 0)}, n=1, expected=3)
     assert capsys.readouterr().out.count(">>> stale") == 1  # the row it has, printed
 
 

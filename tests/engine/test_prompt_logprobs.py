@@ -119,3 +119,48 @@ def test_bad_values_and_generate_text_are_refused_and_a_config_sets_them(llama, 
     path.write_text('[generation]\nprompt_logprobs = "raw"\n')
     with pytest.raises(ConfigError, match=r"\[generation\]\.prompt_logprobs"):
         load_config(path)
+
+
+def head_hooked(model, change):
+    """A copy of ``model`` whose output head's logits ``[1, N, V]`` pass through ``change``
+    in passes that compute more than two tokens' (here: a scored prefill only)."""
+    import copy
+
+    out = copy.deepcopy(model)
+
+    def hook(module, args, logits):
+        if logits.shape[-2] > 2:
+            logits = logits.clone()
+            change(logits)
+            return logits
+        return None
+
+    out.get_output_embeddings().register_forward_hook(hook)
+    return out
+
+
+def test_nan_logits_at_a_prompt_token_raise_naming_its_prompt(llama):
+    """NaN logits at a prompt token (not its last: the first-token check does not see
+    them) raise as any non-finite logits do, naming the prompt, instead of a NaN figure."""
+    from bass import NonFiniteLogitsError
+
+    prompts = [[4, 5], [1, 2, 3, 4, 5]]
+    model = head_hooked(llama, lambda logits: logits[..., 2, :].fill_(float("nan")))
+    gen = Generator(model)
+    assert gen.generate(prompts, max_new_tokens=3).sequences  # last logits only: fine
+    with pytest.raises(NonFiniteLogitsError, match=r"main model .* prompt 1 at a prompt token"):
+        gen.generate(prompts, max_new_tokens=3, prompt_logprobs=True)
+
+
+def test_a_masked_prompt_token_scores_minus_inf(llama):
+    """A prompt token whose logit the model masks (-inf: a probability of 0) scores -inf;
+    the other tokens and the rows are unchanged."""
+    prompt = [1, 2, 3, 4, 5]
+    model = head_hooked(llama, lambda logits: logits[..., 1, prompt[2]].fill_(float("-inf")))
+    res = Generator(model).generate([prompt], max_new_tokens=3, prompt_logprobs=True)
+    want = forward_logprobs(llama, prompt)
+    got = res.prompt_logprobs[0]
+    assert got[2] == float("-inf")
+    assert got[:2] == [None, pytest.approx(want[1], abs=1e-9)]
+    assert got[3:] == pytest.approx(want[3:], abs=1e-9)
+    assert res.sequences == Generator(llama).generate([prompt], max_new_tokens=3).sequences

@@ -17,12 +17,12 @@ from ..options import OPTIONS, OptionError, check, check_config_eos, check_stops
 from ..scheduler import MAX_ROWS_N
 from ..stats import GenerationStats
 from . import scaleout
-from .errors import UsageError, add_note, flag_error, say, stdout_to_devnull
+from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
 from .loading import check_kv_budget, check_sources, load_models, make_generator, use_chat
 from .progress import Progress
 from .progress import shown as progress_shown
-from .report import comparison_text, for_terminal, plot_steps, summary_text
+from .report import comparison_text, plot_steps, summary_text
 from .results import (
     LineWriter,
     Prompt,
@@ -32,6 +32,7 @@ from .results import (
     check_writable,
     read_done,
 )
+from .rows import kept_note, line, print_merged, print_rows, row_error, stdout_closed
 from .settings import note_sampling, resolve_config
 
 __all__ = [
@@ -251,19 +252,6 @@ def row_settings(config) -> dict:
     return json.loads(json.dumps(settings))  # as a results file holds them
 
 
-def _stdout_closed(out_path, exc: OSError) -> bool:
-    """Standard output's reader left (a pipe into ``head``) or a write to it failed (a full
-    disk): what would be printed goes nowhere, the rows go on to ``--output`` (stderr says)."""
-    stdout_to_devnull()
-    why = (
-        "was closed (its reader left)"
-        if isinstance(exc, BrokenPipeError)
-        else f"failed ({exc.strerror or exc})"
-    )
-    say(f"note: standard output {why}: the rows go on to {out_path} only")
-    return True
-
-
 def check_stop_flag(stops, tokenizer) -> None:
     """Refuse, before the first row, a ``--stop`` that could never match (special tokens)."""
     try:
@@ -442,24 +430,24 @@ def cmd_generate(args) -> int:
                     elif scale.prints and not closed:  # first: on screen even if the write fails
                         try:
                             with progress.paused():
-                                _print([record], n)
+                                print_rows([record], n)
                         except OSError as exc:  # `| head` (the reader left), a full disk:
                             if results is None:  # the file goes on
                                 raise
                             with progress.paused():  # the note on a line of its own
-                                closed = _stdout_closed(out_path, exc)
+                                closed = stdout_closed(out_path, exc)
                     if results is not None:  # unbuffered: kept whatever happens next
-                        results.write(json.dumps(record) + "\n")
+                        results.write(line(record))
                     written += 1
                     reasons[row.prompt] = row.finish_reason
                     if tokens is not None:  # --compare: both runs' rows side by side
                         tokens[row.prompt] = row.tokens
     except BaseException as exc:  # an error or Ctrl-C: say what is kept, then report it
-        error = _row_error(exc, todo, prompts, n)
+        error = row_error(exc, todo, prompts, n)
         # the file's count: a Ctrl-C held back while a row was written lands after it
         kept_rows = written if results is None else results.lines
         if not isinstance(error, UnsupportedModelError):  # no rerun makes it generate
-            add_note(error, _kept(kept_rows, len(rows), done, out_path, scale))
+            add_note(error, kept_note(kept_rows, len(rows), done, out_path, scale))
         if error is exc:
             raise
         raise error from exc
@@ -475,15 +463,15 @@ def cmd_generate(args) -> int:
             return 0
         if out_path is not None:  # the rows stay on disk: merged, then printed from the file
             scaleout.merge(out_path)
-            _print_new(out_path, done, n, sum(p[3] for p in parts))
+            print_merged(out_path, done, n, sum(p[3] for p in parts))
         else:
             every = sorted(
                 (r for p in parts for r in p[0]), key=lambda r: (r["prompt_index"], r["sample"])
             )
-            _print(every, n)
+            print_rows(every, n)
             if device is not None:
                 with contextlib.closing(LineWriter(device, "--output")) as dest:
-                    dest.write("".join(json.dumps(r) + "\n" for r in every))
+                    dest.write("".join(map(line, every)))
         run_stats = [st for p in parts for st in p[1]]
         reasons = [why for p in parts for why in p[2]]
     if not scale.prints:  # progress, completions and the summary: rank 0's
@@ -514,87 +502,3 @@ def cmd_generate(args) -> int:
             raise UsageError(f"--plot {args.plot}: cannot write the plot: {exc}") from exc
         print(f"  plot                {args.plot}")
     return 0
-
-
-def _print(records: list[dict], n: int) -> None:
-    """Each row under a ``>>>`` header: its prompt's first line (``[...]`` when it has
-    more: a code block to edit, a document), then the completion."""
-    for r in records:
-        tag = f" (sample {r['sample'] + 1}/{n})" if n > 1 else ""
-        first, _, rest = r["prompt"].strip().partition("\n")
-        head = first + (" [...]" if rest.strip() else "")
-        print(for_terminal(f">>> {head}{tag}\n{r['completion']}\n"), flush=True)
-
-
-def _print_new(out: Path, done: set, n: int, expected: int) -> None:
-    """Rank 0, after a data-parallel run merged its shards: this run's rows (those not in
-    ``done``), printed from ``out`` a line at a time; fewer than the groups wrote is an
-    error (a shard rank 0 could not read), never a silently shorter file."""
-    printed = 0
-    with out.open("rb") as f:
-        for line in f:
-            row = json.loads(line)
-            if (row["prompt_index"], row["sample"]) not in done:
-                _print([row], n)
-                printed += 1
-    if printed < expected:
-        raise UsageError(
-            f"--output {out}: the data-parallel groups wrote {expected} rows, but only "
-            f"{printed} were in the shards rank 0 merged; the others' shards "
-            f"({out.name}.rank<r>) are where their ranks wrote them: put them beside {out} "
-            "and rerun with --resume"
-        )
-
-
-def _kept(written: int, total: int, done: set, out_path: Path | None, scale) -> str:
-    """The last line of a run that stopped early: the rows kept, and how to go on."""
-    if scale.sharded and out_path is not None:
-        return (
-            f"rank {scale.topo.rank}: {written} rows of its share are in "
-            f"{scale.shard_path(out_path)}; rerun the same command with --resume to generate "
-            "the rest"
-        )
-    if out_path is None:
-        return (
-            f"{written} of {total} rows were generated and printed above; pass --output FILE to "
-            "keep rows in a file (and --resume to continue a stopped run)"
-        )
-    before = f" ({len(done)} of them before this run)" if done else ""
-    if not out_path.is_file():  # /dev/null, /dev/full: nothing to resume from
-        return f"{written} of {total} rows were written to {out_path}"
-    return (
-        f"{written + len(done)} of {total} rows are in {out_path}{before}; rerun the same "
-        "command with --resume to generate the rest"
-    )
-
-
-def budget_error(exc):
-    """The library's refusal of a KV budget too small for one row, named as its flag."""
-    return flag_error("--kv-budget-gib", exc.value, exc.allowed)
-
-
-def _row_error(exc: BaseException, batch: list, prompts: list[Prompt], n: int) -> BaseException:
-    """The error a failed generation reports: for what a user can fix, one that names its
-    prompt by where it came from; the error as is otherwise (Ctrl-C, a bug)."""
-    import torch
-
-    from ..batch_state import NonFiniteLogitsError, PromptError
-
-    k = getattr(exc, "prompt", None)
-    if isinstance(exc, (PromptError, NonFiniteLogitsError)) and k is not None:
-        i, s = batch[k]
-        sample = f" (sample {s + 1} of {n})" if n > 1 else ""
-        return UsageError(exc.naming(f"the prompt at {prompts[i].where}{sample}"))
-    if isinstance(exc, MemoryError):  # the KV budget holds not even one row
-        return UsageError(f"{exc} (--kv-budget-gib on the command line)")
-    if getattr(exc, "option", None) == "kv_budget_gib":  # too small for one row: as its flag
-        return budget_error(exc)
-    if isinstance(exc, RuntimeError) and "DefaultCPUAllocator" in str(exc):  # a CPU's OOM
-        first = str(exc).split("\n")[0]
-        return UsageError(
-            f"out of memory: {first}; lower --batch-size, --kv-budget-gib or --max-new-tokens"
-        )
-    if isinstance(exc, torch.OutOfMemoryError):
-        first = str(exc).split("\n")[0]
-        return UsageError(f"out of memory: {first}; lower --batch-size or --max-new-tokens")
-    return exc  # OptionError, PluginError...: main reports them; anything else is a bug

@@ -13,7 +13,7 @@ from ..models import default_eos, encode_prompt
 from ..options import LOGPROB_OPTIONS, OPTIONS, check_config_eos
 from .errors import UsageError, add_note, flag_error, say
 from .filelock import lock_outputs
-from .generate import MAX_JOB_ROWS, budget_error, check_batch_flags, check_stop_flag, row_settings
+from .generate import MAX_JOB_ROWS, check_batch_flags, check_stop_flag, row_settings
 from .loading import check_kv_budget, check_sources, load_models, make_generator, use_chat
 from .parser import EVAL_DEFAULTS
 from .progress import shown as progress_shown
@@ -26,6 +26,7 @@ from .results import (
     nulled,
     scan_lines,
 )
+from .rows import budget_error
 from .scaleout import check_unused, seed_in
 from .settings import note_sampling, resolve_config
 
