@@ -13,7 +13,8 @@ import torch
 from . import compat, cpu_linear
 from .errors import UnsupportedModelError
 from .hf import model_name
-from .passes import forward_packed
+from .packing import TOKEN_BUCKETS
+from .passes import Passes, forward_packed
 
 # what a failed compile raises: Dynamo's errors (Inductor's are among them) and a guard on
 # a data-dependent value (tolist() on routing counts)
@@ -73,6 +74,35 @@ def _structure(model: torch.nn.Module) -> tuple:
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
     )
     return tuple(modules), tensors, tuple(_floats(vars(c)) for c in configs.values())
+
+
+def passes_for(backend, compile, static_shapes, impl: str, chunk_tokens: int):
+    """``(Passes, CompiledForward or None)``: how a Generator's packed passes run, decided
+    once when it is built (``Generator(compile=, static_shapes=, attention=,
+    prefill_chunk_tokens=)``, ``backend`` its device's tuning): the per-step forward
+    compiled where asked (N dynamic: docs/concepts/engine.md), the prefill's eager."""
+    graphs = compile == "reduce-overhead"
+    if static_shapes is None:  # CUDA graphs replay static shapes
+        static_shapes = graphs
+    region = None
+    if compile:
+        region = CompiledForward(
+            "inductor" if compile in (True, "reduce-overhead") else compile,
+            mode="reduce-overhead" if graphs else None,
+            dynamic=True,
+            limit=4 * len(TOKEN_BUCKETS) + 8,  # a graph per pass kind and bucket, or a few
+        )
+    passes = Passes(
+        forward=backend.wrap(forward_packed if region is None else region),
+        eager=backend.wrap(forward_packed),
+        compiled=bool(compile),
+        impl=impl,
+        bucket=TOKEN_BUCKETS if static_shapes else None,
+        separate=bool(compile),  # compiled passes take standalone tensors, not views
+        logits_multiple=backend.logits_multiple,
+        chunk_tokens=chunk_tokens,
+    )
+    return passes, region
 
 
 class CompiledForward:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from . import backends, compat, compiled, hf, locking, models, options, passes, policies, scheduler
+from . import backends, compat, compiled, hf, locking, models, options, policies, scheduler
 from .batch_state import NonFiniteLogitsError
 from .cache import RaggedKVCache
 from .distributed import coordinator_for
@@ -36,7 +36,6 @@ from .drafters import make_drafter
 from .hooks import DraftContext, Drafter, Proposal, StepView
 from .ops import length_checks, resolve
 from .options import generator_defaults
-from .packing import TOKEN_BUCKETS
 from .repetition import SeenTokens
 from .sampling import generator_seed
 from .stats import FinishedRow, GenerationResult, GenerationStats, StepRecord
@@ -206,28 +205,10 @@ class Generator:
         # its hooks' failures named as its own when it is another package's (bass.plugins)
         self._drafting: Drafter | None = make_drafter(draft, main, shared_vocab)
         # 3) how passes run: compiled or not, static shapes, the device's tuning
-        graphs = compile == "reduce-overhead"
-        if static_shapes is None:
-            static_shapes = graphs
         with locking.exclusive("Generator()"):  # not while a generation runs on them
             self.backend.prepare(self.models)
-        forward = self._compiled = passes.forward_packed
-        if compile:  # the per-step forward only, N dynamic (docs/concepts/engine.md)
-            forward = self._compiled = compiled.CompiledForward(
-                "inductor" if compile in (True, "reduce-overhead") else compile,
-                mode="reduce-overhead" if graphs else None,
-                dynamic=True,
-                limit=4 * len(TOKEN_BUCKETS) + 8,  # a graph per pass kind and bucket, or a few
-            )
-        self.passes = passes.Passes(
-            forward=self.backend.wrap(forward),
-            eager=self.backend.wrap(passes.forward_packed),
-            compiled=bool(compile),
-            impl=self.attention,
-            bucket=TOKEN_BUCKETS if static_shapes else None,
-            separate=bool(compile),  # compiled passes take standalone tensors, not views
-            logits_multiple=self.backend.logits_multiple,
-            chunk_tokens=prefill_chunk_tokens,
+        self.passes, self._compiled = compiled.passes_for(
+            self.backend, compile, static_shapes, self.attention, prefill_chunk_tokens
         )
         # 4) scale-out: a tensor-parallel main model's group takes host decisions once,
         #    on its first rank (bass.distributed); a model not sharded: nothing to share
@@ -398,7 +379,7 @@ class Generator:
                 for model, role in zip(models, ("main", "draft")):  # a window is checked
                     hf.prepare(model, job.need, role)  # against the real positions
                 self.backend.refresh(models)  # weights may have changed since, in any way
-                if isinstance(self._compiled, compiled.CompiledForward):  # modules too
+                if self._compiled is not None:  # a compiled region checks the modules too
                     self._compiled.check(models)
                 # ids a pass may take, and the logits' width (read again: resized too)
                 self.vocab = self.main.get_input_embeddings().weight.shape[0]
