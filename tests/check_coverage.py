@@ -3,10 +3,10 @@
 ``python tests/check_coverage.py coverage.json`` reads a coverage.py JSON report (``nox -s
 tests`` writes one: ``pytest --cov=bass --cov-branch --cov-report=json:coverage.json``)
 and fails, naming the function, line and branch, unless each function in
-:data:`FUNCTIONS` (prefill, the draft model's prefill, admission into free slots, batch
-compaction) has no missing line and no missing branch. These are where rows get mapped to
-cache slots; a bug there gives another row's text, so the batch-invariance and scheduler
-tests must reach all of it.
+:data:`FUNCTIONS` (prefill, the draft model's prefill, admission into free slots, rows
+sharing a prompt's cache rows, batch compaction) has no missing line and no missing
+branch. These are where rows get mapped to cache slots; a bug there gives another row's
+text, so the batch-invariance and scheduler tests must reach all of it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,15 @@ FUNCTIONS = {
     "passes.py": ["prefill"],
     "drafters.py": ["ModelDrafter.start", "ModelDrafter.admit", "ModelDrafter.compact"],
     "engine.py": ["Generator._compact"],
-    "batch_state.py": ["BatchState.compact", "BatchState.admit", "BatchState.free"],
-    "scheduler.py": ["Queue.admit", "prefill"],
-    "cache.py": ["RaggedKVCache.compact"],
+    "batch_state.py": [
+        "BatchState.compact",
+        "BatchState.admit",
+        "BatchState.free",
+        "BatchState.start",
+        "BatchState.copies",
+    ],
+    "scheduler.py": ["Queue.admit", "prefill", "share_prompts", "prompt_tokens"],
+    "cache.py": ["RaggedKVCache.compact", "RaggedKVCache.copy_prefix"],
 }
 
 

@@ -99,6 +99,10 @@ class BatchState:
         self.logprobs = [[] for _ in prompts] if logprobs else None
         self.prompt_logprobs = [None] * len(prompts) if prompt_logprobs else None  # prefilled
         self.finished: list[int] = []  # prompts ended since last handed over (in order)
+        self.prompt_hash: dict[int, int] = {}  # per admitted prompt: its tokens' hash
+        # per slot of the latest admission wave whose prompt a running row holds: that
+        # row's slot (its cache rows' prompt positions are copied: bass.scheduler)
+        self.copied: dict[int, int] = {}
         self.tokens = 0  # the new tokens of the rows handed over
         self.max_new, self.eos, self.stops, self.texts = max_new, eos, stops, texts
 
@@ -106,11 +110,23 @@ class BatchState:
         """Prompt ``p`` (waiting) takes free slot ``s``: its caches' rows are refilled by
         the caller's prefill; nothing is allocated."""
         self.seqs[s], self.prompt_of[s] = self.by_prompt[p], p
+        self.prompt_hash[p] = hash(tuple(self.by_prompt[p]))
         self.draft_lens[s], self.done[s] = 0, False
 
     def free(self) -> list[int]:
         """Slots whose rows have finished (or never held one): admission refills them."""
         return [s for s, d in enumerate(self.done) if d]
+
+    def start(self, s: int) -> int:
+        """The prompt tokens slot ``s``'s caches hold before its prefill: its prompt but
+        the last token where another row's were copied (:attr:`copied`), else none."""
+        return len(self.seqs[s]) - 1 if s in self.copied else 0
+
+    def copies(self) -> tuple[list[int], list[int], int]:
+        """``(sources, slots, length)`` of :attr:`copied`, as
+        :meth:`bass.cache.RaggedKVCache.copy_prefix` takes them."""
+        dst = list(self.copied)
+        return [self.copied[s] for s in dst], dst, max(self.start(s) for s in dst)
 
     def cache_lens(self) -> list[int]:
         """The main cache's committed length of every slot: all of an active row's

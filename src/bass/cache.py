@@ -140,6 +140,17 @@ class RaggedKVCache:
         self.q_lens = torch.zeros_like(self.lens)
         self.cu_q_lens = self.plan = None
 
+    def copy_prefix(self, src: list[int], dst: list[int], length: int) -> None:
+        """Rows ``dst`` get the first ``length`` positions of rows ``src`` (pairwise) and
+        their lengths: rows whose prompts are equal share one prefill. Past a row's own
+        length the copy is never read (attention reads each row's ``lens``)."""
+        index = torch.tensor([*src, *dst], dtype=torch.long, device=self.lens.device)
+        src_t, dst_t = index.split(len(src))
+        for t in (*self.keys, *self.values):
+            if t is not None:  # (a layer that never wrote: nothing to copy)
+                t[dst_t, :, :length] = t[src_t, :, :length]
+        self.lens[dst_t] = self.lens[src_t]
+
     def buffers(self) -> list[torch.Tensor]:
         """Every allocated key and value buffer (tests check their addresses)."""
         return [t for store in (self.keys, self.values) for t in store if t is not None]

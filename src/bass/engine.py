@@ -510,6 +510,8 @@ class Generator:
         t_fwd = time.perf_counter()
         logits = self.passes.run(self.main, self.cache, v.batch)
         forward_seconds = time.perf_counter() - t_fwd
+        if v.copies:  # new rows whose prompt another new row fed: its cache row copied
+            self.cache.copy_prefix(*v.copies)
         # 4) accept (on the device), then the step's one host read (+ new rows' first tokens)
         scores = seen and seen.verify_scores(logits[: v.n], v, state, slots)  # (penalised)
         acc = accept(v, logits, prop, params, gen, self.forced_acceptance, scores)

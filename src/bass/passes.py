@@ -151,10 +151,10 @@ class Passes:
             )
         return logits[0]
 
-    def prefill(self, model, cache, prompts, slots=None, scores=None) -> tuple[torch.Tensor, int]:
+    def prefill(self, model, cache, prompts, slots=None, scores=None, starts=None):
         """:func:`prefill` with these settings, eager (its widths vary) and unpadded."""
         eager = replace(self, forward=self.eager, compiled=False, bucket=None, separate=False)
-        return prefill(model, cache, prompts, eager, slots=slots, scores=scores)
+        return prefill(model, cache, prompts, eager, slots=slots, scores=scores, starts=starts)
 
 
 def prefill(
@@ -166,32 +166,69 @@ def prefill(
     slots: Sequence[int] | None = None,
     chunk_tokens=None,
     scores: list | None = None,
+    starts: Sequence[int] | None = None,
 ):
     """Prefill rows ``slots`` (ascending; default: one row per prompt, all of them) of
     ``cache`` with ragged ``prompts`` in packed passes, and commit them; return each
     prompt's last logits ``[len(prompts), V]`` and the number of passes.
 
     Each row starts empty (a finished row's slot is refilled); the other rows bring no
-    token. Passes feed at most ``chunk_tokens`` tokens (default ``passes.chunk_tokens``),
-    a long prompt spanning several. ``passes``: how passes run (default: eager,
-    ``impl="auto"``). ``scores``: a list that gets each prompt's tokens' log-probabilities
-    but the first's (float64 ``[len - 1]``, on the device; the passes then feed at most
-    :data:`SCORED_LOGITS` logits' worth of tokens).
+    token. Rows whose prompts are equal (the samples of one prompt) share one prefill:
+    the first is computed, the others get a copy of its cache row, logits and scores
+    (:func:`leaders`). Passes feed at most ``chunk_tokens`` tokens (default
+    ``passes.chunk_tokens``), a long prompt spanning several. ``passes``: how passes run
+    (default: eager, ``impl="auto"``). ``scores``: a list that gets each prompt's tokens'
+    log-probabilities but the first's (float64 ``[len - 1]``, on the device; the passes
+    then feed at most :data:`SCORED_LOGITS` logits' worth of tokens). ``starts``: each
+    prompt's tokens its row already holds (copied from another row's: fed from there;
+    default none; not with ``scores``).
     """
     passes = passes or Passes()
     if chunk_tokens is None:
         chunk_tokens = passes.chunk_tokens
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    slots = list(range(len(prompts))) if slots is None else list(slots)
+    if len(slots) != len(prompts) or any(b <= a for a, b in itertools.pairwise(slots)):
+        raise ValueError(f"prefill needs one ascending slot per prompt, got {slots}")
+    starts = [0] * len(prompts) if starts is None else list(starts)
+    if scores is not None and any(starts):
+        raise ValueError("prefill scores every prompt token: it takes no starts")
+    lead = leaders(prompts)
+    first = [j for j, k in enumerate(lead) if k == j]
+    computed = None if scores is None else []
+    out, n_passes = _fill(model, cache, [prompts[j] for j in first], passes,
+                          [slots[j] for j in first], chunk_tokens, computed,
+                          [starts[j] for j in first])  # fmt: skip
+    if len(first) < len(prompts):  # the others copy their leader's
+        at = {j: i for i, j in enumerate(first)}
+        copies = [j for j, k in enumerate(lead) if k != j]
+        src, dst = [slots[lead[j]] for j in copies], [slots[j] for j in copies]
+        cache.copy_prefix(src, dst, max(len(prompts[j]) for j in copies))
+        pick = [at[k] for k in lead]
+        out = out[pick]
+        computed = None if computed is None else [computed[i] for i in pick]
+    if scores is not None:
+        scores += computed
+    return out, n_passes
+
+
+def leaders(prompts: Sequence[Sequence[int]]) -> list[int]:
+    """Each prompt's first equal prompt's index (its own where it is the first): rows that
+    share one prefill."""
+    first: dict[tuple, int] = {}
+    return [first.setdefault(tuple(p), j) for j, p in enumerate(prompts)]
+
+
+def _fill(model, cache, prompts: list[list[int]], passes: Passes, slots: list[int],
+          chunk_tokens: int, scores: list | None, starts: list[int]):  # fmt: skip
+    """:func:`prefill` of distinct prompts."""
     if scores is not None:  # every token's logits: [N, V] floats per pass
         most = SCORED_LOGITS // model.get_output_embeddings().weight.shape[0]
         chunk_tokens, scored = max(1, min(chunk_tokens, most)), [[] for _ in prompts]
     P = len(prompts)
-    slots = list(range(P)) if slots is None else list(slots)
-    if len(slots) != P or any(b <= a for a, b in itertools.pairwise(slots)):
-        raise ValueError(f"prefill needs one ascending slot per prompt, got {slots}")
     rows = cache.batch_size
-    done = [0] * P  # prompt tokens already in the cache, per prompt
+    done = starts  # prompt tokens already in the cache, per prompt
     out, n_passes, i = None, 0, 0
     while i < P:
         budget = chunk_tokens

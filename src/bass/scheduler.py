@@ -237,9 +237,10 @@ def admit_waiting(gen, state, queue: Queue, sampling, stats) -> list[int]:
     if not queue:
         return []
     slots, _ = queue.admit(state)  # none while no slot is free
+    share_prompts(gen, state, slots)
     p = gen.passes
     if slots and not p.compiled and p.bucket is None and state.prompt_logprobs is None:
-        tokens = sum(len(state.seqs[s]) for s in slots)
+        tokens = prompt_tokens(state, slots)
         if tokens <= p.chunk_tokens and any(s not in slots for s in state.active()):
             admit_rows(gen, state, slots, stats)
             return slots
@@ -256,7 +257,8 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
     t = time.perf_counter()
     seqs = [state.seqs[s] for s in slots]
     scores = None if state.prompt_logprobs is None else []  # per prompt, float64 [len - 1]
-    logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots, scores=scores)
+    starts = [state.start(s) for s in slots]
+    logits, passes = gen.passes.prefill(gen.main, gen.cache, seqs, slots, scores, starts)
     if scores is not None:  # (before the first token: it may end the row); one host read
         host, nan = iter(torch.cat(scores).tolist()), []
         for s, seq in zip(slots, seqs, strict=True):
@@ -274,10 +276,45 @@ def prefill(gen, state, slots: list[int], sampling, stats, admitted: bool = Fals
     stats.prefill_seconds += time.perf_counter() - t
 
 
+def share_prompts(gen, state, slots: list[int]) -> None:
+    """New rows ``slots`` whose prompt a running row holds (another sample of it, admitted
+    earlier) take that row's cache positions of all its prompt tokens but the last (the
+    main model's here, a draft model's in its ``admit``) and feed the last one only
+    (:attr:`~bass.batch_state.BatchState.copied`); rows of one wave with equal prompts
+    share its prefill (:func:`bass.passes.prefill`). Not with prompt log-probabilities:
+    a prefill of its own scores every prompt token."""
+    state.copied = {}
+    if state.prompt_logprobs is not None or not slots:
+        return
+    new, held = set(slots), {}
+    for s in state.active():  # running rows, by their prompt's hash
+        if s not in new:
+            held.setdefault(state.prompt_hash[state.prompt_of[s]], []).append(s)
+    for s in slots:
+        prompt = state.seqs[s]
+        for r in held.get(state.prompt_hash[state.prompt_of[s]], []):
+            tokens = len(state.seqs[r]) - len(state.outputs[state.prompt_of[r]])
+            if len(prompt) > 1 and tokens == len(prompt) and state.seqs[r][:tokens] == prompt:
+                state.copied[s] = r
+                break
+    if state.copied:
+        gen.cache.copy_prefix(*state.copies())
+
+
+def prompt_tokens(state, slots: list[int]) -> int:
+    """The tokens a prefill of rows ``slots`` computes: rows of equal prompts (a prompt's
+    samples) share one (:func:`bass.passes.leaders`), rows whose prompt a running row
+    holds feed their last token only (:func:`share_prompts`)."""
+    fed = {tuple(state.seqs[s]): len(state.seqs[s]) - state.start(s) for s in slots}
+    return sum(fed.values())
+
+
 def admit_rows(gen, state, slots: list[int], stats) -> None:
     """An admission wave's bookkeeping and the drafter's prefill of its rows (a prompt
     riding in the verify pass gets only this before the pass)."""
-    stats.prefill_tokens += sum(len(state.seqs[s]) for s in slots)
+    fed = prompt_tokens(state, slots)
+    stats.prefill_tokens += fed
+    stats.shared_prompt_tokens += sum(len(state.seqs[s]) for s in slots) - fed
     stats.admissions += 1
     if gen.drafter is not None:
         n = gen._drafting.admit(state, slots)

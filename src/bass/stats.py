@@ -100,6 +100,8 @@ class GenerationStats:
     rows: int = 0  # prompts in the batch
     prefill_passes: int = 0  # main-model passes of the prefill (chunks of prompt tokens)
     prefill_tokens: int = 0  # prompt tokens the main model's prefill computed
+    # prompt tokens copied from another row's cache instead (a prompt's other samples)
+    shared_prompt_tokens: int = 0
     backend: dict = field(default_factory=dict)  # the device tuning (bass.backends)
     # the attention implementation per pass kind, and why (what impl="auto" picked);
     # "draft <kind>": the draft model's, where it differs
@@ -222,6 +224,7 @@ class GenerationStats:
             ),
             "admissions": self.admissions,
             "riding_admissions": self.riding_admissions,
+            "shared_prompt_tokens": self.shared_prompt_tokens,
         }
         if self.forced_acceptance is not None:
             out["forced_acceptance"] = self.forced_acceptance

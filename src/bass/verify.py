@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import plugins
+from . import passes, plugins
 from .batch_state import raise_if_nonfinite
 from .drafters import nonfinite
 from .errors import PluginOutputError
@@ -66,6 +66,7 @@ class VerifyPass:
     n: int = 0
     filled: int = 0
     outside: torch.Tensor | None = None
+    copies: tuple = ()  # (src, dst, length): rows of equal prompts that rode, to copy
 
 
 def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill) -> VerifyPass:
@@ -90,8 +91,15 @@ def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill)
         q_lens[s] = n = 1 + prop.drafted[r]
         index += [start + min(i, n - 1) for i in range(K + 1)]
         start += n
-    for s in fill:  # a new row: its prompt, from position 0
-        q_lens[s], lens[s] = len(state.seqs[s]), 0
+    # a new row: its prompt, from position 0; rows whose prompts are equal (a prompt's
+    # samples) share the first one's prefill: the others feed none and copy its cache row
+    lead = [fill[k] for k in passes.leaders([state.seqs[s] for s in fill])]
+    for s, first in zip(fill, lead):  # (from the tokens copied from a running row's)
+        lens[s] = state.start(s)
+        q_lens[s] = len(state.seqs[s]) - lens[s] if first == s else 0
+    copies = [(first, s) for s, first in zip(fill, lead) if first != s]
+    if copies:  # (src, dst, the longest of their prompts)
+        copies = (*map(list, zip(*copies)), max(len(state.seqs[d]) for _, d in copies))
     last = [state.seqs[s][-1] for s in slots]
     extra = {"index": Extra(index, (R, K + 1)), "drafted": Extra(prop.drafted, (R,))}
     row_of = {s: r for r, s in enumerate(slots)}
@@ -99,11 +107,14 @@ def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill)
     if fill:  # the verify tokens' logits, then each new row's last token's
         flat = [0, *itertools.accumulate(q_lens)]
         verify_at = [flat[s] + i for s in slots for i in range(q_lens[s])]
-        logits_at = verify_at + [flat[s + 1] - 1 for s in fill]
+        logits_at = verify_at + [flat[first + 1] - 1 for first in lead]
     if prop.host_tokens is not None:  # drafts on the host (n-grams, or none)
         rows = (
-            (last[row_of[s]], *prop.host_tokens[row_of[s]]) if s in row_of else state.seqs[s]
+            (last[row_of[s]], *prop.host_tokens[row_of[s]])
+            if s in row_of
+            else state.seqs[s][lens[s] :]
             for s in sorted([*slots, *fill])
+            if q_lens[s]
         )
         ids = [t for row in rows for t in row]
         pad = [t for d in prop.host_tokens for t in (*d, *[0] * (K - len(d)))]
@@ -119,7 +130,7 @@ def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill)
         extra["last"] = Extra(last, (R, 1))
         extra["gather"] = Extra(flat_ix, (len(flat_ix),))
         if fill:
-            prompt_ids = [t for s in fill for t in state.seqs[s]]
+            prompt_ids = [t for s in fill if q_lens[s] for t in state.seqs[s][lens[s] :]]
             extra["prompts"] = Extra(prompt_ids, (len(prompt_ids),))
     if keyed:  # the sampling keys of the positions each row may emit, one per fed token
         grid = state.keys(seed, slots, K + 1)  # [R, K+1], row-major
@@ -143,7 +154,9 @@ def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill)
     else:
         drafts = e["drafts"]
     keys = e.get("keys")
-    return VerifyPass(batch, e["index"], e["drafted"], drafts, keys, start, len(fill), outside)
+    return VerifyPass(
+        batch, e["index"], e["drafted"], drafts, keys, start, len(fill), outside, copies
+    )
 
 
 def accept(

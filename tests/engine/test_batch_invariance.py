@@ -149,3 +149,32 @@ def test_prompt_logprobs_do_not_depend_on_the_batch(llama, drafts, chunk):
         assert alone.prompt_logprobs[0][0] is together.prompt_logprobs[i][0] is None
         got, want = together.prompt_logprobs[i][1:], alone.prompt_logprobs[0][1:]
         assert got == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize("draft", ["ngram", "perturbed", "same"])
+def test_samples_sharing_one_prefill_equal_each_sample_alone(llama, drafts, draft):
+    """A prompt's ``n`` samples share one prefill (the main model's and a draft model's):
+    admitted together (a pass of their own at the start, or riding in a verify pass as
+    rows end) or after a sibling (its cache rows copied); each sampled row equals that
+    sample generated alone, and the prefill computes each prompt once."""
+    from bass.sampling import row_key
+
+    prompts = example_batches(VOCAB, seed=4)["bimodal"][:3]
+    gen = Generator(llama, drafts[draft], policy="constant", policy_options={"k": 2})
+    kw = dict(max_new_tokens=MAX_NEW, do_sample=True, seed=3)
+    first = gen.generate(prompts[:1], n=1, **kw).sequences[0]
+    kw["eos_token_id"] = first[2]  # rows end at different steps: the others' samples ride
+    res = gen.generate(prompts, n=3, max_rows=5, **kw)
+    assert res.stats.riding_admissions >= 1
+    # each prompt computed once; a sample admitted after it copies a running sibling's
+    # cache rows and feeds one token (its prompt's last)
+    total = sum(map(len, prompts))
+    assert res.stats.prefill_tokens + res.stats.shared_prompt_tokens == 3 * total
+    assert total < res.stats.prefill_tokens <= total + 2 * len(prompts)
+    if draft == "same":  # the draft model's copied cache rows are right: it always agrees
+        steps = res.stats.steps
+        assert sum(sum(r.accepted) for r in steps) == sum(sum(r.drafted) for r in steps)
+    for i, prompt in enumerate(prompts):
+        for s in range(3):
+            alone = gen.generate([prompt], row_ids=[row_key(i, s)], **kw)
+            assert res.sequences[3 * i + s] == alone.sequences[0], (i, s)

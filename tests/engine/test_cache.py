@@ -98,3 +98,55 @@ def test_a_layer_asking_the_cache_for_its_length_is_refused():
     assert cache.get_seq_length() == 16
     with pytest.raises(LayerReadsLength, match="layer 1 of this model asks the cache"):
         cache.get_seq_length(1)
+
+
+def test_rows_of_equal_prompts_share_one_prefill():
+    """Equal prompts (a prompt's samples) are prefilled once: the others' cache rows,
+    last logits and prompt scores are copies of the first's, equal to a prefill of each
+    prompt alone; the passes feed the distinct prompts only."""
+    model = tiny_lm("llama")
+    hf.prepare(model, 16)
+    prompts = [[1, 2, 3], [4, 5], [1, 2, 3], [4, 5], [6]]
+    cache = RaggedKVCache(6, 16, model.config.num_hidden_layers, torch.device("cpu"))
+    fed = []
+    model.register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    scores = []
+    out, n = passes.prefill(model, cache, prompts, slots=[0, 1, 2, 3, 5], scores=scores)
+    assert n == 1 and fed == [6]  # 3 + 2 + 1 tokens
+    assert cache.lens.tolist() == [3, 2, 3, 2, 0, 1]
+    for j, p in enumerate(prompts):
+        alone = RaggedKVCache(1, 16, model.config.num_hidden_layers, torch.device("cpu"))
+        want_scores = []
+        want, _ = passes.prefill(model, alone, [p], scores=want_scores)
+        s = [0, 1, 2, 3, 5][j]
+        torch.testing.assert_close(out[j], want[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(scores[j], want_scores[0], rtol=1e-5, atol=1e-6)
+        for mine, theirs in zip(cache.buffers(), alone.buffers(), strict=True):
+            torch.testing.assert_close(mine[s, :, : len(p)], theirs[0, :, : len(p)])
+
+
+def test_a_scored_prefill_takes_no_starts():
+    model = tiny_lm("llama")
+    hf.prepare(model, 16)
+    cache = RaggedKVCache(1, 16, 2, torch.device("cpu"))
+    with pytest.raises(ValueError, match="scores every prompt token"):
+        passes.prefill(model, cache, [[1, 2, 3]], scores=[], starts=[2])
+
+
+def test_copy_prefix_copies_positions_and_lengths_of_written_layers():
+    """Rows ``dst`` get rows ``src``'s first positions in every layer that wrote (a layer
+    that never did stays unallocated), and their lengths; other rows are untouched."""
+    cache = RaggedKVCache(3, 8, 2, torch.device("cpu"))
+    cache.begin(torch.tensor([4, 2, 0], dtype=torch.int32))
+    k, v = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
+    cache.update(k, v, 0)
+    cache.commit(cache.q_lens)
+    before = [t.clone() for t in cache.buffers()]
+    cache.copy_prefix([0], [2], 3)
+    assert cache.keys[1] is None and cache.values[1] is None
+    for now, was in zip(cache.buffers(), before, strict=True):
+        torch.testing.assert_close(now[2, :, :3], was[0, :, :3])
+        torch.testing.assert_close(now[:2], was[:2])
+        torch.testing.assert_close(now[2, :, 3:], was[2, :, 3:])
+    assert cache.lens.tolist() == [4, 2, 4]

@@ -51,6 +51,8 @@ def summary_text(stats, *, rows: int, finish_reasons=None) -> str:
             f" in its own passes; {s.riding_admissions} of {s.admissions} admissions rode in "
             "verify passes"
         )
+    if s.shared_prompt_tokens:  # a prompt's samples: its prefill computed once
+        prefill += f"; {s.shared_prompt_tokens} prompt tokens copied between samples"
     lines = [
         "summary",
         f"  rows                {rows} ({s.max_rows} at once{budget})",
