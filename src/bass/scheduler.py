@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import hf, options, verify
+from . import hf, options, passes, verify
 from . import models as models_
 from .batch_state import (
     BatchState,
@@ -305,8 +305,9 @@ def prompt_tokens(state, slots: list[int]) -> int:
     """The tokens a prefill of rows ``slots`` computes: rows of equal prompts (a prompt's
     samples) share one (:func:`bass.passes.leaders`), rows whose prompt a running row
     holds feed their last token only (:func:`share_prompts`)."""
-    fed = {tuple(state.seqs[s]): len(state.seqs[s]) - state.start(s) for s in slots}
-    return sum(fed.values())
+    seqs = [state.seqs[s] for s in slots]
+    lead = passes.leaders(seqs)
+    return sum(len(seqs[j]) - state.start(slots[j]) for j, k in enumerate(lead) if k == j)
 
 
 def admit_rows(gen, state, slots: list[int], stats) -> None:
