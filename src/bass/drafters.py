@@ -88,7 +88,7 @@ class ModelDrafter(Drafter):
         prompts = [state.seqs[s] for s in slots]
         if self.in_vocab < self.out_vocab:  # main-model ids the draft cannot embed: fed as 0
             prompts = [[t if t < self.in_vocab else 0 for t in p] for p in prompts]
-        copied = getattr(state, "copied", {})  # rows whose prompt a running row holds
+        copied = state.copied  # rows whose prompt a running row holds
         if any(s in copied for s in slots):
             self.cache.copy_prefix(*state.copies())
         starts = [len(p) - 1 if s in copied else 0 for s, p in zip(slots, prompts)]
