@@ -53,7 +53,8 @@ def tables() -> str:
         "",
         "Each key is also the keyword of the Python call named. The default is what leaving "
         "the key out of a file means; a flag overrides the key, which overrides the "
-        "default. (In Python, `generate()` requires `max_new_tokens`, and "
+        "default. (In Python, `generate()` of a Generator built without a config requires "
+        "`max_new_tokens`, and "
         "`from_pretrained` takes `main` and, for a drafter, `draft`.)",
         "",
         "| key | flag | Python | default | allowed | what |",

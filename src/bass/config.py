@@ -55,7 +55,7 @@ from typing import Any
 from . import options, policies
 from .errors import ConfigError, PluginError, PluginLoadError
 from .option_kinds import Option
-from .options import OPTIONS
+from .options import KEYLESS_FLAGS, OPTIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,7 +123,9 @@ def _unknown(source: str, what: str, names: list[str], allowed: list[str]) -> Co
         if home:
             hints.append(f"{name!r} belongs in [{home[0]}]")
         elif name in OPTIONS and OPTIONS[name].table is None:  # the API's alone (n, ...)
-            hints.append(f"{name!r} is an argument of {OPTIONS[name].call}(), not a config key")
+            flag = KEYLESS_FLAGS.get(name)
+            call = f"{OPTIONS[name].call}()" + (f", {flag} on the command line" if flag else "")
+            hints.append(f"{name!r} is an argument of {call}, not a config key")
         elif close := difflib.get_close_matches(
             name.lower(), [a.strip("[]") for a in allowed], n=1
         ):

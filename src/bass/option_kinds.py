@@ -351,6 +351,8 @@ def texts(v: Any, ctx: Mapping) -> list[str]:
     if bad:
         raise Refused(f"{show(bad[0], 30)} is not a string (token ids go to generate())")
     for i, t in enumerate(v):
+        if not t.strip():  # (as bass generate refuses it; a chat template would wrap it)
+            raise Refused(f"text {i} is empty: every text needs some text")
         _unicode(t, f"text {i}")  # no tokenizer can take a lone surrogate
     return list(v)
 

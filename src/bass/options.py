@@ -294,6 +294,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
 ]}
 # fmt: on
 
+#: The flags of ``bass generate`` (and ``bass eval humaneval``) that set an option no
+#: config file sets (the errors of a config that tries point to them).
+KEYLESS_FLAGS = {"n": "--samples", "max_rows": "--batch-size", "kv_budget_gib": "--kv-budget-gib"}
+
 #: The options of :meth:`bass.Generator.generate` that a config file's ``[generation]`` may
 #: also set.
 GENERATE = tuple(o.name for o in OPTIONS.values() if o.table == "generation")
@@ -356,8 +360,9 @@ def generation_kwargs(
             kw[name] = OPTIONS[name].default  # do_sample False, temperature 1.0
     if kw.get("max_new_tokens") is None:
         raise OptionError(
-            f"{call}(): max_new_tokens is required: pass max_new_tokens=N (an integer >= 1) "
-            "or set it in the config's [generation] table",
+            f"{call}(): max_new_tokens is required: pass max_new_tokens=N (an integer >= 1), "
+            "or build the Generator with a config (its [generation] max_new_tokens; 128 where "
+            "the file leaves it out)",
             option="max_new_tokens",
         )
     check_sampling(kw["do_sample"], kw["temperature"], f"{call}()")

@@ -180,7 +180,13 @@ def test_unknown_keys_say_where_they_belong_or_what_they_are_close_to():
         ({"generation": {"max_new_token": 3}}, "did you mean 'max_new_tokens'?"),
         ({"Generaton": {}}, "did you mean 'generation'?"),
         ({"policy": {"k_max": 3}}, "'k_max' too, go in [policy.options]"),
-        ({"generation": {"n": 3}}, "'n' is an argument of generate(), not a config key"),
+        (
+            {"generation": {"n": 3}},
+            "'n' is an argument of generate(), --samples on the command line, not a config key",
+        ),
+        ({"generation": {"max_rows": 3}}, "generate(), --batch-size on the command line"),
+        ({"generation": {"kv_budget_gib": 3}}, "generate(), --kv-budget-gib on the command"),
+        ({"generation": {"row_ids": [3]}}, "'row_ids' is an argument of generate(), not a"),
     ]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             Config.from_dict(doc)

@@ -298,6 +298,8 @@ def test_generate_text_refuses_what_is_not_text(gen):
     for texts, why in [
         ("a string", "for one text pass [text]"),
         ([[1, 2]], "is not a string (token ids go to generate())"),
+        (["x", ""], "text 1 is empty: every text needs some text"),
+        ([" \n"], "text 0 is empty"),
         (None, "expected a list of strings"),
     ]:
         with pytest.raises(OptionError, match=r"generate_text\(\): texts=") as info:
@@ -346,3 +348,16 @@ def test_show_names_a_module_by_its_type_and_puts_other_values_on_one_line():
     assert options.show(torch.nn.Sequential(torch.nn.Linear(2, 2))) == "<Sequential>"
     assert options.show(torch.zeros(2, 2)) == "tensor([[0., 0.], [0., 0.]])"
     assert options.show("x" * 100) == repr("x" * 100)[:77] + "..."
+
+
+def test_max_new_tokens_is_required_without_a_config_and_the_file_default_with_one(gen):
+    """generate() of a Generator built without a config needs max_new_tokens, and says
+    what else gives it; one built with a config takes the file's (128 where it leaves the
+    key out, as the options table says)."""
+    with pytest.raises(OptionError, match=r"max_new_tokens is required: pass max_new_tokens=N"):
+        gen.generate([[1, 2, 3]])
+    with pytest.raises(OptionError, match=r"build the Generator with a config"):
+        gen.generate([[1, 2, 3]])
+    configured = Generator(tiny_lm(), "ngram", cpu_linear="torch", config={})
+    res = configured.generate([[1, 2, 3]], eos_token_id=None)
+    assert len(res.sequences[0]) == 128 == options.OPTIONS["max_new_tokens"].default
