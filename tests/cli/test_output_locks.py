@@ -221,3 +221,16 @@ def test_a_hard_link_to_a_file_another_run_writes_is_refused(tmp_path, capsys, n
         writer.close()
     with OutputLock(other, "--output", "bass generate b -o other.jsonl"):  # released: free
         pass
+
+
+def test_an_output_where_no_lock_file_can_be_made_says_to_choose_another(
+    tmp_path, capsys, no_model_load
+):
+    """An output whose directory holds no lock file (a file under /proc, a path this user
+    cannot write) is refused with what to do: nothing is there to remove."""
+    rc, _, err = run(capsys, "generate hello -o /proc/version")
+    assert rc == 2
+    line = one_error_line(err)
+    assert "cannot use its lock file /proc/version.lock" in line
+    assert line.endswith("choose another --output, in a directory this user can write to")
+    assert "remove" not in line

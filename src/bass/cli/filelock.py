@@ -101,10 +101,14 @@ class OutputLock:
                 errno.ELOOP: "it is a symbolic link",
                 errno.EISDIR: "it is a directory",
             }.get(exc.errno, exc.strerror)
+            fix = (
+                f"remove {lock}, or choose another {self.flag}"
+                if exc.errno in (errno.ELOOP, errno.EISDIR)  # something there is in the way
+                else f"choose another {self.flag}, in a directory this user can write to"
+            )
             raise UsageError(
                 f"{self.flag} {self.path}: cannot use its lock file {lock} ({what}); bass "
-                f"locks each output there while a run writes it: remove {lock}, or choose "
-                f"another {self.flag}"
+                f"locks each output there while a run writes it: {fix}"
             ) from None
 
     def _lock(self, fd: int, lock: Path | None) -> str:
