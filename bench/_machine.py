@@ -101,3 +101,15 @@ def copy_bandwidth_gbs(device="cuda", nbytes: int = 1 << 30) -> float:
         y.copy_(x)
     sync()
     return 2 * x.numel() * 10 / (time.perf_counter() - t0) / 1e9
+
+
+def write_results(out: Path, name: str, data: dict, markdown) -> None:
+    """``out/name.json`` (``data``) and ``out/name.md`` (``markdown(data)``), then the
+    markdown printed: what each benchmark script leaves behind."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    text = markdown(data)
+    (out / f"{name}.md").write_text(text + "\n")
+    print(text)

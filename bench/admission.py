@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import header, run_meta
+from _machine import header, run_meta, write_results
 from _prompts import CHAT_MIXED, tiny_llama
 
 from bass import scheduler
@@ -185,11 +185,8 @@ def main(argv=None) -> int:
                     max_new_tokens=args.max_new_tokens, rounds=args.rounds, n=counts)  # fmt: skip
     name = "smoke_admission" if args.smoke else "cpu_admission"
     name += "_off" if args.draft == "none" else ""
-    args.out.mkdir(parents=True, exist_ok=True)
     data = {"meta": meta, "table": table, "mismatches": mismatches}
-    (args.out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{name}.md").write_text(to_markdown(data) + "\n")
-    print(to_markdown(data))
+    write_results(args.out, name, data, to_markdown)
     return 0
 
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import header, run_meta
+from _machine import header, run_meta, write_results
 from _prompts import tiny_llama
 
 from bass import passes, scheduler
@@ -122,10 +122,7 @@ def main(argv=None) -> int:
     data = {"meta": meta, "table": table, "vs_each": statistics.median(ratio),
             "vs_each_rounds": ratio, "mismatches": mismatches}  # fmt: skip
     name = "smoke_shared_prefill" if args.smoke else "cpu_shared_prefill"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{name}.md").write_text(to_markdown(data) + "\n")
-    print(to_markdown(data))
+    write_results(args.out, name, data, to_markdown)
     return 0
 
 
