@@ -156,6 +156,7 @@ class BatchState:
         p = self.prompt_of[s]
         self.reasons[p] = reason
         self.done[s] = True
+        self.prompt_hash.pop(p, None)  # (only running rows' prompts are shared)
         self.finished.append(p)
         if self.texts is not None:  # its stop-string window: not kept past the row
             self.texts.rows.pop(p, None)

@@ -141,15 +141,15 @@ class RaggedKVCache:
         self.cu_q_lens = self.plan = None
 
     def copy_prefix(self, src: list[int], dst: list[int], length: int) -> None:
-        """Rows ``dst`` get the first ``length`` positions of rows ``src`` (pairwise) and
-        their lengths: rows whose prompts are equal share one prefill. Past a row's own
-        length the copy is never read (attention reads each row's ``lens``)."""
-        index = torch.tensor([*src, *dst], dtype=torch.long, device=self.lens.device)
-        src_t, dst_t = index.split(len(src))
+        """Rows ``dst`` get the first ``length`` positions of rows ``src`` (pairwise):
+        rows whose prompts are equal share one prefill. Their lengths are not set (each
+        pass brings the rows' lengths from the host); past a row's own length the copy is
+        never read. One host-to-device copy, no sync."""
+        index = torch.tensor([*src, *dst], dtype=torch.long)
+        src_t, dst_t = index.to(self.lens.device, non_blocking=True).split(len(src))
         for t in (*self.keys, *self.values):
             if t is not None:  # (a layer that never wrote: nothing to copy)
                 t[dst_t, :, :length] = t[src_t, :, :length]
-        self.lens[dst_t] = self.lens[src_t]
 
     def buffers(self) -> list[torch.Tensor]:
         """Every allocated key and value buffer (tests check their addresses)."""

@@ -307,7 +307,9 @@ class Drafter:
         this call; no row has its first token yet): at a generation's start, and again
         whenever waiting prompts take the slots of finished rows (continuous batching).
         A drafter that keeps anything per slot resets it here. Returns the forward
-        passes it ran (a draft model's prefill)."""
+        passes it ran (a draft model's prefill). ``state.copied`` names the rows whose
+        prompt a running row holds (its slot): a drafter with a cache may copy that row's
+        prompt positions instead of computing them, as the main model's cache does."""
         return 0
 
     def offer(self, view: StepView) -> Offer | None:

@@ -172,17 +172,16 @@ def prefill(
     ``cache`` with ragged ``prompts`` in packed passes, and commit them; return each
     prompt's last logits ``[len(prompts), V]`` and the number of passes.
 
-    Each row starts empty (a finished row's slot is refilled); the other rows bring no
-    token. Rows whose prompts are equal (the samples of one prompt) share one prefill:
-    the first is computed, the others get a copy of its cache row, logits and scores
-    (:func:`leaders`). Passes feed at most ``chunk_tokens`` tokens (default
-    ``passes.chunk_tokens``), a long prompt spanning several. ``passes``: how passes run
-    (default: eager, ``impl="auto"``). ``scores``: a list that gets each prompt's tokens'
-    log-probabilities but the first's (float64 ``[len - 1]``, on the device; the passes
-    then feed at most :data:`SCORED_LOGITS` logits' worth of tokens). ``starts``: each
-    prompt's tokens its row already holds (copied from another row's: fed from there;
-    default none; not with ``scores``).
-    """
+    Each row starts empty (a finished row's slot is refilled), or holding its first
+    ``starts`` tokens; the other rows bring no token. Rows whose prompts are equal (the
+    samples of one prompt) share one prefill: the first is computed, the others get a
+    copy of its cache row, logits and scores (:func:`leaders`). Passes feed at most
+    ``chunk_tokens`` tokens (default ``passes.chunk_tokens``), a long prompt spanning
+    several. ``passes``: how passes run (default: eager, ``impl="auto"``). ``scores``: a
+    list that gets each prompt's tokens' log-probabilities but the first's (float64
+    ``[len - 1]``, on the device; the passes then feed at most :data:`SCORED_LOGITS`
+    logits' worth of tokens). ``starts``: each prompt's tokens its row already holds
+    (copied from another row's: fed from there; default none; not with ``scores``)."""
     passes = passes or Passes()
     if chunk_tokens is None:
         chunk_tokens = passes.chunk_tokens
@@ -205,6 +204,7 @@ def prefill(
         copies = [j for j, k in enumerate(lead) if k != j]
         src, dst = [slots[lead[j]] for j in copies], [slots[j] for j in copies]
         cache.copy_prefix(src, dst, max(len(prompts[j]) for j in copies))
+        cache.lens[dst] = cache.lens[src]  # committed, as the first's
         pick = [at[k] for k in lead]
         out = out[pick]
         computed = None if computed is None else [computed[i] for i in pick]
@@ -289,7 +289,6 @@ def _first_run(passes: Passes, model, cache, batch: PackedPass) -> torch.Tensor:
         ) from exc
 
 
-SCORED_LOGITS = 2**25  # the most logits (128 MiB of float32) a scored prefill pass makes
 # (read when a prefill runs: set it to change the bound)
 
 

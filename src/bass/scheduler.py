@@ -354,6 +354,7 @@ def take_first(main, state, fill: list[int], host: list[int]) -> None:
     F = len(fill)
     prompts = [state.prompt_of[s] for s in fill]
     raise_if_nonfinite(host[F : 2 * F], main, "main", prompts, "the prefill")
+    state.copied = {}  # the wave's rows are filled: their copies are done
     lps = None
     if state.logprobs is not None:
         lps = from_bits(host[2 * F : 3 * F])[:, None].tolist()

@@ -76,9 +76,11 @@ def verify_pass(gen, state, slots, prop: Proposal, keyed: bool, seed: int, fill)
     pass's one host-to-device copy (:class:`VerifyPass` names them and their shapes).
     ``keyed``: add the sampling keys of each row's positions (keyed draws,
     :func:`bass.sampling.position_keys` with ``seed``). ``fill``: slots of rows just
-    admitted (ascending, not in ``slots``) whose whole prompt this pass feeds, from an
-    empty cache row (their prefill, riding in the verify pass); only their last token's
-    logits are computed, after the verify tokens' (:attr:`VerifyPass.filled`).
+    admitted (ascending, not in ``slots``) whose prompt this pass feeds, from an empty
+    cache row or from the tokens copied into it (their prefill, riding in the verify
+    pass; rows of equal prompts feed it once and copy it after the pass:
+    :attr:`VerifyPass.copies`); only their last token's logits are computed, after the
+    verify tokens' (:attr:`VerifyPass.filled`).
 
     Worked example: two rows that drafted 2 and 0 tokens (``K = 2``) feed ``[last_0,
     d_1, d_2, last_1]``; ``index = [[0, 1, 2], [3, 3, 3]]``.

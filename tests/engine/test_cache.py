@@ -134,9 +134,9 @@ def test_a_scored_prefill_takes_no_starts():
         passes.prefill(model, cache, [[1, 2, 3]], scores=[], starts=[2])
 
 
-def test_copy_prefix_copies_positions_and_lengths_of_written_layers():
+def test_copy_prefix_copies_positions_of_written_layers():
     """Rows ``dst`` get rows ``src``'s first positions in every layer that wrote (a layer
-    that never did stays unallocated), and their lengths; other rows are untouched."""
+    that never did stays unallocated); other rows and the lengths are untouched."""
     cache = RaggedKVCache(3, 8, 2, torch.device("cpu"))
     cache.begin(torch.tensor([4, 2, 0], dtype=torch.int32))
     k, v = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
@@ -149,4 +149,4 @@ def test_copy_prefix_copies_positions_and_lengths_of_written_layers():
         torch.testing.assert_close(now[2, :, :3], was[0, :, :3])
         torch.testing.assert_close(now[:2], was[:2])
         torch.testing.assert_close(now[2, :, 3:], was[2, :, 3:])
-    assert cache.lens.tolist() == [4, 2, 4]
+    assert cache.lens.tolist() == [4, 2, 0]
